@@ -1,0 +1,15 @@
+"""One error type for bad input: a one-line message naming the parameter and the bad value."""
+
+
+class ConfigError(ValueError):
+    """Raised for any invalid user input; `str(err)` is the one-line message to show."""
+
+    def __init__(self, param: str, value, expected: str):
+        self.param, self.value, self.expected = param, value, expected
+        super().__init__(f"{param}={value!r} is invalid: {expected}")
+
+
+def check(ok: bool, param: str, value, expected: str) -> None:
+    """Raise ConfigError(param, value, expected) unless `ok`."""
+    if not ok:
+        raise ConfigError(param, value, expected)

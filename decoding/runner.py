@@ -1,0 +1,120 @@
+"""Run a strategy to completion (or until stopped) and collect its events into a Trace."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from decoding import greedy, sampling
+from decoding.config import BaseConfig, GreedyConfig, SampleConfig
+from decoding.errors import ConfigError, check
+from decoding.models import LM
+from decoding.trace import SCHEMA_VERSION, Stats, Trace
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    config_cls: type
+    decode: Callable                                   # (lm, prompt_ids, config, *, generator, forced)
+    output_ids: Callable[[Sequence], list[int]]        # events -> new token ids
+    extra_stats: Callable[[Sequence], dict] | None = None
+
+
+def emitted_ids(events: Sequence) -> list[int]:
+    """New tokens of strategies whose events each emit tokens in order."""
+    out: list[int] = []
+    for event in events:
+        out.extend(event.emitted_ids() if hasattr(event, "emitted_ids") else [event.chosen_id])
+    return out
+
+
+STRATEGIES: dict[str, Strategy] = {}
+
+
+def register(strategy: Strategy) -> None:
+    STRATEGIES[strategy.name] = strategy
+
+
+register(Strategy("greedy", GreedyConfig, greedy.decode, emitted_ids))
+register(Strategy("sample", SampleConfig, sampling.decode, emitted_ids))
+
+
+def strategy_for(config: BaseConfig) -> Strategy:
+    check(config.strategy in STRATEGIES, "strategy", config.strategy,
+          f"choose one of {', '.join(STRATEGIES)}")
+    return STRATEGIES[config.strategy]
+
+
+def target_forwards(events: Sequence) -> int:
+    return sum(getattr(e, "target_forwards", 1) for e in events)
+
+
+def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Sequence[int] = ()):
+    """The strategy's event generator, seeded from config.seed with an explicit CPU generator."""
+    check(len(prompt_ids) > 0, "prompt", "", "must not be empty")
+    check(len(prompt_ids) < lm.context_length, "prompt", f"<{len(prompt_ids)} tokens>",
+          f"is longer than the model's context of {lm.context_length} tokens")
+    bad = [t for t in forced if not (0 <= int(t) < lm.vocab_size)]
+    check(not bad, "forced_ids", bad[:3], f"token ids must be in [0, {lm.vocab_size})")
+    generator = torch.Generator(device="cpu").manual_seed(config.seed)
+    return strategy_for(config).decode(lm, list(prompt_ids), config, generator=generator,
+                                       forced=list(forced))
+
+
+def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: str = "",
+        forced: Sequence[int] = (), should_stop: Callable[[], bool] | None = None,
+        on_event: Callable[[object], None] | None = None) -> Trace:
+    """Collect a whole run into a Trace. A run stopped by `should_stop`, or one that fails mid-way,
+    still returns the trace so far (stop_reason 'stopped' or 'error' with the message)."""
+    events: list = []
+    stop_reason, error = "max_new_tokens", None
+    start = time.perf_counter()
+    gen = iterate(lm, prompt_ids, config, forced=forced)
+    try:
+        for event in gen:
+            events.append(event)
+            if on_event is not None:
+                on_event(event)
+            if should_stop is not None and should_stop():
+                stop_reason = "stopped"
+                break
+    except (ConfigError, RuntimeError, ValueError) as err:
+        stop_reason, error = "error", _error_line(err)
+    wall = time.perf_counter() - start
+    return assemble(lm, prompt_ids, config, events, prompt_text=prompt_text, forced=forced,
+                    wall_s=wall, stop_reason=stop_reason, error=error)
+
+
+def _error_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
+def assemble(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, events: Iterable, *,
+             prompt_text: str, forced: Sequence[int], wall_s: float, stop_reason: str,
+             error: str | None = None) -> Trace:
+    events = tuple(events)
+    strategy = strategy_for(config)
+    out = [int(t) for t in strategy.output_ids(events)]
+    if stop_reason == "max_new_tokens":
+        stop_reason = _natural_stop(lm, out, config, len(prompt_ids))
+    extra = strategy.extra_stats(events) if strategy.extra_stats else {}
+    stats = Stats(new_tokens=len(out), target_forwards=target_forwards(events), wall_s=round(wall_s, 6),
+                  tokens_per_s=round(len(out) / wall_s, 3) if wall_s > 0 else 0.0, **extra)
+    return Trace(schema_version=SCHEMA_VERSION, strategy=config.strategy, config=config.to_dict(),
+                 model=lm.describe(), prompt_text=prompt_text, prompt_ids=tuple(int(t) for t in prompt_ids),
+                 forced_ids=tuple(int(t) for t in forced), output_ids=tuple(out), text=lm.decode(out),
+                 steps=events, stats=stats, stop_reason=stop_reason, error=error)
+
+
+def _natural_stop(lm: LM, out: list[int], config: BaseConfig, prompt_len: int) -> str:
+    if out and out[-1] in lm.eos_ids:
+        return "eos"
+    if len(out) >= config.max_new_tokens:
+        return "max_new_tokens"
+    if prompt_len + len(out) >= lm.context_length:
+        return "context"
+    return "eos"

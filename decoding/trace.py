@@ -1,0 +1,259 @@
+"""Trace contract: frozen dataclasses for step events and the Trace, with a versioned JSON round trip.
+
+A trace holds plain Python values only (no tensors), so it can be cached, saved, replayed and diffed.
+JSON: `schema_version` is "major.minor"; a reader accepts its own major version and any minor version
+(fields added in a later minor are optional, with defaults). Non-finite floats are written as null;
+a null in a field typed `float` reads back as -inf (the only non-finite value a trace stores).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+SCHEMA_VERSION = "1.0"
+MAX_TRACE_BYTES = 50 * 1024 * 1024
+
+
+class TraceFormatError(ValueError):
+    """A trace file that cannot be loaded; the message says what is wrong and where."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One token of a distribution's top-N."""
+
+    token_id: int
+    piece: str                    # display text; partial UTF-8 shown as <0xE4> bytes
+    logit: float                  # -inf where a filter removed it
+    prob: float
+    removed_by: str | None = None  # name of the filter that removed it; None if kept
+
+
+@dataclass(frozen=True)
+class FilterCut:
+    """What one processor did at one step."""
+
+    name: str                  # temperature | top_k | top_p | min_p
+    value: float               # its parameter
+    threshold: float | None    # top_k: k-th logit; top_p: cumulative mass kept; min_p: probability floor
+    removed_mass: float        # mass (under the temperature-scaled distribution) this filter removed
+    removed_count: int
+    kept_count: int            # tokens still kept after this filter
+
+
+@dataclass(frozen=True)
+class TokenStep:
+    """One emitted token of a single-sequence strategy (greedy, sampling)."""
+
+    kind: ClassVar[str] = "token"
+    index: int                           # 0-based step number among new tokens
+    position: int                        # absolute position of the emitted token in the sequence
+    raw_top: tuple[Candidate, ...]       # top-N of the model's distribution
+    processed_top: tuple[Candidate, ...]  # top-N after processing (removed ones marked)
+    filters: tuple[FilterCut, ...]
+    entropy_raw: float                   # nats
+    entropy_processed: float
+    chosen_id: int
+    chosen_piece: str
+    chosen_logprob: float                # log of the processed probability
+    chosen_raw_logprob: float
+    chosen_rank: int                     # rank in the raw distribution (0 = argmax)
+    draw: float | None                   # the uniform u of inverse-CDF sampling; None for greedy
+    forced: bool = False                 # token imposed by the user (branch / resume)
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Stats:
+    new_tokens: int
+    target_forwards: int          # every target forward, prefill included
+    wall_s: float
+    tokens_per_s: float
+    mean_accepted_length: float | None = None
+    acceptance_rate: float | None = None
+    per_position_acceptance: tuple[float, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    schema_version: str
+    strategy: str
+    config: dict[str, Any]
+    model: dict[str, Any]          # name, device, dtype
+    prompt_text: str
+    prompt_ids: tuple[int, ...]
+    forced_ids: tuple[int, ...]    # tokens imposed after the prompt (resume / branch)
+    output_ids: tuple[int, ...]    # new tokens only (forced ones included)
+    text: str
+    steps: tuple[Any, ...]
+    stats: Stats
+    stop_reason: str               # eos | max_new_tokens | stopped | error
+    error: str | None = None
+
+
+EVENT_TYPES: dict[str, type] = {}
+
+
+def register_event(cls: type) -> type:
+    """Make an event class loadable from JSON by its `kind`."""
+    EVENT_TYPES[cls.kind] = cls
+    return cls
+
+
+register_event(TokenStep)
+
+
+# ---------------------------------------------------------------- writing
+
+def _plain(value: Any) -> Any:
+    if dataclasses.is_dataclass(value):
+        out = {"kind": value.kind} if hasattr(type(value), "kind") else {}
+        out.update({f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)})
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_dict(trace: Trace) -> dict[str, Any]:
+    return _plain(trace)
+
+
+def to_json(trace: Trace, indent: int | None = None) -> str:
+    return json.dumps(to_dict(trace), indent=indent, ensure_ascii=False, allow_nan=False)
+
+
+# ---------------------------------------------------------------- reading
+
+def _major_minor(version: Any) -> tuple[int, int]:
+    try:
+        major, minor = str(version).split(".")
+        return int(major), int(minor)
+    except ValueError:
+        raise TraceFormatError(f"schema_version={version!r} is not 'major.minor'") from None
+
+
+def _build(tp: Any, value: Any, where: str, strict: bool) -> Any:
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _build(inner[0], value, where, strict)
+    if tp is float:
+        if value is None:
+            return -math.inf
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TraceFormatError(f"{where}: expected a number, got {value!r:.60}")
+        return float(value)
+    if tp in (int, str, bool):
+        ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
+        if not ok:
+            raise TraceFormatError(f"{where}: expected {tp.__name__}, got {value!r:.60}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list):
+            raise TraceFormatError(f"{where}: expected a list, got {type(value).__name__}")
+        (inner, _ellipsis) = typing.get_args(tp)
+        return tuple(_build(inner, v, f"{where}[{i}]", strict) for i, v in enumerate(value))
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise TraceFormatError(f"{where}: expected an object, got {type(value).__name__}")
+        _k, inner = typing.get_args(tp)
+        return {k: _build(inner, v, f"{where}.{k}", strict) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return _build_dataclass(tp, value, where, strict)
+    raise TraceFormatError(f"{where}: unsupported type {tp}")
+
+
+def _build_dataclass(cls: type, value: Any, where: str, strict: bool) -> Any:
+    if not isinstance(value, dict):
+        raise TraceFormatError(f"{where}: expected an object, got {type(value).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    extra = set(value) - names - {"kind"}
+    if extra and strict:
+        raise TraceFormatError(f"{where}: unknown field(s) {sorted(extra)}")
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        if f.name in value:
+            kwargs[f.name] = _build(hints[f.name], value[f.name], f"{where}.{f.name}", strict)
+        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+            raise TraceFormatError(f"{where}: missing field '{f.name}'")
+    return cls(**kwargs)
+
+
+def _build_event(value: Any, where: str, strict: bool) -> Any:
+    if not isinstance(value, dict) or value.get("kind") not in EVENT_TYPES:
+        kind = value.get("kind") if isinstance(value, dict) else value
+        raise TraceFormatError(f"{where}: unknown step kind {kind!r:.60}")
+    return _build_dataclass(EVENT_TYPES[value["kind"]], value, where, strict)
+
+
+def from_dict(data: Any, vocab_size: int | None = None) -> Trace:
+    """Validate and rebuild a Trace; raise TraceFormatError naming the first problem."""
+    if not isinstance(data, dict):
+        raise TraceFormatError("a trace must be a JSON object")
+    major, minor = _major_minor(data.get("schema_version"))
+    our_major, our_minor = _major_minor(SCHEMA_VERSION)
+    if major != our_major:
+        raise TraceFormatError(f"schema_version={data.get('schema_version')!r} is not supported "
+                               f"(this version reads {our_major}.x)")
+    strict = minor <= our_minor
+    body = dict(data)
+    steps = body.pop("steps", None)
+    if not isinstance(steps, list):
+        raise TraceFormatError("trace.steps: expected a list")
+    body["steps"] = []
+    trace = _build_dataclass(Trace, body, "trace", strict)
+    built = tuple(_build_event(s, f"trace.steps[{i}]", strict) for i, s in enumerate(steps))
+    trace = dataclasses.replace(trace, steps=built)
+    _check_ids(trace, vocab_size)
+    return trace
+
+
+def _check_ids(trace: Trace, vocab_size: int | None) -> None:
+    for name in ("prompt_ids", "forced_ids", "output_ids"):
+        for i, tok in enumerate(getattr(trace, name)):
+            if tok < 0 or (vocab_size is not None and tok >= vocab_size):
+                raise TraceFormatError(f"trace.{name}[{i}]={tok} is out of range"
+                                       + (f" (vocabulary has {vocab_size} tokens)" if vocab_size else ""))
+
+
+def from_json(text: str | bytes, vocab_size: int | None = None) -> Trace:
+    if len(text) > MAX_TRACE_BYTES:
+        raise TraceFormatError(f"trace is {len(text)} bytes, over the {MAX_TRACE_BYTES} byte limit")
+    try:
+        data = json.loads(text)
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise TraceFormatError(f"not valid JSON: {err}") from None
+    return from_dict(data, vocab_size)
+
+
+def without_timings(value: Any) -> Any:
+    """Plain-dict form with every timing field dropped, for comparing traces of seeded runs."""
+    data = _plain(value)
+    return _strip(data)
+
+
+_TIMING_KEYS = {"timings_ms", "wall_s", "tokens_per_s"}
+
+
+def _strip(data: Any) -> Any:
+    if isinstance(data, dict):
+        return {k: _strip(v) for k, v in data.items() if k not in _TIMING_KEYS}
+    if isinstance(data, list):
+        return [_strip(v) for v in data]
+    return data
