@@ -249,3 +249,9 @@ def choose_tree(lattice: Lattice, cost: CostTable, max_budget: int,
         expected.append(running)
     choice = _choose(expected, cost, overhead_ms)
     return plan.prefix(choice.size), choice
+
+
+def flat_tree(root_token: int, plan: ChainPlan | TreePlan) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(tokens, parents) for verification: node 0 is the root (the last emitted token, not yet in
+    the cache), plan node i becomes node i + 1; parents before children."""
+    return (int(root_token),) + plan.tokens, (-1,) + tuple(p + 1 for p in plan.parents)
