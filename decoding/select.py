@@ -41,7 +41,8 @@ def _tuplify(rows, depth: int):
 class Lattice:
     """Candidates per position. token_ids[k][j], q_draft[k][j]: candidate j at position k+1.
     scores[k][parent][j] = ŝ_{k+1}(candidate j | candidate `parent` at position k); scores[0] has a
-    single row (the implicit parent). Lists are accepted and stored as tuples."""
+    single row (the implicit parent). Plain Python numbers (pass tensor.tolist()); lists are
+    accepted and stored as tuples."""
 
     token_ids: tuple[tuple[int, ...], ...]                 # (γ, K_k)
     q_draft: tuple[tuple[Real, ...], ...]                  # (γ, K_k)

@@ -176,7 +176,10 @@ def _try_children(p_node: torch.Tensor, kids, tokens, generator, lossy_threshold
 def sample_round(tokens: Sequence[int], parents: Sequence[int], p_target: torch.Tensor,
                  generator: torch.Generator, lossy_threshold: float | None = None) -> RoundOutcome:
     """One verification round, sampled. p_target: (q, V) processed target probabilities, row i for
-    the token after node i. Every acceptance draw and the final token's draw come from `generator`."""
+    the token after node i. Every acceptance draw and the final token's draw come from `generator`.
+    lossy_threshold (LOSSY, off by default): accept a child outright when p_target(x) > threshold."""
+    check(lossy_threshold is None or (isinstance(lossy_threshold, (int, float)) and 0 < lossy_threshold <= 1),
+          "lossy_threshold", lossy_threshold, "must be a number in (0, 1] (or None: exact)")
     kids = children_of(parents)
     p_rows = p_target.double()  # (q, V)
     node, accepted, checks = 0, [], []

@@ -123,16 +123,20 @@ def test_tree_nodes_are_consistent_with_the_lattice():
 def test_wrong_tree_by_own_score_is_beaten():
     """Negative control: taking nodes by their own ŝ (not the survival product) loses somewhere."""
     def by_own_score(lattice, budget):
-        taken, frontier = [], [((0, 0), j, lattice.score(0, 0, j), lattice.score(0, 0, j), 1)
-                               for j in range(len(lattice.token_ids[0]))]
-        while frontier and len(taken) < budget:
-            frontier.sort(key=lambda n: -n[2])
-            _, cand, _, survival, depth = node = frontier.pop(0)
-            taken.append(node)
+        """Grow a connected tree, each time taking the frontier node with the highest own ŝ."""
+        frontier = [(lattice.score(0, 0, j), lattice.score(0, 0, j), 1, j)   # (ŝ, survival, depth, cand)
+                    for j in range(len(lattice.token_ids[0]))]
+        total = 0
+        for _ in range(budget):
+            if not frontier:
+                break
+            frontier.sort(key=lambda node: -node[0])
+            _, survival, depth, cand = frontier.pop(0)
+            total += survival
             if depth < lattice.gamma:
-                frontier += [(None, j, lattice.score(depth, cand, j), survival * lattice.score(depth, cand, j),
-                              depth + 1) for j in range(len(lattice.token_ids[depth]))]
-        return sum(n[3] for n in taken)
+                frontier += [(lattice.score(depth, cand, j), survival * lattice.score(depth, cand, j), depth + 1, j)
+                             for j in range(len(lattice.token_ids[depth]))]
+        return total
 
     beaten = 0
     for seed in range(30):

@@ -172,3 +172,24 @@ def test_compaction_refuses_bad_input_and_sliding_layers(lm_sdpa):
         compact_cache(sliding, 1, [0])
     with pytest.raises(ConfigError, match="parents"):
         tree_mask([-1, 1], 0)
+
+
+@pytest.mark.real
+def test_tree_logits_on_the_embedded_model(real_lm):
+    """SmolLM2 (30 layers, fp32): tree rows vs per-path recomputation measured 6e-5 here, the same
+    order as one-shot vs incremental forwards of the same tokens (8e-5); the tolerance is 5e-4 (logits
+    reach ~37). Without depth positions the error was ~20."""
+    prompt = real_lm.encode("Explain why the sky is blue in two sentences.")
+    tokens, parents = [28, 253, 314, 1528, 30, 2], [-1, 0, 0, 1, 1, 2]
+    refs = [real_lm.forward(prompt + path_tokens(tokens, parents, i), real_lm.new_cache())[-1]
+            for i in range(len(tokens))]
+    cache = real_lm.new_cache()
+    real_lm.forward(prompt, cache)
+    logits = verify_tree(real_lm, cache, tokens, parents)
+    assert max(float((ref - logits[i]).abs().max()) for i, ref in enumerate(refs)) <= 5e-4
+    cache = real_lm.new_cache()
+    real_lm.forward(prompt, cache)
+    past = len(prompt)
+    wrong = _forward_with(real_lm, cache, tokens, tree_mask(parents, past),
+                          torch.arange(past, past + len(tokens))[None])
+    assert max(float((ref - wrong[i]).abs().max()) for i, ref in enumerate(refs)) > 5e-4

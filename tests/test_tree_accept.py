@@ -233,3 +233,14 @@ def test_greedy_rounds_equal_plain_greedy():
         return type("R", (), {"emitted": tuple(tokens[i] for i in path[1:]) + (bonus,)})
 
     assert _greedy_rounds(logits, draft, 2, 20, unchecked) != target_greedy
+
+
+def test_bad_lossy_threshold_and_tree():
+    from decoding.errors import ConfigError
+
+    rows = torch.full((2, 3), 1 / 3)
+    for bad in (0, 1.5, "x"):
+        with pytest.raises(ConfigError, match="lossy_threshold"):
+            sample_round([0, 1], [-1, 0], rows, torch.Generator(), lossy_threshold=bad)
+    with pytest.raises(ConfigError, match="parents"):
+        sample_round([0, 1], [-1, 1], rows, torch.Generator())
