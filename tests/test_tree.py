@@ -39,6 +39,18 @@ def lm_eager():
     return LM(model, tokenizer=None, name="tiny-eager")
 
 
+@pytest.fixture(scope="module")
+def lm_gqa():
+    """Grouped-query attention (2 key/value heads for 4 query heads), as in SmolLM2."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(4)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return LM(LlamaForCausalLM(cfg).eval(), tokenizer=None, name="tiny-gqa")
+
+
 def path_tokens(tokens, parents, node):
     out = []
     while node != -1:
@@ -63,7 +75,7 @@ def prefilled(lm):
 
 
 @pytest.mark.parametrize("tree", TREES)
-@pytest.mark.parametrize("which", ["lm_sdpa", "lm_eager"])
+@pytest.mark.parametrize("which", ["lm_sdpa", "lm_eager", "lm_gqa"])
 def test_tree_logits_equal_per_path_recomputation(tree, which, request):
     lm = request.getfixturevalue(which)
     tokens, parents = tree
