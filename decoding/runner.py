@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding import greedy, sampling
-from decoding.config import BaseConfig, GreedyConfig, SampleConfig
+from decoding import beam, greedy, sampling
+from decoding.config import BaseConfig, BeamConfig, GreedyConfig, SampleConfig
 from decoding.errors import ConfigError, check
 from decoding.models import LM
 from decoding.trace import SCHEMA_VERSION, Stats, Trace
@@ -40,6 +40,7 @@ def register(strategy: Strategy) -> None:
 
 register(Strategy("greedy", GreedyConfig, greedy.decode, emitted_ids))
 register(Strategy("sample", SampleConfig, sampling.decode, emitted_ids))
+register(Strategy("beam", BeamConfig, beam.decode, beam.output_ids))
 
 
 def strategy_for(config: BaseConfig) -> Strategy:
