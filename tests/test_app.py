@@ -5,9 +5,9 @@ the app as a legacy multipage app and reruns the page file alone, skipping the e
 shared sidebar would not rerun)."""
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -61,7 +61,7 @@ def test_step_run_to_end_back_forward_reset(tiny_dir):
     at.button(key="pg.step").click().run()
     ok(at)
     assert len(run_state(at).events) == 1 and at.session_state["ds.cursor"] == 0
-    assert any('class="ds-chip ds-origin-target' in h.value for h in at.html)
+    assert any('ds-origin-target' in h.value and 'data-step="0"' in h.value for h in at.html)
     at.button(key="pg.run_end").click().run()
     ok(at)
     run = run_state(at)
@@ -147,7 +147,7 @@ def test_force_a_candidate_branches(tiny_dir):
     assert branch.events[2].chosen_id == forced_id and branch.events[2].forced
     assert len(branch.events) == len(original)
     assert run_state(at).events == original        # the original run is kept for comparison
-    assert any("ds-diverge" in h.value for h in at.html)
+    assert any('class="ds-diverge"' in h.value for h in at.html)
     at.button(key="pg.adopt_branch").click().run()
     ok(at)
     assert run_state(at).events[2].chosen_id == forced_id
@@ -190,10 +190,11 @@ def test_traces_page_download_and_replay(tiny_dir):
     assert not fresh.error
     replay = fresh.session_state["ds.replay"]
     assert to_dict(replay) == to_dict(from_json(text))
-    assert any("ds-chip" in h.value for h in fresh.html)
+    assert any(f'data-step="{len(replay.steps) - 1}"' in h.value for h in fresh.html)
     fresh.slider(key="ds.replay_cursor").set_value(2).run()
     ok(fresh)
-    assert any('ds-current' in h.value and 'data-step="2"' in h.value for h in fresh.html)
+    current = re.compile(r'class="[^"]*ds-current[^"]*"[^>]*data-step="(\d+)"')
+    assert [m for h in fresh.html for m in current.findall(h.value)] == ["2"]
 
 
 def test_replay_escapes_hostile_pieces(tiny_dir):
