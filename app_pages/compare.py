@@ -10,7 +10,7 @@ settings = sidebar.current()
 st.title("Compare")
 st.caption("Each lane runs on the sidebar's model, prompt, seed and max new tokens.")
 
-n_lanes = st.number_input("Lanes", min_value=2, max_value=4, value=2, step=1, key=keys.LANES)
+n_lanes = st.columns(4)[0].number_input("Lanes", min_value=2, max_value=4, value=2, step=1, key=keys.LANES)
 names = list(STRATEGIES)
 lanes, errors = {}, []
 cols = st.columns(int(n_lanes))

@@ -51,7 +51,7 @@ if do_step:
 elif do_run_n:
     advance(int(n_steps))
 elif do_run_end:
-    advance(config.max_new_tokens)
+    advance(config.max_new_tokens + 1)
 cursor = st.session_state.get(keys.CURSOR, -1)
 if do_back:
     cursor = max(0, cursor - 1)
@@ -80,6 +80,8 @@ def force(index: int, token_id: int) -> None:
 status = "finished" if run.done else "in progress"
 st.caption(f"{len(run.events)} step(s) recorded ({status}); viewing step {cursor if cursor >= 0 else '—'}. "
            f"Strategy {config.strategy}, seed {config.seed}, prompt {len(prompt_ids)} tokens.")
+with st.expander(f"Prompt as the model sees it ({len(prompt_ids)} tokens)"):
+    st.text(lm.decode(prompt_ids))
 if not run.events:
     st.info("Press **Step** to generate the first token, or **Run to end**.")
 else:
@@ -106,6 +108,8 @@ else:
                 st.session_state.pop(keys.BRANCH)
                 st.rerun()
 
-st.session_state[keys.LAST_RENDER_MS] = {"page_ms": (time.perf_counter() - started) * 1000.0,
-                                         "after_model_ms": (time.perf_counter() - model_started) * 1000.0 - model_ms,
-                                         "model_ms": model_ms}
+timing = {"page_ms": (time.perf_counter() - started) * 1000.0, "model_ms": model_ms,
+          "render_ms": (time.perf_counter() - model_started) * 1000.0 - model_ms}
+st.session_state[keys.LAST_RENDER_MS] = timing
+st.caption(f"This rerun: model {timing['model_ms']:.0f} ms, page beyond the model {timing['render_ms']:.0f} ms "
+           "(server side).")

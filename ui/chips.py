@@ -58,11 +58,11 @@ def visible(piece: str) -> str:
 
 CSS = """<style>
 .ds-chips{line-height:2.1;font-family:ui-monospace,Menlo,Consolas,monospace;font-size:0.95rem}
-.ds-chip{white-space:pre;padding:1px 2px;margin:0 1px;border-radius:3px;border-bottom-width:3px}
+.ds-chip{display:inline-block;white-space:pre;padding:0 2px;margin:2px 1px;border-radius:3px;line-height:1.5}
 .ds-chip sup{font-size:0.65rem;margin-left:1px}
 .ds-chip.ds-current{outline:2px solid #000;outline-offset:1px}
 .ds-chip.ds-rejected{text-decoration:line-through}
-.ds-diverge{font-weight:bold;color:#D55E00;margin:0 2px}
+.ds-diverge{display:inline-block;white-space:nowrap;font-weight:bold;color:#D55E00;margin:0 4px}
 .ds-legend span.ds-chip{margin-right:8px}
 </style>"""
 

@@ -95,7 +95,8 @@ def _add_chosen(fig: go.Figure, step, labels: list[str]) -> None:
     ids = [c.token_id for c in step.raw_top]
     if step.chosen_id in ids:
         i = ids.index(step.chosen_id)
-        fig.add_annotation(x=labels[i], y=step.raw_top[i].prob, text="chosen" + (" (forced)" if step.forced else ""),
+        top = max(step.raw_top[i].prob, step.processed_top[i].prob)
+        fig.add_annotation(x=labels[i], y=top, text="chosen" + (" (forced)" if step.forced else ""),
                            showarrow=True, arrowhead=2, yshift=4)
 
 
@@ -110,7 +111,8 @@ def _add_top_p(fig: go.Figure, step, labels: list[str]) -> None:
                   line=dict(color=palette.PURPLE, dash="dash"))
     fig.add_annotation(xref="paper", x=1, yref="y2", y=cut.value, text=f"top_p = {cut.value:g}",
                        showarrow=False, xanchor="right", yshift=8)
-    fig.update_layout(yaxis2=dict(title="cumulative p", overlaying="y", side="right", range=[0, 1.05]))
+    fig.update_layout(yaxis2=dict(title="cumulative p", overlaying="y", side="right", range=[0, 1.05], dtick=0.25,
+                                  showgrid=False))
 
 
 def _add_min_p(fig: go.Figure, step, space: list[float]) -> None:

@@ -57,12 +57,20 @@ class LiveRun:
                 break
             self.events.append(event)
             added += 1
+            self._check_natural_end()
             if on_event is not None:
                 on_event(event)   # may raise Streamlit's rerun/stop: the event is already recorded
         return added
 
+    def _check_natural_end(self) -> None:
+        """Mark the run done as soon as its last token is EOS or the token budget is spent (so the UI
+        knows without asking the generator for one more step)."""
+        out = self.output_ids
+        if out and (out[-1] in self.lm.eos_ids or len(out) >= self.config.max_new_tokens):
+            self.done, self._gen = True, None
+
     def run_to_end(self, on_event: Callable[[object], None] | None = None) -> int:
-        return self.step(self.config.max_new_tokens, on_event)
+        return self.step(self.config.max_new_tokens + 1, on_event)
 
     @property
     def output_ids(self) -> list[int]:

@@ -56,14 +56,14 @@ def show_metrics(events: Sequence) -> None:
 def token_panel(step, ctx: ViewContext) -> None:
     """Greedy / sampling: candidates raw vs processed, filter cuts, the draw, entropy."""
     p_chosen = math.exp(step.chosen_logprob) if math.isfinite(step.chosen_logprob) else 0.0
-    cols = st.columns(5)
-    cols[0].metric("Token", repr(visible(step.chosen_piece)), help=f"id {step.chosen_id}")
-    cols[1].metric("p (processed)", f"{p_chosen:.4f}")
+    cols = st.columns(6)
+    cols[0].metric("Token" + (" ⚑ forced" if step.forced else ""), repr(visible(step.chosen_piece)),
+                   help=f"id {step.chosen_id}")
+    cols[1].metric("p processed", f"{p_chosen:.4g}")
     cols[2].metric("Raw rank", step.chosen_rank)
-    cols[3].metric("Entropy raw → processed", f"{step.entropy_raw:.2f} → {step.entropy_processed:.2f}",
-                   help="nats")
-    cols[4].metric("Draw u", "argmax" if step.draw is None else f"{step.draw:.4f}",
-                   help="forced by you" if step.forced else None)
+    cols[3].metric("Entropy raw", f"{step.entropy_raw:.3g}", help="nats, before any processing")
+    cols[4].metric("Entropy processed", f"{step.entropy_processed:.3g}", help="nats, after the filters")
+    cols[5].metric("Draw u", "argmax" if step.draw is None else f"{step.draw:.4f}")
     plot(figures.probability_bars(step), f"{ctx.prefix}.bars", f"step{step.index}-candidates")
     cuts = [c for c in step.filters if c.name != "temperature" or c.value != 1.0]
     if cuts:
