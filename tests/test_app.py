@@ -73,6 +73,9 @@ def test_step_run_to_end_back_forward_reset(tiny_dir):
     at.button(key="pg.forward").click().run()
     assert at.session_state["ds.cursor"] == 4
     assert len(run_state(at).events) == 6            # navigating records nothing new
+    at.button_group(key="pg.view").set_value("All steps").run()
+    ok(at)
+    assert list(at.dataframe[0].value["step"]) == [0, 1, 2, 3, 4, 5]
     at.button(key="pg.reset").click().run()
     ok(at)
     assert run_state(at).events == [] and at.session_state["ds.cursor"] == -1
@@ -147,6 +150,7 @@ def test_force_a_candidate_branches(tiny_dir):
     assert branch.events[2].chosen_id == forced_id and branch.events[2].forced
     assert len(branch.events) == len(original)
     assert run_state(at).events == original        # the original run is kept for comparison
+    assert at.session_state["pg.view"] == "Branch"
     assert any('class="ds-diverge"' in h.value for h in at.html)
     at.button(key="pg.adopt_branch").click().run()
     ok(at)

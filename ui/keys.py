@@ -35,6 +35,8 @@ RESET = "pg.reset"
 FORCE_PICK = "pg.force_pick"
 FORCE = "pg.force"
 ADOPT_BRANCH = "pg.adopt_branch"
+VIEW = "pg.view"                  # which playground view is drawn (only that one renders)
+FLASH = "ds.flash"                # one-line message for the next rerun
 DROP_BRANCH = "pg.drop_branch"
 
 # traces page

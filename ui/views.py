@@ -90,13 +90,16 @@ def _draw_view(step, ctx: ViewContext) -> None:
 
 def _force_widget(step, ctx: ViewContext) -> None:
     options = list(range(len(step.raw_top)))
-    labels = {i: f"{i}: {visible(c.piece)!r} (id {c.token_id}, raw p {c.prob:.3f})"
+    labels = {i: f"{i}: {visible(c.piece)!r} (id {c.token_id}, raw p {c.prob:.3g})"
               for i, c in enumerate(step.raw_top)}
-    c1, c2 = st.columns([3, 1])
-    pick = c1.selectbox("Force a candidate at this step", options, format_func=labels.get,
-                        key=f"{ctx.prefix}.force_pick")
-    if c2.button("Force & branch", key=f"{ctx.prefix}.force"):
-        ctx.on_force(step.index, step.raw_top[pick].token_id)
+    c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
+    pick_key = f"{ctx.prefix}.force_pick"
+    c1.selectbox("Force a candidate at this step", options, format_func=labels.get, key=pick_key)
+
+    def on_click() -> None:   # a callback: runs before the rerun, so the branch shows at once
+        ctx.on_force(step.index, step.raw_top[st.session_state[pick_key]].token_id)
+
+    c2.button("Force & branch", key=f"{ctx.prefix}.force", on_click=on_click)
 
 
 def generic_panel(step, ctx: ViewContext) -> None:
