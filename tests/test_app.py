@@ -238,3 +238,25 @@ def test_traces_page_refuses_oversized_files(tiny_dir, monkeypatch):
     at.file_uploader(key="tr.upload").set_value(("big.json", b" " * 500, "application/json")).run()
     ok(at)
     assert any("over the 100 byte limit" in e.value for e in at.error)
+
+
+def test_unreadable_link_parameters_are_named(tiny_dir):
+    at = new_app({"seed": "abc", "strategy": "beam-me-up"})
+    ok(at)
+    assert any("seed" in w.value and "strategy" in w.value for w in at.sidebar.warning)
+    assert at.session_state["ds.settings"].strategy == "greedy"
+
+
+@pytest.mark.real
+def test_playground_on_the_embedded_model(tiny_dir, real_lm):
+    """The default model through the app gives plain greedy's tokens, and readable chips."""
+    from decoding.config import GreedyConfig
+    from decoding.runner import run
+
+    at = new_app({"model": "default", "max_new": "8", "prompt": "What is 2+2?"})
+    at.button(key="pg.run_end").click().run()
+    ok(at)
+    live = run_state(at)
+    truth = run(real_lm, real_lm.encode("What is 2+2?"), GreedyConfig(max_new_tokens=8))
+    assert live.output_ids == list(truth.output_ids)
+    assert live.trace().text == truth.text and truth.text.strip()

@@ -3,6 +3,7 @@
 # session state (not widgets)
 SETTINGS = "ds.settings"          # ui.params.Settings of the current sidebar
 QP_LOADED = "ds.qp_loaded"        # query params were copied into the widgets once
+QP_BAD = "ds.qp_bad"              # names of link parameters that did not parse
 RUN = "ds.run"                    # ui.live.LiveRun of the playground
 RUN_SIGNATURE = "ds.run_signature"
 BRANCH = "ds.branch"              # a LiveRun branched by forcing a candidate

@@ -9,7 +9,6 @@ still run the choice rule, so the random draws stay aligned with the original ru
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 
 from decoding.config import BaseConfig
@@ -99,7 +98,3 @@ class LiveRun:
         return assemble(self.lm, self.prompt_ids, self.config, self.events, prompt_text=self.prompt_text,
                         forced=self.forced, wall_s=wall_ms / 1000.0, stop_reason=stop, error=self.error)
 
-
-def with_events(trace: Trace, events: Sequence) -> Trace:
-    """A copy of `trace` showing only the first events (for replaying a trace step by step)."""
-    return dataclasses.replace(trace, steps=tuple(events))

@@ -38,7 +38,7 @@ def _load_query_params_once() -> None:
     for name, value in params.items():
         st.session_state[keys.param_key("w", strategy, name)] = value
     if bad:
-        st.session_state["ds.qp_bad"] = bad
+        st.session_state[keys.QP_BAD] = bad
 
 
 def _key(key: str, default):
@@ -69,8 +69,8 @@ def render() -> Settings:
     sb = st.sidebar
     with sb:
         st.header("DecodeScope")
-        if st.session_state.get("ds.qp_bad"):
-            st.warning(f"Ignored unreadable link parameter(s): {', '.join(st.session_state['ds.qp_bad'])}")
+        if st.session_state.get(keys.QP_BAD):
+            st.warning(f"Ignored unreadable link parameter(s): {', '.join(st.session_state[keys.QP_BAD])}")
         model = st.text_input("Model", key=_key(keys.MODEL, default_model()),
                               help="'default' (embedded SmolLM2-135M-Instruct), a local path or an HF id")
         c1, c2 = st.columns(2)
