@@ -39,8 +39,9 @@ if replay is not None:
             if len(replay.steps) > 1 else 0
         views.show_chips(replay.steps, current_step=cursor)
         views.show_metrics(replay.steps[: cursor + 1])
-        tab_step, tab_all = st.tabs(["This step", "All steps"])
-        with tab_step:
-            views.show_step(replay.steps, cursor, views.ViewContext("tr"))
-        with tab_all:
+        view = st.segmented_control("View", ["This step", "All steps"], default="This step", key=keys.REPLAY_VIEW,
+                                    label_visibility="collapsed")
+        if view == "All steps":
             views.show_all_steps(replay.steps, views.ViewContext("tr.all"), f"{replay.strategy}-replay")
+        else:
+            views.show_step(replay.steps, cursor, views.ViewContext("tr"))

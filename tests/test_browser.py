@@ -51,9 +51,11 @@ def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> Non
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    tiny = build_tiny_model_dir(tmp_path_factory.mktemp("tiny_browser_model"))
+    model = os.environ.get("DECODESCOPE_BROWSER_MODEL")   # e.g. "default" for screenshots of real text
+    if not model:
+        model = str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny_browser_model")))
     port = free_port()
-    env = {**os.environ, "DECODESCOPE_MODEL": str(tiny)}
+    env = {**os.environ, "DECODESCOPE_MODEL": model}
     log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
                              "--server.port", str(port), "--server.address", "127.0.0.1",
@@ -128,8 +130,8 @@ def test_sampling_step_shows_filters_and_draw(server, page):
     open_app(page, server, f"?strategy=sample&temperature=0.8&top_k=6&top_p=0.9&seed=3&max_new={MAX_NEW}")
     click(page, "Step")
     page.locator(chip(0)).wait_for(timeout=30_000)
-    page.get_by_text("removed by top_k ✂").first.wait_for(timeout=10_000)
-    page.get_by_text("The draw: u against the CDF", exact=False).first.wait_for(timeout=10_000)
+    page.get_by_text("removed by top_k ✂").first.wait_for(timeout=30_000)
+    page.get_by_text("The draw: u against the CDF", exact=False).first.wait_for(timeout=30_000)
     shot(page, "playground-sample")
 
 
@@ -145,7 +147,7 @@ def test_force_a_candidate(server, page):
     page.get_by_role("option").nth(2).click()
     click(page, "Force & branch")
     page.get_by_text("Branched at step 5").wait_for(timeout=30_000)
-    page.locator(".ds-diverge").first.wait_for(timeout=10_000)
+    page.locator(".ds-diverge").first.wait_for(timeout=30_000)
     assert page.locator(".ds-chips span.ds-origin-forced").count() >= 1
     shot(page, "playground-branch")
 
@@ -187,7 +189,7 @@ def test_compare_page(server, page):
     click_run.wait_for(timeout=60_000)
     click_run.click()
     page.locator('.ds-chips span.ds-chip').first.wait_for(timeout=60_000)
-    page.get_by_text("Tokens vs wall time").first.wait_for(timeout=10_000)
+    page.get_by_text("Tokens vs wall time").first.wait_for(timeout=30_000)
     assert page.locator(".ds-chips").count() >= 2
     shot(page, "compare")
 

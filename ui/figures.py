@@ -167,8 +167,9 @@ def timing_waterfall(timings_ms: Mapping[str, float], title: str = "Where the st
     colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(names))]
     fig = go.Figure(go.Bar(x=[timings_ms[n] for n in names], y=names, base=starts, orientation="h",
                            marker_color=colors, text=[f"{timings_ms[n]:.2f} ms" for n in names],
-                           textposition="auto", hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
-    fig.update_layout(title=f"{title} (total {t:.1f} ms)", xaxis_title="ms since step start",
+                           textposition="outside", cliponaxis=False,
+                           hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
+    fig.update_layout(title=f"{title} (total {t:.1f} ms)", xaxis=dict(title="ms since step start", range=[0, t * 1.2]),
                       yaxis=dict(autorange="reversed"), margin=dict(t=50, b=10, l=10, r=10),
                       height=80 + 40 * max(1, len(names)))
     return fig

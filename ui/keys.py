@@ -10,6 +10,7 @@ BRANCH = "ds.branch"              # a LiveRun branched by forcing a candidate
 CURSOR = "ds.cursor"              # index of the playground step on view
 REPLAY = "ds.replay"              # Trace uploaded on the traces page
 REPLAY_CURSOR = "ds.replay_cursor"
+REPLAY_VIEW = "tr.view"
 COMPARE = "ds.compare"            # dict label -> Trace of the last comparison
 LAST_RENDER_MS = "ds.last_render_ms"
 
