@@ -1,9 +1,12 @@
 """Step through one run: Step, Run N, Run to end, Back/Forward, Reset; force a candidate to branch.
 
-The stepper is an st.fragment: its buttons rerun only the fragment, not the sidebar and the page."""
+The stepper is an st.fragment: its buttons rerun only the fragment, not the sidebar and the page.
+Long runs go in chunks of about CHUNK_S seconds, one fragment rerun each, so the chips grow as they
+come and a click on Stop (whose callback ends the run) is handled between chunks."""
 import time
 
 import streamlit as st
+from streamlit.errors import StreamlitAPIException
 
 from decoding.errors import ConfigError
 from ui import keys, session, sidebar, views
@@ -19,6 +22,19 @@ with st.expander(f"Prompt as the model sees it ({len(prompt_ids)} tokens)"):
 
 
 VIEWS = ["This step", "All steps", "Branch"]
+CHUNK_S = 0.5
+
+
+def stop_running() -> None:
+    st.session_state.pop(keys.RUNNING, None)
+
+
+def rerun_stepper() -> None:
+    """Rerun the fragment only (a full rerun where the fragment is not running on its own, as in AppTest)."""
+    try:
+        st.rerun(scope="fragment")
+    except StreamlitAPIException:
+        st.rerun()
 
 
 def controls() -> dict:
@@ -28,7 +44,8 @@ def controls() -> dict:
                                 label_visibility="collapsed")
     pressed["run_n"] = c[2].button(f"Run {n_steps}", key=keys.RUN_N)
     pressed["run_end"] = c[3].button("Run to end", key=keys.RUN_END)
-    c[4].button("Stop", key=keys.STOP, help="Stops a long run (any click interrupts it; steps so far are kept)")
+    c[4].button("Stop", key=keys.STOP, help="Stops a long run; the steps so far are kept", on_click=stop_running,
+                disabled=keys.RUNNING not in st.session_state)
     pressed["back"] = c[5].button("◀ Back", key=keys.BACK)
     pressed["forward"] = c[6].button("Forward ▶", key=keys.FORWARD)
     pressed["reset"] = c[7].button("Reset", key=keys.RESET)
@@ -36,17 +53,26 @@ def controls() -> dict:
     return pressed
 
 
-def advance(run, n: int) -> None:
-    progress = st.progress(0.0, text="Generating…") if n > 1 else None
+def advance(run, n: int, budget_s: float | None = None) -> None:
+    """Up to n steps, or fewer when budget_s seconds have passed."""
+    deadline = None if budget_s is None else time.perf_counter() + budget_s
+    added = 0
+    while added < n and not run.done and (deadline is None or time.perf_counter() < deadline):
+        added += run.step(1)
+    st.session_state[keys.CURSOR] = len(run.events) - 1
 
-    def on_event(event):
-        st.session_state[keys.CURSOR] = len(run.events) - 1
-        if progress is not None:
-            progress.progress(min(1.0, len(run.events) / config.max_new_tokens), text=f"{len(run.events)} steps")
 
-    run.step(n, on_event=on_event)
-    if progress is not None:
-        progress.empty()
+def run_chunk(run) -> bool:
+    """One chunk of a long run; True while more chunks are to come."""
+    until = st.session_state.get(keys.RUNNING)
+    if until is None:
+        return False
+    advance(run, until - len(run.events), budget_s=CHUNK_S)
+    if run.done or len(run.events) >= until:
+        stop_running()
+        return False
+    st.progress(min(1.0, len(run.events) / until), text=f"{len(run.events)} steps — Stop ends the run here")
+    return True
 
 
 def move_cursor(run, pressed: dict) -> int:
@@ -97,14 +123,15 @@ def stepper() -> None:
     pressed = controls()
     run = st.session_state[keys.RUN]
     if pressed["reset"]:
+        stop_running()
         run = session.reset_run(lm, settings, prompt_ids)
     before = len(run.events)
     if pressed["step"]:
         advance(run, 1)
-    elif pressed["run_n"]:
-        advance(run, pressed["n"])
-    elif pressed["run_end"]:
-        advance(run, config.max_new_tokens + 1)
+    elif pressed["run_n"] or pressed["run_end"]:
+        more = pressed["n"] if pressed["run_n"] else config.max_new_tokens + 1
+        st.session_state[keys.RUNNING] = len(run.events) + more
+    more_to_come = run_chunk(run)
     cursor = move_cursor(run, pressed)
     model_ms = sum(sum(e.timings_ms.values()) for e in run.events[before:])
     if run.error:
@@ -132,6 +159,8 @@ def stepper() -> None:
     st.session_state[keys.LAST_RENDER_MS] = timing
     st.caption(f"This rerun: model {timing['model_ms']:.0f} ms, page beyond the model {timing['render_ms']:.0f} ms "
                "(server side).")
+    if more_to_come:
+        rerun_stepper()
 
 
 stepper()

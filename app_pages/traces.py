@@ -30,8 +30,8 @@ if upload is not None:
 
 replay = st.session_state.get(keys.REPLAY)
 if replay is not None:
-    st.caption(f"Strategy {replay.strategy} · model {replay.model.get('name', '?')} · "
-               f"{len(replay.steps)} steps · stop: {replay.stop_reason}")
+    st.text(f"Strategy {replay.strategy} · model {replay.model.get('name', '?')} · "     # text: no markdown
+            f"{len(replay.steps)} steps · stop: {replay.stop_reason}")
     with st.expander("Prompt"):
         st.text(replay.prompt_text)
     if replay.steps:

@@ -94,6 +94,10 @@ def page(browser):
 
 def shot(page, name: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    try:                                # wait for the rerun to settle (no stale elements left)
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=15_000)
+    except sync_api.TimeoutError:
+        pass
     page.wait_for_timeout(600)          # let plotly finish drawing
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
@@ -211,11 +215,36 @@ def test_traces_download_and_replay(server, page, tmp_path):
     assert len(trace.steps) == MAX_NEW
     data = json.loads(saved.read_text())
     data["steps"][0]["chosen_piece"] = "<script>window.__pwned=1</script><b>bold</b>"
+    data["steps"][0]["raw_top"][0]["piece"] = "<b>bold</b>"
+    data["steps"][1]["chosen_piece"] = "![img](https://example.com/pixel.png)[a link](https://example.com)"
+    data["model"]["name"] = "[a link](https://example.com)"
     evil = tmp_path / "evil.json"
     evil.write_text(json.dumps(data))
     page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(evil))
     page.locator(chip(MAX_NEW - 1)).wait_for(timeout=30_000)
     assert page.evaluate("window.__pwned === undefined")
-    assert page.locator(".ds-chips b").count() == 0
+    page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+    assert page.locator("b", has_text="bold").count() == 0           # no markup from the trace, anywhere
+    assert page.locator('a[href="https://example.com"]').count() == 0
+    page.get_by_role("slider").press("ArrowRight")                    # step 1: a Markdown piece
+    page.locator(f"{chip(1)}.ds-current").wait_for(timeout=30_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+    assert page.locator('img[src*="example.com"]').count() == 0
+    assert page.locator('a[href="https://example.com"]').count() == 0
     assert "<script>window.__pwned=1</script>" in page.locator(chip(0)).first.inner_text()
     shot(page, "traces-replay")
+
+
+def test_stop_interrupts_a_long_run(server, page):
+    open_app(page, server, "?max_new=400")
+    click(page, "Run to end")
+    page.get_by_text(re.compile(r"\d+ steps — Stop")).first.wait_for(timeout=60_000)    # the progress bar's text
+    click(page, "Stop")
+    status = page.get_by_text(re.compile(r"step\(s\) recorded \(in progress\)"))
+    status.wait_for(timeout=60_000)
+    recorded = int(re.match(r"(\d+)", status.inner_text()).group(1))
+    assert 1 <= recorded < 400
+    assert page.locator(".ds-chips span.ds-chip[data-step]").count() == recorded
+    click(page, "Step")                                       # the run continues where it stopped
+    page.locator(chip(recorded)).wait_for(timeout=30_000)
+    shot(page, "playground-stopped")

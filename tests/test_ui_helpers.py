@@ -16,7 +16,7 @@ from decoding.runner import run
 from decoding.steps import sample_inverse_cdf, token_step
 from decoding.trace import TokenStep, without_timings
 from ui import figures, tables
-from ui.chips import Chip, chip_html, chips_for, chips_html, first_divergence, legend_html
+from ui.chips import Chip, chip_html, chips_for, chips_html, first_divergence, legend_html, token_box_html
 from ui.live import LiveRun
 from ui.params import Settings, build_config, from_query, param_fields, to_query
 
@@ -188,6 +188,22 @@ def test_chips_escape_pieces_and_tooltips():
     evil_tip = chip_html(Chip('a', "target", '" onmouseover="alert(1)', 0))
     assert 'onmouseover="' not in evil_tip and "&quot; onmouseover=&quot;alert(1)" in evil_tip
     assert "<b>" not in chips_html([Chip("x", "target", "t", 0)], prefix="<b>prompt</b>")
+    box = token_box_html("<img src=x onerror=alert(1)>", 5, note="<i>")
+    assert "<img" not in box and "<i>" not in box and "&lt;img" in box
+
+
+def test_figure_labels_escape_trace_strings(tiny_lm):
+    import dataclasses
+
+    step, _, _ = make_step(tiny_lm, temperature=1.2, top_k=5, top_n=6)
+    evil = '<a href="https://example.com">x</a>'
+    top = tuple(dataclasses.replace(c, piece=evil) for c in step.raw_top)
+    step = dataclasses.replace(step, raw_top=top,
+                               processed_top=tuple(dataclasses.replace(c, piece=evil) for c in step.processed_top))
+    labels = list(figures.probability_bars(step).data[0].x) + list(figures.draw_cdf(step).data[0].x)
+    assert labels and all("<a" not in x and "&lt;a href=&quot;" in x for x in labels)
+    waterfall = figures.timing_waterfall({"<b>x</b>": 1.0})
+    assert list(waterfall.data[0].y) == ["&lt;b&gt;x&lt;/b&gt;"]
 
 
 def test_chips_origin_colour_has_a_text_twin():

@@ -94,6 +94,14 @@ def chips_html(chips: Sequence[Chip], current_step: int | None = None, diverge_a
     return CSS + f'<div class="ds-chips">{"".join(body)}</div>'
 
 
+def token_box_html(piece: str, token_id: int, note: str = "") -> str:
+    """A token shown large, with its id (st.metric would render Markdown from the piece)."""
+    extra = f" · {html.escape(note)}" if note else ""
+    return (CSS + '<div class="ds-token"><div style="font-size:0.85rem">Token</div>'
+            f'<div class="ds-chips" style="font-size:1.6rem">{html.escape(repr(visible(piece)))}</div>'
+            f'<div style="font-size:0.8rem;color:#555">id {int(token_id)}{extra}</div></div>')
+
+
 def legend_html(origins: Sequence[str] = ("target", "forced")) -> str:
     items = []
     for name in origins:

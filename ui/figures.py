@@ -4,9 +4,13 @@ Probabilities are drawn in one space, the *processed* distribution the token was
 (temperature-scaled, renormalised over the kept tokens). A removed candidate is drawn at the
 probability it would have had there, exp((logit_i - logit_max) / T) * p_max, so bars, the min-p
 floor and the removed tokens can be compared on one axis.
+
+Plotly renders a subset of HTML in its text (<b>, <a href>, <br>), so every string from a trace is
+escaped with html.escape before it becomes a label (plotly shows the entities as the plain characters).
 """
 from __future__ import annotations
 
+import html
 import math
 from collections.abc import Mapping, Sequence
 
@@ -19,7 +23,7 @@ FILTERS_ORDER = ("top_k", "top_p", "min_p")
 
 
 def _label(rank: int, piece: str) -> str:
-    return f"{rank}: {visible(piece)!r}"
+    return html.escape(f"{rank}: {visible(piece)!r}")
 
 
 def temperature(step) -> float:
@@ -141,7 +145,7 @@ def draw_cdf(step, tolerance: float = 1e-3) -> go.Figure | None:
     for cand in kept:
         lows.append(total)
         total += cand.prob
-        xs.append(f"{cand.token_id}: {visible(cand.piece)!r}")
+        xs.append(html.escape(f"{cand.token_id}: {visible(cand.piece)!r}"))
     highs = [low + c.prob for low, c in zip(lows, kept)]
     colors = [palette.VERMILLION if c.token_id == step.chosen_id else palette.GREY for c in kept]
     fig = go.Figure()
@@ -165,8 +169,8 @@ def timing_waterfall(timings_ms: Mapping[str, float], title: str = "Where the st
         starts.append(t)
         t += timings_ms[name]
     colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(names))]
-    fig = go.Figure(go.Bar(x=[timings_ms[n] for n in names], y=names, base=starts, orientation="h",
-                           marker_color=colors, text=[f"{timings_ms[n]:.2f} ms" for n in names],
+    fig = go.Figure(go.Bar(x=[timings_ms[n] for n in names], y=[html.escape(n) for n in names], base=starts,
+                           orientation="h", marker_color=colors, text=[f"{timings_ms[n]:.2f} ms" for n in names],
                            textposition="outside", cliponaxis=False,
                            hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
     fig.update_layout(title=f"{title} (total {t:.1f} ms)", xaxis=dict(title="ms since step start", range=[0, t * 1.2]),

@@ -39,6 +39,7 @@ FORCE = "pg.force"
 ADOPT_BRANCH = "pg.adopt_branch"
 VIEW = "pg.view"                  # which playground view is drawn (only that one renders)
 FLASH = "ds.flash"                # one-line message for the next rerun
+RUNNING = "ds.running"            # a long run in progress: the step count it runs to
 DROP_BRANCH = "pg.drop_branch"
 
 # traces page

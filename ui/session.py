@@ -58,4 +58,5 @@ def reset_run(lm, settings: Settings, prompt_ids: list[int]) -> LiveRun:
     st.session_state[keys.RUN] = run
     st.session_state[keys.CURSOR] = -1
     st.session_state.pop(keys.BRANCH, None)
+    st.session_state.pop(keys.RUNNING, None)
     return run

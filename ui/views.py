@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import streamlit as st
 
 from ui import figures, tables
-from ui.chips import chips_for, chips_html, first_divergence, legend_html, visible
+from ui.chips import chips_for, chips_html, first_divergence, legend_html, token_box_html, visible
 
 
 @dataclass(frozen=True)
@@ -57,8 +57,8 @@ def token_panel(step, ctx: ViewContext) -> None:
     """Greedy / sampling: candidates raw vs processed, filter cuts, the draw, entropy."""
     p_chosen = math.exp(step.chosen_logprob) if math.isfinite(step.chosen_logprob) else 0.0
     cols = st.columns(6)
-    cols[0].metric("Token" + (" ⚑ forced" if step.forced else ""), repr(visible(step.chosen_piece)),
-                   help=f"id {step.chosen_id}")
+    with cols[0]:
+        st.html(token_box_html(step.chosen_piece, step.chosen_id, "⚑ forced" if step.forced else ""))
     cols[1].metric("p processed", f"{p_chosen:.4g}")
     cols[2].metric("Raw rank", step.chosen_rank)
     cols[3].metric("Entropy raw", f"{step.entropy_raw:.3g}", help="nats, before any processing")
