@@ -161,6 +161,7 @@ def test_step_render_time(server, page):
     open_app(page, server, f"?max_new={MAX_NEW}")
     click(page, "Step")
     page.locator(chip(0)).wait_for(timeout=30_000)
+    page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)   # warm-up: plotly.js loaded
     results = []
     timing = page.get_by_text(re.compile(r"This rerun: model"))
     for i in range(1, 6):

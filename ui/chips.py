@@ -98,7 +98,9 @@ def token_box_html(piece: str, token_id: int, note: str = "") -> str:
     """A token shown large, with its id (st.metric would render Markdown from the piece)."""
     extra = f" · {html.escape(note)}" if note else ""
     return (CSS + '<div class="ds-token"><div style="font-size:0.85rem">Token</div>'
-            f'<div class="ds-chips" style="font-size:1.6rem">{html.escape(repr(visible(piece)))}</div>'
+            f'<div class="ds-chips" style="font-size:1.6rem;white-space:nowrap;overflow:hidden;'
+            f'text-overflow:ellipsis" title="{html.escape(repr(piece), quote=True)}">'
+            f'{html.escape(repr(visible(piece)))}</div>'
             f'<div style="font-size:0.8rem;color:#555">id {int(token_id)}{extra}</div></div>')
 
 

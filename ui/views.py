@@ -59,7 +59,7 @@ def token_panel(step, ctx: ViewContext) -> None:
     cols = st.columns(6)
     with cols[0]:
         st.html(token_box_html(step.chosen_piece, step.chosen_id, "⚑ forced" if step.forced else ""))
-    cols[1].metric("p processed", f"{p_chosen:.4g}")
+    cols[1].metric("p processed", f"{p_chosen:.4f}" if p_chosen >= 1e-3 else f"{p_chosen:.1e}")
     cols[2].metric("Raw rank", step.chosen_rank)
     cols[3].metric("Entropy raw", f"{step.entropy_raw:.3g}", help="nats, before any processing")
     cols[4].metric("Entropy processed", f"{step.entropy_processed:.3g}", help="nats, after the filters")
