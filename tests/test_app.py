@@ -260,3 +260,22 @@ def test_playground_on_the_embedded_model(tiny_dir, real_lm):
     truth = run(real_lm, real_lm.encode("What is 2+2?"), GreedyConfig(max_new_tokens=8))
     assert live.output_ids == list(truth.output_ids)
     assert live.trace().text == truth.text and truth.text.strip()
+
+
+def test_compare_three_lanes_and_a_bad_parameter(tiny_dir):
+    at = new_app()
+    at.switch_page("app_pages/compare.py").run()
+    at.number_input(key="cmp.lanes").set_value(3).run()
+    ok(at)
+    assert [s.key for s in at.selectbox if s.key.startswith("cmp")] == ["cmp0.strategy", "cmp1.strategy",
+                                                                        "cmp2.strategy"]
+    at.number_input(key="cmp1.param.sample.top_p").set_value(1.5).run()
+    assert any(e.value.startswith("top_p=1.5 is invalid") for e in at.error)
+    assert at.button(key="cmp.run").disabled
+    at.number_input(key="cmp1.param.sample.top_p").set_value(0.9).run()
+    at.button(key="cmp.run").click().run()
+    ok(at)
+    traces = at.session_state["ds.compare"]
+    assert list(traces) == ["1: greedy", "2: sample", "3: greedy"]
+    assert traces["1: greedy"].output_ids == traces["3: greedy"].output_ids      # same prompt and seed
+    assert traces["2: sample"].config["top_p"] == 0.9

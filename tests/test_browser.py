@@ -92,12 +92,17 @@ def page(browser):
     context.close()
 
 
-def shot(page, name: str) -> None:
-    ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    try:                                # wait for the rerun to settle (no stale elements left)
+def settle(page) -> None:
+    """Wait for the rerun to finish drawing (no stale elements left)."""
+    try:
         page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=15_000)
     except sync_api.TimeoutError:
         pass
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    settle(page)
     page.wait_for_timeout(600)          # let plotly finish drawing
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
@@ -241,8 +246,11 @@ def test_stop_interrupts_a_long_run(server, page):
     click(page, "Run to end")
     page.get_by_text(re.compile(r"\d+ steps — Stop")).first.wait_for(timeout=60_000)    # the progress bar's text
     click(page, "Stop")
+    stop = page.get_by_role("button", name="Stop", exact=True)
+    page.wait_for_function("b => b.disabled", arg=stop.element_handle(), timeout=60_000)  # no run in progress
+    settle(page)
     status = page.get_by_text(re.compile(r"step\(s\) recorded \(in progress\)"))
-    status.wait_for(timeout=60_000)
+    status.wait_for(timeout=30_000)
     recorded = int(re.match(r"(\d+)", status.inner_text()).group(1))
     assert 1 <= recorded < 400
     assert page.locator(".ds-chips span.ds-chip[data-step]").count() == recorded

@@ -1,2 +1,2 @@
-"""Streamlit-side helpers. figures, tables, chips, params, live and metrics are pure (no streamlit);
-sidebar, session and views draw widgets."""
+"""Streamlit-side helpers. Pure (no streamlit): keys, palette, chips, figures, tables, params, live.
+Drawing widgets: sidebar, session, views, stepper."""
