@@ -48,7 +48,7 @@ def test_lookup_is_greedy(real_lm, greedy_runs, text):
 @pytest.mark.parametrize("text", PROMPTS[:2])
 def test_draft_model_is_greedy(real_lm, greedy_runs, draft4, text):
     ids, expected = greedy_runs[text]
-    config = SpeculativeConfig(max_new_tokens=N, draft="first4", gamma=4, gamma_policy="heuristic")
+    config = SpeculativeConfig(max_new_tokens=N, draft="first4", gamma=2, gamma_policy="heuristic")
     trace = runner.run(real_lm, ids, config, draft_lm=draft4)
     assert trace.error is None
     assert not divergence(real_lm, ids, expected, trace.output_ids), \
@@ -95,10 +95,10 @@ def parity_prompt(lm) -> list[int]:
 
 def test_parity_assisted_generation_real(real_lm, draft4):
     ids = parity_prompt(real_lm)
-    trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="first4", gamma=4),
+    trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N // 2, draft="first4", gamma=3),
                        draft_lm=draft4)
-    hf_ids, hf_forwards = hf_generate(real_lm.model, ids, max_new_tokens=N,
-                                      assistant_model=constant_assistant(draft4.model, 4))
+    hf_ids, hf_forwards = hf_generate(real_lm.model, ids, max_new_tokens=N // 2,
+                                      assistant_model=constant_assistant(draft4.model, 3))
     assert list(trace.output_ids) == hf_ids, divergence(real_lm, ids, hf_ids, trace.output_ids)
     assert trace.stats.target_forwards == hf_forwards
 
