@@ -88,3 +88,44 @@ class BeamConfig(BaseConfig):
               self.length_penalty, "must be a number in [-10, 10]")
         check(isinstance(self.early_stopping, bool), "early_stopping", self.early_stopping,
               "must be true or false")
+
+
+MAX_GAMMA = 32
+GAMMA_POLICIES = ("fixed", "heuristic", "confidence")
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig(SamplingParams):
+    """Speculative decoding: a drafter proposes up to `gamma` tokens, one target forward verifies them.
+
+    `draft` names the drafter: "lookup" (prompt lookup) or a draft model (an id or a path that the
+    caller loads and passes to the run as `drafter=`/`draft_lm=`). Temperature 0 verifies by argmax.
+    """
+
+    strategy: ClassVar[str] = "speculative"
+    draft: str = "lookup"
+    gamma: int = 5
+    gamma_policy: str = "fixed"          # fixed | heuristic | confidence
+    confidence_threshold: float = 0.4    # confidence policy: stop drafting below this q_draft
+    gamma_max: int = 0                   # >gamma: draft (and record) up to gamma_max, verify gamma
+    lookup_max_ngram: int = 2            # prompt lookup: longest n-gram matched
+    temperature: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(isinstance(self.draft, str) and self.draft.strip() != "", "draft", self.draft,
+              "give 'lookup' or a draft model id or path")
+        check(_is_int(self.gamma) and 1 <= self.gamma <= MAX_GAMMA, "gamma", self.gamma,
+              f"must be an integer in [1, {MAX_GAMMA}]")
+        check(self.gamma_policy in GAMMA_POLICIES, "gamma_policy", self.gamma_policy,
+              f"choose one of {', '.join(GAMMA_POLICIES)}")
+        check(_is_num(self.confidence_threshold) and 0 <= self.confidence_threshold <= 1,
+              "confidence_threshold", self.confidence_threshold, "must be in [0, 1]")
+        check(_is_int(self.gamma_max) and (self.gamma_max == 0 or self.gamma <= self.gamma_max <= MAX_GAMMA),
+              "gamma_max", self.gamma_max, f"must be 0 (off) or an integer in [gamma, {MAX_GAMMA}]")
+        check(_is_int(self.lookup_max_ngram) and 1 <= self.lookup_max_ngram <= 16, "lookup_max_ngram",
+              self.lookup_max_ngram, "must be an integer in [1, 16]")
+
+    @property
+    def is_lookup(self) -> bool:
+        return self.draft == "lookup"

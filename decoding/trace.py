@@ -179,6 +179,79 @@ class BeamStep:
 register_event(BeamStep)
 
 
+# ---------------------------------------------------------------- speculative decoding
+
+@dataclass(frozen=True)
+class ProbEntry:
+    """One token of a distribution that has no logits (a residual)."""
+
+    token_id: int
+    piece: str
+    prob: float
+
+
+@dataclass(frozen=True)
+class DraftPosition:
+    """One drafted token of a speculative round and what the verifier made of it."""
+
+    index: int                      # k: 0-based position in the round's draft
+    token_id: int
+    piece: str
+    q_draft: float | None           # draft's probability of its token; None for point-mass drafters
+    p_target: float                 # target's (processed) probability of the drafted token
+    ratio: float                    # p_target / q_draft (p_target for a point-mass drafter)
+    accept_prob: float              # sum_x min(p_target, q_draft): this position's acceptance probability
+    u: float | None                 # the uniform draw compared with the ratio; None at temperature 0
+    verdict: str                    # accepted | rejected | not_reached | recorded (beyond gamma)
+    draft_draw: float | None = None  # the u that sampled the draft token (sampled draft models)
+    target_top: tuple[Candidate, ...] = ()  # target's processed top-N at this position
+    draft_top: tuple[Candidate, ...] = ()   # drafter's processed top-N (draft models only)
+
+
+@dataclass(frozen=True)
+class LookupMatch:
+    """Where prompt lookup matched: the n-gram ending the context, found earlier at match_position."""
+
+    ngram: tuple[int, ...]
+    match_position: int             # start of the earlier occurrence of the n-gram in the context
+    continuation_start: int         # context index of the first proposed token
+
+
+@dataclass(frozen=True)
+class SpecRound:
+    """One speculative round: draft -> one target forward -> exact acceptance -> rollback.
+    The first round's forward also prefills the prompt (the prefill is fused, as in transformers)."""
+
+    kind: ClassVar[str] = "spec_round"
+    index: int
+    position: int                   # absolute position of the round's first emitted token
+    drafter: str                    # lookup | model name
+    gamma: int                      # drafts verified this round (after caps and stops)
+    gamma_policy: str
+    gamma_reason: str
+    drafts: tuple[DraftPosition, ...]
+    accepted: int                   # accepted drafts
+    final_kind: str                 # residual | bonus | none (stopped at EOS or the token budget)
+    final_id: int | None
+    final_draw: float | None        # u of the residual/bonus sample; None at temperature 0
+    final_top: tuple[Candidate, ...]  # target's processed top-N where the final token was chosen
+    residual_top: tuple[ProbEntry, ...]
+    emitted: tuple[int, ...]        # every token this round added (forced ones first)
+    forced_ids: tuple[int, ...] = ()
+    fed_tokens: int = 0             # tokens in this round's target forward
+    kv_cropped_target: int = 0
+    kv_cropped_draft: int = 0
+    lookup: LookupMatch | None = None
+    target_forwards: int = 1
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def emitted_ids(self) -> list[int]:
+        return list(self.emitted)
+
+
+register_event(SpecRound)
+
+
 # ---------------------------------------------------------------- writing
 
 def _plain(value: Any) -> Any:

@@ -1,0 +1,229 @@
+"""Draft sources for speculative decoding. The verifier does not care which drafter proposed a chain:
+each drafter returns up to `max_tokens` tokens, with their q_draft distributions where it has them
+(processed by the same pipeline as the target), and rolls its own state back after a round."""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from decoding.errors import ConfigError, check
+from decoding.models import LM
+from decoding.processors import Pipeline
+from decoding.steps import sample_inverse_cdf
+from decoding.trace import LookupMatch
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: tuple[int, ...]
+    q_draft: torch.Tensor | None = None        # (n, V) processed draft probabilities; None: point mass
+    draft_draws: tuple[float | None, ...] = ()  # u that sampled each token (None for argmax)
+    lookup: LookupMatch | None = None
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
+class DraftRequest:
+    """What the verifier asks for: up to max_tokens, chosen like the target chooses (pipeline/greedy)."""
+
+    max_tokens: int
+    pipeline: Pipeline
+    greedy: bool
+    generator: torch.Generator
+    stop_below: float | None = None  # stop after a token whose q_draft is below this
+
+
+class Drafter(ABC):
+    name: str = "drafter"
+    has_distributions: bool = False
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        """Forget any state from an earlier run."""
+
+    @abstractmethod
+    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
+        """Propose up to request.max_tokens tokens to follow `context`."""
+
+    def rollback(self, context: Sequence[int]) -> int:
+        """Drop state beyond the longest prefix of `context` it holds; return positions removed."""
+        return 0
+
+
+# ---------------------------------------------------------------- draft model
+
+def check_compatible(draft: LM, target: LM) -> None:
+    """Refuse a draft whose vocabulary size or tokenizer differs from the target's."""
+    check(draft.vocab_size == target.vocab_size, "draft", draft.name,
+          f"has a vocabulary of {draft.vocab_size} tokens, the target has {target.vocab_size}")
+    tok_d, tok_t = draft.tokenizer, target.tokenizer
+    if tok_d is tok_t:
+        return
+    check(tok_d is not None and tok_t is not None, "draft", draft.name,
+          "has a tokenizer and the target has none (or the reverse)")
+    check(len(tok_d) == len(tok_t) and tok_d.get_vocab() == tok_t.get_vocab(), "draft", draft.name,
+          "uses a different tokenizer from the target's")
+
+
+def load_draft(name: str, target: LM, **spec) -> LM:
+    """Load a draft model by id or path (ModelSpec fields in `spec`); errors name `draft`."""
+    from decoding.models import ModelSpec, load
+
+    try:
+        draft = load(ModelSpec(name=name, **spec))
+    except ConfigError as err:
+        raise ConfigError("draft", name, f"could not be loaded ({err})") from None
+    check_compatible(draft, target)
+    return draft
+
+
+class DraftModelDrafter(Drafter):
+    """Any causal LM with the target's vocabulary, with its own KV cache."""
+
+    has_distributions = True
+
+    def __init__(self, draft: LM, target: LM | None = None):
+        if target is not None:
+            check_compatible(draft, target)
+        self.lm = draft
+        self.name = draft.name
+        self.cache = None
+        self.fed: list[int] = []
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.cache, self.fed = self.lm.new_cache(), []
+
+    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
+        if self.cache is None:
+            self.start(context)
+        logits = self._catch_up(list(context))  # (V,)
+        tokens, rows, draws = [], [], []
+        for i in range(request.max_tokens):
+            q_draft = _draft_probs(logits, request)  # (V,)
+            token, draw = _pick(logits, q_draft, request)
+            tokens.append(token), rows.append(q_draft), draws.append(draw)
+            stop = request.stop_below is not None and float(q_draft[token]) < request.stop_below
+            if stop or token in self.lm.eos_ids or i == request.max_tokens - 1:
+                break
+            logits = self._feed([token])
+        q = torch.stack(rows) if rows else None  # (n, V)
+        return Proposal(tuple(tokens), q, tuple(draws))
+
+    def rollback(self, context: Sequence[int]) -> int:
+        keep = _common_prefix(self.fed, context)
+        return self._crop_to(keep)
+
+    def _catch_up(self, context: list[int]) -> torch.Tensor:
+        keep = min(_common_prefix(self.fed, context), len(context) - 1)
+        self._crop_to(keep)
+        return self._feed(context[keep:])
+
+    def _feed(self, ids: list[int]) -> torch.Tensor:
+        self.fed.extend(ids)
+        return self.lm.forward(ids, self.cache)[-1]  # (V,)
+
+    def _crop_to(self, keep: int) -> int:
+        removed = len(self.fed) - keep
+        if removed > 0:
+            self.cache.crop(-removed)
+            del self.fed[keep:]
+        return max(removed, 0)
+
+
+def _draft_probs(logits: torch.Tensor, request: DraftRequest) -> torch.Tensor:
+    if request.greedy:
+        return logits.softmax(-1)  # (V,)
+    return request.pipeline(logits).softmax(-1)  # (V,)
+
+
+def _pick(logits: torch.Tensor, q_draft: torch.Tensor, request: DraftRequest) -> tuple[int, float | None]:
+    if request.greedy:
+        return int(torch.argmax(logits)), None
+    return sample_inverse_cdf(q_draft, request.generator)
+
+
+def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def truncated_draft(target: LM, num_layers: int, name: str | None = None) -> LM:
+    """An untrained early-exit draft: the target's first `num_layers` layers + final norm + LM head,
+    as a standard transformers model sharing the target's weights (no copy)."""
+    import copy
+
+    model = target.model
+    layers = model.model.layers
+    check(isinstance(num_layers, int) and 1 <= num_layers <= len(layers), "draft_layers", num_layers,
+          f"must be an integer in [1, {len(layers)}]")
+    config = copy.deepcopy(model.config)
+    config.num_hidden_layers = num_layers
+    if getattr(config, "layer_types", None):
+        config.layer_types = config.layer_types[:num_layers]
+    with torch.device("meta"):
+        draft = type(model)(config)
+    draft.model.embed_tokens = model.model.embed_tokens
+    draft.model.layers = torch.nn.ModuleList(layers[:num_layers])
+    draft.model.norm = model.model.norm
+    draft.model.rotary_emb = model.model.rotary_emb
+    draft.lm_head = model.lm_head
+    draft.generation_config = copy.deepcopy(model.generation_config)
+    draft.eval()
+    return LM(draft, target.tokenizer, name=name or f"{target.name}[:{num_layers}]", device=target.device)
+
+
+# ---------------------------------------------------------------- prompt lookup
+
+def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int) -> LookupMatch | None:
+    """transformers' PromptLookupCandidateGenerator search: n-gram sizes from the largest down; for
+    each, the leftmost earlier occurrence of the context's last n tokens that has a continuation."""
+    length = len(context)
+    for n in range(min(max_ngram, length - 1), 0, -1):
+        ngram = tuple(context[length - n:])
+        for idx in range(length - n + 1):
+            if tuple(context[idx:idx + n]) != ngram:
+                continue
+            start = idx + n
+            if start < min(start + max_tokens, length):
+                return LookupMatch(ngram=ngram, match_position=idx, continuation_start=start)
+    return None
+
+
+class PromptLookupDrafter(Drafter):
+    """Copies the continuation of an earlier occurrence of the last n-gram (a point-mass drafter)."""
+
+    name = "lookup"
+    has_distributions = False
+
+    def __init__(self, max_ngram: int = 2, eos_ids: frozenset[int] = frozenset()):
+        check(isinstance(max_ngram, int) and max_ngram >= 1, "lookup_max_ngram", max_ngram,
+              "must be an integer >= 1")
+        self.max_ngram = max_ngram
+        self.eos_ids = eos_ids
+
+    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
+        if request.max_tokens < 1:
+            return Proposal(())
+        match = find_lookup(context, self.max_ngram, request.max_tokens)
+        if match is None:
+            return Proposal(())
+        start = match.continuation_start
+        tokens = list(context[start:min(start + request.max_tokens, len(context))])
+        cut = next((i for i, t in enumerate(tokens) if t in self.eos_ids), len(tokens))
+        return Proposal(tuple(int(t) for t in tokens[:cut]), None, (None,) * cut, match)
+
+
+def make_drafter(draft: str, target: LM, *, draft_lm: LM | None = None, max_ngram: int = 2) -> Drafter:
+    """The drafter a config names: 'lookup', or the draft model the caller loaded (`draft_lm`)."""
+    if draft == "lookup":
+        return PromptLookupDrafter(max_ngram, target.eos_ids)
+    if draft_lm is None:
+        raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass draft_lm=")
+    return DraftModelDrafter(draft_lm, target)

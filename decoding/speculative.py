@@ -1,0 +1,311 @@
+"""Speculative decoding: a drafter proposes up to gamma tokens, ONE target forward scores them all,
+an exact acceptance rule keeps a prefix, a residual (or bonus) token follows, and both KV caches are
+rolled back to the accepted length.
+
+The acceptance math is in small pure functions over probability vectors (Python sequences of exact
+fractions, or torch tensors) so tests can check it with exact arithmetic.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from decoding.config import MAX_GAMMA, SpeculativeConfig
+from decoding.drafters import Drafter, DraftRequest, Proposal, make_drafter
+from decoding.models import LM, Timer
+from decoding.processors import Pipeline, build_pipeline
+from decoding.steps import candidates, sample_inverse_cdf
+from decoding.trace import DraftPosition, ProbEntry, SpecRound
+
+
+# ---------------------------------------------------------------- pure acceptance math
+
+def acceptance_probability(p_target_x, q_draft_x):
+    """Ratio rule: accept a token drafted with probability q_draft_x with min(1, p_target_x / q_draft_x).
+    A point-mass drafter has q_draft_x = 1, so this is p_target_x."""
+    return min(1, p_target_x / q_draft_x)
+
+
+def accepted_mass(p_target, q_draft):
+    """sum_x min(p_target(x), q_draft(x)): the probability that a drafted position is accepted."""
+    if isinstance(p_target, torch.Tensor):
+        return torch.minimum(p_target, q_draft).sum()
+    return sum(min(p, q) for p, q in zip(p_target, q_draft))
+
+
+def residual_distribution(p_target, q_draft):
+    """After a ratio-rule rejection: norm(max(0, p_target - q_draft)) (p_target if it has no mass)."""
+    if isinstance(p_target, torch.Tensor):
+        return _normalized((p_target - q_draft).clamp_min(0), p_target)  # (V,)
+    return _normalized([max(0, p - q) for p, q in zip(p_target, q_draft)], p_target)
+
+
+def point_mass_residual(p_target, token: int):
+    """After rejecting a point-mass draft `token`: p_target with that token zeroed, renormalized."""
+    if isinstance(p_target, torch.Tensor):
+        return _normalized(p_target.clone().index_fill_(0, torch.tensor([token]), 0), p_target)  # (V,)
+    return _normalized([0 if i == token else p for i, p in enumerate(p_target)], p_target)
+
+
+def _normalized(weights, fallback):
+    total = weights.sum() if isinstance(weights, torch.Tensor) else sum(weights)
+    if total <= 0:
+        return fallback  # rejection had probability 0; only float round-off gets here
+    return weights / total if isinstance(weights, torch.Tensor) else [w / total for w in weights]
+
+
+# ---------------------------------------------------------------- adaptive gamma
+
+def heuristic_next(gamma: int, accepted: int, drafted: int) -> int:
+    """transformers' "heuristic" schedule: +2 after a fully accepted round, -1 otherwise (min 1)."""
+    return min(MAX_GAMMA, gamma + 2) if accepted == drafted else max(1, gamma - 1)
+
+
+def confidence_cut(q_own: Sequence[float], threshold: float) -> int:
+    """Drafts kept by the confidence stop: up to and including the first token whose q_draft of its
+    own token is below `threshold` (as transformers' ConfidenceCriteria)."""
+    for i, q in enumerate(q_own):
+        if q < threshold:
+            return i + 1
+    return len(q_own)
+
+
+# ---------------------------------------------------------------- one round
+
+@dataclass(frozen=True)
+class _Verdicts:
+    accepted: int
+    us: tuple[float | None, ...]        # draws made for the verified positions
+    final_id: int
+    final_draw: float | None
+    final_kind: str                     # residual | bonus
+    residual: torch.Tensor | None       # (V,) the residual sampled from at a T>0 rejection
+
+
+class Speculator:
+    """Runs speculative rounds for one trace; owns the target KV cache."""
+
+    def __init__(self, lm: LM, config: SpeculativeConfig, drafter: Drafter, generator: torch.Generator):
+        self.lm, self.config, self.drafter, self.generator = lm, config, drafter, generator
+        self.greedy = config.is_greedy
+        self.pipeline = Pipeline(()) if self.greedy else build_pipeline(
+            config.temperature, config.top_k, config.top_p, config.min_p)
+        self.cache = lm.new_cache()
+        self.cached = 0                           # positions held by the target cache
+        self.last_fed = 0                         # tokens in the latest target forward
+        self.gamma = config.gamma
+        self.reason = f"{config.gamma_policy}: start at gamma={config.gamma}"
+
+    def rounds(self, prompt_ids: list[int], forced: list[int]) -> Iterator[SpecRound]:
+        self.drafter.start(prompt_ids)
+        context, produced, forced_now = list(prompt_ids) + forced, 0, tuple(forced)
+        index = 0
+        while produced < self.config.max_new_tokens and len(context) < self.lm.context_length:
+            budget = self.config.max_new_tokens - produced - len(forced_now)
+            event = self.round(index, context, forced_now, budget)
+            yield event
+            new = event.emitted[len(forced_now):]
+            context, produced = context + list(new), produced + len(event.emitted)
+            if any(t in self.lm.eos_ids for t in event.emitted) or event.final_kind == "none":
+                return
+            index, forced_now = index + 1, ()
+
+    def round(self, index: int, context: list[int], forced_now: tuple[int, ...], budget: int) -> SpecRound:
+        timer = Timer(self.lm)
+        gamma, reason = self.gamma, self.reason
+        cap = max(0, min(budget - 1, self.lm.context_length - len(context) - 1))
+        proposal = self._draft(context, min(gamma, cap), cap)
+        timer.lap("draft")
+        n_verify, reason = self._verified_count(proposal, min(gamma, cap), reason, cap)
+        raw = self._verify(context, proposal)                     # (n+1, V)
+        timer.lap("verify")
+        processed = self.pipeline(raw)                            # (n+1, V)
+        p_target = processed.softmax(-1)                          # (n+1, V)
+        verdicts = self._accept(raw, p_target, proposal, n_verify)
+        timer.lap("accept")
+        new = self._new_tokens(proposal, verdicts, budget)
+        kept_context = context + list(new)
+        cropped = self._rollback(kept_context)
+        cropped_draft = self.drafter.rollback(kept_context)
+        timer.lap("rollback")
+        self._update_gamma(verdicts.accepted, n_verify)
+        return self._event(index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
+                           p_target, verdicts, new, (cropped, cropped_draft), timer)
+
+    # -- drafting
+    def _draft(self, context: list[int], n_verify: int, cap: int) -> Proposal:
+        n_total = max(n_verify, min(self.config.gamma_max, cap))
+        if n_total == 0:
+            return Proposal(())
+        stop = self.config.confidence_threshold if self._stops_early(n_total, n_verify) else None
+        request = DraftRequest(n_total, self.pipeline, self.greedy, self.generator, stop)
+        return self.drafter.propose(context, request)
+
+    def _stops_early(self, n_total: int, n_verify: int) -> bool:
+        return self.config.gamma_policy == "confidence" and n_total == n_verify
+
+    def _verified_count(self, proposal: Proposal, n_verify: int, reason: str, cap: int) -> tuple[int, str]:
+        if n_verify < self.gamma:
+            reason += f"; capped to {n_verify} by the token budget/context"
+        n_verify = min(n_verify, len(proposal))
+        if self.config.gamma_policy != "confidence" or proposal.q_draft is None or n_verify == 0:
+            return n_verify, reason
+        q_own = proposal.q_draft[torch.arange(n_verify), torch.tensor(proposal.tokens[:n_verify])]  # (n,)
+        cut = confidence_cut(q_own.tolist(), self.config.confidence_threshold)
+        if cut < n_verify or float(q_own[cut - 1]) < self.config.confidence_threshold:
+            reason += (f"; stopped after {cut} (q_draft={float(q_own[cut - 1]):.3f} < "
+                       f"{self.config.confidence_threshold})")
+        return cut, reason
+
+    # -- verification: one target forward over the pending tokens and every drafted token
+    def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
+        feed = context[self.cached:] + list(proposal.tokens)
+        logits = self.lm.forward(feed, self.cache)  # (T, V)
+        self.cached += len(feed)
+        self.last_fed = len(feed)
+        return logits[-(len(proposal) + 1):]  # (n+1, V)
+
+    # -- acceptance
+    def _accept(self, raw: torch.Tensor, p_target: torch.Tensor, proposal: Proposal, n_verify: int) -> _Verdicts:
+        us: list[float | None] = []
+        for k in range(n_verify):
+            token = proposal.tokens[k]
+            if self.greedy:
+                ok, u = token == int(torch.argmax(raw[k])), None
+            else:
+                q_x = 1.0 if proposal.q_draft is None else float(proposal.q_draft[k, token])
+                u = float(torch.rand((), generator=self.generator, dtype=torch.float64))
+                ok = u < acceptance_probability(float(p_target[k, token]), q_x)
+            us.append(u)
+            if not ok:
+                return self._residual(raw[k], p_target[k], proposal, k, tuple(us))
+        return self._bonus(raw[n_verify], p_target[n_verify], n_verify, tuple(us))
+
+    def _residual(self, raw, p_row, proposal: Proposal, k: int, us) -> _Verdicts:
+        if self.greedy:
+            return _Verdicts(k, us, int(torch.argmax(raw)), None, "residual", None)
+        if proposal.q_draft is None:
+            residual = point_mass_residual(p_row, proposal.tokens[k])  # (V,)
+        else:
+            residual = residual_distribution(p_row, proposal.q_draft[k])  # (V,)
+        token, draw = sample_inverse_cdf(residual, self.generator)
+        return _Verdicts(k, us, token, draw, "residual", residual)
+
+    def _bonus(self, raw, p_row, n_verify: int, us) -> _Verdicts:
+        if self.greedy:
+            return _Verdicts(n_verify, us, int(torch.argmax(raw)), None, "bonus", None)
+        token, draw = sample_inverse_cdf(p_row, self.generator)
+        return _Verdicts(n_verify, us, token, draw, "bonus", None)
+
+    def _new_tokens(self, proposal: Proposal, verdicts: _Verdicts, budget: int) -> tuple[int, ...]:
+        """Accepted drafts + the final token, cut after an EOS and at the token budget."""
+        new = list(proposal.tokens[:verdicts.accepted]) + [verdicts.final_id]
+        for i, token in enumerate(new):
+            if token in self.lm.eos_ids:
+                new = new[:i + 1]
+                break
+        return tuple(new[:max(budget, 0)])
+
+    # -- rollback
+    def _rollback(self, kept_context: list[int]) -> int:
+        removed = self.cached - (len(kept_context) - 1)
+        if removed > 0:
+            self.cache.crop(-removed)
+            self.cached -= removed
+        return max(removed, 0)
+
+    def _update_gamma(self, accepted: int, drafted: int) -> None:
+        policy, gamma = self.config.gamma_policy, self.gamma
+        if policy == "heuristic":
+            self.gamma = heuristic_next(gamma, accepted, drafted)
+            how = f"all {drafted} drafts accepted: {gamma}+2" if accepted == drafted \
+                else f"{accepted}/{drafted} accepted: {gamma}-1"
+            self.reason = f"heuristic: last round {how} -> {self.gamma}"
+        elif policy == "confidence":
+            self.reason = (f"confidence: up to {gamma}, stop below q_draft "
+                           f"{self.config.confidence_threshold}")
+        else:
+            self.reason = f"fixed: gamma={gamma}"
+
+    # -- trace
+    def _event(self, index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
+               p_target, verdicts, new, cropped, timer) -> SpecRound:
+        drafts = tuple(self._position(k, proposal, n_verify, processed, p_target, verdicts)
+                       for k in range(len(proposal)))
+        final_row = verdicts.accepted
+        kind = verdicts.final_kind if verdicts.final_id in new[verdicts.accepted:] else "none"
+        return SpecRound(
+            index=index, position=len(context) - len(forced_now), drafter=self.drafter.name,
+            gamma=n_verify, gamma_policy=self.config.gamma_policy, gamma_reason=reason, drafts=drafts,
+            accepted=verdicts.accepted, final_kind=kind,
+            final_id=verdicts.final_id if kind != "none" else None, final_draw=verdicts.final_draw,
+            final_top=self._top(processed[final_row], p_target[final_row]),
+            residual_top=self._residual_top(verdicts.residual), emitted=tuple(forced_now) + tuple(new),
+            forced_ids=tuple(forced_now), fed_tokens=self.last_fed, kv_cropped_target=cropped[0], kv_cropped_draft=cropped[1],
+            lookup=proposal.lookup, timings_ms=timer.done())
+
+    def _position(self, k, proposal, n_verify, processed, p_target, verdicts) -> DraftPosition:
+        token = proposal.tokens[k]
+        p_x = float(p_target[k, token])
+        q_row = proposal.q_draft[k] if proposal.q_draft is not None else None
+        q_x = float(q_row[token]) if q_row is not None else None
+        mass = float(accepted_mass(p_target[k], q_row)) if q_row is not None else p_x
+        return DraftPosition(
+            index=k, token_id=token, piece=self.lm.piece(token), q_draft=q_x, p_target=p_x,
+            ratio=p_x / q_x if q_x else p_x, accept_prob=mass,
+            u=verdicts.us[k] if k < len(verdicts.us) else None,
+            verdict=_verdict(k, n_verify, verdicts.accepted),
+            draft_draw=proposal.draft_draws[k] if k < len(proposal.draft_draws) else None,
+            target_top=self._top(processed[k], p_target[k]),
+            draft_top=self._top(torch.log(q_row), q_row) if q_row is not None else ())
+
+    def _top(self, logits: torch.Tensor, probs: torch.Tensor) -> tuple:
+        top = torch.topk(probs, min(self.config.top_n, probs.shape[-1])).indices  # (N,)
+        return candidates(self.lm, top, logits, probs, None, ())
+
+    def _residual_top(self, residual: torch.Tensor | None) -> tuple[ProbEntry, ...]:
+        if residual is None:
+            return ()
+        top = torch.topk(residual, min(self.config.top_n, residual.shape[-1]))
+        return tuple(ProbEntry(int(t), self.lm.piece(int(t)), float(p))
+                     for t, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0)
+
+
+def _verdict(k: int, n_verify: int, accepted: int) -> str:
+    if k >= n_verify:
+        return "recorded"
+    if k < accepted:
+        return "accepted"
+    return "rejected" if k == accepted else "not_reached"
+
+
+# ---------------------------------------------------------------- strategy entry points
+
+def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, generator: torch.Generator,
+           forced: Sequence[int] = (), drafter: Drafter | None = None, draft_lm: LM | None = None
+           ) -> Iterator[SpecRound]:
+    """Yield one SpecRound per target forward. Pass a ready `drafter`, or the loaded `draft_lm` for a
+    config whose `draft` names a model; 'lookup' needs neither."""
+    if drafter is None:
+        drafter = make_drafter(config.draft, lm, draft_lm=draft_lm, max_ngram=config.lookup_max_ngram)
+    forced = [int(t) for t in forced][:config.max_new_tokens]
+    return Speculator(lm, config, drafter, generator).rounds(list(prompt_ids), forced)
+
+
+def spec_stats(events: Sequence) -> dict:
+    """vLLM's definitions: tokens per verification forward, accepted/drafted, per-position rates."""
+    rounds = [e for e in events if isinstance(e, SpecRound)]
+    if not rounds:
+        return {}
+    emitted = sum(len(r.emitted) - len(r.forced_ids) for r in rounds)
+    drafted = sum(r.gamma for r in rounds)
+    accepted = sum(r.accepted for r in rounds)
+    depth = max((r.gamma for r in rounds), default=0)
+    per_position = tuple(
+        sum(1 for r in rounds if r.accepted > k) / sum(1 for r in rounds if r.gamma > k)
+        for k in range(depth))
+    return {"mean_accepted_length": emitted / len(rounds),
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "per_position_acceptance": per_position}

@@ -1,0 +1,39 @@
+"""Helpers for the speculative tests: peaked tiny llamas (random ones are nearly uniform) and a
+divergence report that shows the top-2 logit gap."""
+from __future__ import annotations
+
+import torch
+
+from conftest import make_tiny_llama
+from decoding.models import LM
+
+
+def peaked_llama(seed: int, vocab_size: int = 16, scale: float = 8.0, eos_token_id: int | None = None):
+    """A tiny random llama whose weight matrices are scaled up so its next-token distributions are
+    peaked (max prob ~0.2-0.7) and two seeds disagree often (acceptance ~0.5)."""
+    model = make_tiny_llama(vocab_size=vocab_size, seed=seed, eos_token_id=eos_token_id)
+    # transformers' assistant infers its attention mask from pad_token_id (its kwargs carry none), so
+    # a real token equal to the pad id would be masked out of the draft's context: use no pad id.
+    model.generation_config.pad_token_id = eos_token_id
+    with torch.no_grad():
+        for param in model.parameters():
+            if param.dim() == 2:
+                param.mul_(scale)
+    return model
+
+
+def peaked_lm(seed: int, **kwargs) -> LM:
+    return LM(peaked_llama(seed, **kwargs), tokenizer=None, name=f"peaked{seed}")
+
+
+def divergence(lm: LM, prompt_ids, expected, got) -> str:
+    """Empty if equal; else where the outputs part and the target's top-2 logit gap there."""
+    expected, got = list(expected), list(got)
+    if expected == got:
+        return ""
+    k = next((i for i, (a, b) in enumerate(zip(expected, got)) if a != b), min(len(expected), len(got)))
+    logits = lm.forward(list(prompt_ids) + expected[:k], lm.new_cache())[-1]  # (V,)
+    top = torch.topk(logits, 2)
+    gap = float(top.values[0] - top.values[1])
+    return (f"outputs differ at new token {k} (lengths {len(expected)}/{len(got)}): expected "
+            f"{expected[k:k + 3]} got {got[k:k + 3]}; target top-2 {top.indices.tolist()} logit gap {gap:.3g}")

@@ -1,0 +1,148 @@
+"""Monte Carlo chi-square: speculative sampling on tiny random llamas (target and draft from different
+seeds, same vocabulary) reproduces plain sampling's exact first-token and two-token distributions.
+
+alpha = 1e-3 for every test: a correct implementation fails with probability 1e-3 over seed sets (the
+seeds are fixed, so the outcome is deterministic). Power: each negative control's exact wrong
+distribution is computed and its noncentrality lambda = n * sum((p_wrong - p_target)^2 / p_target) is
+asserted to be >= 60, which at <= 16 degrees of freedom and alpha = 1e-3 gives power > 0.99
+(scipy: ncx2.sf(chi2.ppf(0.999, 16), 16, 60) = 0.995). Here lambda is 83 (ratio rule) and 120
+(point-mass rule) at n = 600."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+from scipy import stats
+
+from decoding import speculative
+from decoding.config import SpeculativeConfig
+from decoding.drafters import DraftModelDrafter, PromptLookupDrafter
+from decoding.processors import build_pipeline
+from spec_helpers import peaked_lm
+
+pytestmark = pytest.mark.slow
+
+ALPHA = 1e-3
+N_RUNS = 600
+PROMPT = [1, 2, 3, 4, 5, 1, 2]   # lookup proposes [3, 4, 5, 1, 2] after the 2-gram (1, 2)
+CONFIG = SpeculativeConfig(max_new_tokens=3, gamma=2, temperature=0.9, top_k=12, top_n=1)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return peaked_lm(0)
+
+
+@pytest.fixture(scope="module")
+def draft(target):
+    return DraftModelDrafter(peaked_lm(1), target)
+
+
+def target_probs(lm, ids) -> torch.Tensor:
+    pipeline = build_pipeline(CONFIG.temperature, CONFIG.top_k)
+    return pipeline(lm.forward(list(ids), lm.new_cache())[-1]).softmax(-1).double()  # (V,)
+
+
+def exact_pairs(lm) -> dict[tuple[int, int], float]:
+    first = target_probs(lm, PROMPT)
+    out = {}
+    for x1 in torch.nonzero(first).flatten().tolist():
+        second = target_probs(lm, PROMPT + [x1])
+        for x2 in torch.nonzero(second).flatten().tolist():
+            out[(x1, x2)] = float(first[x1] * second[x2])
+    return out
+
+
+def sample_pairs(lm, drafter, n: int = N_RUNS) -> Counter:
+    """First two tokens of n seeded runs (gamma 2, 3 tokens: one or two rounds each)."""
+    counts: Counter = Counter()
+    for seed in range(n):
+        gen = torch.Generator().manual_seed(seed)
+        events = speculative.decode(lm, PROMPT, CONFIG, generator=gen, drafter=drafter)
+        out = [t for e in events for t in e.emitted]
+        counts[tuple(out[:2])] += 1
+    return counts
+
+
+def sample_first(lm, drafter, n: int = N_RUNS) -> Counter:
+    """First token of n seeded runs (the first round only)."""
+    counts: Counter = Counter()
+    for seed in range(n):
+        gen = torch.Generator().manual_seed(seed)
+        first = next(speculative.decode(lm, PROMPT, CONFIG, generator=gen, drafter=drafter))
+        counts[(first.emitted[0],)] += 1
+    return counts
+
+
+def chi2_pvalue(counts: Counter, expected: dict, n: int) -> float:
+    """Pearson chi-square; cells expected below 5 are pooled into one bin."""
+    obs, exp, pool_o, pool_e = [], [], 0, 0.0
+    for cell, prob in expected.items():
+        if prob * n >= 5:
+            obs.append(counts.get(cell, 0)), exp.append(prob * n)
+        else:
+            pool_o, pool_e = pool_o + counts.get(cell, 0), pool_e + prob * n
+    obs.append(pool_o + sum(c for cell, c in counts.items() if cell not in expected))
+    exp.append(pool_e)
+    if exp[-1] == 0 and obs[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+    total = sum(exp)
+    exp = [e * sum(obs) / total for e in exp]  # exact reference, float round-off removed
+    return float(stats.chisquare(obs, exp).pvalue)
+
+
+def first_token(counts: Counter) -> Counter:
+    out: Counter = Counter()
+    for (x1, _x2), c in counts.items():
+        out[(x1,)] += c
+    return out
+
+
+def marginal(pairs: dict) -> dict:
+    out: dict = {}
+    for (x1, _x2), prob in pairs.items():
+        out[(x1,)] = out.get((x1,), 0.0) + prob
+    return out
+
+
+def power_lambda(p_target: torch.Tensor, p_wrong: torch.Tensor, n: int) -> float:
+    keep = p_target > 0
+    return float(n * ((p_wrong[keep] - p_target[keep]) ** 2 / p_target[keep]).sum())
+
+
+@pytest.fixture(scope="module")
+def reference(target):
+    return exact_pairs(target)
+
+
+def test_draft_model_matches_plain_sampling(target, draft, reference):
+    counts = sample_pairs(target, draft)
+    assert chi2_pvalue(first_token(counts), marginal(reference), N_RUNS) > ALPHA
+    assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA
+
+
+def test_draft_model_wrong_residual_fails(target, draft, reference, monkeypatch):
+    p_target = target_probs(target, PROMPT)
+    q_draft = build_pipeline(CONFIG.temperature, CONFIG.top_k)(
+        draft.lm.forward(PROMPT, draft.lm.new_cache())[-1]).softmax(-1).double()  # (V,)
+    p_wrong = torch.minimum(p_target, q_draft) + (1 - torch.minimum(p_target, q_draft).sum()) * p_target
+    assert power_lambda(p_target, p_wrong, N_RUNS) >= 60
+    monkeypatch.setattr(speculative, "residual_distribution", lambda p_target, q_draft: p_target)
+    assert chi2_pvalue(sample_first(target, draft), marginal(reference), N_RUNS) < ALPHA
+
+
+def test_lookup_matches_plain_sampling(target, reference):
+    counts = sample_pairs(target, PromptLookupDrafter(2))
+    assert chi2_pvalue(first_token(counts), marginal(reference), N_RUNS) > ALPHA
+    assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA
+
+
+def test_lookup_without_zeroing_fails(target, reference, monkeypatch):
+    p_target = target_probs(target, PROMPT)
+    drafted = 3
+    p_wrong = (1 - p_target[drafted]) * p_target
+    p_wrong[drafted] += p_target[drafted]
+    assert power_lambda(p_target, p_wrong, N_RUNS) >= 60
+    monkeypatch.setattr(speculative, "point_mass_residual", lambda p_target, token: p_target)
+    assert chi2_pvalue(sample_first(target, PromptLookupDrafter(2)), marginal(reference), N_RUNS) < ALPHA

@@ -1,0 +1,164 @@
+"""Exactness by enumeration: a tabular toy target and draft (3 tokens, next-token tables that depend
+on the last token), exact fractions over every random branch of the speculative procedure written
+against decoding.speculative's pure acceptance functions. The distribution of the first L emitted
+tokens must equal the target's exactly, for every gamma 1..8 and every gamma policy (heuristic and
+confidence change gamma between rounds). Deliberately wrong residuals must fail the same check."""
+from __future__ import annotations
+
+import functools
+from fractions import Fraction as F
+from itertools import product
+
+import pytest
+import torch
+
+from decoding.speculative import (accepted_mass, acceptance_probability, confidence_cut, heuristic_next,
+                                  point_mass_residual, residual_distribution)
+
+V = 3
+START = 0  # last token of the prompt
+P_TARGET = {0: [F(1, 2), F(1, 3), F(1, 6)], 1: [F(1, 5), F(0), F(4, 5)], 2: [F(3, 7), F(3, 7), F(1, 7)]}
+Q_DRAFT = {0: [F(1, 4), F(1, 4), F(1, 2)], 1: [F(1, 3), F(1, 3), F(1, 3)], 2: [F(0), F(9, 10), F(1, 10)]}
+POINT_DRAFT = {0: 2, 1: 1, 2: 0}  # a deterministic drafter (token 1 after 1 has p_target = 0)
+THRESHOLD = F(2, 5)
+POLICIES = ("fixed", "heuristic", "confidence")
+
+
+@functools.cache
+def target_distribution(length: int) -> dict[tuple[int, ...], F]:
+    out = {}
+    for seq in product(range(V), repeat=length):
+        mass, last = F(1), START
+        for t in seq:
+            mass, last = mass * P_TARGET[last][t], t
+        out[seq] = mass
+    return out
+
+
+class Procedure:
+    """The speculative procedure as a branching process over exact masses."""
+
+    def __init__(self, length, gamma, policy, point_mass=False, residual=None, pm_residual=None):
+        self.length, self.gamma0, self.policy, self.point_mass = length, gamma, policy, point_mass
+        self.residual = residual or residual_distribution
+        self.pm_residual = pm_residual or point_mass_residual
+
+    def distribution(self) -> dict[tuple[int, ...], F]:
+        """Mass of every emitted sequence of `length` tokens, over all random branches."""
+        self.result: dict = {}
+        level = {((), self.gamma0): F(1)}  # between rounds: (emitted, gamma) -> mass
+        while level:
+            nxt: dict = {}
+            for (emitted, gamma), mass in level.items():
+                rem = self.length - len(emitted)
+                self._round(emitted, gamma, min(gamma, rem - 1), mass, nxt)
+            level = nxt
+        return self.result
+
+    def _round(self, emitted, gamma, k, mass, nxt) -> None:
+        """Expand one round over all draft/accept/residual branches; k = drafts (budget-capped)."""
+        stack = [(emitted, 0, False, mass)]   # (emitted, accepted drafts so far, stopped, mass)
+        while stack:
+            w, i, stopped, m = stack.pop()
+            last = w[-1] if w else START
+            p_target = P_TARGET[last]
+            if i == k or stopped:
+                for t in range(V):  # bonus token from p_target
+                    self._finish(nxt, w + (t,), heuristic_next(gamma, i, i), m * p_target[t])
+                continue
+            for x, q_x, residual in self._drafts(last, p_target):
+                accept = acceptance_probability(p_target[x], q_x)
+                if accept > 0:
+                    stop = self.policy == "confidence" and q_x < THRESHOLD  # stop after this draft
+                    stack.append((w + (x,), i + 1, stop, m * q_x * accept))
+                if accept < 1:
+                    for t in range(V):
+                        self._finish(nxt, w + (t,), heuristic_next(gamma, i, i + 1),
+                                     m * q_x * (1 - accept) * residual[t])
+
+    def _drafts(self, last, p_target):
+        if self.point_mass:
+            x = POINT_DRAFT[last]
+            yield x, F(1), self.pm_residual(p_target, x)
+            return
+        q_draft = Q_DRAFT[last]
+        residual = self.residual(p_target, q_draft)
+        for x in range(V):
+            if q_draft[x] > 0:
+                yield x, q_draft[x], residual
+
+    def _finish(self, nxt, emitted, gamma_next, mass) -> None:
+        if mass == 0:
+            return
+        assert len(emitted) <= self.length
+        if len(emitted) == self.length:
+            self.result[emitted] = self.result.get(emitted, 0) + mass
+            return
+        key = (emitted, gamma_next if self.policy == "heuristic" else self.gamma0)
+        nxt[key] = nxt.get(key, 0) + mass
+
+
+def length_for(gamma: int) -> int:
+    """Long enough for a full first round plus more rounds, capped for speed (3^9 sequences)."""
+    return min(gamma + 3, 9)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("gamma", range(1, 9))
+def test_ratio_rule_is_exact(gamma, policy):
+    length = length_for(gamma)
+    got = Procedure(length, gamma, policy).distribution()
+    assert sum(got.values()) == 1
+    assert got == {s: m for s, m in target_distribution(length).items() if m}
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("gamma", range(1, 9))
+def test_point_mass_rule_is_exact(gamma, policy):
+    length = length_for(gamma)
+    got = Procedure(length, gamma, policy, point_mass=True).distribution()
+    assert got == {s: m for s, m in target_distribution(length).items() if m}
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_residual_replaced_by_target_fails(gamma):
+    length = length_for(gamma)
+    wrong = Procedure(length, gamma, "fixed", residual=lambda p_target, q_draft: p_target)
+    assert wrong.distribution() != target_distribution(length)
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_point_mass_without_zeroing_fails(gamma):
+    length = length_for(gamma)
+    wrong = Procedure(length, gamma, "fixed", point_mass=True, pm_residual=lambda p_target, x: p_target)
+    assert wrong.distribution() != {s: m for s, m in target_distribution(length).items() if m}
+
+
+def test_pure_functions_on_fractions():
+    p_target, q_draft = [F(1, 2), F(1, 3), F(1, 6)], [F(1, 4), F(1, 4), F(1, 2)]
+    assert acceptance_probability(F(1, 3), F(1, 4)) == 1
+    assert acceptance_probability(F(1, 6), F(1, 2)) == F(1, 3)
+    assert accepted_mass(p_target, q_draft) == F(1, 4) + F(1, 4) + F(1, 6)
+    assert residual_distribution(p_target, q_draft) == [F(3, 4), F(1, 4), F(0)]
+    assert point_mass_residual(p_target, 0) == [F(0), F(2, 3), F(1, 3)]
+    assert confidence_cut([0.9, 0.3, 0.8], 0.4) == 2 and confidence_cut([0.9, 0.8], 0.4) == 2
+    assert heuristic_next(5, 5, 5) == 7 and heuristic_next(5, 2, 5) == 4 and heuristic_next(1, 0, 1) == 1
+
+
+def test_torch_branch_matches_exact_branch():
+    """The engine calls the same functions on float tensors: they must agree with the exact ones."""
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(20):
+        p_target = torch.rand(7, generator=gen, dtype=torch.float64)
+        q_draft = torch.rand(7, generator=gen, dtype=torch.float64)
+        p_target[torch.rand(7, generator=gen) < 0.3] = 0
+        p_target, q_draft = p_target / p_target.sum(), q_draft / q_draft.sum()
+        exact_p = [F(x) for x in p_target.tolist()]
+        exact_q = [F(x) for x in q_draft.tolist()]
+        res = residual_distribution(p_target, q_draft)
+        assert torch.allclose(res, torch.tensor([float(x) for x in residual_distribution(exact_p, exact_q)],
+                                                dtype=torch.float64), atol=1e-12)
+        pm = point_mass_residual(p_target, 3)
+        assert torch.allclose(pm, torch.tensor([float(x) for x in point_mass_residual(exact_p, 3)],
+                                               dtype=torch.float64), atol=1e-12)
+        assert abs(float(accepted_mass(p_target, q_draft)) - float(accepted_mass(exact_p, exact_q))) < 1e-12

@@ -1,0 +1,112 @@
+"""Temperature 0 on the embedded model: speculative decoding is token-identical to plain greedy (prompt
+lookup and an untrained 4-layer early-exit draft), and matches transformers' assisted generation and
+prompt lookup in output ids AND number of target forwards."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decoding import runner
+from decoding.config import GreedyConfig, SpeculativeConfig
+from decoding.drafters import truncated_draft
+from spec_helpers import divergence
+
+pytestmark = pytest.mark.real
+
+N = 64
+PROMPTS = (
+    "Repeat this sentence three times: the quick brown fox jumps over the lazy dog.",
+    "Write a Python function that returns the squares of a list of numbers.",
+    "What is the capital of France? Answer in one sentence.",
+)
+
+
+@pytest.fixture(scope="module")
+def greedy_runs(real_lm):
+    out = {}
+    for text in PROMPTS:
+        ids = real_lm.encode(text)
+        out[text] = (ids, runner.run(real_lm, ids, GreedyConfig(max_new_tokens=N)).output_ids)
+    return out
+
+
+@pytest.fixture(scope="module")
+def draft4(real_lm):
+    return truncated_draft(real_lm, 4)
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_lookup_is_greedy(real_lm, greedy_runs, text):
+    ids, expected = greedy_runs[text]
+    trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="lookup", gamma=10))
+    assert trace.error is None
+    assert trace.stats.target_forwards == len(trace.steps)
+    assert not divergence(real_lm, ids, expected, trace.output_ids), \
+        divergence(real_lm, ids, expected, trace.output_ids)
+
+
+@pytest.mark.parametrize("text", PROMPTS[:2])
+def test_draft_model_is_greedy(real_lm, greedy_runs, draft4, text):
+    ids, expected = greedy_runs[text]
+    config = SpeculativeConfig(max_new_tokens=N, draft="first4", gamma=2, gamma_policy="heuristic")
+    trace = runner.run(real_lm, ids, config, draft_lm=draft4)
+    assert trace.error is None
+    assert not divergence(real_lm, ids, expected, trace.output_ids), \
+        divergence(real_lm, ids, expected, trace.output_ids)
+
+
+class ForwardCounter:
+    def __init__(self, model):
+        self.calls = 0
+        self.handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, *_args):
+        self.calls += 1
+
+    def close(self):
+        self.handle.remove()
+
+
+def hf_generate(target_model, ids, **kwargs) -> tuple[list[int], int]:
+    """transformers' generate on a batch of one; returns (new ids, target forwards counted by a hook)."""
+    x = torch.tensor([ids])  # (1, T)
+    counter = ForwardCounter(target_model)
+    try:
+        out = target_model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, **kwargs)
+    finally:
+        counter.close()
+    return out[0, len(ids):].tolist(), counter.calls
+
+
+def constant_assistant(draft_model, gamma: int):
+    gc = draft_model.generation_config
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
+    gc.assistant_confidence_threshold = 0.0
+    return draft_model
+
+
+def parity_prompt(lm) -> list[int]:
+    """No chat template: transformers' assistant infers its attention mask from the pad id (2 here,
+    also <|im_end|> in the template), which would hide template tokens from the draft's context."""
+    ids = lm.encode(PROMPTS[0], chat_template=False)
+    assert lm.model.generation_config.pad_token_id not in ids
+    return ids
+
+
+def test_parity_assisted_generation_real(real_lm, draft4):
+    ids = parity_prompt(real_lm)
+    trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N // 2, draft="first4", gamma=3),
+                       draft_lm=draft4)
+    hf_ids, hf_forwards = hf_generate(real_lm.model, ids, max_new_tokens=N // 2,
+                                      assistant_model=constant_assistant(draft4.model, 3))
+    assert list(trace.output_ids) == hf_ids, divergence(real_lm, ids, hf_ids, trace.output_ids)
+    assert trace.stats.target_forwards == hf_forwards
+
+
+def test_parity_prompt_lookup_real(real_lm):
+    ids = parity_prompt(real_lm)
+    trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="lookup", gamma=10))
+    hf_ids, hf_forwards = hf_generate(real_lm.model, ids, max_new_tokens=N, prompt_lookup_num_tokens=10)
+    assert list(trace.output_ids) == hf_ids, divergence(real_lm, ids, hf_ids, trace.output_ids)
+    assert trace.stats.target_forwards == hf_forwards
+    assert trace.stats.acceptance_rate > 0  # the repeated sentence gives lookup something to copy
