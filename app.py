@@ -1,7 +1,7 @@
 """DecodeScope: page config, the shared sidebar, and the router over the pages."""
 import streamlit as st
 
-from ui import keys, sidebar
+from ui import keys, sidebar, strategy_views  # noqa: F401  (registers the beam and speculative views)
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
 
@@ -10,6 +10,7 @@ st.session_state[keys.SETTINGS] = sidebar.render()
 pages = st.navigation([
     st.Page("app_pages/playground.py", title="Playground", icon=":material/play_arrow:", default=True),
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("app_pages/whatif.py", title="What-if", icon=":material/insights:"),
     st.Page("app_pages/traces.py", title="Traces", icon=":material/save:"),
 ])
 pages.run()

@@ -16,6 +16,7 @@ class Chip:
     origin: str          # a key of ORIGINS
     tooltip: str         # plain text (escaped when drawn)
     step: int            # index of the event that emitted it
+    emitted: bool = True  # False for a chip shown but not in the output (a rejected draft)
 
 
 def _fmt_prob(logprob: float) -> str:
@@ -40,7 +41,19 @@ def register_chips(kind: str, builder: Callable[[object], list[Chip]]) -> None:
     CHIP_BUILDERS[kind] = builder
 
 
+SEQUENCE_CHIPS: dict[str, Callable[[Sequence], list[Chip]]] = {}
+
+
+def register_sequence_chips(kind: str, builder: Callable[[Sequence], list[Chip]]) -> None:
+    """For strategies whose output is not the concatenation of per-step tokens (beam search: the best
+    hypothesis): `builder` gets all the events and returns the chips of the whole output."""
+    SEQUENCE_CHIPS[kind] = builder
+
+
 def chips_for(events: Sequence) -> list[Chip]:
+    sequence = SEQUENCE_CHIPS.get(getattr(events[-1], "kind", "")) if events else None
+    if sequence is not None:
+        return sequence(events)
     out: list[Chip] = []
     for i, event in enumerate(events):
         builder = CHIP_BUILDERS.get(getattr(event, "kind", ""))
@@ -85,11 +98,15 @@ def chip_html(chip: Chip, current: bool = False) -> str:
 
 def chips_html(chips: Sequence[Chip], current_step: int | None = None, diverge_at: int | None = None,
                prefix: str = "") -> str:
-    """The whole stream; `diverge_at` (a chip index) gets a visible marker before it."""
+    """The whole stream; `diverge_at` (an index into the emitted tokens; chips of tokens not emitted,
+    like rejected drafts, do not count) gets a visible marker before it."""
     body = [f'<span class="ds-prefix">{html.escape(prefix)}</span>'] if prefix else []
-    for i, chip in enumerate(chips):
-        if diverge_at is not None and i == diverge_at:
+    emitted = 0
+    for chip in chips:
+        if diverge_at is not None and chip.emitted and emitted == diverge_at:
             body.append('<span class="ds-diverge" title="first divergence">⟂ diverges</span>')
+            diverge_at = None
+        emitted += chip.emitted
         body.append(chip_html(chip, current=current_step is not None and chip.step == current_step))
     return CSS + f'<div class="ds-chips">{"".join(body)}</div>'
 
@@ -102,6 +119,12 @@ def token_box_html(piece: str, token_id: int, note: str = "") -> str:
             f'text-overflow:ellipsis" title="{html.escape(repr(piece), quote=True)}">'
             f'{html.escape(repr(visible(piece)))}</div>'
             f'<div style="font-size:0.8rem;color:#555">id {int(token_id)}{extra}</div></div>')
+
+
+def origins_present(chips: Sequence[Chip], always: Sequence[str] = ("target",)) -> list[str]:
+    """Legend entries: the origins among the chips (plus `always`), in the palette's order."""
+    names = set(always) | {c.origin for c in chips}
+    return [name for name in ORIGINS if name in names]
 
 
 def legend_html(origins: Sequence[str] = ("target", "forced")) -> str:

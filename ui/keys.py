@@ -58,3 +58,9 @@ def param_key(scope: str, strategy: str, name: str) -> str:
 
 def lane_strategy(lane: int) -> str:
     return f"cmp{lane}.strategy"
+
+# what-if page
+WHATIF_SOURCE = "wi.source"
+WHATIF_UPLOAD = "wi.upload"
+WHATIF_TRACE = "ds.whatif_trace"    # Trace uploaded on the what-if page
+WHATIF_MAX_GAMMA = "wi.max_gamma"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from decoding.config import BaseConfig
 from decoding.errors import ConfigError
-from decoding.runner import assemble, emitted_ids, iterate
+from decoding.runner import assemble, emitted_ids, iterate, strategy_for
 from decoding.trace import Trace
 
 ENGINE_ERRORS = (ConfigError, RuntimeError, ValueError)
@@ -21,8 +21,9 @@ ENGINE_ERRORS = (ConfigError, RuntimeError, ValueError)
 
 class LiveRun:
     def __init__(self, lm, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: str = "",
-                 forced: Sequence[int] = ()):
+                 forced: Sequence[int] = (), strategy_kwargs: dict | None = None):
         self.lm = lm
+        self.strategy_kwargs = dict(strategy_kwargs or {})   # e.g. speculative's draft_lm=
         self.prompt_ids = tuple(int(t) for t in prompt_ids)
         self.prompt_text = prompt_text
         self.config = config
@@ -36,7 +37,7 @@ class LiveRun:
     # ------------------------------------------------------------------ stepping
     def _generator(self):
         if self._gen is None:
-            self._gen = iterate(self.lm, self.prompt_ids, self.config, forced=self.forced)
+            self._gen = iterate(self.lm, self.prompt_ids, self.config, forced=self.forced, **self.strategy_kwargs)
             for _ in range(len(self.events)):   # rebuild: replay the recorded steps
                 next(self._gen)
         return self._gen
@@ -56,14 +57,19 @@ class LiveRun:
                 break
             self.events.append(event)
             added += 1
-            self._check_natural_end()
+            self._check_natural_end(event)
             if on_event is not None:
                 on_event(event)   # may raise Streamlit's rerun/stop: the event is already recorded
         return added
 
-    def _check_natural_end(self) -> None:
+    def _check_natural_end(self, event) -> None:
         """Mark the run done as soon as its last token is EOS or the token budget is spent (so the UI
-        knows without asking the generator for one more step)."""
+        knows without asking the generator for one more step). Events that say when the search ends
+        (beam search: `done`) are taken at their word."""
+        if hasattr(event, "done"):
+            if event.done:
+                self.done, self._gen = True, None
+            return
         out = self.output_ids
         if out and (out[-1] in self.lm.eos_ids or len(out) >= self.config.max_new_tokens):
             self.done, self._gen = True, None
@@ -73,7 +79,7 @@ class LiveRun:
 
     @property
     def output_ids(self) -> list[int]:
-        return [int(t) for t in emitted_ids(self.events)]
+        return [int(t) for t in strategy_for(self.config).output_ids(self.events)]
 
     # ------------------------------------------------------------------ branching
     def branch(self, at: int, token_id: int) -> "LiveRun":
@@ -83,7 +89,8 @@ class LiveRun:
             raise ConfigError("step", at, f"must be a recorded step in [0, {len(self.events)})")
         prefix = self.events[:at]
         forced = [int(t) for t in emitted_ids(prefix)] + [int(token_id)]
-        other = LiveRun(self.lm, self.prompt_ids, self.config, prompt_text=self.prompt_text, forced=forced)
+        other = LiveRun(self.lm, self.prompt_ids, self.config, prompt_text=self.prompt_text, forced=forced,
+                        strategy_kwargs=self.strategy_kwargs)
         other.events = list(prefix)
         other.step(1)
         return other

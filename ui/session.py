@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from decoding.drafters import load_draft
 from decoding.errors import ConfigError
 from decoding.models import ModelSpec, load
 from ui import keys
@@ -25,6 +26,27 @@ def lm_or_stop(settings: Settings):
         st.error(str(err))
     except (OSError, RuntimeError, ValueError) as err:
         st.error(f"model={settings.model!r} could not be loaded: {str(err).splitlines()[0][:200]}")
+    st.stop()
+
+
+@st.cache_resource(show_spinner=False, max_entries=2)
+def load_draft_lm(name: str, device: str, dtype: str, target_key: tuple[str, str, str]):
+    """A draft model for speculative decoding, checked against the target's vocabulary and tokenizer."""
+    return load_draft(name, load_lm(*target_key), device=device, dtype=dtype)
+
+
+def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
+    """What the strategy's decode needs besides the config: a loaded draft model for a speculative
+    config whose `draft` names one ('lookup' needs nothing)."""
+    if getattr(config, "draft", "lookup") == "lookup":
+        return {}
+    try:
+        with st.spinner(f"Loading draft model {config.draft!r}…"):
+            return {"draft_lm": load_draft_lm(config.draft, settings.device, settings.dtype, settings.model_key())}
+    except ConfigError as err:
+        st.error(str(err))
+    except (OSError, RuntimeError, ValueError) as err:
+        st.error(f"draft={config.draft!r} could not be loaded: {str(err).splitlines()[0][:200]}")
     st.stop()
 
 
@@ -54,7 +76,8 @@ def live_run(lm, settings: Settings, prompt_ids: list[int]) -> LiveRun:
 
 
 def reset_run(lm, settings: Settings, prompt_ids: list[int]) -> LiveRun:
-    run = LiveRun(lm, prompt_ids, settings.config, prompt_text=settings.prompt)
+    run = LiveRun(lm, prompt_ids, settings.config, prompt_text=settings.prompt,
+                  strategy_kwargs=strategy_kwargs_or_stop(settings.config, settings))
     st.session_state[keys.RUN] = run
     st.session_state[keys.CURSOR] = -1
     st.session_state.pop(keys.BRANCH, None)

@@ -5,18 +5,19 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import streamlit as st
 
 from ui import figures, tables
-from ui.chips import chips_for, chips_html, first_divergence, legend_html, token_box_html, visible
+from ui.chips import chips_for, chips_html, first_divergence, legend_html, origins_present, token_box_html, visible
 
 
 @dataclass(frozen=True)
 class ViewContext:
     prefix: str                                        # widget-key prefix of this view
     on_force: Callable[[int, int], None] | None = None  # (step index, token id) -> branch; None in replays
+    events: Sequence = ()                              # the steps up to the one on view (set by show_step)
 
 
 def _slug(text: str) -> str:
@@ -37,9 +38,11 @@ def table(df, key: str, filename: str, label: str = "Download CSV") -> None:
 
 
 def show_chips(events: Sequence, current_step: int | None = None, diverge_at: int | None = None,
-               legend: Sequence[str] = ("target", "forced")) -> None:
-    st.html(legend_html(legend))
-    st.html(chips_html(chips_for(events), current_step=current_step, diverge_at=diverge_at))
+               legend: Sequence[str] | None = None) -> None:
+    """The output as chips; the legend lists the origins present unless `legend` names them."""
+    chips = chips_for(events)
+    st.html(legend_html(legend if legend is not None else origins_present(chips, ("target", "forced"))))
+    st.html(chips_html(chips, current_step=current_step, diverge_at=diverge_at))
 
 
 def show_metrics(events: Sequence) -> None:
@@ -117,6 +120,7 @@ def register_panel(kind: str, panel: Callable[[object, ViewContext], None]) -> N
 def show_step(events: Sequence, cursor: int, ctx: ViewContext) -> None:
     """The panel of step `cursor`, its timing waterfall, and the running metrics up to it."""
     event = events[cursor]
+    ctx = replace(ctx, events=tuple(events[: cursor + 1]))
     STEP_PANELS.get(getattr(event, "kind", ""), generic_panel)(event, ctx)
     timings = getattr(event, "timings_ms", None)
     if timings:
@@ -127,8 +131,10 @@ def show_all_steps(events: Sequence, ctx: ViewContext, name: str) -> None:
     table(tables.steps_table(events), f"{ctx.prefix}.steps", f"{name}-steps")
 
 
-def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] = ("target", "forced")) -> None:
+def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None) -> None:
     """Token streams side by side; each lane after the first marks its first divergence from the first."""
+    if legend is None:
+        legend = origins_present([c for events in lanes.values() for c in chips_for(events)], ("target", "forced"))
     st.html(legend_html(legend))
     labels = list(lanes)
     base = tables.emitted_stream(lanes[labels[0]]) if labels else []

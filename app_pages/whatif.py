@@ -1,0 +1,59 @@
+"""What-if: from a recorded speculative trace (the playground's run or an uploaded one), expected
+acceptance and tokens per target forward for other γ, next to what the trace measured. No model."""
+import streamlit as st
+
+from decoding.trace import MAX_TRACE_BYTES, TraceFormatError, from_json
+from ui import keys, views, whatif
+
+st.title("What-if: other γ from a recorded trace")
+st.markdown(
+    "Each recorded round holds, for every drafted position `i`, the probability `a_i` that the verifier "
+    "accepts it given that all earlier drafts were accepted: `Σ_x min(p_target(x), q_draft(x))` for a draft "
+    "model, `p_target(draft token)` for prompt lookup, and 1 or 0 (the draft token is or is not the target's "
+    "argmax) at temperature 0. **Assumption:** the positions' outcomes are independent given these recorded "
+    "values, and the drafter would propose the same tokens at another γ. Then a round with γ drafts "
+    "accepts on average `Σ_{k=1..γ} Π_{i≤k} a_i` of them, and emits one more token (residual or bonus) "
+    "per target forward. A round that recorded fewer drafts than γ counts only those. No model runs here.")
+
+sources = ["Playground run", "Upload a trace"]
+source = st.segmented_control("Trace", sources, default=sources[0], key=keys.WHATIF_SOURCE) or sources[0]
+trace = None
+if source == sources[0]:
+    run = st.session_state.get(keys.RUN)
+    trace = run.trace() if run is not None and run.events else None
+    if trace is None:
+        st.info("Run the speculative strategy in the Playground first, or upload a trace.")
+else:
+    upload = st.file_uploader("Upload a speculative trace (.json)", type=["json"], key=keys.WHATIF_UPLOAD)
+    if upload is not None:
+        if upload.size > MAX_TRACE_BYTES:
+            st.error(f"{upload.name} is {upload.size} bytes, over the {MAX_TRACE_BYTES} byte limit")
+        else:
+            try:
+                st.session_state[keys.WHATIF_TRACE] = from_json(upload.getvalue())
+            except TraceFormatError as err:
+                st.session_state.pop(keys.WHATIF_TRACE, None)
+                st.error(f"{upload.name} is not a readable trace: {err}")
+    trace = st.session_state.get(keys.WHATIF_TRACE)
+
+if trace is not None:
+    rounds = whatif.spec_rounds(trace.steps)
+    if not rounds:
+        st.warning(f"This trace is from strategy {trace.strategy!r}; the what-if needs speculative rounds.")
+        st.stop()
+    measured = whatif.measured(trace.steps)
+    recorded = whatif.max_recorded(trace.steps)
+    top = st.number_input("Largest γ to show", min_value=1, max_value=32, value=max(8, recorded), step=1,
+                          key=keys.WHATIF_MAX_GAMMA)
+    table = whatif.sweep(trace.steps, range(1, int(top) + 1))
+    cols = st.columns(4)
+    cols[0].metric("Rounds", measured["rounds"])
+    cols[1].metric("Measured tokens / forward", f"{measured['tokens_per_forward']:.3f}")
+    rate = measured["acceptance_rate"]
+    cols[2].metric("Measured acceptance rate", "—" if rate is None else f"{rate:.1%}")
+    cols[3].metric("γ in the trace", ", ".join(str(g) for g in measured["gammas"]))
+    if recorded < int(top):
+        st.caption(f"Rounds recorded at most {recorded} drafts; for larger γ the rows count only those "
+                   "(see short_rounds). Record more with the gamma_max parameter.")
+    views.plot(whatif.sweep_figure(table, measured), "wi.sweep", "whatif-sweep")
+    views.table(table, "wi.table", "whatif-sweep")

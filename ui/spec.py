@@ -1,0 +1,178 @@
+"""Speculative decoding views without streamlit: chips by origin, the round's draft table and bars,
+the residual's top-N, running metrics. Pure: SpecRound events in, values/figures out.
+
+Every string from a trace (pieces, the gamma reason) is escaped before it becomes a plotly label."""
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ui import palette
+from ui.chips import Chip, visible
+
+VERDICT_STYLE = {   # verdict -> (colour, bar pattern, text twin)
+    "accepted": (palette.GREEN, "", "✓ accepted"),
+    "rejected": (palette.VERMILLION, "x", "✗ rejected"),
+    "not_reached": (palette.GREY, ".", "… not reached"),
+    "recorded": (palette.GREY, "/", "recorded (beyond γ)"),
+}
+
+
+def _num(x: float | None, fmt: str = ".4f") -> str:
+    return "—" if x is None else format(x, fmt)
+
+
+def _piece_of(event, token_id: int) -> str:
+    for cand in tuple(event.final_top) + tuple(event.residual_top):
+        if cand.token_id == token_id:
+            return cand.piece
+    for draft in event.drafts:
+        if draft.token_id == token_id:
+            return draft.piece
+    return f"⟨{token_id}⟩"
+
+
+def _prob_in(entries, token_id: int) -> float | None:
+    return next((e.prob for e in entries if e.token_id == token_id), None)
+
+
+# ---------------------------------------------------------------- chips
+
+def draft_tooltip(d, round_index: int) -> str:
+    parts = [f"id {d.token_id}", f"q_draft {_num(d.q_draft)}", f"p_target {_num(d.p_target)}",
+             f"ratio {_num(d.ratio)}", f"u {_num(d.u)}", f"accept prob {_num(d.accept_prob)}",
+             f"draft position {d.index}", f"round {round_index}"]
+    return " · ".join(parts)
+
+
+def spec_chips(event) -> list[Chip]:
+    """Forced tokens, accepted drafts, the rejected draft (shown struck through, not emitted), then
+    the residual resample or the bonus token; cut where the round's emitted tokens end (EOS, budget)."""
+    chips = [Chip(_piece_of(event, t), "forced", f"id {t} · forced by you · round {event.index}", event.index)
+             for t in event.forced_ids]
+    new = list(event.emitted[len(event.forced_ids):])
+    for d in event.drafts[: event.accepted]:
+        if not new:
+            return chips
+        chips.append(Chip(d.piece, "accepted", draft_tooltip(d, event.index), event.index))
+        new.pop(0)
+    if event.accepted < len(event.drafts) and event.drafts[event.accepted].verdict == "rejected":
+        d = event.drafts[event.accepted]
+        chips.append(Chip(d.piece, "rejected", draft_tooltip(d, event.index) + " · u ≥ ratio: rejected",
+                          event.index, emitted=False))
+    if new and event.final_kind in ("residual", "bonus") and event.final_id is not None:
+        chips.append(Chip(_piece_of(event, event.final_id), event.final_kind, final_tooltip(event), event.index))
+    return chips
+
+
+def final_tooltip(event) -> str:
+    parts = [f"id {event.final_id}"]
+    if event.final_kind == "residual":
+        parts.append("from norm(max(0, p_target − q_draft))" if event.residual_top else "target after a rejection")
+        parts.append(f"p_residual {_num(_prob_in(event.residual_top, event.final_id))}")
+    else:
+        parts.append(f"bonus: all {event.gamma} drafts accepted")
+    parts.append(f"p_target {_num(_prob_in(event.final_top, event.final_id))}")
+    parts.append(f"u {_num(event.final_draw)}" if event.final_draw is not None else "argmax (T=0)")
+    parts.append(f"round {event.index}")
+    return " · ".join(parts)
+
+
+# ---------------------------------------------------------------- tables
+
+DRAFT_COLUMNS = ["k", "token_id", "piece", "q_draft", "p_target", "ratio", "u", "accept_prob", "verdict"]
+
+
+def drafts_table(event) -> pd.DataFrame:
+    rows = [{"k": d.index, "token_id": d.token_id, "piece": visible(d.piece), "q_draft": d.q_draft,
+             "p_target": d.p_target, "ratio": d.ratio, "u": d.u, "accept_prob": d.accept_prob,
+             "verdict": d.verdict} for d in event.drafts]
+    return pd.DataFrame(rows, columns=DRAFT_COLUMNS)
+
+
+def residual_table(event) -> pd.DataFrame:
+    rows = [{"rank": i, "token_id": e.token_id, "piece": visible(e.piece), "p_residual": e.prob,
+             "p_target": _prob_in(event.final_top, e.token_id), "chosen": e.token_id == event.final_id}
+            for i, e in enumerate(event.residual_top)]
+    return pd.DataFrame(rows, columns=["rank", "token_id", "piece", "p_residual", "p_target", "chosen"])
+
+
+def final_table(event) -> pd.DataFrame:
+    """Target's processed top-N where the final (residual or bonus) token was chosen."""
+    rows = [{"rank": i, "token_id": c.token_id, "piece": visible(c.piece), "p_target": c.prob,
+             "chosen": c.token_id == event.final_id} for i, c in enumerate(event.final_top)]
+    return pd.DataFrame(rows, columns=["rank", "token_id", "piece", "p_target", "chosen"])
+
+
+def spec_row(event) -> dict:
+    final = _piece_of(event, event.final_id) if event.final_id is not None else ""
+    return {"round": event.index, "position": event.position, "drafter": event.drafter, "gamma": event.gamma,
+            "accepted": event.accepted, "final_kind": event.final_kind, "final_piece": visible(final),
+            "emitted": len(event.emitted), "fed_tokens": event.fed_tokens,
+            "kv_cropped_target": event.kv_cropped_target, "kv_cropped_draft": event.kv_cropped_draft,
+            "gamma_reason": event.gamma_reason, "ms": sum(event.timings_ms.values())}
+
+
+def spec_metrics(events: Sequence) -> dict:
+    """τ (tokens per verification forward), acceptance rate, per-position acceptance (vLLM's
+    definitions, from the engine's own spec_stats) over the rounds so far."""
+    from decoding.speculative import spec_stats
+
+    stats = spec_stats(events)
+    return {"tau": stats.get("mean_accepted_length", 0.0), "acceptance_rate": stats.get("acceptance_rate"),
+            "per_position": tuple(stats.get("per_position_acceptance", ())),
+            "rounds": sum(1 for e in events if getattr(e, "kind", "") == "spec_round")}
+
+
+# ---------------------------------------------------------------- figures
+
+def draft_bars(event) -> go.Figure:
+    """Per draft position: q_draft and p_target of the drafted token, the ratio, and u; the verdict
+    as colour, bar pattern and a text label."""
+    labels = [html.escape(f"{d.index}: {visible(d.piece)!r}") for d in event.drafts]
+    fig = go.Figure()
+    if any(d.q_draft is not None for d in event.drafts):
+        fig.add_bar(name="q_draft", x=labels, y=[d.q_draft for d in event.drafts], marker_color=palette.SKY,
+                    hovertemplate="%{x}<br>q_draft %{y:.4f}<extra></extra>")
+    styles = [VERDICT_STYLE.get(d.verdict, VERDICT_STYLE["recorded"]) for d in event.drafts]
+    fig.add_bar(name="p_target (bar colour = verdict)", x=labels, y=[d.p_target for d in event.drafts],
+                marker=dict(color=[s[0] for s in styles], pattern=dict(shape=[s[1] for s in styles])),
+                text=[s[2] for s in styles], textposition="outside", cliponaxis=False,
+                hovertemplate="%{x}<br>p_target %{y:.4f}<extra></extra>")
+    fig.add_scatter(name="ratio min(1, p/q)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
+                    mode="markers", marker=dict(symbol="diamond", size=11, color=palette.BLACK))
+    if any(d.u is not None for d in event.drafts):
+        fig.add_scatter(name="u (accept if u < ratio)", x=labels, y=[d.u for d in event.drafts], mode="markers",
+                        marker=dict(symbol="x", size=11, color=palette.ORANGE))
+    fig.update_layout(barmode="group", title=f"Round {event.index}: {event.gamma} draft(s) verified, "
+                      f"{event.accepted} accepted", yaxis=dict(title="probability", range=[0, 1.15]),
+                      legend=dict(orientation="h", y=-0.3), margin=dict(t=50, b=10, l=10, r=10), height=400)
+    return fig
+
+
+def residual_bars(event) -> go.Figure:
+    labels = [html.escape(f"{e.token_id}: {visible(e.piece)!r}") for e in event.residual_top]
+    colors = [palette.PURPLE if e.token_id == event.final_id else palette.GREY for e in event.residual_top]
+    fig = go.Figure()
+    fig.add_bar(name="residual p", x=labels, y=[e.prob for e in event.residual_top], marker_color=colors,
+                hovertemplate="%{x}<br>residual p %{y:.4f}<extra></extra>")
+    targets = [_prob_in(event.final_top, e.token_id) for e in event.residual_top]
+    fig.add_scatter(name="p_target", x=labels, y=targets, mode="markers",
+                    marker=dict(symbol="diamond", size=10, color=palette.BLUE))
+    fig.update_layout(title="Residual norm(max(0, p_target − q_draft)): top-N (resampled token in purple)",
+                      yaxis_title="probability", legend=dict(orientation="h", y=-0.3),
+                      margin=dict(t=50, b=10, l=10, r=10), height=360)
+    return fig
+
+
+def per_position_bars(per_position: Sequence[float]) -> go.Figure:
+    xs = [f"k={k + 1}" for k in range(len(per_position))]
+    fig = go.Figure(go.Bar(x=xs, y=list(per_position), marker_color=palette.GREEN,
+                           text=[f"{a:.2f}" for a in per_position], textposition="outside", cliponaxis=False))
+    fig.update_layout(title="Per-position acceptance (rounds in which position k was accepted / drafted)",
+                      yaxis=dict(title="acceptance", range=[0, 1.1]), margin=dict(t=50, b=10, l=10, r=10),
+                      height=300)
+    return fig

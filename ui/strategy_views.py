@@ -1,0 +1,111 @@
+"""Step panels of beam search and speculative decoding, registered with the view, chip and table
+registries on import (app.py imports this module). Numbers all come from the events; every string from
+a trace is shown with st.text, escaped HTML, or escaped DOT, never as Markdown."""
+from __future__ import annotations
+
+import streamlit as st
+
+from ui import beam, chips, spec, tables, views
+from ui.chips import token_box_html
+
+
+# ---------------------------------------------------------------- beam
+
+def beam_panel(step, ctx: views.ViewContext) -> None:
+    """The beam tree over the last steps, the step's candidate pool and the finished hypotheses."""
+    cols = st.columns(5)
+    cols[0].metric("Step", step.index)
+    cols[1].metric("Live beams", len(step.beams))
+    cols[2].metric("Finished", len(step.finished))
+    cols[3].metric("Early stop", "yes" if step.early_stop else "no",
+                   help="No live beam can beat the finished set any more")
+    cols[4].metric("Search", "done" if step.done else "running")
+    events = ctx.events or (step,)
+    window = st.number_input("Steps shown in the tree", min_value=1, max_value=64, value=6, step=1,
+                             key=f"{ctx.prefix}.beam_window")
+    dot = beam.beam_dot(events, upto=len(events) - 1, window=int(window))
+    st.caption("Boxes: candidates of each step's pool (token, cumulative score, status in words); "
+               "green solid = kept, grey dashed = pruned, blue double octagon = finished; the output's path in bold.")
+    st.graphviz_chart(dot, key=f"{ctx.prefix}.beam_tree")
+    st.download_button("Download the tree (DOT)", dot, file_name=f"beam-step{step.index}.dot",
+                       mime="text/vnd.graphviz", key=f"{ctx.prefix}.beam_dot", on_click="ignore")
+    st.caption(f"Candidate pool of step {step.index} (top {len(step.pool)} of B×V, best first)")
+    views.table(beam.pool_table(step), f"{ctx.prefix}.pool", f"beam-step{step.index}-pool")
+    if step.finished:
+        st.caption("Finished hypotheses (best first)")
+        views.table(beam.finished_table(step), f"{ctx.prefix}.finished", f"beam-step{step.index}-finished")
+
+
+# ---------------------------------------------------------------- speculative
+
+def spec_panel(event, ctx: views.ViewContext) -> None:
+    """One round: the drafts with their numbers and verdicts, the residual or bonus token, γ and why,
+    the KV rollback, and the running acceptance metrics."""
+    cols = st.columns(6)
+    cols[0].metric("γ verified", event.gamma)
+    cols[1].metric("Accepted", f"{event.accepted}/{event.gamma}")
+    cols[2].metric("Final token", event.final_kind)
+    cols[3].metric("Tokens fed", event.fed_tokens, help="tokens in this round's single target forward")
+    cols[4].metric("KV rolled back (target)", event.kv_cropped_target)
+    cols[5].metric("KV rolled back (draft)", event.kv_cropped_draft)
+    st.text(f"γ = {event.gamma} — {event.gamma_policy} policy: {event.gamma_reason}")
+    st.text(f"Drafter: {event.drafter}" + _lookup_text(event))
+    if event.drafts:
+        views.plot(spec.draft_bars(event), f"{ctx.prefix}.drafts", f"round{event.index}-drafts")
+        views.table(spec.drafts_table(event), f"{ctx.prefix}.draft_table", f"round{event.index}-drafts")
+    else:
+        st.info("No drafts this round (the drafter had nothing to propose): one target token was sampled.")
+    _final_view(event, ctx)
+    _running_metrics(ctx.events or (event,), ctx)
+
+
+def _lookup_text(event) -> str:
+    if event.lookup is None:
+        return ""
+    m = event.lookup
+    return (f" · matched n-gram {list(m.ngram)} earlier at context position {m.match_position}, "
+            f"continuation from {m.continuation_start}")
+
+
+def _final_view(event, ctx: views.ViewContext) -> None:
+    if event.final_kind == "none" or event.final_id is None:
+        st.caption("The round ended at EOS or the token budget before a final token.")
+        return
+    piece = spec._piece_of(event, event.final_id)
+    c1, c2 = st.columns([1, 3])
+    with c1:
+        st.html(token_box_html(piece, event.final_id, "residual resample ↺" if event.final_kind == "residual"
+                               else "bonus +"))
+    c2.text(spec.final_tooltip(event).replace(" · ", "\n"))
+    if event.final_kind == "residual" and event.residual_top:
+        views.plot(spec.residual_bars(event), f"{ctx.prefix}.residual", f"round{event.index}-residual")
+        with st.expander("Residual top-N table"):
+            views.table(spec.residual_table(event), f"{ctx.prefix}.residual_table", f"round{event.index}-residual")
+    elif event.final_kind == "residual":
+        st.caption("Temperature 0: after the rejection the target's argmax is emitted.")
+    with st.expander("Target's top-N where the final token was chosen"):
+        views.table(spec.final_table(event), f"{ctx.prefix}.final_table", f"round{event.index}-final")
+
+
+def _running_metrics(events, ctx: views.ViewContext) -> None:
+    m = spec.spec_metrics(events)
+    st.caption(f"Running metrics over rounds 0–{m['rounds'] - 1}")
+    cols = st.columns(3)
+    cols[0].metric("τ (tokens per target forward)", f"{m['tau']:.2f}")
+    rate = m["acceptance_rate"]
+    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help="accepted / drafted")
+    cols[2].metric("Rounds", m["rounds"])
+    if m["per_position"]:
+        views.plot(spec.per_position_bars(m["per_position"]), f"{ctx.prefix}.per_position", "per-position-acceptance")
+
+
+# ---------------------------------------------------------------- registration
+
+views.register_panel("beam", beam_panel)
+chips.register_sequence_chips("beam", beam.beam_chips)
+tables.register_rows("beam", beam.beam_row)
+tables.register_output("beam", beam.beam_output)
+
+views.register_panel("spec_round", spec_panel)
+chips.register_chips("spec_round", spec.spec_chips)
+tables.register_rows("spec_round", spec.spec_row)

@@ -1,0 +1,101 @@
+"""What-if for speculative decoding, from a recorded trace alone (no model): expected accepted length
+and tokens per target forward for other γ, from the recorded per-position acceptance probabilities.
+
+For one round with acceptance probabilities a_1..a_γ (position i accepted given all before it were),
+assuming the positions' outcomes independent given those recorded values:
+    E[accepted drafts] = Σ_{k=1}^{γ} Π_{i≤k} a_i,   tokens per verification = 1 + E[accepted].
+a_i is what the engine recorded as accept_prob: Σ_x min(p_target(x), q_draft(x)) for a draft model,
+p_target(draft token) for a point-mass drafter (prompt lookup); at temperature 0 the verifier accepts
+exactly when the draft token is the target's argmax, so a_i is 1 or 0.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+
+def expected_accepted(accept_probs: Sequence[float], gamma: int) -> float:
+    """Σ_{k=1}^{γ} Π_{i≤k} a_i over the first γ positions (fewer when fewer were recorded)."""
+    total, survive = 0.0, 1.0
+    for a in accept_probs[:gamma]:
+        survive *= a
+        total += survive
+    return total
+
+
+def tokens_per_verification(accept_probs: Sequence[float], gamma: int) -> float:
+    return 1.0 + expected_accepted(accept_probs, gamma)
+
+
+def greedy_verified(event) -> bool:
+    """Temperature 0: the verifier compared with the argmax (no uniform draws were made)."""
+    return all(d.u is None for d in event.drafts[: event.gamma])
+
+
+def round_accept_probs(event) -> list[float]:
+    """Per-position acceptance probabilities of one recorded round, for every drafted position (also
+    those beyond the verified γ and after the first rejection, which the target scored all the same)."""
+    if greedy_verified(event):
+        return [1.0 if d.target_top and d.token_id == d.target_top[0].token_id else 0.0 for d in event.drafts]
+    return [float(d.accept_prob) for d in event.drafts]
+
+
+def spec_rounds(events: Sequence) -> list:
+    return [e for e in events if getattr(e, "kind", "") == "spec_round"]
+
+
+def sweep(events: Sequence, gammas: Sequence[int]) -> pd.DataFrame:
+    """Per γ, averaged over the recorded rounds: expected accepted drafts, tokens per target forward
+    and acceptance rate. A round that recorded fewer than γ drafts counts only those (the drafter had
+    no more to offer, or the budget stopped it); `short_rounds` says how many did."""
+    rounds = [round_accept_probs(e) for e in spec_rounds(events)]
+    rows = []
+    for gamma in gammas:
+        accepted = [expected_accepted(a, gamma) for a in rounds]
+        drafted = sum(min(gamma, len(a)) for a in rounds)
+        rows.append({"gamma": gamma, "expected_accepted": sum(accepted) / len(rounds) if rounds else 0.0,
+                     "expected_tokens_per_forward": 1.0 + (sum(accepted) / len(rounds) if rounds else 0.0),
+                     "expected_acceptance_rate": sum(accepted) / drafted if drafted else None,
+                     "short_rounds": sum(len(a) < gamma for a in rounds), "rounds": len(rounds)})
+    return pd.DataFrame(rows, columns=["gamma", "expected_accepted", "expected_tokens_per_forward",
+                                       "expected_acceptance_rate", "short_rounds", "rounds"])
+
+
+def measured(events: Sequence) -> dict:
+    """What the trace measured: tokens per verification forward (accepted + 1 per round, forced tokens
+    excluded, cut at EOS/budget), acceptance rate, and the γ of its rounds."""
+    rounds = spec_rounds(events)
+    if not rounds:
+        return {"rounds": 0, "tokens_per_forward": None, "acceptance_rate": None, "gammas": ()}
+    emitted = sum(len(r.emitted) - len(r.forced_ids) for r in rounds)
+    drafted = sum(r.gamma for r in rounds)
+    return {"rounds": len(rounds), "tokens_per_forward": emitted / len(rounds),
+            "mean_accepted": sum(r.accepted for r in rounds) / len(rounds),
+            "acceptance_rate": sum(r.accepted for r in rounds) / drafted if drafted else None,
+            "gammas": tuple(sorted({r.gamma for r in rounds})), "gamma": max(r.gamma for r in rounds)}
+
+
+def max_recorded(events: Sequence) -> int:
+    return max((len(e.drafts) for e in spec_rounds(events)), default=0)
+
+
+def sweep_figure(table: pd.DataFrame, measured_values: dict):
+    """Expected tokens per target forward against γ, with the trace's measured value at its own γ."""
+    import plotly.graph_objects as go
+
+    from ui import palette
+
+    fig = go.Figure()
+    fig.add_scatter(name="expected (recorded acceptance probabilities)", x=list(table["gamma"]),
+                    y=list(table["expected_tokens_per_forward"]), mode="lines+markers",
+                    line=dict(color=palette.BLUE), marker=dict(symbol="circle"))
+    if measured_values.get("tokens_per_forward") is not None:
+        gamma = measured_values["gamma"]
+        fig.add_scatter(name=f"measured in the trace (γ up to {gamma})", x=[gamma],
+                        y=[measured_values["tokens_per_forward"]], mode="markers",
+                        marker=dict(symbol="star", size=16, color=palette.VERMILLION))
+    fig.update_layout(title="Tokens per target forward vs γ", xaxis=dict(title="γ", dtick=1),
+                      yaxis_title="tokens per verification", legend=dict(orientation="h", y=-0.25),
+                      margin=dict(t=50, b=10, l=10, r=10), height=380)
+    return fig
