@@ -26,7 +26,7 @@ def beam_panel(step, ctx: views.ViewContext) -> None:
     dot = beam.beam_dot(events, upto=len(events) - 1, window=int(window))
     st.caption("Boxes: candidates of each step's pool (token, cumulative score, status in words); "
                "green solid = kept, grey dashed = pruned, blue double octagon = finished; the output's path in bold.")
-    st.graphviz_chart(dot, key=f"{ctx.prefix}.beam_tree")
+    st.graphviz_chart(dot)
     st.download_button("Download the tree (DOT)", dot, file_name=f"beam-step{step.index}.dot",
                        mime="text/vnd.graphviz", key=f"{ctx.prefix}.beam_dot", on_click="ignore")
     st.caption(f"Candidate pool of step {step.index} (top {len(step.pool)} of B×V, best first)")

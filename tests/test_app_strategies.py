@@ -1,0 +1,151 @@
+"""AppTest of the beam and speculative views and the What-if page, on the tiny random llama with the
+real tokenizer (fixtures and helpers shared with test_app)."""
+from __future__ import annotations
+
+import json
+import re
+
+from test_app import _trace_json, new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+
+REPEAT = "one two three one two three one two three one two"
+
+
+def html_of(at) -> str:
+    return "".join(h.value for h in at.html)
+
+
+def test_beam_step_run_to_end_tree_and_pool(tiny_dir):
+    at = new_app({"strategy": "beam", "num_beams": "3", "max_new": "5"})
+    ok(at)
+    at.button(key="pg.step").click().run()
+    ok(at)
+    run = run_state(at)
+    assert len(run.events) == 1 and run.events[0].kind == "beam"
+    tree = at.get("graphviz_chart")
+    assert tree and "digraph beam" in tree[0].proto.spec and "prompt" in tree[0].proto.spec
+    pool = at.dataframe[0].value
+    assert list(pool["status"]).count("kept") == 3
+    assert 'data-step="0"' in html_of(at)
+    at.button(key="pg.run_end").click().run()
+    ok(at)
+    run = run_state(at)
+    assert run.done and run.events[-1].done
+    chips = re.findall(r'<span class="ds-chip ds-origin-target[^"]*"[^>]*data-step="(\d+)"', html_of(at))
+    assert len(chips) == len(run.output_ids) and run.trace().output_ids == tuple(run.output_ids)
+    at.button_group(key="pg.view").set_value("All steps").run()
+    ok(at)
+    assert list(at.dataframe[0].value["step"]) == list(range(len(run.events)))
+
+
+def test_speculative_lookup_step_and_run_to_end_equals_greedy(tiny_dir):
+    from decoding.config import GreedyConfig
+    from decoding.runner import run as run_engine
+
+    at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": REPEAT, "chat": "0"})
+    ok(at)
+    assert "w.param.speculative.draft" in [t.key for t in at.sidebar.text_input]
+    at.button(key="pg.step").click().run()
+    ok(at)
+    live = run_state(at)
+    event = live.events[0]
+    assert event.kind == "spec_round" and event.drafter == "lookup"
+    assert any("γ =" in t.value for t in at.text)
+    at.button(key="pg.run_end").click().run()
+    ok(at)
+    live = run_state(at)
+    greedy = run_engine(live.lm, live.prompt_ids, GreedyConfig(max_new_tokens=12))
+    assert live.output_ids == list(greedy.output_ids)                 # temperature 0: exactly greedy
+    html = html_of(at)
+    accepted = sum(e.accepted for e in live.events)
+    count = lambda origin: len(re.findall(rf'ds-chip ds-origin-{origin}[^>]*data-step=', html))  # noqa: E731
+    assert count("accepted") == accepted
+    assert count("rejected") == sum(
+        1 for e in live.events if any(d.verdict == "rejected" for d in e.drafts))
+    assert any(m.label.startswith("τ") for m in at.metric)
+
+
+def test_speculative_with_a_draft_model(tiny_dir):
+    at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "6", "temperature": "0.9", "seed": "2"})
+    at.sidebar.text_input(key="w.param.speculative.draft").set_value(str(tiny_dir)).run()
+    ok(at)
+    assert not at.error
+    at.button(key="pg.run_end").click().run()
+    ok(at)
+    live = run_state(at)
+    assert live.done and live.events[0].drafter != "lookup"
+    assert all(d.q_draft is not None for e in live.events for d in e.drafts)
+    assert all(e.drafts for e in live.events[:-1])
+    html = html_of(at)
+    assert "q_draft 0." in html or "q_draft 1." in html      # tooltips carry the numbers
+
+
+def test_speculative_unloadable_draft_is_an_error(tiny_dir, tmp_path):
+    at = new_app({"strategy": "speculative"})
+    at.sidebar.text_input(key="w.param.speculative.draft").set_value(str(tmp_path / "no-draft")).run()
+    ok(at)
+    assert any(e.value.startswith("draft=") for e in at.error)
+
+
+def test_whatif_page_from_the_playground_run(tiny_dir):
+    at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": REPEAT, "chat": "0",
+                  "gamma_max": "6"})
+    at.button(key="pg.run_end").click().run()
+    at.switch_page("app_pages/whatif.py").run()
+    ok(at)
+    table = at.dataframe[0].value
+    assert list(table["gamma"])[:6] == [1, 2, 3, 4, 5, 6]
+    row = table[table["gamma"] == 3].iloc[0]
+    rounds = run_state(at).events
+    assert abs(row["expected_accepted"] - sum(e.accepted for e in rounds) / len(rounds)) < 1e-9   # T=0: exact
+    assert any("independent" in m.value for m in at.markdown)
+
+
+def test_whatif_page_upload_refuses_other_strategies_and_bad_files(tiny_dir):
+    at = new_app()
+    text = _trace_json(at)                                   # a greedy trace
+    at.switch_page("app_pages/whatif.py").run()
+    at.button_group(key="wi.source").set_value("Upload a trace").run()
+    at.file_uploader(key="wi.upload").set_value(("g.json", text.encode(), "application/json")).run()
+    ok(at)
+    assert any("needs speculative rounds" in w.value for w in at.warning)
+    at.file_uploader(key="wi.upload").set_value(("bad.json", b"{nope", "application/json")).run()
+    ok(at)
+    assert any("not a readable trace" in e.value for e in at.error)
+
+
+def test_whatif_page_upload_of_a_speculative_trace(tiny_dir):
+    at = new_app({"strategy": "speculative", "gamma": "2", "max_new": "8", "prompt": REPEAT, "chat": "0"})
+    text = _trace_json(at)
+    fresh = new_app()
+    fresh.switch_page("app_pages/whatif.py").run()
+    fresh.button_group(key="wi.source").set_value("Upload a trace").run()
+    fresh.file_uploader(key="wi.upload").set_value(("s.json", text.encode(), "application/json")).run()
+    ok(fresh)
+    assert not fresh.error and list(fresh.dataframe[0].value["gamma"])[:2] == [1, 2]
+
+
+def test_replay_escapes_hostile_pieces_in_spec_and_beam_traces(tiny_dir):
+    spec_at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "8", "prompt": REPEAT, "chat": "0",
+                       "temperature": "1.0"})
+    data = json.loads(_trace_json(spec_at))
+    for step in data["steps"]:
+        for draft in step["drafts"]:
+            draft["piece"] = "<script>alert(1)</script>"
+        step["gamma_reason"] = "[a link](https://example.com) <b>x</b>"
+    spec_at.switch_page("app_pages/traces.py").run()
+    spec_at.file_uploader(key="tr.upload").set_value(("evil.json", json.dumps(data).encode(), "application/json")).run()
+    ok(spec_at)
+    html = html_of(spec_at)
+    assert "<script>" not in html and "<b>" not in html
+    assert any("[a link](https://example.com)" in t.value for t in spec_at.text)   # shown as text
+
+    beam_at = new_app({"strategy": "beam", "num_beams": "2", "max_new": "3"})
+    data = json.loads(_trace_json(beam_at))
+    data["steps"][0]["pool"][0]["piece"] = '"];\nevil [label="x'
+    beam_at.switch_page("app_pages/traces.py").run()
+    beam_at.file_uploader(key="tr.upload").set_value(("evil.json", json.dumps(data).encode(), "application/json")).run()
+    beam_at.slider(key="ds.replay_cursor").set_value(0).run()
+    ok(beam_at)
+    dot = beam_at.get("graphviz_chart")[0].proto.spec
+    assert not re.search(r"^\s*evil", dot, flags=re.M)     # no new statement: the quote is escaped
+    assert '\\"];↵evil [label=\\"x' in dot
