@@ -273,6 +273,7 @@ def test_compare_three_lanes_and_a_bad_parameter(tiny_dir):
     assert any(e.value.startswith("top_p=1.5 is invalid") for e in at.error)
     assert at.button(key="cmp.run").disabled
     at.number_input(key="cmp1.param.sample.top_p").set_value(0.9).run()
+    at.selectbox(key="cmp2.strategy").set_value("greedy").run()     # the default cycles through all strategies
     at.button(key="cmp.run").click().run()
     ok(at)
     traces = at.session_state["ds.compare"]

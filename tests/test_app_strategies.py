@@ -58,7 +58,7 @@ def test_speculative_lookup_step_and_run_to_end_equals_greedy(tiny_dir):
     html = html_of(at)
     accepted = sum(e.accepted for e in live.events)
     count = lambda origin: len(re.findall(rf'ds-chip ds-origin-{origin}[^>]*data-step=', html))  # noqa: E731
-    assert count("accepted") == accepted
+    assert count("accepted") == accepted >= 1                        # the tiny model repeats: lookup hits
     assert count("rejected") == sum(
         1 for e in live.events if any(d.verdict == "rejected" for d in e.drafts))
     assert any(m.label.startswith("τ") for m in at.metric)
@@ -149,3 +149,18 @@ def test_replay_escapes_hostile_pieces_in_spec_and_beam_traces(tiny_dir):
     dot = beam_at.get("graphviz_chart")[0].proto.spec
     assert not re.search(r"^\s*evil", dot, flags=re.M)     # no new statement: the quote is escaped
     assert '\\"];↵evil [label=\\"x' in dot
+
+
+def test_compare_with_beam_and_speculative_lanes(tiny_dir):
+    at = new_app({"max_new": "6"})
+    at.switch_page("app_pages/compare.py").run()
+    at.number_input(key="cmp.lanes").set_value(4).run()
+    ok(at)
+    assert [s.value for s in at.selectbox if s.key.startswith("cmp")] == ["greedy", "sample", "beam", "speculative"]
+    at.button(key="cmp.run").click().run()
+    ok(at)
+    traces = at.session_state["ds.compare"]
+    assert traces["4: speculative"].output_ids == traces["1: greedy"].output_ids    # lookup at T=0 is greedy
+    streams = [h.value for h in at.html if 'class="ds-chips"' in h.value and "data-step" in h.value]
+    beam_chips = re.findall(r"data-step=", streams[2])
+    assert len(beam_chips) == len(traces["3: beam"].output_ids)

@@ -257,3 +257,36 @@ def test_stop_interrupts_a_long_run(server, page):
     click(page, "Step")                                       # the run continues where it stopped
     page.locator(chip(recorded)).wait_for(timeout=30_000)
     shot(page, "playground-stopped")
+
+
+def test_speculative_lookup_round_and_whatif(server, page):
+    """Speculative decoding with prompt lookup (temperature 0; the tiny model repeats itself, so lookup
+    drafts get accepted and rejected): the chips, the round's draft bars, then the What-if page."""
+    prompt = "one two three one two three one two three one two"
+    query = (f"?strategy=speculative&gamma=3&max_new=24&chat=0&prompt="
+             + urllib.request.quote(prompt))
+    open_app(page, server, query)
+    click(page, "Run to end")
+    page.get_by_text(re.compile(r"step\(s\) recorded \(finished\)")).wait_for(timeout=90_000)
+    settle(page)
+    accepted = page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]")
+    rejected = page.locator(".ds-chips span.ds-chip.ds-origin-rejected[data-step]")
+    assert accepted.count() >= 1 and rejected.count() >= 1
+    assert "p_target" in (accepted.first.get_attribute("title") or "")
+    assert "text-decoration" not in (rejected.first.get_attribute("style") or "")   # struck by class, not style
+    page.get_by_text("draft(s) verified", exact=False).first.wait_for(timeout=30_000)
+    shot(page, "playground-speculative")
+    page.get_by_role("link", name="What-if").click()
+    page.get_by_text("Tokens per target forward vs γ").first.wait_for(timeout=30_000)
+    assert not page.locator('[data-testid="stException"]').count()
+    shot(page, "whatif")
+
+
+def test_beam_tree(server, page):
+    open_app(page, server, "?strategy=beam&num_beams=3&max_new=6")
+    click(page, "Run to end")
+    page.get_by_text(re.compile(r"step\(s\) recorded \(finished\)")).wait_for(timeout=90_000)
+    page.locator('[data-testid="stGraphVizChart"] svg').first.wait_for(timeout=30_000)
+    assert page.locator('[data-testid="stGraphVizChart"] svg g.node').count() >= 6
+    assert not page.locator('[data-testid="stException"]').count()
+    shot(page, "playground-beam")

@@ -21,8 +21,10 @@ VERDICT_STYLE = {   # verdict -> (colour, bar pattern, text twin)
 }
 
 
-def _num(x: float | None, fmt: str = ".4f") -> str:
-    return "—" if x is None else format(x, fmt)
+def _num(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.4f}" if x == 0 or abs(x) >= 1e-3 else f"{x:.2e}"
 
 
 def _piece_of(event, token_id: int) -> str:
@@ -142,13 +144,22 @@ def draft_bars(event) -> go.Figure:
                 marker=dict(color=[s[0] for s in styles], pattern=dict(shape=[s[1] for s in styles])),
                 text=[s[2] for s in styles], textposition="outside", cliponaxis=False,
                 hovertemplate="%{x}<br>p_target %{y:.4f}<extra></extra>")
-    fig.add_scatter(name="ratio min(1, p/q)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
-                    mode="markers", marker=dict(symbol="diamond", size=11, color=palette.BLACK))
     if any(d.u is not None for d in event.drafts):
+        fig.add_scatter(name="ratio min(1, p/q)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
+                        mode="markers", marker=dict(symbol="diamond", size=11, color=palette.BLACK))
         fig.add_scatter(name="u (accept if u < ratio)", x=labels, y=[d.u for d in event.drafts], mode="markers",
                         marker=dict(symbol="x", size=11, color=palette.ORANGE))
+        rule = "accept while u < p_target/q_draft"
+    else:   # temperature 0: the verifier compares with the target's argmax
+        fig.add_bar(name="p_target of the target's argmax", x=labels,
+                    y=[d.target_top[0].prob if d.target_top else None for d in event.drafts],
+                    marker=dict(color="white", line=dict(color=palette.BLUE, width=1.5)))
+        rule = "temperature 0: accept while the draft is the target's argmax"
+    peak = max([d.p_target for d in event.drafts] + [d.q_draft or 0 for d in event.drafts] + [0.0])
     fig.update_layout(barmode="group", title=f"Round {event.index}: {event.gamma} draft(s) verified, "
-                      f"{event.accepted} accepted", yaxis=dict(title="probability", range=[0, 1.15]),
+                      f"{event.accepted} accepted ({rule})",
+                      yaxis=dict(title="probability", range=[0, 1.15] if peak > 0.2 or any(
+                          d.u is not None for d in event.drafts) else None),
                       legend=dict(orientation="h", y=-0.3), margin=dict(t=50, b=10, l=10, r=10), height=400)
     return fig
 
