@@ -244,7 +244,8 @@ class Speculator:
             final_top=self._top(processed[final_row], p_target[final_row]),
             residual_top=self._residual_top(verdicts.residual), emitted=tuple(forced_now) + tuple(new),
             forced_ids=tuple(forced_now), fed_tokens=self.last_fed, kv_cropped_target=cropped[0], kv_cropped_draft=cropped[1],
-            lookup=proposal.lookup, timings_ms=timer.done())
+            lookup=proposal.lookup, timings_ms=timer.done(),
+            final_piece=self.lm.piece(verdicts.final_id) if kind != "none" else "")
 
     def _position(self, k, proposal, n_verify, processed, p_target, verdicts) -> DraftPosition:
         token = proposal.tokens[k]

@@ -244,6 +244,7 @@ class SpecRound:
     lookup: LookupMatch | None = None
     target_forwards: int = 1
     timings_ms: dict[str, float] = field(default_factory=dict)
+    final_piece: str = ""           # the final token's text (for views; "" in older traces)
 
     def emitted_ids(self) -> list[int]:
         return list(self.emitted)

@@ -290,3 +290,23 @@ def test_beam_tree(server, page):
     assert page.locator('[data-testid="stGraphVizChart"] svg g.node').count() >= 6
     assert not page.locator('[data-testid="stException"]').count()
     shot(page, "playground-beam")
+
+
+def test_speculative_residual_and_draft_model(server, page):
+    """Temperature 1: a lookup draft rejected and the residual resampled; then a draft model (the same
+    tiny model, named in the draft field) with q_draft bars."""
+    prompt = urllib.request.quote("one two three one two three one two three one two")
+    open_app(page, server, f"?strategy=speculative&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0&prompt={prompt}")
+    click(page, "Step")
+    page.locator(".ds-chips span.ds-chip.ds-origin-residual[data-step]").first.wait_for(timeout=30_000)
+    page.get_by_text("Residual norm(max(0, p_target − q_draft))", exact=False).first.wait_for(timeout=30_000)
+    shot(page, "playground-speculative-residual")
+    model = page.get_by_role("textbox", name="Model").input_value()
+    open_app(page, server, f"?strategy=speculative&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0&prompt={prompt}"
+                           f"&draft={urllib.request.quote(model)}")
+    click(page, "Step")
+    page.locator(".ds-chips span.ds-chip[data-step]").first.wait_for(timeout=60_000)
+    title = page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]").first.get_attribute("title")
+    assert "q_draft 0." in title or "q_draft 1." in title
+    assert not page.locator('[data-testid="stException"]').count()
+    shot(page, "playground-speculative-draft-model")

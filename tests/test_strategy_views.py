@@ -119,6 +119,9 @@ def test_spec_tables_and_figures_from_a_run(tiny_lm):
     spec.residual_bars(event)
     m = spec.spec_metrics(trace.steps)
     assert m["tau"] == pytest.approx(trace.stats.mean_accepted_length)
+    for r in trace.steps:                      # the final token's piece is recorded, so its chip reads as text
+        final = [c for c in spec.spec_chips(r) if c.origin in ("residual", "bonus")]
+        assert [c.piece for c in final] == ([tiny_lm.piece(r.final_id)] if r.final_kind != "none" else [])
 
 
 # ------------------------------------------------------------------ beam

@@ -28,6 +28,8 @@ def _num(x: float | None) -> str:
 
 
 def _piece_of(event, token_id: int) -> str:
+    if token_id == event.final_id and event.final_piece:
+        return event.final_piece
     for cand in tuple(event.final_top) + tuple(event.residual_top):
         if cand.token_id == token_id:
             return cand.piece
@@ -145,10 +147,12 @@ def draft_bars(event) -> go.Figure:
                 text=[s[2] for s in styles], textposition="outside", cliponaxis=False,
                 hovertemplate="%{x}<br>p_target %{y:.4f}<extra></extra>")
     if any(d.u is not None for d in event.drafts):
-        fig.add_scatter(name="ratio min(1, p/q)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
-                        mode="markers", marker=dict(symbol="diamond", size=11, color=palette.BLACK))
-        fig.add_scatter(name="u (accept if u < ratio)", x=labels, y=[d.u for d in event.drafts], mode="markers",
-                        marker=dict(symbol="x", size=11, color=palette.ORANGE))
+        fig.add_scatter(name="ratio min(1, p/q) (right axis)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
+                        mode="markers", yaxis="y2", marker=dict(symbol="diamond", size=11, color=palette.BLACK))
+        fig.add_scatter(name="u: accept if u < ratio (right axis)", x=labels, y=[d.u for d in event.drafts],
+                        mode="markers", yaxis="y2", marker=dict(symbol="x", size=11, color=palette.ORANGE))
+        fig.update_layout(yaxis2=dict(title="ratio, u", overlaying="y", side="right", range=[0, 1.05],
+                                      showgrid=False))
         rule = "accept while u < p_target/q_draft"
     else:   # temperature 0: the verifier compares with the target's argmax
         fig.add_bar(name="p_target of the target's argmax", x=labels,
@@ -158,8 +162,7 @@ def draft_bars(event) -> go.Figure:
     peak = max([d.p_target for d in event.drafts] + [d.q_draft or 0 for d in event.drafts] + [0.0])
     fig.update_layout(barmode="group", title=f"Round {event.index}: {event.gamma} draft(s) verified, "
                       f"{event.accepted} accepted ({rule})",
-                      yaxis=dict(title="probability", range=[0, 1.15] if peak > 0.2 or any(
-                          d.u is not None for d in event.drafts) else None),
+                      yaxis=dict(title="probability", range=[0, 1.15] if peak > 0.2 else None),
                       legend=dict(orientation="h", y=-0.3), margin=dict(t=50, b=10, l=10, r=10), height=400)
     return fig
 

@@ -48,7 +48,7 @@ def spec_panel(event, ctx: views.ViewContext) -> None:
     cols[3].metric("Tokens fed", event.fed_tokens, help="tokens in this round's single target forward")
     cols[4].metric("KV rolled back (target)", event.kv_cropped_target)
     cols[5].metric("KV rolled back (draft)", event.kv_cropped_draft)
-    st.text(f"γ = {event.gamma} — {event.gamma_policy} policy: {event.gamma_reason}")
+    st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
     st.text(f"Drafter: {event.drafter}" + _lookup_text(event))
     if event.drafts:
         views.plot(spec.draft_bars(event), f"{ctx.prefix}.drafts", f"round{event.index}-drafts")
