@@ -151,7 +151,7 @@ def draft_bars(event) -> go.Figure:
                         mode="markers", yaxis="y2", marker=dict(symbol="diamond", size=11, color=palette.BLACK))
         fig.add_scatter(name="u: accept if u < ratio (right axis)", x=labels, y=[d.u for d in event.drafts],
                         mode="markers", yaxis="y2", marker=dict(symbol="x", size=11, color=palette.ORANGE))
-        fig.update_layout(yaxis2=dict(title="ratio, u", overlaying="y", side="right", range=[0, 1.05],
+        fig.update_layout(yaxis2=dict(title="ratio, u", overlaying="y", side="right", range=[0, 1.05], dtick=0.25,
                                       showgrid=False))
         rule = "accept while u < p_target/q_draft"
     else:   # temperature 0: the verifier compares with the target's argmax
