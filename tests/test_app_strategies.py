@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 from test_app import _trace_json, new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 REPEAT = "one two three one two three one two three one two"
@@ -164,3 +166,19 @@ def test_compare_with_beam_and_speculative_lanes(tiny_dir):
     streams = [h.value for h in at.html if 'class="ds-chips"' in h.value and "data-step" in h.value]
     beam_chips = re.findall(r"data-step=", streams[2])
     assert len(beam_chips) == len(traces["3: beam"].output_ids)
+
+
+@pytest.mark.real
+def test_speculative_lookup_on_the_embedded_model_is_greedy(tiny_dir, real_lm):
+    """Prompt lookup at temperature 0 through the app gives plain greedy's tokens on the real model."""
+    from decoding.config import GreedyConfig
+    from decoding.runner import run as run_engine
+
+    prompt = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."
+    at = new_app({"model": "default", "strategy": "speculative", "gamma": "4", "max_new": "24", "prompt": prompt})
+    at.button(key="pg.run_end").click().run()
+    ok(at)
+    live = run_state(at)
+    truth = run_engine(real_lm, real_lm.encode(prompt), GreedyConfig(max_new_tokens=24))
+    assert live.output_ids == list(truth.output_ids)
+    assert sum(e.accepted for e in live.events) >= 1 and len(live.events) < len(truth.output_ids)
