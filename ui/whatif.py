@@ -28,15 +28,16 @@ def tokens_per_verification(accept_probs: Sequence[float], gamma: int) -> float:
     return 1.0 + expected_accepted(accept_probs, gamma)
 
 
-def greedy_verified(event) -> bool:
-    """Temperature 0: the verifier compared with the argmax (no uniform draws were made)."""
-    return all(d.u is None for d in event.drafts[: event.gamma])
+def greedy_verified(events: Sequence) -> bool:
+    """Temperature 0: the verifier compared with the argmax, so no round drew a uniform u."""
+    return not any(d.u is not None for e in events for d in e.drafts)
 
 
-def round_accept_probs(event) -> list[float]:
+def round_accept_probs(event, greedy: bool | None = None) -> list[float]:
     """Per-position acceptance probabilities of one recorded round, for every drafted position (also
-    those beyond the verified γ and after the first rejection, which the target scored all the same)."""
-    if greedy_verified(event):
+    those beyond the verified γ and after the first rejection, which the target scored all the same).
+    `greedy` (temperature 0) is read from the round itself when not given."""
+    if greedy if greedy is not None else greedy_verified([event]):
         return [1.0 if d.target_top and d.token_id == d.target_top[0].token_id else 0.0 for d in event.drafts]
     return [float(d.accept_prob) for d in event.drafts]
 
@@ -49,7 +50,9 @@ def sweep(events: Sequence, gammas: Sequence[int]) -> pd.DataFrame:
     """Per γ, averaged over the recorded rounds: expected accepted drafts, tokens per target forward
     and acceptance rate. A round that recorded fewer than γ drafts counts only those (the drafter had
     no more to offer, or the budget stopped it); `short_rounds` says how many did."""
-    rounds = [round_accept_probs(e) for e in spec_rounds(events)]
+    recorded = spec_rounds(events)
+    greedy = greedy_verified(recorded)
+    rounds = [round_accept_probs(e, greedy) for e in recorded]
     rows = []
     for gamma in gammas:
         accepted = [expected_accepted(a, gamma) for a in rounds]
