@@ -93,6 +93,7 @@ class BeamConfig(BaseConfig):
 DSPARK_SELECT = ("chain", "tree")
 DSPARK_MAX_GAMMA = 16
 DSPARK_MAX_BUDGET = 256
+AUTO_COST = "auto"                     # profile the verify cost on this device once, then cache it
 DEFAULT_DRAFTER = "default"            # assets/dspark-smollm2-135m.safetensors for the embedded model
 
 
@@ -109,7 +110,7 @@ class DSparkConfig(SamplingParams):
     top_k_candidates: int = 2
     select: str = "chain"                 # chain | tree
     budget: int = 16                      # tree nodes verified (tree mode)
-    cost_table: str | None = None         # JSON file of verify ms per token count (adaptive γ)
+    cost_table: str | None = None         # JSON file of verify ms per token count, or "auto" (adaptive γ)
     lossy_threshold: float | None = None
     drafter: str = DEFAULT_DRAFTER
     temperature: float = 0.0
@@ -124,7 +125,7 @@ class DSparkConfig(SamplingParams):
         check(_is_int(self.budget) and 1 <= self.budget <= DSPARK_MAX_BUDGET, "budget", self.budget,
               f"must be an integer in [1, {DSPARK_MAX_BUDGET}]")
         check(self.cost_table is None or (isinstance(self.cost_table, str) and self.cost_table.strip() != ""),
-              "cost_table", self.cost_table, "must be a JSON file path (or None: fixed size)")
+              "cost_table", self.cost_table, "must be a JSON file path, 'auto' (profile once) or None (fixed size)")
         check(self.lossy_threshold is None or (_is_num(self.lossy_threshold) and 0 < self.lossy_threshold <= 1),
               "lossy_threshold", self.lossy_threshold, "must be a number in (0, 1] (or None: exact)")
         check(self.lossy_threshold is None or self.temperature > 0, "lossy_threshold", self.lossy_threshold,

@@ -7,15 +7,17 @@ accepted path only. The hidden state for the next round comes from that same for
 Round r's tree: node 0 is the last emitted token (not yet in the cache), nodes 1.. the drafts."""
 from __future__ import annotations
 
+import dataclasses
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 
-from decoding.config import DEFAULT_DRAFTER, DSparkConfig
-from decoding.cost import CostTable
+from decoding.config import AUTO_COST, DEFAULT_DRAFTER, DSparkConfig
+from decoding.cost import CostTable, profile_verify_cost
 from decoding.errors import check
-from decoding.models import LM, Timer
+from decoding.models import LM, Timer, cache_root
 from decoding.parallel import LatticeDraft, ParallelDrafter, build_lattice, load_drafter, tap_head_input
 from decoding.processors import build_pipeline
 from decoding.select import ChainPlan, best_chain, best_tree, choose_chain, choose_tree, flat_tree
@@ -43,11 +45,26 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: ParallelDrafter | Non
     return drafter
 
 
-def load_cost(config: DSparkConfig) -> CostTable | None:
+def auto_cost_path(lm: LM) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{lm.name}-{lm.device}-{str(lm.dtype).replace('torch.', '')}")
+    return cache_root() / "cost" / f"{safe}.json"
+
+
+def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
+    """None (fixed size), the table in config.cost_table, or for "auto" the table profiled on this
+    device on first use and cached (profiled again when it covers too few tokens)."""
     if config.cost_table is None:
         return None
-    cost = CostTable.load(config.cost_table)
     need = (config.gamma if config.select == "chain" else config.budget) + 1
+    if config.cost_table == AUTO_COST:
+        path = auto_cost_path(lm)
+        cost = CostTable.load(path) if path.is_file() else None
+        if cost is None or cost.max_tokens < need:
+            cost = profile_verify_cost(lm, max(need, 17))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cost.save(path)
+        return dataclasses.replace(cost, source=str(path))
+    cost = CostTable.load(config.cost_table)
     check(cost.max_tokens >= need, "cost_table", config.cost_table,
           f"covers {cost.max_tokens} tokens; this run verifies up to {need}")
     return cost
@@ -195,7 +212,7 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
     """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
     the context end."""
     drafter = resolve_drafter(lm, config, drafter)
-    cost = load_cost(config)
+    cost = load_cost(lm, config)
     pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
                                                             config.top_p, config.min_p)
     cache = lm.new_cache()

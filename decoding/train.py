@@ -170,11 +170,14 @@ def _teacher_pass(lm, ids, mask, answers, lengths, soft_k: int):
     head = lm.model.get_output_embeddings()
     start = ids.shape[1] - 1
     rows = [hidden[b, start:start + n] for b, n in enumerate(lengths)]    # each (n, H)
-    h = torch.cat(rows).float()                                             # (n_all, H)
-    probs = torch.softmax(head(h).float(), -1)                              # (n_all, V)
-    top = torch.topk(probs, soft_k, -1)
+    h = torch.cat(rows)                                                     # (n_all, H)
+    ids_out, probs_out = [], []
+    for chunk in h.split(256):          # full-vocabulary rows only 256 at a time
+        top = torch.topk(torch.softmax(head(chunk).float(), -1), soft_k, -1)  # (256, k)
+        ids_out.append(top.indices.int().cpu())
+        probs_out.append(top.values.half().cpu())
     tokens = torch.cat([answers[b, :n] for b, n in enumerate(lengths)])
-    return tokens, h.half().cpu(), top.indices.int().cpu(), top.values.half().cpu()
+    return tokens, h.half().cpu(), torch.cat(ids_out), torch.cat(probs_out)
 
 
 def distill_key(lm, prompts: Sequence[Sequence[int]], answer_tokens: int, temperature: float, soft_k: int,

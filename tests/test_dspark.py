@@ -145,6 +145,20 @@ def test_cost_aware_chain_length(lm, drafter, tmp_path):
         assert tr.steps[1].size.verify_ms[0] == 10.0 and tr.steps[1].size.cost_source == str(path)
 
 
+def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    calls = []
+    real = dspark.profile_verify_cost
+    monkeypatch.setattr(dspark, "profile_verify_cost", lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    config = DSparkConfig(max_new_tokens=12, gamma=4, top_k_candidates=2, cost_table="auto")
+    first = run(lm, PROMPTS[0], config, drafter=drafter)
+    second = run(lm, PROMPTS[0], config, drafter=drafter)
+    assert len(calls) == 1 and dspark.auto_cost_path(lm).is_file()
+    assert first.output_ids == second.output_ids == greedy_ids(lm, PROMPTS[0], 12)
+    assert second.steps[1].size.cost_source == str(dspark.auto_cost_path(lm))
+    assert first.steps[1].size.verify_ms == second.steps[1].size.verify_ms
+
+
 def test_lattice_scores_depend_on_the_parent(lm, drafter):
     hidden = torch.randn(lm.model.config.hidden_size, generator=torch.Generator().manual_seed(0))
     lat = build_lattice(drafter, hidden, 5, 4, 3).lattice
