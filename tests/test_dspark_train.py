@@ -32,14 +32,13 @@ def prompts():
     return [[rng.randrange(64) for _ in range(rng.randint(1, 7))] for _ in range(16)]
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", autouse=True)
 def cache_dir(tmp_path_factory):
-    return tmp_path_factory.mktemp("cache")
-
-
-@pytest.fixture(autouse=True)
-def _cache_env(cache_dir, monkeypatch):
-    monkeypatch.setenv("DECODESCOPE_CACHE", str(cache_dir))
+    """Distillation data goes to a temporary cache (module scope: before the module fixtures)."""
+    path = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DECODESCOPE_CACHE", str(path))
+        yield path
 
 
 def test_distill_data_equals_greedy_and_hidden_states(lm, prompts, cache_dir):
@@ -103,3 +102,12 @@ def test_trained_drafter_equals_greedy(lm, prompts, trained, select, gamma, k, b
         assert tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
         accepted += sum(len(e.accepted_path) for e in tr.steps)
     assert accepted > 0
+
+
+def test_train_command_line_errors(capsys):
+    from decoding.__main__ import main
+
+    assert main(["train"]) == 2
+    assert main(["train", "parallel", "--steps", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "error: steps=0 is invalid: must be an integer >= 1"
