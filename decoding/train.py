@@ -318,7 +318,7 @@ def evaluate(drafter: ParallelDrafter, data: DistillData, gamma: int, slice_of: 
     """Teacher-forced top-1 hits and raw confidence logits on held-out anchors."""
     rows = anchors(data)[:max_rows]
     hits, conf, valid = [], [], []
-    for chunk in rows.split(1024):
+    for chunk in rows.split(256):
         batch = make_batch(data, chunk, gamma, slice_of)
         out = drafter(batch.hidden, batch.root)
         logits = drafter.teacher_logits(out, batch.parents)

@@ -3,6 +3,7 @@ tree, several γ/K/budget, random drafters; negative control: a wrong acceptance
 trace's JSON round trip, the stats worked example, cost-aware sizing, and one-line errors."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -101,6 +102,15 @@ def test_trace_json_round_trip(lm, drafter):
         assert isinstance(rnd, DSparkRound) and rnd.lattice and rnd.nodes
         assert set(rnd.timings_ms) >= {"drafter", "dp", "verification", "acceptance", "cache"}
         assert (rnd.dp is not None) == (select == "chain")
+
+
+def test_seeded_runs_repeat_without_timings(lm, drafter):
+    config = DSparkConfig(max_new_tokens=20, gamma=5, top_k_candidates=3, select="tree", budget=8,
+                          temperature=1.0, top_k=20, seed=11)
+    first, second = (run(lm, PROMPTS[0], config, drafter=drafter) for _ in range(2))
+    assert trace.without_timings(first) == trace.without_timings(second)
+    other = run(lm, PROMPTS[0], dataclasses.replace(config, seed=12), drafter=drafter)
+    assert trace.without_timings(other) != trace.without_timings(first)
 
 
 def test_trace_records_the_dp_path(lm, drafter):
