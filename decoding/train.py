@@ -75,7 +75,7 @@ _STYLES = ("", " Keep it brief.", " Use a friendly tone.", " Answer as a numbere
 
 def distill_prompts(n: int, seed: int = 0) -> list[str]:
     """n varied prompts (templates x topics x styles, plus code/maths questions), shuffled by `seed`;
-    the first 1,086 are distinct template/topic pairs, styles vary them beyond that."""
+    the first BASE_PROMPTS (1,086) are distinct base prompts, styles vary them beyond that."""
     base = [tpl.format(t=topic) for tpl in _TEMPLATES for topic in _TOPICS] + list(_CODE)
     random.Random(seed).shuffle(base)
     pool = [text + style for style in _STYLES for text in base]
@@ -263,7 +263,7 @@ def make_batch(data: DistillData, rows: torch.Tensor, gamma: int, slice_of: torc
 # ------------------------------------------------------------------------------ loss
 @dataclass(frozen=True)
 class TrainSettings:
-    gamma_max: int = 8
+    gamma_max: int = 16
     rank: int = 64
     trunk: int = 512
     width: int = 256
@@ -409,9 +409,14 @@ class TrainReport:
     size_bytes: int = 0
 
 
-def split_sequences(n_seqs: int, every: int) -> tuple[list[int], list[int]]:
-    held = [s for s in range(n_seqs) if s % every == every - 1]
-    return [s for s in range(n_seqs) if s % every != every - 1], held
+BASE_PROMPTS = len(_TEMPLATES) * len(_TOPICS) + len(_CODE)
+
+
+def split_sequences(n_seqs: int, every: int, period: int = BASE_PROMPTS) -> tuple[list[int], list[int]]:
+    """(train, held out): one base prompt in `every` is held out, with all its style variants
+    (distill_prompts repeats the base prompts with a new style every `period` prompts)."""
+    held = [s for s in range(n_seqs) if (s % period) % every == every - 1]
+    return [s for s in range(n_seqs) if (s % period) % every != every - 1], held
 
 
 def vocab_slice(data: DistillData, lm, vocab: str) -> list[int] | None:

@@ -111,3 +111,21 @@ def test_train_command_line_errors(capsys):
     assert main(["train", "parallel", "--steps", "0"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1] == "error: steps=0 is invalid: must be an integer >= 1"
+
+
+def test_heldout_prompts_share_no_base_prompt_with_training():
+    from decoding.train import _STYLES, distill_prompts, split_sequences
+
+    prompts = distill_prompts(2500)
+    assert len(set(prompts)) == 2500
+
+    def base(text):
+        for style in _STYLES[1:]:
+            text = text.removesuffix(style)
+        return text
+
+    train, held = split_sequences(len(prompts), 16)
+    assert held and not ({base(prompts[i]) for i in held} & {base(prompts[i]) for i in train})
+    naive = [i for i in range(len(prompts)) if i % 16 == 15]            # negative control
+    rest = [i for i in range(len(prompts)) if i % 16 != 15]
+    assert {base(prompts[i]) for i in naive} & {base(prompts[i]) for i in rest}
