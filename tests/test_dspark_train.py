@@ -129,3 +129,21 @@ def test_heldout_prompts_share_no_base_prompt_with_training():
     naive = [i for i in range(len(prompts)) if i % 16 == 15]            # negative control
     rest = [i for i in range(len(prompts)) if i % 16 != 15]
     assert {base(prompts[i]) for i in naive} & {base(prompts[i]) for i in rest}
+
+
+def test_batch_alignment():
+    """Row i feeds (hidden[i], tokens[i]); position k's label is tokens[i + k] in the same sequence,
+    its parent tokens[i + k − 1]; past the sequence end the label is −2, outside the slice −1."""
+    from decoding.train import DistillData, make_batch
+
+    tokens = torch.tensor([10, 11, 12, 13, 20, 21, 22])
+    data = DistillData(tokens, torch.arange(7.0)[:, None].repeat(1, 4).half(), tokens[:, None].int().repeat(1, 2),
+                       torch.ones(7, 2).half(), torch.tensor([0, 4, 7]))
+    slice_of = torch.full((64,), -1, dtype=torch.long)
+    keep = torch.tensor([10, 11, 12, 20, 21, 22])                         # 13 is outside the slice
+    slice_of[keep] = torch.arange(6)
+    batch = make_batch(data, torch.tensor([1, 4]), 3, slice_of)
+    assert batch.root.tolist() == [11, 20] and batch.hidden[:, 0].tolist() == [1.0, 4.0]
+    assert batch.labels.tolist() == [[2, -1, -2], [4, 5, -2]]
+    assert batch.parents[:, :2].tolist() == [[11, 12], [20, 21]]
+    assert batch.soft_ids[0, 0].tolist() == [2, 2] and batch.soft_ids[0, 2].tolist() == [-1, -1]
