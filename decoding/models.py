@@ -263,11 +263,14 @@ class LM:
         return DynamicCache(config=self.model.config)
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], cache, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Run `ids` after what `cache` holds; return logits (len(ids), V) in float32."""
+    def forward(self, ids: list[int], cache, position_ids: torch.Tensor | None = None,
+                logits_to_keep: int = 0) -> torch.Tensor:
+        """Run `ids` after what `cache` holds; return float32 logits (T, V) for the last
+        `logits_to_keep` positions (0 = all of them, T = len(ids))."""
         x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
         with self.lock:
-            out = self.model(input_ids=x, cache=cache, use_cache=True, position_ids=position_ids)
+            out = self.model(input_ids=x, cache=cache, use_cache=True, position_ids=position_ids,
+                             logits_to_keep=logits_to_keep)
         return out.logits[0].float()  # (T, V)
 
     def sync(self) -> None:

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding import dspark, greedy, sampling
-from decoding.config import BaseConfig, DSparkConfig, GreedyConfig, SampleConfig
+from decoding import beam, dspark, greedy, sampling
+from decoding.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig
 from decoding.errors import ConfigError, check
 from decoding.models import LM
 from decoding.trace import SCHEMA_VERSION, Stats, Trace
@@ -40,6 +40,7 @@ def register(strategy: Strategy) -> None:
 
 register(Strategy("greedy", GreedyConfig, greedy.decode, emitted_ids))
 register(Strategy("sample", SampleConfig, sampling.decode, emitted_ids))
+register(Strategy("beam", BeamConfig, beam.decode, beam.output_ids))
 register(Strategy("dspark", DSparkConfig, dspark.decode, emitted_ids, dspark.dspark_stats))
 
 

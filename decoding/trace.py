@@ -108,6 +108,77 @@ def register_event(cls: type) -> type:
 register_event(TokenStep)
 
 
+# ---------------------------------------------------------------- beam
+# Beam search (decoding/beam.py). Beam indices refer to the `beams` tuple of the previous step
+# (at step 0, to the single prompt row); scores are sums of token log-probabilities of new tokens.
+
+BEAM_STATUSES = ("kept", "pruned", "finished", "finished_dropped", "eos_not_top")
+
+
+@dataclass(frozen=True)
+class BeamCandidate:
+    """One entry of a step's candidate pool (the top max(2, 1 + #EOS)·B of the B×V scores), in rank order.
+    status: kept (continues as a live beam) | pruned (not among the B best unfinished) | finished (EOS or
+    the length limit, ranked in the top B, entered the finished set) | finished_dropped (the same, but
+    not better than the B finished hypotheses held) | eos_not_top (EOS ranked below B: discarded)."""
+
+    source_beam: int
+    token_id: int
+    piece: str
+    logprob: float                # log-softmax of the source beam's logits at this token
+    score: float                  # cumulative: source beam's score + logprob
+    normalized_score: float       # score / (new tokens incl. this one) ** length_penalty
+    status: str
+
+    def __post_init__(self):
+        if self.status not in BEAM_STATUSES:
+            raise TraceFormatError(f"status={self.status!r}: expected one of {', '.join(BEAM_STATUSES)}")
+
+
+@dataclass(frozen=True)
+class LiveBeam:
+    """A live beam after a step: its parent in the previous step's beams, its last token, all new tokens."""
+
+    parent: int
+    token_id: int
+    piece: str
+    token_ids: tuple[int, ...]    # new tokens so far (forced prefix excluded)
+    score: float
+
+
+@dataclass(frozen=True)
+class BeamHypothesis:
+    """A finished hypothesis: ended by EOS, or finalized at the length limit."""
+
+    token_ids: tuple[int, ...]    # new tokens, the final one (EOS or not) included
+    score: float                  # summed log-probability
+    normalized_score: float       # score / len(token_ids) ** length_penalty
+    step: int                     # index of the step that finished it
+    eos: bool
+
+
+@dataclass(frozen=True)
+class BeamStep:
+    """One beam-search step: one batched target forward over the live beams (the prompt at step 0)."""
+
+    kind: ClassVar[str] = "beam"
+    index: int
+    position: int                        # absolute position of this step's tokens
+    num_beams: int
+    pool: tuple[BeamCandidate, ...]      # ranked best first
+    beams: tuple[LiveBeam, ...]          # live beams after the step, best first (empty once all finish)
+    finished: tuple[BeamHypothesis, ...]  # the best (at most B) finished hypotheses so far, best first
+    early_stop: bool                     # no live beam can beat the finished set any more (stays on)
+    all_finished: bool                   # early_stopping=True and B hypotheses have finished
+    done: bool                           # the search ends after this step
+    forced_ids: tuple[int, ...] = ()     # prefix imposed after the prompt (part of the output)
+    target_forwards: int = 1
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+register_event(BeamStep)
+
+
 # ---------------------------------------------------------------- dspark (parallel drafting)
 
 @dataclass(frozen=True)
