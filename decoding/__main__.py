@@ -1,4 +1,4 @@
-"""Command line: python -m decoding {run,compare} ... (see README for the flag table).
+"""Command line: python -m decoding {run,compare,train} ... (see README for the flag table).
 
 Bad input prints one line naming the parameter and the bad value, and exits with status 2."""
 from __future__ import annotations
@@ -106,6 +106,11 @@ def cmd_compare(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:          # python -m decoding train parallel [flags] (decoding/train.py)
+        from decoding.train import main_cli
+
+        return main_cli(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return cmd_run(args) if args.command == "run" else cmd_compare(args)

@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding import beam, greedy, sampling
-from decoding.config import BaseConfig, BeamConfig, GreedyConfig, SampleConfig
+from decoding import beam, dspark, greedy, sampling
+from decoding.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig
 from decoding.errors import ConfigError, check
 from decoding.models import LM
 from decoding.trace import SCHEMA_VERSION, Stats, Trace
@@ -41,6 +41,7 @@ def register(strategy: Strategy) -> None:
 register(Strategy("greedy", GreedyConfig, greedy.decode, emitted_ids))
 register(Strategy("sample", SampleConfig, sampling.decode, emitted_ids))
 register(Strategy("beam", BeamConfig, beam.decode, beam.output_ids))
+register(Strategy("dspark", DSparkConfig, dspark.decode, emitted_ids, dspark.dspark_stats))
 
 
 def strategy_for(config: BaseConfig) -> Strategy:
@@ -53,8 +54,10 @@ def target_forwards(events: Sequence) -> int:
     return sum(getattr(e, "target_forwards", 1) for e in events)
 
 
-def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Sequence[int] = ()):
-    """The strategy's event generator, seeded from config.seed with an explicit CPU generator."""
+def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Sequence[int] = (),
+            **strategy_kwargs):
+    """The strategy's event generator, seeded from config.seed with an explicit CPU generator.
+    `strategy_kwargs` go to the strategy's decode (e.g. speculative's draft_lm= or drafter=)."""
     check(len(prompt_ids) > 0, "prompt", "", "must not be empty")
     check(len(prompt_ids) < lm.context_length, "prompt", f"<{len(prompt_ids)} tokens>",
           f"is longer than the model's context of {lm.context_length} tokens")
@@ -62,18 +65,18 @@ def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Se
     check(not bad, "forced_ids", bad[:3], f"token ids must be in [0, {lm.vocab_size})")
     generator = torch.Generator(device="cpu").manual_seed(config.seed)
     return strategy_for(config).decode(lm, list(prompt_ids), config, generator=generator,
-                                       forced=list(forced))
+                                       forced=list(forced), **strategy_kwargs)
 
 
 def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: str = "",
         forced: Sequence[int] = (), should_stop: Callable[[], bool] | None = None,
-        on_event: Callable[[object], None] | None = None) -> Trace:
+        on_event: Callable[[object], None] | None = None, **strategy_kwargs) -> Trace:
     """Collect a whole run into a Trace. A run stopped by `should_stop`, or one that fails mid-way,
     still returns the trace so far (stop_reason 'stopped' or 'error' with the message)."""
     events: list = []
     stop_reason, error = "max_new_tokens", None
     start = time.perf_counter()
-    gen = iterate(lm, prompt_ids, config, forced=forced)
+    gen = iterate(lm, prompt_ids, config, forced=forced, **strategy_kwargs)
     try:
         for event in gen:
             events.append(event)
