@@ -1,4 +1,4 @@
-"""Command line: python -m decoding {run,compare} ... (see README for the flag table).
+"""Command line: python -m decoding {run,compare,train} ... (see README for the flag table).
 
 Bad input prints one line naming the parameter and the bad value, and exits with status 2."""
 from __future__ import annotations
@@ -30,13 +30,21 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top-n", type=int, default=10, help="candidates recorded per step")
-    p.add_argument("--temperature", type=float, default=1.0)
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--min-p", type=float, default=0.0)
-    p.add_argument("--num-beams", type=int, default=4)
-    p.add_argument("--length-penalty", type=float, default=1.0)
-    p.add_argument("--early-stopping", action="store_true")
+    # Strategy parameters default to None: each strategy's own config default applies.
+    p.add_argument("--temperature", type=float, help="sampling temperature (sample: 1.0; dspark: 0 = greedy)")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--min-p", type=float)
+    p.add_argument("--num-beams", type=int)
+    p.add_argument("--length-penalty", type=float)
+    p.add_argument("--early-stopping", action="store_true", default=None)
+    p.add_argument("--gamma", type=int, help="draft length (dspark: 1..16)")
+    p.add_argument("--top-k-candidates", type=int, help="dspark: candidates per drafted position")
+    p.add_argument("--select", choices=["chain", "tree"], help="dspark: verify a chain or a tree")
+    p.add_argument("--budget", type=int, help="dspark tree: nodes verified")
+    p.add_argument("--cost-table", help="dspark: verify-cost JSON file, or 'auto' (adaptive length)")
+    p.add_argument("--lossy-threshold", type=float, help="dspark: LOSSY acceptance above this p_target")
+    p.add_argument("--drafter", help="dspark: drafter weights file ('default' = shipped)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +65,7 @@ def make_config(strategy: str, args: argparse.Namespace):
     """The frozen config of `strategy`, filled from the CLI flags it knows."""
     cls = STRATEGIES[strategy].config_cls
     names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in vars(args).items() if k in names})
+    return cls(**{k: v for k, v in vars(args).items() if k in names and v is not None})
 
 
 def _summary(tr) -> str:
@@ -80,6 +88,8 @@ def cmd_run(args) -> int:
     config = make_config(args.strategy, args)
     lm, ids = _prepare(args)
     tr = run(lm, ids, config, prompt_text=args.prompt)
+    if tr.error and not tr.steps:      # refused before the first step: bad input
+        raise ConfigError.from_line(tr.error)
     print(tr.text)
     print(_summary(tr))
     if args.out:
@@ -106,6 +116,11 @@ def cmd_compare(args) -> int:
 
 
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:          # python -m decoding train parallel [flags] (decoding/train.py)
+        from decoding.train import main_cli
+
+        return main_cli(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return cmd_run(args) if args.command == "run" else cmd_compare(args)

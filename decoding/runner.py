@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding import beam, greedy, sampling, speculative
-from decoding.config import BaseConfig, BeamConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding import beam, dspark, greedy, sampling, speculative
+from decoding.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.errors import ConfigError, check
 from decoding.models import LM
 from decoding.trace import SCHEMA_VERSION, Stats, Trace
@@ -42,6 +42,7 @@ register(Strategy("greedy", GreedyConfig, greedy.decode, emitted_ids))
 register(Strategy("sample", SampleConfig, sampling.decode, emitted_ids))
 register(Strategy("beam", BeamConfig, beam.decode, beam.output_ids))
 register(Strategy("speculative", SpeculativeConfig, speculative.decode, emitted_ids, speculative.spec_stats))
+register(Strategy("dspark", DSparkConfig, dspark.decode, emitted_ids, dspark.dspark_stats))
 
 
 def strategy_for(config: BaseConfig) -> Strategy:

@@ -253,6 +253,98 @@ class SpecRound:
 register_event(SpecRound)
 
 
+# ---------------------------------------------------------------- dspark (parallel drafting)
+
+@dataclass(frozen=True)
+class LatticeCell:
+    """Candidate j at draft position k (1-based) of a parallel-draft lattice."""
+
+    position: int
+    cand: int
+    token_id: int
+    piece: str
+    q_draft: float                 # drafter's marginal probability at this position
+    scores: tuple[float, ...]      # ŝ_k(x | parent) for each candidate of position k−1 (one at k = 1)
+
+
+@dataclass(frozen=True)
+class LatticeColumn:
+    position: int
+    confidence: tuple[float, ...]  # calibrated c_k(parent), per candidate of position k−1
+    cells: tuple[LatticeCell, ...]
+
+
+@dataclass(frozen=True)
+class ChainDP:
+    """Chain mode: V[k][parent][j] and back-pointers back[k][j] (None at the last position)."""
+
+    values: tuple[tuple[tuple[float, ...], ...], ...]
+    back: tuple[tuple[int | None, ...], ...]
+    path: tuple[int, ...]          # candidate index per position
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """A verified draft node (tree index i >= 1; node 0 is the root, the last emitted token)."""
+
+    node: int
+    parent: int
+    depth: int
+    cand: int
+    token_id: int
+    piece: str
+    score: float                   # ŝ given its parent
+    survival: float                # product of ŝ along its path
+    p_target: float                # target's processed probability of it at its parent
+    p_accept: float | None         # probability it was accepted with (after earlier siblings)
+    draw: float | None             # the uniform compared with p_accept; None at temperature 0
+    verdict: str                   # accepted | rejected | not_reached
+
+
+@dataclass(frozen=True)
+class SizeChoiceInfo:
+    """Cost-aware size (adaptive γ): the table used and the expected rate per size."""
+
+    cost_source: str
+    verify_ms: tuple[float, ...]
+    size: int
+    expected_accepted: tuple[float, ...]
+    tokens_per_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class DSparkRound:
+    """One parallel-drafting round: drafter pass -> lattice -> DP -> one target forward -> exact
+    acceptance -> cache compaction. The prefill event (prefill=True) has no drafts."""
+
+    kind: ClassVar[str] = "dspark_round"
+    index: int
+    position: int                  # absolute position of the round's first emitted token
+    prefill: bool
+    select: str                    # chain | tree
+    lattice: tuple[LatticeColumn, ...]
+    dp: ChainDP | None
+    nodes: tuple[PlanNode, ...]    # the chosen chain/tree, parents before children
+    expected_accepted: float
+    size: SizeChoiceInfo | None
+    accepted_path: tuple[int, ...]  # accepted node indices (root excluded)
+    next_token: int
+    next_from: str                 # residual | bonus | argmax | prefill
+    next_draw: float | None
+    emitted: tuple[int, ...]       # tokens this round added (forced ones first), after truncation
+    lossy: bool = False
+    forced_ids: tuple[int, ...] = ()
+    fed_tokens: int = 0            # tokens in this round's target forward
+    target_forwards: int = 1
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def emitted_ids(self) -> list[int]:
+        return list(self.emitted)
+
+
+register_event(DSparkRound)
+
+
 # ---------------------------------------------------------------- writing
 
 def _plain(value: Any) -> Any:
