@@ -38,7 +38,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--num-beams", type=int)
     p.add_argument("--length-penalty", type=float)
     p.add_argument("--early-stopping", action="store_true", default=None)
-    p.add_argument("--gamma", type=int, help="draft length (dspark: 1..16)")
+    p.add_argument("--gamma", type=int, help="draft length (speculative: 1..32; dspark: 1..16)")
+    p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup) or a draft model id/path")
+    p.add_argument("--gamma-policy", choices=["fixed", "heuristic", "confidence"], help="speculative γ policy")
+    p.add_argument("--confidence-threshold", type=float, help="speculative confidence policy: stop below this q_draft")
+    p.add_argument("--gamma-max", type=int, help="speculative: draft and record up to this many (what-if)")
+    p.add_argument("--lookup-max-ngram", type=int, help="prompt lookup: longest n-gram matched")
     p.add_argument("--top-k-candidates", type=int, help="dspark: candidates per drafted position")
     p.add_argument("--select", choices=["chain", "tree"], help="dspark: verify a chain or a tree")
     p.add_argument("--budget", type=int, help="dspark tree: nodes verified")
@@ -77,6 +82,17 @@ def _summary(tr) -> str:
     return line
 
 
+def _strategy_kwargs(config, args, lm) -> dict:
+    """Extra inputs a strategy needs: the loaded draft model of speculative decoding."""
+    draft = getattr(config, "draft", None)
+    if config.strategy != "speculative" or draft in (None, "lookup"):
+        return {}
+    try:
+        return {"draft_lm": load(ModelSpec(draft, None, args.device, args.dtype, args.trust_remote_code))}
+    except ConfigError as err:
+        raise ConfigError("draft", draft, err.expected) from None
+
+
 def _prepare(args):
     check(args.prompt.strip() != "", "prompt", args.prompt, "must not be empty")
     lm = load(ModelSpec(args.model, args.gguf_file, args.device, args.dtype, args.trust_remote_code))
@@ -87,7 +103,7 @@ def _prepare(args):
 def cmd_run(args) -> int:
     config = make_config(args.strategy, args)
     lm, ids = _prepare(args)
-    tr = run(lm, ids, config, prompt_text=args.prompt)
+    tr = run(lm, ids, config, prompt_text=args.prompt, **_strategy_kwargs(config, args, lm))
     if tr.error and not tr.steps:      # refused before the first step: bad input
         raise ConfigError.from_line(tr.error)
     print(tr.text)
@@ -103,7 +119,7 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     configs = [make_config(s, args) for s in args.strategy]
     lm, ids = _prepare(args)
-    traces = [run(lm, ids, c, prompt_text=args.prompt) for c in configs]
+    traces = [run(lm, ids, c, prompt_text=args.prompt, **_strategy_kwargs(c, args, lm)) for c in configs]
     print(f"{'strategy':<12} {'tokens':>6} {'fwd':>5} {'tok/s':>7} {'tau':>5}  text")
     for tr in traces:
         tau = tr.stats.mean_accepted_length
