@@ -95,7 +95,7 @@ def _decode(lm: LM, prompt_ids: Sequence[int], config: BeamConfig, *, forced: Se
     feed = torch.tensor([context], dtype=torch.long, device=lm.device)  # (1, T)
     for index in range(limit - len(context)):
         timer = Timer(lm)
-        logprobs = _step_logprobs(lm, feed, cache, config.num_beams)  # (B, V)
+        logprobs = _step_logprobs(lm, feed, cache).expand(config.num_beams, -1)  # (B, V)
         timer.lap("prefill" if index == 0 else "forward")
         pool = _make_pool(search, logprobs, index)
         keep = _next_beams(search, pool)
@@ -105,25 +105,29 @@ def _decode(lm: LM, prompt_ids: Sequence[int], config: BeamConfig, *, forced: Se
         done = _update_done(search, pool, index)
         timer.lap("processing")
         if not done:
-            cache.reorder_cache(pool.source[keep])
+            _reorder(cache, pool.source[keep], first=index == 0)
             feed = pool.token[keep].unsqueeze(1)  # (B, 1)
         timer.lap("cache")
         event = _event(search, pool, keep, admitted, old_tokens, index, done, forced)
-        yield _with_timings(event, timer.done())
+        yield replace(event, timings_ms=timer.done())
         if done:
             return
 
 
-def _step_logprobs(lm: LM, feed: torch.Tensor, cache, num_beams: int) -> torch.Tensor:
-    """One batched forward of the live beams' last tokens (the whole prompt at step 0, then the cache
-    is copied to B rows); log_softmax of the last position's float32 logits. (B, V)"""
+def _step_logprobs(lm: LM, feed: torch.Tensor, cache) -> torch.Tensor:
+    """One batched forward of the live beams' last tokens (of the prompt, one row, at step 0);
+    log_softmax of the last position's float32 logits. (rows, V)"""
     with lm.lock, torch.inference_mode():
         out = lm.model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1)
-    logits = out.logits[:, -1, :].float()  # (rows, V)
-    if logits.shape[0] == 1 and num_beams > 1:
-        cache.batch_repeat_interleave(num_beams)
-        logits = logits.expand(num_beams, -1)  # (B, V)
-    return torch.log_softmax(logits, dim=-1)  # (B, V)
+    return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)  # (rows, V)
+
+
+def _reorder(cache, sources: torch.Tensor, first: bool) -> None:
+    """Give each next live beam its source's cache rows; after the prefill the single prompt row is
+    copied to all B rows (every source is then beam 0, or a copy of it)."""
+    if first:
+        sources = torch.zeros_like(sources)  # (B,)
+    cache.reorder_cache(sources)
 
 
 def _make_pool(search: _Search, logprobs: torch.Tensor, index: int) -> _Pool:
@@ -183,16 +187,14 @@ def _advance(search: _Search, pool: _Pool, keep: torch.Tensor) -> None:
 
 
 def _update_done(search: _Search, pool: _Pool, index: int) -> bool:
-    """generate's stopping test after a step: heuristic (sticky), all finished, no valid continuation."""
-    if len(search.finished) == search.num_beams:
-        best_live = search.scores[:1] / (search.norm_length(index + 1) ** search.config.length_penalty)
-        worst = torch.tensor([search.finished[-1].normalized_score], dtype=torch.float32,
-                             device=best_live.device)
-        search.improvable = search.improvable and bool(best_live > worst)
-    elif search.improvable:
-        best_live = search.scores[:1] / (search.norm_length(index + 1) ** search.config.length_penalty)
-        search.improvable = bool(best_live > NEG)
-    all_finished = search.config.early_stopping and len(search.finished) == search.num_beams
+    """generate's stopping test after a step: the improvement heuristic (sticky; while fewer than B
+    hypotheses have finished it compares with -1e9), all finished, or no valid continuation."""
+    length = search.norm_length(index + 1)
+    best_live = float(search.scores[0] / (length ** search.config.length_penalty))  # float32 value
+    full = len(search.finished) == search.num_beams
+    worst = search.finished[-1].normalized_score if full else NEG
+    search.improvable = search.improvable and best_live > worst
+    all_finished = search.config.early_stopping and full
     return (not search.improvable) or all_finished or bool(pool.stops.all())
 
 
@@ -229,10 +231,6 @@ def _event(search: _Search, pool: _Pool, keep: torch.Tensor, admitted: set[int],
                     pool=candidates, beams=beams, finished=tuple(search.finished),
                     early_stop=not search.improvable, all_finished=all_finished, done=done,
                     forced_ids=tuple(int(t) for t in forced))
-
-
-def _with_timings(event: BeamStep, timings: dict[str, float]) -> BeamStep:
-    return replace(event, timings_ms=timings)
 
 
 def output_ids(events: Sequence) -> list[int]:
