@@ -234,6 +234,7 @@ def test_lookup_trace_shows_match(target):
     assert first.lookup is not None and first.lookup.ngram == (4, 5) and first.lookup.match_position == 0
     assert [d.token_id for d in first.drafts] == [6, 7, 4]
     assert all(d.q_draft is None for d in first.drafts)
+    assert without_timings(from_json(to_json(trace))) == without_timings(trace)
 
 
 def test_forced_tokens_come_first(target, draft):
