@@ -28,7 +28,7 @@ def decode_loop(lm: LM, prompt_ids: Sequence[int], *, max_new_tokens: int, top_n
         if position >= lm.context_length:
             return
         timer = Timer(lm)
-        raw = lm.forward(feed, cache)[-1]  # (V,)
+        raw = lm.forward(feed, cache, logits_to_keep=1)[-1]  # (V,)
         timer.lap("prefill" if index == 0 else "forward")
         applied = apply_tracked(pipeline, raw)
         timer.lap("processing")

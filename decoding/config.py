@@ -90,6 +90,54 @@ class BeamConfig(BaseConfig):
               "must be true or false")
 
 
+DSPARK_SELECT = ("chain", "tree")
+DSPARK_MAX_GAMMA = 16
+DSPARK_MAX_BUDGET = 256
+AUTO_COST = "auto"                     # profile the verify cost on this device once, then cache it
+DEFAULT_DRAFTER = "default"            # assets/dspark-smollm2-135m.safetensors for the embedded model
+
+
+@dataclass(frozen=True)
+class DSparkConfig(SamplingParams):
+    """Parallel drafting: one drafter pass proposes γ positions × K candidates (a lattice); a DP on
+    the draft side picks a chain or a tree (cost-aware when a cost table is given); one target forward
+    verifies it with the exact rules. `drafter` is a weights file ("default": the shipped one for the
+    embedded model); a run may also pass a loaded drafter as `drafter=`. lossy_threshold (LOSSY, off
+    by default) accepts a candidate outright when p_target(x) exceeds it."""
+
+    strategy: ClassVar[str] = "dspark"
+    gamma: int = 8
+    top_k_candidates: int = 2
+    select: str = "chain"                 # chain | tree
+    budget: int = 16                      # tree nodes verified (tree mode)
+    cost_table: str | None = None         # JSON file of verify ms per token count, or "auto" (adaptive γ)
+    lossy_threshold: float | None = None
+    drafter: str = DEFAULT_DRAFTER
+    temperature: float = 0.0
+
+    def __post_init__(self):
+        super().__post_init__()
+        check(_is_int(self.gamma) and 1 <= self.gamma <= DSPARK_MAX_GAMMA, "gamma", self.gamma,
+              f"must be an integer in [1, {DSPARK_MAX_GAMMA}]")
+        check(_is_int(self.top_k_candidates) and 1 <= self.top_k_candidates <= 64, "top_k_candidates",
+              self.top_k_candidates, "must be an integer in [1, 64]")
+        check(self.select in DSPARK_SELECT, "select", self.select, f"choose one of {', '.join(DSPARK_SELECT)}")
+        check(_is_int(self.budget) and 1 <= self.budget <= DSPARK_MAX_BUDGET, "budget", self.budget,
+              f"must be an integer in [1, {DSPARK_MAX_BUDGET}]")
+        check(self.cost_table is None or (isinstance(self.cost_table, str) and self.cost_table.strip() != ""),
+              "cost_table", self.cost_table, "must be a JSON file path, 'auto' (profile once) or None (fixed size)")
+        check(self.lossy_threshold is None or (_is_num(self.lossy_threshold) and 0 < self.lossy_threshold <= 1),
+              "lossy_threshold", self.lossy_threshold, "must be a number in (0, 1] (or None: exact)")
+        check(self.lossy_threshold is None or self.temperature > 0, "lossy_threshold", self.lossy_threshold,
+              "applies to temperature > 0 only (temperature 0 accepts by argmax)")
+        check(isinstance(self.drafter, str) and self.drafter.strip() != "", "drafter", self.drafter,
+              "give 'default' or a drafter weights file")
+
+    @property
+    def is_lossy(self) -> bool:
+        return self.lossy_threshold is not None
+
+
 MAX_GAMMA = 32
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence")
 

@@ -8,6 +8,14 @@ class ConfigError(ValueError):
         self.param, self.value, self.expected = param, value, expected
         super().__init__(f"{param}={value!r} is invalid: {expected}")
 
+    @classmethod
+    def from_line(cls, line: str) -> "ConfigError":
+        """Rebuild from a message already formatted (e.g. one kept in a trace's `error`)."""
+        err = cls.__new__(cls)
+        ValueError.__init__(err, line)
+        err.param, err.value, err.expected = line.split("=", 1)[0], None, line
+        return err
+
 
 def check(ok: bool, param: str, value, expected: str) -> None:
     """Raise ConfigError(param, value, expected) unless `ok`."""

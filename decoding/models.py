@@ -134,7 +134,11 @@ def _one_line(err: Exception) -> str:
 
 
 def load(spec: ModelSpec) -> "LM":
-    """Load the model named by `spec` onto its device; raise ConfigError with one line on failure."""
+    """Load the model named by `spec` onto its device; raise ConfigError with one line on failure.
+    Only local files are read unless DECODESCOPE_ALLOW_DOWNLOAD=1 (then an HF id may download)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     model, tok = _load_any(spec, dtype)
@@ -157,13 +161,13 @@ def _load_any(spec: ModelSpec, dtype: torch.dtype):
         check(path.is_dir(), "model", spec.name, "must be a directory or a .gguf file")
         has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
         check(has_weights, "model", spec.name, "directory has no weights (*.safetensors or *.bin)")
+    online = os.environ.get("DECODESCOPE_ALLOW_DOWNLOAD") == "1" and not path.exists()
     try:
-        return _load_dir(spec.name, dtype, spec.trust_remote_code, local_only=path.exists()
-                         or os.environ.get("HF_HUB_OFFLINE") == "1")
-    except ConfigError:
-        raise
-    except Exception as err:  # noqa: BLE001
-        raise ConfigError("model", spec.name, f"could not be loaded offline ({_one_line(err)})") from None
+        return _load_dir(spec.name, dtype, spec.trust_remote_code, local_only=not online)
+    except Exception as err:  # noqa: BLE001 - any loader failure becomes one line
+        where = "locally or online" if online else "in a local directory or the local HF cache"
+        raise ConfigError("model", spec.name, f"was not found {where} ({_one_line(err)}); "
+                          "give a local path, or set DECODESCOPE_ALLOW_DOWNLOAD=1 to download") from None
 
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -259,11 +263,14 @@ class LM:
         return DynamicCache(config=self.model.config)
 
     @torch.inference_mode()
-    def forward(self, ids: list[int], cache, position_ids: torch.Tensor | None = None) -> torch.Tensor:
-        """Run `ids` after what `cache` holds; return logits (len(ids), V) in float32."""
+    def forward(self, ids: list[int], cache, position_ids: torch.Tensor | None = None,
+                logits_to_keep: int = 0) -> torch.Tensor:
+        """Run `ids` after what `cache` holds; return float32 logits (T, V) for the last
+        `logits_to_keep` positions (0 = all of them, T = len(ids))."""
         x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
         with self.lock:
-            out = self.model(input_ids=x, cache=cache, use_cache=True, position_ids=position_ids)
+            out = self.model(input_ids=x, cache=cache, use_cache=True, position_ids=position_ids,
+                             logits_to_keep=logits_to_keep)
         return out.logits[0].float()  # (T, V)
 
     def sync(self) -> None:

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding import greedy, sampling, speculative
-from decoding.config import BaseConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding import beam, dspark, greedy, sampling, speculative
+from decoding.config import (BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig,
+                             SpeculativeConfig)
 from decoding.errors import ConfigError, check
 from decoding.models import LM
 from decoding.trace import SCHEMA_VERSION, Stats, Trace
@@ -40,6 +41,8 @@ def register(strategy: Strategy) -> None:
 
 register(Strategy("greedy", GreedyConfig, greedy.decode, emitted_ids))
 register(Strategy("sample", SampleConfig, sampling.decode, emitted_ids))
+register(Strategy("beam", BeamConfig, beam.decode, beam.output_ids))
+register(Strategy("dspark", DSparkConfig, dspark.decode, emitted_ids, dspark.dspark_stats))
 register(Strategy("speculative", SpeculativeConfig, speculative.decode, emitted_ids, speculative.spec_stats))
 
 

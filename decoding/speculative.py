@@ -166,10 +166,10 @@ class Speculator:
     # -- verification: one target forward over the pending tokens and every drafted token
     def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
         feed = context[self.cached:] + list(proposal.tokens)
-        logits = self.lm.forward(feed, self.cache)  # (T, V)
+        logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
         self.cached += len(feed)
         self.last_fed = len(feed)
-        return logits[-(len(proposal) + 1):]  # (n+1, V)
+        return logits
 
     # -- acceptance
     def _accept(self, raw: torch.Tensor, p_target: torch.Tensor, proposal: Proposal, n_verify: int) -> _Verdicts:

@@ -10,9 +10,12 @@ from decoding.trace import Candidate, FilterCut, TokenStep
 
 def entropy(logits: torch.Tensor) -> float:
     """Entropy in nats of softmax(logits) over the finite entries. (V,)"""
-    logp = torch.log_softmax(logits, dim=-1)
-    p = logp.exp()
-    return float(-(p * logp.nan_to_num(neginf=0.0)).sum())
+    return entropy_of_logp(torch.log_softmax(logits, dim=-1))
+
+
+def entropy_of_logp(logp: torch.Tensor) -> float:
+    """Entropy in nats from log-probabilities; -inf entries contribute 0. (V,)"""
+    return float(-(logp.exp() * logp.nan_to_num(neginf=0.0)).sum())
 
 
 def sample_inverse_cdf(probs: torch.Tensor, generator: torch.Generator) -> tuple[int, float]:
@@ -71,8 +74,8 @@ def candidates(lm, ids: torch.Tensor, logits: torch.Tensor, probs: torch.Tensor,
 def token_step(lm, *, index: int, position: int, raw: torch.Tensor, pipeline: Pipeline, applied: Applied,
                chosen: int, draw: float | None, forced: bool, top_n: int) -> TokenStep:
     """Build the trace event for one position. raw and applied.logits are (V,)."""
-    raw_logp = torch.log_softmax(raw, -1)              # (V,)
-    proc_logp = torch.log_softmax(applied.logits, -1)  # (V,)
+    raw_logp = torch.log_softmax(raw, -1)  # (V,)
+    proc_logp = raw_logp if not pipeline.steps else torch.log_softmax(applied.logits, -1)  # (V,)
     top = torch.topk(raw, min(top_n, raw.shape[-1])).indices  # (N,)
     names = tuple(p.name for p in pipeline.steps)
     raw_c = candidates(lm, top, raw, raw_logp.exp(), None, names)
@@ -80,7 +83,7 @@ def token_step(lm, *, index: int, position: int, raw: torch.Tensor, pipeline: Pi
     return TokenStep(
         index=index, position=position, raw_top=raw_c, processed_top=proc_c,
         filters=filter_cuts(pipeline, raw, applied),
-        entropy_raw=entropy(raw), entropy_processed=entropy(applied.logits),
+        entropy_raw=entropy_of_logp(raw_logp), entropy_processed=entropy_of_logp(proc_logp),
         chosen_id=chosen, chosen_piece=lm.piece(chosen),
         chosen_logprob=float(proc_logp[chosen]), chosen_raw_logprob=float(raw_logp[chosen]),
         chosen_rank=int((raw > raw[chosen]).sum()), draw=draw, forced=forced)

@@ -108,6 +108,169 @@ def register_event(cls: type) -> type:
 register_event(TokenStep)
 
 
+# ---------------------------------------------------------------- beam
+# Beam search (decoding/beam.py). Beam indices refer to the `beams` tuple of the previous step
+# (at step 0, to the single prompt row); scores are sums of token log-probabilities of new tokens.
+
+BEAM_STATUSES = ("kept", "pruned", "finished", "finished_dropped", "eos_not_top")
+
+
+@dataclass(frozen=True)
+class BeamCandidate:
+    """One entry of a step's candidate pool (the top max(2, 1 + #EOS)·B of the B×V scores), in rank order.
+    status: kept (continues as a live beam) | pruned (not among the B best unfinished) | finished (EOS or
+    the length limit, ranked in the top B, entered the finished set) | finished_dropped (the same, but
+    not better than the B finished hypotheses held) | eos_not_top (EOS ranked below B: discarded)."""
+
+    source_beam: int
+    token_id: int
+    piece: str
+    logprob: float                # log-softmax of the source beam's logits at this token
+    score: float                  # cumulative: source beam's score + logprob
+    normalized_score: float       # score / (new tokens incl. this one) ** length_penalty
+    status: str
+
+    def __post_init__(self):
+        if self.status not in BEAM_STATUSES:
+            raise TraceFormatError(f"status={self.status!r}: expected one of {', '.join(BEAM_STATUSES)}")
+
+
+@dataclass(frozen=True)
+class LiveBeam:
+    """A live beam after a step: its parent in the previous step's beams, its last token, all new tokens."""
+
+    parent: int
+    token_id: int
+    piece: str
+    token_ids: tuple[int, ...]    # new tokens so far (forced prefix excluded)
+    score: float
+
+
+@dataclass(frozen=True)
+class BeamHypothesis:
+    """A finished hypothesis: ended by EOS, or finalized at the length limit."""
+
+    token_ids: tuple[int, ...]    # new tokens, the final one (EOS or not) included
+    score: float                  # summed log-probability
+    normalized_score: float       # score / len(token_ids) ** length_penalty
+    step: int                     # index of the step that finished it
+    eos: bool
+
+
+@dataclass(frozen=True)
+class BeamStep:
+    """One beam-search step: one batched target forward over the live beams (the prompt at step 0)."""
+
+    kind: ClassVar[str] = "beam"
+    index: int
+    position: int                        # absolute position of this step's tokens
+    num_beams: int
+    pool: tuple[BeamCandidate, ...]      # ranked best first
+    beams: tuple[LiveBeam, ...]          # live beams after the step, best first (empty once all finish)
+    finished: tuple[BeamHypothesis, ...]  # the best (at most B) finished hypotheses so far, best first
+    early_stop: bool                     # no live beam can beat the finished set any more (stays on)
+    all_finished: bool                   # early_stopping=True and B hypotheses have finished
+    done: bool                           # the search ends after this step
+    forced_ids: tuple[int, ...] = ()     # prefix imposed after the prompt (part of the output)
+    target_forwards: int = 1
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+
+register_event(BeamStep)
+
+
+# ---------------------------------------------------------------- dspark (parallel drafting)
+
+@dataclass(frozen=True)
+class LatticeCell:
+    """Candidate j at draft position k (1-based) of a parallel-draft lattice."""
+
+    position: int
+    cand: int
+    token_id: int
+    piece: str
+    q_draft: float                 # drafter's marginal probability at this position
+    scores: tuple[float, ...]      # ŝ_k(x | parent) for each candidate of position k−1 (one at k = 1)
+
+
+@dataclass(frozen=True)
+class LatticeColumn:
+    position: int
+    confidence: tuple[float, ...]  # calibrated c_k(parent), per candidate of position k−1
+    cells: tuple[LatticeCell, ...]
+
+
+@dataclass(frozen=True)
+class ChainDP:
+    """Chain mode: V[k][parent][j] and back-pointers back[k][j] (None at the last position)."""
+
+    values: tuple[tuple[tuple[float, ...], ...], ...]
+    back: tuple[tuple[int | None, ...], ...]
+    path: tuple[int, ...]          # candidate index per position
+
+
+@dataclass(frozen=True)
+class PlanNode:
+    """A verified draft node (tree index i >= 1; node 0 is the root, the last emitted token)."""
+
+    node: int
+    parent: int
+    depth: int
+    cand: int
+    token_id: int
+    piece: str
+    score: float                   # ŝ given its parent
+    survival: float                # product of ŝ along its path
+    p_target: float                # target's processed probability of it at its parent
+    p_accept: float | None         # probability it was accepted with (after earlier siblings)
+    draw: float | None             # the uniform compared with p_accept; None at temperature 0
+    verdict: str                   # accepted | rejected | not_reached
+
+
+@dataclass(frozen=True)
+class SizeChoiceInfo:
+    """Cost-aware size (adaptive γ): the table used and the expected rate per size."""
+
+    cost_source: str
+    verify_ms: tuple[float, ...]
+    size: int
+    expected_accepted: tuple[float, ...]
+    tokens_per_s: tuple[float, ...]
+
+
+@dataclass(frozen=True)
+class DSparkRound:
+    """One parallel-drafting round: drafter pass -> lattice -> DP -> one target forward -> exact
+    acceptance -> cache compaction. The prefill event (prefill=True) has no drafts."""
+
+    kind: ClassVar[str] = "dspark_round"
+    index: int
+    position: int                  # absolute position of the round's first emitted token
+    prefill: bool
+    select: str                    # chain | tree
+    lattice: tuple[LatticeColumn, ...]
+    dp: ChainDP | None
+    nodes: tuple[PlanNode, ...]    # the chosen chain/tree, parents before children
+    expected_accepted: float
+    size: SizeChoiceInfo | None
+    accepted_path: tuple[int, ...]  # accepted node indices (root excluded)
+    next_token: int
+    next_from: str                 # residual | bonus | argmax | prefill
+    next_draw: float | None
+    emitted: tuple[int, ...]       # tokens this round added (forced ones first), after truncation
+    lossy: bool = False
+    forced_ids: tuple[int, ...] = ()
+    fed_tokens: int = 0            # tokens in this round's target forward
+    target_forwards: int = 1
+    timings_ms: dict[str, float] = field(default_factory=dict)
+
+    def emitted_ids(self) -> list[int]:
+        return list(self.emitted)
+
+
+register_event(DSparkRound)
+
+
 # ---------------------------------------------------------------- speculative decoding
 
 @dataclass(frozen=True)

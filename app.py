@@ -1,0 +1,15 @@
+"""DecodeScope: page config, the shared sidebar, and the router over the pages."""
+import streamlit as st
+
+from ui import keys, sidebar
+
+st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
+
+st.session_state[keys.SETTINGS] = sidebar.render()
+
+pages = st.navigation([
+    st.Page("app_pages/playground.py", title="Playground", icon=":material/play_arrow:", default=True),
+    st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
+    st.Page("app_pages/traces.py", title="Traces", icon=":material/save:"),
+])
+pages.run()

@@ -1,0 +1,51 @@
+"""2-4 strategies on the same prompt and seed: token streams side by side, metrics, tokens vs time."""
+import streamlit as st
+
+from decoding.errors import ConfigError
+from decoding.runner import STRATEGIES, run
+from ui import figures, keys, session, sidebar, tables, views
+from ui.params import build_config
+
+settings = sidebar.current()
+st.title("Compare")
+st.caption("Each lane runs on the sidebar's model, prompt, seed and max new tokens.")
+
+n_lanes = st.columns(4)[0].number_input("Lanes", min_value=2, max_value=4, value=2, step=1, key=keys.LANES)
+names = list(STRATEGIES)
+lanes, errors = {}, []
+cols = st.columns(int(n_lanes))
+for i, col in enumerate(cols):
+    with col:
+        default = names[i % len(names)]
+        st.session_state.setdefault(keys.lane_strategy(i), default)
+        strategy = st.selectbox(f"Lane {i + 1}", names, key=keys.lane_strategy(i))
+        params = sidebar.strategy_params(f"cmp{i}", strategy)
+        try:
+            lanes[f"{i + 1}: {strategy}"] = build_config(strategy, params, seed=settings.seed,
+                                                         max_new_tokens=settings.max_new_tokens,
+                                                         top_n=settings.top_n)
+        except ConfigError as err:
+            st.error(str(err))
+            errors.append(i)
+
+if st.button("Run the comparison", key=keys.COMPARE_RUN, type="primary", disabled=bool(errors)):
+    lm = session.lm_or_stop(settings)
+    prompt_ids = session.prompt_ids_or_stop(lm, settings)
+    traces = {}
+    progress = st.progress(0.0, text="Running…")
+    for i, (label, config) in enumerate(lanes.items()):
+        traces[label] = run(lm, prompt_ids, config, prompt_text=settings.prompt)
+        progress.progress((i + 1) / len(lanes), text=f"{label} done")
+    progress.empty()
+    st.session_state[keys.COMPARE] = traces
+
+traces = st.session_state.get(keys.COMPARE)
+if traces:
+    for label, trace in traces.items():
+        if trace.error:
+            st.error(f"{label}: {trace.error}")
+    views.show_streams({label: trace.steps for label, trace in traces.items()})
+    st.subheader("Metrics")
+    views.table(tables.metrics_table(traces), "cmp.metrics", "compare-metrics")
+    views.plot(figures.tokens_vs_time({label: t.steps for label, t in traces.items()}), "cmp.time",
+               "compare-tokens-vs-time")

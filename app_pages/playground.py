@@ -1,0 +1,58 @@
+"""Step through one run: Step, Run N, Run to end, Stop, Back/Forward, Reset; force a candidate to branch.
+The stepper is an st.fragment: its buttons rerun only the fragment, not the sidebar and the page."""
+import time
+
+import streamlit as st
+
+from ui import keys, session, sidebar, stepper, views
+
+settings = sidebar.current()
+st.title("Playground")
+config = session.config_or_stop(settings)
+lm = session.lm_or_stop(settings)
+prompt_ids = session.prompt_ids_or_stop(lm, settings)
+session.live_run(lm, settings, prompt_ids)          # a fresh run when the settings changed
+with st.expander(f"Prompt as the model sees it ({len(prompt_ids)} tokens)"):
+    st.text(lm.decode(prompt_ids))
+
+
+@st.fragment
+def step_through() -> None:
+    started = time.perf_counter()
+    pressed = stepper.controls()
+    run = st.session_state[keys.RUN]
+    if pressed["reset"]:
+        run = session.reset_run(lm, settings, prompt_ids)
+    before = len(run.events)
+    if pressed["step"]:
+        stepper.advance(run, 1)
+    elif pressed["run_n"] or pressed["run_end"]:
+        stepper.start_long_run(run, pressed["n"] if pressed["run_n"] else config.max_new_tokens + 1)
+    more_to_come = stepper.run_chunk(run)
+    cursor = stepper.move_cursor(run, pressed)
+    model_ms = sum(sum(e.timings_ms.values()) for e in run.events[before:])
+    if run.error:
+        st.error(f"The run stopped with an error: {run.error}")
+    st.caption(f"{len(run.events)} step(s) recorded ({'finished' if run.done else 'in progress'}); viewing step "
+               f"{cursor if cursor >= 0 else '—'}. Strategy {config.strategy}, seed {config.seed}.")
+    if not run.events:
+        st.info("Press **Step** to generate the first token, or **Run to end**.")
+    else:
+        views.show_chips(run.events, current_step=cursor)
+        views.show_metrics(run.events[: cursor + 1])
+        stepper.show_flash()
+        view = stepper.chosen_view()
+        if view == "This step":
+            views.show_step(run.events, cursor, views.ViewContext("pg", on_force=stepper.force))
+        elif view == "All steps":
+            views.show_all_steps(run.events, views.ViewContext("pg.all"), f"{config.strategy}-run")
+        else:
+            stepper.branch_view(run)
+    render_ms = (time.perf_counter() - started) * 1000.0 - model_ms
+    st.session_state[keys.LAST_RENDER_MS] = {"model_ms": model_ms, "render_ms": render_ms}
+    st.caption(f"This rerun: model {model_ms:.0f} ms, page beyond the model {render_ms:.0f} ms (server side).")
+    if more_to_come:
+        stepper.rerun_fragment()
+
+
+step_through()

@@ -1,0 +1,18 @@
+"""python -m bench {engine,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+import sys
+
+from bench import engine
+
+BENCHES = {"engine": engine.main}
+
+
+def main(argv: list[str]) -> None:
+    if not argv or argv[0] not in (*BENCHES, "all"):
+        sys.exit(f"usage: python -m bench {{{','.join(BENCHES)},all}} [options]")
+    names = list(BENCHES) if argv[0] == "all" else [argv[0]]
+    for name in names:
+        BENCHES[name](argv[1:] if argv[0] != "all" else [])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

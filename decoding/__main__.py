@@ -1,0 +1,133 @@
+"""Command line: python -m decoding {run,compare,train} ... (see README for the flag table).
+
+Bad input prints one line naming the parameter and the bad value, and exits with status 2."""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from decoding import trace as trace_mod
+from decoding.errors import ConfigError, check
+from decoding.models import DEVICES, DTYPES, ModelSpec, load
+from decoding.runner import STRATEGIES, run, strategy_for
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, no usage dump
+        self.exit(2, f"error: {message}\n")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="default", help="'default' (embedded SmolLM2-135M), an HF id or a path")
+    p.add_argument("--gguf-file", default=None, help="GGUF file inside --model")
+    p.add_argument("--device", default="auto", choices=DEVICES)
+    p.add_argument("--dtype", default="auto", choices=list(DTYPES))
+    p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--no-chat-template", action="store_true")
+    p.add_argument("--max-new-tokens", type=int, default=64)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--top-n", type=int, default=10, help="candidates recorded per step")
+    # Strategy parameters default to None: each strategy's own config default applies.
+    p.add_argument("--temperature", type=float, help="sampling temperature (sample: 1.0; dspark: 0 = greedy)")
+    p.add_argument("--top-k", type=int)
+    p.add_argument("--top-p", type=float)
+    p.add_argument("--min-p", type=float)
+    p.add_argument("--num-beams", type=int)
+    p.add_argument("--length-penalty", type=float)
+    p.add_argument("--early-stopping", action="store_true", default=None)
+    p.add_argument("--gamma", type=int, help="draft length (dspark: 1..16)")
+    p.add_argument("--top-k-candidates", type=int, help="dspark: candidates per drafted position")
+    p.add_argument("--select", choices=["chain", "tree"], help="dspark: verify a chain or a tree")
+    p.add_argument("--budget", type=int, help="dspark tree: nodes verified")
+    p.add_argument("--cost-table", help="dspark: verify-cost JSON file, or 'auto' (adaptive length)")
+    p.add_argument("--lossy-threshold", type=float, help="dspark: LOSSY acceptance above this p_target")
+    p.add_argument("--drafter", help="dspark: drafter weights file ('default' = shipped)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="python -m decoding", description="DecodeScope decoding engine")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    run_p = sub.add_parser("run", help="decode one prompt with one strategy")
+    _common(run_p)
+    run_p.add_argument("--strategy", default="greedy", choices=sorted(STRATEGIES))
+    run_p.add_argument("--out", default=None, help="write the trace JSON here")
+    cmp_p = sub.add_parser("compare", help="several strategies on the same prompt and seed")
+    _common(cmp_p)
+    cmp_p.add_argument("--strategy", action="append", required=True, choices=sorted(STRATEGIES))
+    cmp_p.add_argument("--out", default=None, help="write the traces as a JSON list here")
+    return parser
+
+
+def make_config(strategy: str, args: argparse.Namespace):
+    """The frozen config of `strategy`, filled from the CLI flags it knows."""
+    cls = STRATEGIES[strategy].config_cls
+    names = {f.name for f in dataclasses.fields(cls)}
+    return cls(**{k: v for k, v in vars(args).items() if k in names and v is not None})
+
+
+def _summary(tr) -> str:
+    s = tr.stats
+    line = (f"[{tr.strategy}] {s.new_tokens} tokens, {s.target_forwards} target forwards, "
+            f"{s.wall_s:.2f} s, {s.tokens_per_s:.1f} tok/s, stop: {tr.stop_reason}")
+    if s.mean_accepted_length is not None:
+        line += f", tau {s.mean_accepted_length:.2f}, acceptance {s.acceptance_rate:.2f}"
+    return line
+
+
+def _prepare(args):
+    check(args.prompt.strip() != "", "prompt", args.prompt, "must not be empty")
+    lm = load(ModelSpec(args.model, args.gguf_file, args.device, args.dtype, args.trust_remote_code))
+    ids = lm.encode(args.prompt, chat_template=not args.no_chat_template)
+    return lm, ids
+
+
+def cmd_run(args) -> int:
+    config = make_config(args.strategy, args)
+    lm, ids = _prepare(args)
+    tr = run(lm, ids, config, prompt_text=args.prompt)
+    if tr.error and not tr.steps:      # refused before the first step: bad input
+        raise ConfigError.from_line(tr.error)
+    print(tr.text)
+    print(_summary(tr))
+    if args.out:
+        Path(args.out).write_text(trace_mod.to_json(tr), encoding="utf-8")
+    if tr.error:
+        print(f"error: {tr.error}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def cmd_compare(args) -> int:
+    configs = [make_config(s, args) for s in args.strategy]
+    lm, ids = _prepare(args)
+    traces = [run(lm, ids, c, prompt_text=args.prompt) for c in configs]
+    print(f"{'strategy':<12} {'tokens':>6} {'fwd':>5} {'tok/s':>7} {'tau':>5}  text")
+    for tr in traces:
+        tau = tr.stats.mean_accepted_length
+        text = tr.text.replace("\n", " ")[:60]
+        print(f"{tr.strategy:<12} {tr.stats.new_tokens:>6} {tr.stats.target_forwards:>5} "
+              f"{tr.stats.tokens_per_s:>7.1f} {tau if tau is not None else '-':>5}  {text}")
+    if args.out:
+        Path(args.out).write_text("[" + ",".join(trace_mod.to_json(t) for t in traces) + "]", encoding="utf-8")
+    return 1 if any(t.error for t in traces) else 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:          # python -m decoding train parallel [flags] (decoding/train.py)
+        from decoding.train import main_cli
+
+        return main_cli(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        return cmd_run(args) if args.command == "run" else cmd_compare(args)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

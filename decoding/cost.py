@@ -1,0 +1,88 @@
+"""Verify-cost table for adaptive γ: milliseconds of one target forward over n new tokens (after a
+cached prefix), for n = 1..N. Profiled on the device (`profile_verify_cost`) or fixed from a JSON
+file so seeded runs are reproducible."""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass
+from numbers import Real
+from pathlib import Path
+
+from decoding.errors import ConfigError, check
+
+COST_TABLE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CostTable:
+    verify_ms: tuple[float, ...]     # verify_ms[n - 1]: ms of a forward over n new tokens
+    source: str = "profiled"         # "profiled", or the file it was read from
+    device: str = ""
+    model: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "verify_ms", tuple(self.verify_ms))
+        check(len(self.verify_ms) >= 1, "cost_table", self.verify_ms, "needs at least one entry")
+        check(all(isinstance(v, Real) and not isinstance(v, bool) and v == v and 0 < v < 1e7
+                  for v in self.verify_ms), "cost_table", self.verify_ms,
+              "entries must be positive milliseconds")
+
+    @property
+    def max_tokens(self) -> int:
+        return len(self.verify_ms)
+
+    def ms(self, n_tokens: int) -> float:
+        check(isinstance(n_tokens, int) and 1 <= n_tokens <= self.max_tokens, "cost_table",
+              f"<{self.max_tokens} entries>", f"has no entry for {n_tokens} tokens")
+        return float(self.verify_ms[n_tokens - 1])
+
+    def to_dict(self) -> dict:
+        return {"version": COST_TABLE_VERSION, **asdict(self), "verify_ms": list(self.verify_ms)}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str | None = None) -> "CostTable":
+        check(isinstance(data, dict) and data.get("version") == COST_TABLE_VERSION, "cost_table",
+              source or "<dict>", f"must be a JSON object with version {COST_TABLE_VERSION}")
+        check(isinstance(data.get("verify_ms"), list), "cost_table", source or "<dict>",
+              "needs a list 'verify_ms' (ms per number of tokens verified, from 1 token)")
+        return cls(verify_ms=tuple(data["verify_ms"]), source=source or data.get("source", "dict"),
+                   device=str(data.get("device", "")), model=str(data.get("model", "")))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CostTable":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError("cost_table", str(path), f"could not be read ({err})") from None
+        return cls.from_dict(data, source=str(path))
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+
+def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: int = 32) -> CostTable:
+    """Median wall time (ms) of a forward over n new tokens after a cached prefix, n = 1..max_tokens.
+    The prefix is computed once; each timed forward is trimmed off the cache again afterwards."""
+    check(isinstance(max_tokens, int) and 1 <= max_tokens <= 256, "max_tokens", max_tokens,
+          "must be an integer in [1, 256]")
+    check(isinstance(repeats, int) and repeats >= 1, "repeats", repeats, "must be an integer >= 1")
+    ids = [(7 * i + 3) % lm.vocab_size for i in range(prefix_tokens + max_tokens)]
+    cache = lm.new_cache()
+    lm.forward(ids[:prefix_tokens], cache)
+    lm.forward(ids[prefix_tokens:prefix_tokens + 1], cache)   # warm-up
+    cache.crop(-1)
+    table = []
+    for n in range(1, max_tokens + 1):
+        new = ids[prefix_tokens:prefix_tokens + n]
+        times = []
+        for _ in range(repeats):
+            lm.sync()
+            start = time.perf_counter()
+            lm.forward(new, cache)
+            lm.sync()
+            times.append((time.perf_counter() - start) * 1000.0)
+            cache.crop(-n)
+        table.append(statistics.median(times))
+    return CostTable(verify_ms=tuple(table), source="profiled", device=str(lm.device), model=lm.name)

@@ -1,0 +1,250 @@
+"""Parallel drafting ("DSpark", Cheng et al. 2026), exact: per round one drafter pass over the target's
+last hidden state gives a lattice of γ positions × K candidates; stage 1 (draft side only) picks a
+chain (DP) or a tree (best-first), cost-aware when a verify-cost table is given; stage 2 verifies it
+in ONE target forward (tree mask) and applies the exact acceptance rule; the KV cache keeps the
+accepted path only. The hidden state for the next round comes from that same forward.
+
+Round r's tree: node 0 is the last emitted token (not yet in the cache), nodes 1.. the drafts."""
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import torch
+
+from decoding.config import AUTO_COST, DEFAULT_DRAFTER, DSparkConfig
+from decoding.cost import CostTable, profile_verify_cost
+from decoding.errors import check
+from decoding.models import LM, Timer, cache_root
+from decoding.parallel import LatticeDraft, ParallelDrafter, build_lattice, load_drafter, tap_head_input
+from decoding.processors import build_pipeline
+from decoding.select import ChainPlan, best_chain, best_tree, choose_chain, choose_tree, flat_tree
+from decoding.steps import sample_inverse_cdf
+from decoding.trace import (ChainDP, DSparkRound, LatticeCell, LatticeColumn, PlanNode, SizeChoiceInfo)
+from decoding.tree import compact_cache, depths, verify_tree
+from decoding.tree_accept import RoundOutcome, greedy_round, sample_round
+
+ASSETS = Path(__file__).resolve().parent.parent / "assets"
+DEFAULT_WEIGHTS = ASSETS / "dspark-smollm2-135m.safetensors"
+
+
+# ------------------------------------------------------------------------------ set-up
+def resolve_drafter(lm: LM, config: DSparkConfig, drafter: ParallelDrafter | None) -> ParallelDrafter:
+    """The drafter passed in (attached to lm if needed), or the weights file config.drafter names."""
+    if drafter is None:
+        path = DEFAULT_WEIGHTS if config.drafter == DEFAULT_DRAFTER else Path(config.drafter).expanduser()
+        drafter = load_drafter(path, lm)
+    elif drafter.head is None:
+        drafter.attach(lm)
+    check(drafter.shape.vocab_size == lm.vocab_size, "drafter", f"<vocab {drafter.shape.vocab_size}>",
+          f"was trained for another model (this one has vocab {lm.vocab_size})")
+    check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
+          f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
+    return drafter
+
+
+def auto_cost_path(lm: LM) -> Path:
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{lm.name}-{lm.device}-{str(lm.dtype).replace('torch.', '')}")
+    return cache_root() / "cost" / f"{safe}.json"
+
+
+def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
+    """None (fixed size), the table in config.cost_table, or for "auto" the table profiled on this
+    device on first use and cached (profiled again when it covers too few tokens)."""
+    if config.cost_table is None:
+        return None
+    need = (config.gamma if config.select == "chain" else config.budget) + 1
+    if config.cost_table == AUTO_COST:
+        path = auto_cost_path(lm)
+        cost = CostTable.load(path) if path.is_file() else None
+        if cost is None or cost.max_tokens < need:
+            cost = profile_verify_cost(lm, max(need, 17))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cost.save(path)
+        return dataclasses.replace(cost, source=str(path))
+    cost = CostTable.load(config.cost_table)
+    check(cost.max_tokens >= need, "cost_table", config.cost_table,
+          f"covers {cost.max_tokens} tokens; this run verifies up to {need}")
+    return cost
+
+
+def target_probs(logits: torch.Tensor, pipeline) -> torch.Tensor:
+    """Processed target distribution per row (q, V); plain softmax at temperature 0 (for display)."""
+    return torch.softmax(logits if pipeline is None else pipeline(logits), -1)
+
+
+def truncate(emitted: Sequence[int], room: int, eos_ids) -> tuple[int, ...]:
+    """At most `room` tokens, cut after the first EOS."""
+    out = []
+    for token in list(emitted)[:room]:
+        out.append(int(token))
+        if token in eos_ids:
+            break
+    return tuple(out)
+
+
+# ------------------------------------------------------------------------------ stage 1
+def select_plan(lattice, config: DSparkConfig, cost: CostTable | None):
+    """(plan, size choice or None): chain DP or best-first tree, cost-aware with a table."""
+    if config.select == "chain":
+        if cost is None:
+            return best_chain(lattice), None
+        return choose_chain(lattice, cost)
+    if cost is None:
+        return best_tree(lattice, config.budget), None
+    return choose_tree(lattice, cost, max_budget=config.budget)
+
+
+# ------------------------------------------------------------------------------ trace pieces
+def lattice_columns(lm: LM, draft: LatticeDraft) -> tuple[LatticeColumn, ...]:
+    lat, cols = draft.lattice, []
+    for k in range(lat.gamma):
+        cells = tuple(LatticeCell(k + 1, j, tok, lm.piece(tok), float(lat.q_draft[k][j]),
+                                  tuple(float(row[j]) for row in lat.scores[k]))
+                      for j, tok in enumerate(lat.token_ids[k]))
+        cols.append(LatticeColumn(k + 1, draft.confidence[k], cells))
+    return tuple(cols)
+
+
+def chain_dp(plan) -> ChainDP | None:
+    if not isinstance(plan, ChainPlan):
+        return None
+    values = tuple(tuple(tuple(float(v) for v in row) for row in pos) for pos in plan.values)
+    return ChainDP(values, plan.back, plan.path)
+
+
+def plan_nodes(lm: LM, plan, tokens, parents, p_rows: torch.Tensor, outcome: RoundOutcome) -> tuple[PlanNode, ...]:
+    """Every verified draft node with its score, the target's probability and its verdict."""
+    checks = {c.node: c for c in outcome.checks}
+    accepted = set(outcome.accepted)
+    depth = depths(parents)
+    if isinstance(plan, ChainPlan):
+        survival, scores, running = [], plan.scores, 1.0
+        for s in scores:
+            running *= float(s)
+            survival.append(running)
+        cands = plan.path
+    else:
+        scores = [n.score for n in plan.nodes]
+        survival = [float(n.survival) for n in plan.nodes]
+        cands = [n.cand for n in plan.nodes]
+    out = []
+    for i in range(1, len(tokens)):
+        chk = checks.get(i)
+        verdict = "accepted" if i in accepted else ("rejected" if chk else "not_reached")
+        out.append(PlanNode(i, parents[i], depth[i], cands[i - 1], tokens[i], lm.piece(tokens[i]),
+                            float(scores[i - 1]), survival[i - 1], float(p_rows[parents[i], tokens[i]]),
+                            chk.p_accept if chk else None, chk.draw if chk else None, verdict))
+    return tuple(out)
+
+
+def size_info(cost: CostTable | None, choice) -> SizeChoiceInfo | None:
+    if choice is None:
+        return None
+    return SizeChoiceInfo(cost.source, tuple(cost.verify_ms), choice.size, choice.expected_accepted,
+                          choice.tokens_per_s)
+
+
+# ------------------------------------------------------------------------------ prefill and rounds
+def prefill(lm: LM, cache, prompt_ids, forced, config: DSparkConfig, pipeline, generator):
+    """Forward over prompt + forced tokens; choose the first free token. -> (event, hidden (H,))."""
+    timer = Timer(lm)
+    with tap_head_input(lm) as tap:
+        row = lm.forward(list(prompt_ids) + list(forced), cache)[-1]  # (V,)
+    hidden = tap.hidden[0, -1]                                          # (H,)
+    timer.lap("prefill")
+    if pipeline is None:
+        token, draw = int(torch.argmax(row)), None
+    else:
+        token, draw = sample_inverse_cdf(torch.softmax(pipeline(row), -1), generator)
+    timer.lap("acceptance")
+    emitted = truncate(list(forced) + [token], config.max_new_tokens, lm.eos_ids)
+    event = DSparkRound(index=0, position=len(prompt_ids), prefill=True, select=config.select, lattice=(),
+                        dp=None, nodes=(), expected_accepted=0.0, size=None, accepted_path=(),
+                        next_token=token, next_from="prefill", next_draw=draw, emitted=emitted,
+                        lossy=config.is_lossy, forced_ids=tuple(int(t) for t in forced),
+                        fed_tokens=len(prompt_ids) + len(forced), timings_ms=timer.done())
+    return event, hidden
+
+
+def draft_round(lm: LM, cache, drafter, hidden, root: int, gamma: int, config: DSparkConfig,
+                cost, pipeline, generator, index: int, position: int, room: int):
+    """One round with up to `gamma` draft positions (0: a plain step). -> (event, next hidden)."""
+    timer = Timer(lm)
+    draft = plan = choice = None
+    if gamma >= 1:
+        draft = build_lattice(drafter, hidden, root, gamma, config.top_k_candidates, config.temperature)
+        timer.lap("drafter")
+        plan, choice = select_plan(draft.lattice, config, cost)
+        tokens, parents = flat_tree(root, plan)
+    else:
+        tokens, parents = (root,), (-1,)
+    timer.lap("dp")
+    past = cache.get_seq_length()
+    with tap_head_input(lm) as tap:
+        logits = verify_tree(lm, cache, tokens, parents)              # (q, V)
+    rows_hidden = tap.hidden[0]                                         # (q, H)
+    timer.lap("verification")
+    p_rows = target_probs(logits, pipeline)                             # (q, V)
+    if pipeline is None:
+        outcome = greedy_round(tokens, parents, logits)
+    else:
+        outcome = sample_round(tokens, parents, p_rows, generator, config.lossy_threshold)
+    timer.lap("acceptance")
+    compact_cache(cache, past, [0] + list(outcome.accepted))
+    timer.lap("cache")
+    last = outcome.accepted[-1] if outcome.accepted else 0
+    event = DSparkRound(
+        index=index, position=position, prefill=False, select=config.select,
+        lattice=lattice_columns(lm, draft) if draft else (), dp=chain_dp(plan),
+        nodes=plan_nodes(lm, plan, tokens, parents, p_rows, outcome) if plan else (),
+        expected_accepted=float(plan.expected_accepted) if plan else 0.0, size=size_info(cost, choice),
+        accepted_path=outcome.accepted, next_token=outcome.next_token, next_from=outcome.next_from,
+        next_draw=outcome.next_draw, emitted=truncate(outcome.emitted, room, lm.eos_ids),
+        lossy=config.is_lossy, fed_tokens=len(tokens), timings_ms=timer.done())
+    return event, rows_hidden[last]
+
+
+def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
+           forced: Sequence[int] = (), drafter: ParallelDrafter | None = None) -> Iterator[DSparkRound]:
+    """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
+    the context end."""
+    drafter = resolve_drafter(lm, config, drafter)
+    cost = load_cost(lm, config)
+    pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
+                                                            config.top_p, config.min_p)
+    cache = lm.new_cache()
+    event, hidden = prefill(lm, cache, prompt_ids, forced, config, pipeline, generator)
+    yield event
+    produced, index = len(event.emitted), 1
+    while produced < config.max_new_tokens and event.emitted[-1] not in lm.eos_ids:
+        position = len(prompt_ids) + produced
+        if position >= lm.context_length:
+            return
+        room = config.max_new_tokens - produced
+        gamma = max(0, min(config.gamma, room - 1, lm.context_length - position - 1))
+        event, hidden = draft_round(lm, cache, drafter, hidden, event.emitted[-1], gamma, config, cost,
+                                    pipeline, generator, index, position, room)
+        yield event
+        produced += len(event.emitted)
+        index += 1
+
+
+# ------------------------------------------------------------------------------ stats
+def dspark_stats(events: Sequence) -> dict:
+    """vLLM's definitions over the drafting rounds (prefill excluded): tokens emitted per verification
+    forward, accepted / drafted nodes, per depth k the fraction of rounds (that drafted depth k)
+    whose accepted path reached k."""
+    rounds = [e for e in events if isinstance(e, DSparkRound) and not e.prefill]
+    if not rounds:
+        return {}
+    drafted = sum(len(r.nodes) for r in rounds)
+    accepted = sum(len(r.accepted_path) for r in rounds)
+    reach = [max((n.depth for n in r.nodes), default=0) for r in rounds]
+    per_position = tuple(sum(1 for r, d in zip(rounds, reach) if d > k and len(r.accepted_path) > k)
+                         / sum(1 for d in reach if d > k) for k in range(max(reach)))
+    return {"mean_accepted_length": sum(len(r.emitted) for r in rounds) / len(rounds),
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "per_position_acceptance": per_position}

@@ -1,0 +1,259 @@
+"""Parallel drafter ("DSpark" stage 0): one forward over the target's last hidden state and the last
+token yields γ positions of draft logits, a low-rank sequential bias from the token at k−1, and a
+confidence per position; `build_lattice` turns that into a select.Lattice for stage 1.
+
+Inputs (no extra target pass): `h`, the hidden state the target's LM head read at the position that
+produced the last emitted token `root` (captured from the verification forward by `HeadInputTap`),
+and root itself, embedded with the target's frozen input embedding. Position k (1..γ) predicts the
+k-th token after root. Architecture:
+
+    u   = silu(W_in [rms(h); rms(E[root])])                         (B, D)       shared trunk
+    z_k = h + W2_k silu(W1_k u)                                     (B, γ, H)    per-position block
+    base_k = z_k · W_headᵀ (all γ positions in one matmul)          (B, γ, V_s)  frozen LM head
+    logits_k(· | y) = base_k + (E[y] A_k) Rᵀ                        rank-r bias from the parent y
+    c_k(y) = σ(a_k · (w_k·[z_k, log max q_k(·|y), entropy]) + b_k)  confidence, Platt-calibrated
+
+V_s is an optional slice of the vocabulary (the tokens seen in training); tokens outside it get no
+draft probability. The frozen target tensors are attached with `attach(lm)` and never saved.
+"""
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from decoding.errors import ConfigError, check
+from decoding.select import MAX_GAMMA, Lattice
+
+WEIGHTS_FORMAT = "decodescope-parallel-drafter/1"
+
+
+@dataclass(frozen=True)
+class DrafterShape:
+    hidden_size: int
+    vocab_size: int            # the target's vocabulary
+    gamma_max: int = 8
+    rank: int = 64             # sequential (previous-token) bias
+    trunk: int = 512
+    width: int = 256           # per-position block
+
+    def __post_init__(self):
+        for name in ("hidden_size", "vocab_size", "rank", "trunk", "width"):
+            value = getattr(self, name)
+            check(isinstance(value, int) and value >= 1, name, value, "must be an integer >= 1")
+        check(isinstance(self.gamma_max, int) and 1 <= self.gamma_max <= MAX_GAMMA, "gamma_max",
+              self.gamma_max, f"must be an integer in [1, {MAX_GAMMA}]")
+
+
+@dataclass(frozen=True)
+class DraftOut:
+    z: torch.Tensor            # (B, γ, H) per-position hidden states
+    base: torch.Tensor         # (B, γ, V_s) logits before the sequential bias
+
+
+class ParallelDrafter(nn.Module):
+    def __init__(self, shape: DrafterShape, vocab_ids: Sequence[int] | None = None, seed: int = 0):
+        super().__init__()
+        self.shape = shape
+        g, h, d, w, r = shape.gamma_max, shape.hidden_size, shape.trunk, shape.width, shape.rank
+        ids = torch.arange(shape.vocab_size) if vocab_ids is None else torch.as_tensor(list(vocab_ids))
+        check(ids.ndim == 1 and len(ids) >= 1 and int(ids.min()) >= 0 and int(ids.max()) < shape.vocab_size
+              and len(torch.unique(ids)) == len(ids), "vocab_ids", f"<{len(ids)} ids>",
+              f"must be distinct token ids in [0, {shape.vocab_size})")
+        self.register_buffer("vocab_ids", ids.long(), persistent=True)           # (V_s,)
+        gen = torch.Generator().manual_seed(seed)
+        self.trunk_in = nn.Parameter(torch.randn(2 * h, d, generator=gen) / (2 * h) ** 0.5)   # (2H, D)
+        self.trunk_b = nn.Parameter(torch.zeros(d))
+        self.w1 = nn.Parameter(torch.randn(g, d, w, generator=gen) / d ** 0.5)             # (γ, D, W)
+        self.b1 = nn.Parameter(torch.zeros(g, w))
+        self.w2 = nn.Parameter(torch.randn(g, w, h, generator=gen) * 0.02 / w ** 0.5)      # (γ, W, H)
+        self.seq_in = nn.Parameter(torch.zeros(g, h, r))                                    # (γ, H, r)
+        self.seq_out = nn.Parameter(torch.randn(len(ids), r, generator=gen) * 0.02)        # (V_s, r)
+        self.conf_w = nn.Parameter(torch.zeros(g, h + 2))                                   # (γ, H + 2)
+        self.conf_b = nn.Parameter(torch.zeros(g))
+        self.register_buffer("platt_a", torch.ones(g))     # per-position calibration of the
+        self.register_buffer("platt_b", torch.zeros(g))    # confidence logit
+        self.embed: torch.Tensor | None = None      # (V, H) frozen target input embedding
+        self.head: torch.Tensor | None = None       # (V_s, H) frozen target LM head rows
+        self.head_bias: torch.Tensor | None = None  # (V_s,) or None
+
+    # ------------------------------------------------------------------ frozen target parts
+    def attach(self, lm) -> "ParallelDrafter":
+        """Share the target's input embedding and LM head (frozen, not part of the weights)."""
+        model = lm.model if hasattr(lm, "model") else lm
+        embed = model.get_input_embeddings().weight
+        head = model.get_output_embeddings()
+        check(embed.shape[1] == self.shape.hidden_size and head.weight.shape[0] >= self.shape.vocab_size,
+              "drafter", f"<hidden {self.shape.hidden_size}, vocab {self.shape.vocab_size}>",
+              f"does not fit this model (hidden {embed.shape[1]}, vocab {head.weight.shape[0]})")
+        ids = self.vocab_ids.to(head.weight.device)
+        self.embed = embed.detach()
+        self.head = head.weight.detach().index_select(0, ids).to(self.trunk_in.dtype)   # (V_s, H)
+        bias = getattr(head, "bias", None)
+        self.head_bias = None if bias is None else bias.detach().index_select(0, ids).to(self.trunk_in.dtype)
+        return self
+
+    def _check_attached(self) -> None:
+        if self.head is None:
+            raise ConfigError("drafter", "<detached>", "call attach(lm) before drafting")
+
+    def embed_tokens(self, ids: torch.Tensor) -> torch.Tensor:
+        return F.embedding(ids.to(self.embed.device), self.embed).to(self.trunk_in.dtype)  # (..., H)
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, hidden: torch.Tensor, root: torch.Tensor) -> DraftOut:
+        """hidden (B, H) target LM-head inputs, root (B,) token ids -> γ positions of base logits."""
+        self._check_attached()
+        hidden = hidden.to(self.trunk_in.dtype)
+        feats = torch.cat([F.rms_norm(hidden, hidden.shape[-1:]),
+                           F.rms_norm(self.embed_tokens(root), hidden.shape[-1:])], -1)   # (B, 2H)
+        u = F.silu(feats @ self.trunk_in + self.trunk_b)                                   # (B, D)
+        mid = F.silu(torch.einsum("bd,gdw->bgw", u, self.w1) + self.b1)                    # (B, γ, W)
+        z = hidden[:, None, :] + torch.einsum("bgw,gwh->bgh", mid, self.w2)                # (B, γ, H)
+        base = z @ self.head.T                                                              # (B, γ, V_s)
+        if self.head_bias is not None:
+            base = base + self.head_bias
+        return DraftOut(z, base)
+
+    def parent_bias(self, position: torch.Tensor | int, parents: torch.Tensor) -> torch.Tensor:
+        """Sequential bias (..., V_s) for parents (...) at 0-based position(s) (broadcastable)."""
+        e = self.embed_tokens(parents)                                          # (..., H)
+        low = torch.einsum("...h,...hr->...r", e, self.seq_in[position])       # (..., r)
+        return low @ self.seq_out.T                                             # (..., V_s)
+
+    def teacher_logits(self, out: DraftOut, parents: torch.Tensor) -> torch.Tensor:
+        """Training form: parents (B, γ') = true token at k−1 (root first) -> logits (B, γ', V_s)."""
+        g = parents.shape[1]
+        e = self.embed_tokens(parents)                                          # (B, γ', H)
+        low = torch.einsum("bgh,ghr->bgr", e, self.seq_in[:g])                  # (B, γ', r)
+        return out.base[:, :g] + low @ self.seq_out.T                           # (B, γ', V_s)
+
+    def confidence_logit(self, position: torch.Tensor | int, z: torch.Tensor,
+                         logits: torch.Tensor) -> torch.Tensor:
+        """Raw confidence logit that position k's top-1 is accepted: z (..., H), logits (..., V_s)."""
+        logq = torch.log_softmax(logits.float(), -1)                            # (..., V_s)
+        ent = -(logq.exp() * logq).sum(-1, keepdim=True)                        # (..., 1)
+        feats = torch.cat([F.rms_norm(z, z.shape[-1:]), logq.amax(-1, keepdim=True), ent], -1)
+        w = self.conf_w[position]                                               # (..., H + 2)
+        return (feats.to(w.dtype) * w).sum(-1) + self.conf_b[position]          # (...)
+
+    def calibrated(self, position, raw_logit: torch.Tensor) -> torch.Tensor:
+        return torch.sigmoid(self.platt_a[position] * raw_logit + self.platt_b[position])
+
+    # ------------------------------------------------------------------ weights
+    def save(self, path: str | Path, meta: dict | None = None) -> None:
+        """float16 safetensors with the shape and `meta` (target model, training run) in the header."""
+        from safetensors.torch import save_file
+
+        tensors = {k: v.detach().to(torch.float16 if v.is_floating_point() else v.dtype).contiguous()
+                   for k, v in self.state_dict().items()}
+        header = {"format": WEIGHTS_FORMAT, "shape": json.dumps(asdict(self.shape)),
+                  "meta": json.dumps(meta or {})}
+        save_file(tensors, str(path), metadata=header)
+
+
+def load_drafter(path: str | Path, lm=None) -> ParallelDrafter:
+    """Load saved weights (float32 in memory); attach to `lm` when given. Missing or foreign files
+    raise a one-line ConfigError."""
+    from safetensors import safe_open
+
+    path = Path(path)
+    check(path.is_file(), "drafter", str(path),
+          "no drafter weights there (train them: python -m decoding train parallel)")
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            header = fh.metadata() or {}
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        check(header.get("format") == WEIGHTS_FORMAT, "drafter", str(path), "is not a parallel-drafter file")
+        shape = DrafterShape(**json.loads(header["shape"]))
+    except ConfigError:
+        raise
+    except Exception as err:  # noqa: BLE001 - a corrupt file becomes one line
+        raise ConfigError("drafter", str(path), f"could not be read ({str(err).splitlines()[0][:120]})") from None
+    drafter = ParallelDrafter(shape, vocab_ids=tensors["vocab_ids"].tolist())
+    drafter.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
+    drafter.meta = json.loads(header.get("meta", "{}"))
+    drafter.eval()
+    return drafter.attach(lm) if lm is not None else drafter
+
+
+def drafter_meta(path: str | Path) -> dict:
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as fh:
+        return json.loads((fh.metadata() or {}).get("meta", "{}"))
+
+
+# ---------------------------------------------------------------------- hidden states, no extra pass
+class HeadInputTap:
+    """Records what the target's LM head reads (B, T, H) during a forward (a pre-hook)."""
+
+    def __init__(self):
+        self.hidden: torch.Tensor | None = None
+
+    def __call__(self, module, args):
+        self.hidden = args[0].detach()
+
+
+@contextmanager
+def tap_head_input(lm):
+    """with tap_head_input(lm) as tap: logits = lm.forward(...); tap.hidden -> (1, T, H)."""
+    tap = HeadInputTap()
+    with lm.lock:
+        handle = lm.model.get_output_embeddings().register_forward_pre_hook(tap)
+        try:
+            yield tap
+        finally:
+            handle.remove()
+
+
+# ---------------------------------------------------------------------- lattice
+@dataclass(frozen=True)
+class LatticeDraft:
+    """The lattice plus what the trace shows: per position and parent, the confidence c_k(parent)."""
+
+    lattice: Lattice
+    confidence: tuple[tuple[float, ...], ...]     # (γ, K_{k-1} or 1)
+
+
+@torch.inference_mode()
+def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int, gamma: int, top_k: int,
+                  temperature: float = 0.0) -> LatticeDraft:
+    """γ positions of top-K candidates. Candidates at k are the top-K of the drafter's marginal
+    (parents weighted by their own marginal); q_draft is that marginal; ŝ_k(x | y): at temperature 0
+    c_k(y)·q_k(x|y)/max q_k(·|y) (the calibrated chance the top-1 is the target's argmax, scaled
+    for lower candidates), at temperature T > 0 q_k(x|y) at temperature T (the point-mass rule
+    accepts x with p_target(x)). Draft side only."""
+    check(isinstance(gamma, int) and 1 <= gamma <= drafter.shape.gamma_max, "gamma", gamma,
+          f"must be an integer in [1, {drafter.shape.gamma_max}] (the drafter's gamma_max)")
+    device = drafter.trunk_in.device
+    out = drafter(hidden.reshape(1, -1).to(device), torch.tensor([root], device=device))
+    parents = torch.tensor([root], device=device)                       # (P,)
+    weight = torch.ones(1, device=device, dtype=torch.float32)          # (P,)
+    tokens, q_rows, score_rows, conf_rows = [], [], [], []
+    k = min(top_k, len(drafter.vocab_ids))
+    for pos in range(gamma):
+        logits = (out.base[0, pos] + drafter.parent_bias(pos, parents)).float()   # (P, V_s)
+        scaled = logits / temperature if temperature > 0 else logits
+        q_cond = torch.softmax(scaled, -1)                                          # (P, V_s)
+        mix = (weight[:, None] * q_cond).sum(0) / weight.sum()                      # (V_s,)
+        q_top, idx = torch.topk(mix, k)                                             # (K,)
+        conf = drafter.calibrated(pos, drafter.confidence_logit(pos, out.z[0, pos].expand(len(parents), -1), logits))
+        if temperature > 0:
+            scores = q_cond[:, idx]                                                 # (P, K)
+        else:
+            ratio = q_cond[:, idx] / q_cond.amax(-1, keepdim=True)                  # (P, K)
+            scores = conf.float()[:, None] * ratio
+        tokens.append(drafter.vocab_ids[idx].tolist())
+        q_rows.append(q_top.clamp(0, 1).tolist())
+        score_rows.append(scores.clamp(0, 1).tolist())
+        conf_rows.append(tuple(conf.float().tolist()))
+        parents, weight = drafter.vocab_ids[idx], q_top
+    lattice = Lattice(tokens, q_rows, score_rows)
+    return LatticeDraft(lattice, tuple(conf_rows))

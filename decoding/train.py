@@ -1,0 +1,568 @@
+"""Train the parallel drafter by self-distillation (CPU-feasible), with a progress bar.
+
+1. Data (shared with other drafters): the target's own answers (greedy, or sampled) to varied prompts,
+   generated in left-padded batches, then one teacher-forced forward per batch for the LM-head inputs
+   (hidden states) and the target's top-k soft labels at every answer position. Cached on disk under
+   <cache>/distill/<key>.pt, the key made of the model, the prompts and the settings.
+2. Loss at every draft position k (teacher forcing: the true token at k−1 is the parent): cross-entropy
+   to the target's token + soft-label cross-entropy to its top-k + BCE of the confidence toward
+   "the drafter's top-1 is the target's token" (what temperature-0 acceptance accepts).
+3. Per-position Platt calibration of the confidence on held-out prompts, on the anchors whose
+   positions 1..k−1 were all hits (c_k estimates P(k accepted | all before accepted)).
+4. Weights (float16 safetensors) and a model card generated from the run.
+
+Entry point: `python -m decoding train parallel [flags]` or `train_parallel(lm, TrainSettings(...))`.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+
+from decoding.errors import ConfigError, check
+from decoding.models import cache_root
+from decoding.parallel import DrafterShape, ParallelDrafter
+
+DISTILL_VERSION = 1
+
+# ------------------------------------------------------------------------------ prompts
+_TOPICS = (
+    "photosynthesis", "the water cycle", "black holes", "the French Revolution", "machine learning",
+    "compound interest", "volcanoes", "the immune system", "climate change", "the printing press",
+    "electric cars", "honeybees", "the Roman Empire", "quantum computing", "coffee", "sleep",
+    "the internet", "earthquakes", "vaccines", "the moon landing", "recycling", "chess", "jazz music",
+    "the stock market", "rainforests", "gravity", "democracy", "solar panels", "the human heart",
+    "tea ceremonies", "ancient Egypt", "bicycles", "friendship", "time management", "public speaking",
+    "ocean tides", "dinosaurs", "the Renaissance", "cryptography", "bread baking", "marathon training",
+    "the periodic table", "wind turbines", "octopuses", "the Silk Road", "meditation", "3D printing",
+    "inflation", "glaciers", "the violin", "social media", "antibiotics", "the Great Wall of China",
+    "electricity", "habits", "coral reefs", "the Olympic Games", "robots", "libraries", "mountains",
+    "volunteering", "DNA", "airplanes", "budgeting", "the solar system", "origami", "pandas",
+)
+_TEMPLATES = (
+    "Explain {t} in simple terms.", "Write a short paragraph about {t}.", "Give three facts about {t}.",
+    "What are the main advantages and disadvantages of {t}?", "Write a short poem about {t}.",
+    "Describe the history of {t} briefly.", "How would you teach {t} to a ten-year-old?",
+    "List five questions a student might ask about {t}.", "Write a short story that involves {t}.",
+    "Summarize why {t} matters today.", "What is a common misconception about {t}?",
+    "Compare {t} with something from everyday life.", "Write a tweet about {t}.",
+    "Give step-by-step advice for someone starting to learn about {t}.",
+    "What would happen if {t} did not exist?", "Write an encyclopedia-style introduction to {t}.",
+)
+_CODE = (
+    "Write a Python function that reverses a string.", "Write a Python function that checks if a number is prime.",
+    "Write a Python function that returns the n-th Fibonacci number.", "Write a SQL query that counts rows per day.",
+    "Write a Python function that merges two sorted lists.", "Explain what a hash map is, with an example.",
+    "Write a bash command that counts lines in all .txt files.", "Write a Python class for a simple stack.",
+    "What is the difference between a list and a tuple in Python?", "Write a JavaScript function that debounces another.",
+    "Solve: a train travels 120 km in 1.5 hours. What is its average speed?", "What is 17 times 23? Show your work.",
+    "Convert 98.6 degrees Fahrenheit to Celsius and explain the steps.", "What is the derivative of x^3 + 2x?",
+)
+
+
+_STYLES = ("", " Keep it brief.", " Use a friendly tone.", " Answer as a numbered list.")
+
+
+def distill_prompts(n: int, seed: int = 0) -> list[str]:
+    """n varied prompts (templates x topics x styles, plus code/maths questions), shuffled by `seed`;
+    the first BASE_PROMPTS (1,086) are distinct base prompts, styles vary them beyond that."""
+    base = [tpl.format(t=topic) for tpl in _TEMPLATES for topic in _TOPICS] + list(_CODE)
+    random.Random(seed).shuffle(base)
+    pool = [text + style for style in _STYLES for text in base]
+    check(1 <= n <= len(pool), "prompts", n, f"must be in [1, {len(pool)}]")
+    return pool[:n]
+
+
+# ------------------------------------------------------------------------------ data
+@dataclass
+class DistillData:
+    """Answer positions of all sequences, concatenated. Row i: answer token i, the LM-head input that
+    produced it (the hidden state at the previous position) and the target's top-k there."""
+
+    tokens: torch.Tensor        # (N,) long
+    hidden: torch.Tensor        # (N, H) float16
+    soft_ids: torch.Tensor      # (N, k) int32
+    soft_probs: torch.Tensor    # (N, k) float16
+    offsets: torch.Tensor       # (S + 1,) long: sequence s is rows offsets[s]:offsets[s + 1]
+    info: dict = field(default_factory=dict)
+
+    @property
+    def positions(self) -> int:
+        return int(self.tokens.shape[0])
+
+    def save(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save({**{k: getattr(self, k) for k in ("tokens", "hidden", "soft_ids", "soft_probs", "offsets")},
+                    "info": self.info}, tmp)
+        tmp.replace(path)
+
+    @classmethod
+    def load(cls, path: Path) -> "DistillData":
+        return cls(**torch.load(path, weights_only=True))
+
+    def subset(self, seqs: Sequence[int]) -> "DistillData":
+        rows = [torch.arange(int(self.offsets[s]), int(self.offsets[s + 1])) for s in seqs]
+        idx = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
+        lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
+        offsets = torch.cat([torch.zeros(1, dtype=torch.long), lengths.cumsum(0)])
+        return DistillData(self.tokens[idx], self.hidden[idx], self.soft_ids[idx], self.soft_probs[idx],
+                           offsets, dict(self.info))
+
+
+def estimate_bytes(n_prompts: int, answer_tokens: int, hidden: int, soft_k: int) -> int:
+    """Upper bound of the cached data size: per position hidden f16 + token + soft ids/probs."""
+    return n_prompts * answer_tokens * (2 * hidden + 8 + soft_k * (4 + 2))
+
+
+def _left_pad(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    width = max(len(p) for p in batch)
+    ids = torch.full((len(batch), width), pad, dtype=torch.long)          # (B, L)
+    mask = torch.zeros((len(batch), width), dtype=torch.long)             # (B, L)
+    for i, p in enumerate(batch):
+        ids[i, width - len(p):] = torch.tensor(p)
+        mask[i, width - len(p):] = 1
+    return ids, mask
+
+
+@torch.inference_mode()
+def _generate(lm, ids, mask, answer_tokens: int, temperature: float, seed: int) -> torch.Tensor:
+    eos = sorted(lm.eos_ids)
+    pad = eos[0] if eos else 0
+    kwargs = dict(max_new_tokens=answer_tokens, pad_token_id=pad, eos_token_id=eos or None)
+    if temperature > 0:
+        kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
+    else:
+        kwargs.update(do_sample=False, temperature=None, top_k=None, top_p=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        out = lm.model.generate(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), **kwargs)
+    return out[:, ids.shape[1]:].cpu()                                     # (B, N')
+
+
+def _answer_lengths(answers: torch.Tensor, eos_ids) -> list[int]:
+    lengths = []
+    for row in answers.tolist():
+        n = len(row)
+        for i, t in enumerate(row):
+            if t in eos_ids:
+                n = i + 1
+                break
+        lengths.append(n)
+    return lengths
+
+
+@torch.inference_mode()
+def _teacher_pass(lm, ids, mask, answers, lengths, soft_k: int):
+    """One forward over prompt + answer: LM-head inputs and top-k soft labels at answer positions."""
+    full = torch.cat([ids, answers], 1)                                    # (B, L + N)
+    fmask = torch.cat([mask, torch.ones_like(answers)], 1)                 # (B, L + N)
+    positions = (fmask.cumsum(-1) - 1).clamp(min=0)                        # (B, L + N)
+    decoder = lm.model.get_decoder()
+    out = decoder(input_ids=full.to(lm.device), attention_mask=fmask.to(lm.device),
+                  position_ids=positions.to(lm.device))
+    hidden = out.last_hidden_state                                          # (B, L + N, H)
+    head = lm.model.get_output_embeddings()
+    start = ids.shape[1] - 1
+    rows = [hidden[b, start:start + n] for b, n in enumerate(lengths)]    # each (n, H)
+    h = torch.cat(rows)                                                     # (n_all, H)
+    ids_out, probs_out = [], []
+    for chunk in h.split(256):          # full-vocabulary rows only 256 at a time
+        top = torch.topk(torch.softmax(head(chunk).float(), -1), soft_k, -1)  # (256, k)
+        ids_out.append(top.indices.int().cpu())
+        probs_out.append(top.values.half().cpu())
+    tokens = torch.cat([answers[b, :n] for b, n in enumerate(lengths)])
+    return tokens, h.half().cpu(), torch.cat(ids_out), torch.cat(probs_out)
+
+
+def distill_key(lm, prompts: Sequence[Sequence[int]], answer_tokens: int, temperature: float, soft_k: int,
+                seed: int) -> str:
+    head = lm.model.get_output_embeddings().weight
+    weights = hashlib.sha1(head.detach().float().cpu().flatten()[:4096].numpy().tobytes()).hexdigest()
+    blob = json.dumps({"v": DISTILL_VERSION, "model": lm.name, "weights": weights, "vocab": lm.vocab_size,
+                       "hidden": int(lm.model.config.hidden_size), "prompts": [list(p) for p in prompts],
+                       "n": answer_tokens, "t": temperature, "k": soft_k, "seed": seed})
+    return hashlib.sha1(blob.encode()).hexdigest()[:16]
+
+
+def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int = 128, batch_size: int = 32,
+                     temperature: float = 0.0, soft_k: int = 8, seed: int = 0, use_cache: bool = True,
+                     progress: bool = True) -> DistillData:
+    """The target's answers to `prompts` (token ids) with hidden states and soft labels; cached."""
+    check(len(prompts) >= 1 and all(len(p) >= 1 for p in prompts), "prompts", len(prompts),
+          "need at least one non-empty prompt")
+    key = distill_key(lm, prompts, answer_tokens, temperature, soft_k, seed)
+    path = cache_root() / "distill" / f"{key}.pt"
+    if use_cache and path.is_file():
+        return DistillData.load(path)
+    from tqdm import tqdm
+
+    start = time.perf_counter()
+    parts, lengths_all = [], []
+    eos = sorted(lm.eos_ids)
+    batches = [list(prompts[i:i + batch_size]) for i in range(0, len(prompts), batch_size)]
+    for b, batch in enumerate(tqdm(batches, desc="distill", unit="batch", disable=not progress)):
+        ids, mask = _left_pad([list(p) for p in batch], eos[0] if eos else 0)
+        answers = _generate(lm, ids, mask, answer_tokens, temperature, seed + b)
+        lengths = _answer_lengths(answers, lm.eos_ids)
+        parts.append(_teacher_pass(lm, ids, mask, answers, lengths, soft_k))
+        lengths_all += lengths
+    tokens, hidden, soft_ids, soft_probs = (torch.cat(x) for x in zip(*parts))
+    offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.tensor(lengths_all).cumsum(0)])
+    info = {"model": lm.name, "prompts": len(prompts), "answer_tokens": answer_tokens, "temperature": temperature,
+            "soft_k": soft_k, "positions": int(tokens.shape[0]), "seconds": round(time.perf_counter() - start, 1)}
+    data = DistillData(tokens.long(), hidden, soft_ids, soft_probs, offsets, info)
+    if use_cache:
+        data.save(path)
+    return data
+
+
+# ------------------------------------------------------------------------------ batches
+@dataclass(frozen=True)
+class Batch:
+    hidden: torch.Tensor     # (B, H)
+    root: torch.Tensor       # (B,)
+    parents: torch.Tensor    # (B, γ) true token at k−1 (root first)
+    labels: torch.Tensor     # (B, γ) slice index of the target's token; −1 outside the slice, −2 past the end
+    soft_ids: torch.Tensor   # (B, γ, k) slice indices, −1 outside
+    soft_probs: torch.Tensor  # (B, γ, k)
+
+
+def anchors(data: DistillData) -> torch.Tensor:
+    """Rows that have at least one following token in their sequence."""
+    out = [torch.arange(int(a), int(b) - 1) for a, b in zip(data.offsets[:-1], data.offsets[1:]) if b - a >= 2]
+    return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
+
+
+def make_batch(data: DistillData, rows: torch.Tensor, gamma: int, slice_of: torch.Tensor) -> Batch:
+    """Row i: input (hidden[i], tokens[i]); position k (1..γ) predicts tokens[i + k] when it is in the
+    same sequence."""
+    seq_end = data.offsets[torch.searchsorted(data.offsets, rows, right=True)]        # (B,)
+    steps = torch.arange(1, gamma + 1)                                                  # (γ,)
+    target = rows[:, None] + steps                                                      # (B, γ)
+    valid = target < seq_end[:, None]                                                   # (B, γ)
+    safe = torch.where(valid, target, rows[:, None])                                    # (B, γ)
+    labels = torch.where(valid, slice_of[data.tokens[safe]], -2)                        # (B, γ)
+    parents = data.tokens[torch.where(valid, safe - 1, rows[:, None])]                  # (B, γ)
+    soft_ids = slice_of[data.soft_ids[safe].long()]                                     # (B, γ, k)
+    soft_ids = torch.where(valid[..., None], soft_ids, -1)
+    return Batch(data.hidden[rows].float(), data.tokens[rows], parents, labels, soft_ids,
+                 data.soft_probs[safe].float())
+
+
+# ------------------------------------------------------------------------------ loss
+@dataclass(frozen=True)
+class TrainSettings:
+    gamma_max: int = 16
+    rank: int = 64
+    trunk: int = 512
+    width: int = 256
+    steps: int = 1500
+    batch_size: int = 256
+    lr: float = 2e-3
+    soft_weight: float = 0.5
+    conf_weight: float = 0.2
+    vocab: str = "seen"          # seen (tokens of the answers) | full
+    heldout_every: int = 16      # every 16th prompt is held out
+    n_prompts: int = 1024
+    answer_tokens: int = 128
+    gen_batch: int = 32
+    gen_temperature: float = 0.0
+    soft_k: int = 8
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "heldout_every"):
+            v = getattr(self, name)
+            check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
+        check(self.heldout_every >= 2, "heldout_every", self.heldout_every, "must be >= 2")
+
+
+def losses(drafter: ParallelDrafter, batch: Batch, settings: TrainSettings):
+    """(total, token CE, confidence BCE, hits (B, γ) bool, exists (B, γ) bool)."""
+    out = drafter(batch.hidden, batch.root)
+    logits = drafter.teacher_logits(out, batch.parents)                     # (B, γ, V_s)
+    logq = torch.log_softmax(logits.float(), -1)                             # (B, γ, V_s)
+    valid = batch.labels >= 0                                                # (B, γ)
+    ce = F.nll_loss(logq.flatten(0, 1), batch.labels.flatten().clamp(min=0), reduction="none").view_as(valid)
+    ce = (ce * valid).sum() / valid.sum().clamp(min=1)
+    soft_mask = batch.soft_ids >= 0                                           # (B, γ, k)
+    soft_logq = logq.gather(-1, batch.soft_ids.clamp(min=0))                 # (B, γ, k)
+    soft_p = batch.soft_probs * soft_mask
+    soft = -(soft_p * soft_logq).sum() / soft_p.sum().clamp(min=1e-6)
+    hits = (logq.argmax(-1) == batch.labels) & valid                         # (B, γ)
+    exists = batch.labels != -2                                              # (B, γ) outside the slice: a miss
+    g = logits.shape[1]
+    conf = drafter.confidence_logit(torch.arange(g)[None, :], out.z[:, :g], logits.detach())  # (B, γ)
+    bce = F.binary_cross_entropy_with_logits(conf, hits.float(), reduction="none")
+    bce = (bce * exists).sum() / exists.sum().clamp(min=1)
+    total = ce + settings.soft_weight * soft + settings.conf_weight * bce
+    return total, ce, bce, hits, exists
+
+
+# ------------------------------------------------------------------------------ evaluation
+@torch.no_grad()
+def evaluate(drafter: ParallelDrafter, data: DistillData, gamma: int, slice_of: torch.Tensor,
+             max_rows: int = 20000) -> dict:
+    """Teacher-forced top-1 hits and raw confidence logits on held-out anchors."""
+    rows = anchors(data)[:max_rows]
+    hits, conf, valid = [], [], []
+    for chunk in rows.split(256):
+        batch = make_batch(data, chunk, gamma, slice_of)
+        out = drafter(batch.hidden, batch.root)
+        logits = drafter.teacher_logits(out, batch.parents)
+        hits.append((logits.argmax(-1) == batch.labels) & (batch.labels >= 0))
+        conf.append(drafter.confidence_logit(torch.arange(gamma)[None, :], out.z, logits))
+        valid.append(_window(data, chunk, gamma))
+    return {"hits": torch.cat(hits), "conf": torch.cat(conf), "valid": torch.cat(valid)}
+
+
+def _window(data: DistillData, rows: torch.Tensor, gamma: int) -> torch.Tensor:
+    seq_end = data.offsets[torch.searchsorted(data.offsets, rows, right=True)]
+    return rows[:, None] + torch.arange(1, gamma + 1) < seq_end[:, None]     # (B, γ)
+
+
+def conditioned(ev: dict) -> torch.Tensor:
+    """(B, γ) mask: position k exists and positions 1..k−1 were all hits (all before accepted)."""
+    before = torch.cumprod(torch.cat([torch.ones_like(ev["hits"][:, :1]), ev["hits"][:, :-1]], 1).int(), 1).bool()
+    return before & ev["valid"]
+
+
+def fit_platt(drafter: ParallelDrafter, ev: dict) -> None:
+    """Per position: c = σ(a·logit + b) minimizing BCE on the conditioned held-out anchors."""
+    mask = conditioned(ev)
+    for k in range(ev["hits"].shape[1]):
+        x, y = ev["conf"][mask[:, k], k].float(), ev["hits"][mask[:, k], k].float()
+        if len(x) < 20 or y.min() == y.max():
+            continue
+        a, b = torch.ones(1, requires_grad=True), torch.zeros(1, requires_grad=True)
+        opt = torch.optim.LBFGS([a, b], lr=0.5, max_iter=100)
+
+        def closure():
+            opt.zero_grad()
+            loss = F.binary_cross_entropy_with_logits(a * x + b, y)
+            loss.backward()
+            return loss
+
+        with torch.enable_grad():
+            opt.step(closure)
+        drafter.platt_a[k], drafter.platt_b[k] = float(a.detach()), float(b.detach())
+
+
+def expected_calibration_error(probs: torch.Tensor, hits: torch.Tensor, bins: int = 10) -> float:
+    if len(probs) == 0:
+        return float("nan")
+    idx = (probs * bins).long().clamp(max=bins - 1)
+    err = 0.0
+    for b in range(bins):
+        sel = idx == b
+        if sel.any():
+            err += float(sel.float().mean()) * abs(float(probs[sel].mean()) - float(hits[sel].float().mean()))
+    return err
+
+
+def report_metrics(drafter: ParallelDrafter, ev: dict) -> dict:
+    """Per-position top-1 accuracy (teacher forced), conditional acceptance and ECE before/after
+    calibration, and the greedy chain's τ for each γ (leading hits + 1, full windows only)."""
+    gamma = ev["hits"].shape[1]
+    mask = conditioned(ev)
+    per_pos = []
+    for k in range(gamma):
+        sel = mask[:, k]
+        raw = torch.sigmoid(ev["conf"][sel, k])
+        cal = drafter.calibrated(k, ev["conf"][sel, k])
+        per_pos.append({"position": k + 1,
+                        "top1": float(ev["hits"][ev["valid"][:, k], k].float().mean()),
+                        "accept_given_prefix": float(ev["hits"][sel, k].float().mean()) if sel.any() else float("nan"),
+                        "mean_confidence": float(cal.mean()) if sel.any() else float("nan"),
+                        "ece_raw": expected_calibration_error(raw, ev["hits"][sel, k]),
+                        "ece_calibrated": expected_calibration_error(cal, ev["hits"][sel, k])})
+    full = ev["valid"].all(1)
+    lead = torch.cumprod(ev["hits"][full].int(), 1)                          # (B', γ)
+    tau = {g: 1 + float(lead[:, :g].sum(1).float().mean()) for g in range(1, gamma + 1)} if full.any() else {}
+    return {"per_position": per_pos, "tau_chain": tau, "heldout_anchors": int(len(ev["hits"]))}
+
+
+# ------------------------------------------------------------------------------ training
+@dataclass
+class TrainReport:
+    settings: dict
+    data: dict
+    shape: dict
+    params: int
+    steps: int
+    seconds: float
+    final_loss: float
+    metrics: dict
+    weights: str = ""
+    size_bytes: int = 0
+
+
+BASE_PROMPTS = len(_TEMPLATES) * len(_TOPICS) + len(_CODE)
+
+
+def split_sequences(n_seqs: int, every: int, period: int = BASE_PROMPTS) -> tuple[list[int], list[int]]:
+    """(train, held out): one base prompt in `every` is held out, with all its style variants
+    (distill_prompts repeats the base prompts with a new style every `period` prompts)."""
+    held = [s for s in range(n_seqs) if (s % period) % every == every - 1]
+    return [s for s in range(n_seqs) if (s % period) % every != every - 1], held
+
+
+def vocab_slice(data: DistillData, lm, vocab: str) -> list[int] | None:
+    if vocab == "full":
+        return None
+    seen = set(data.tokens.tolist()) | set(lm.eos_ids)
+    return sorted(t for t in seen if 0 <= t < lm.vocab_size)
+
+
+def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool = True):
+    """Train, calibrate and evaluate on held-out sequences. -> (drafter, TrainReport)."""
+    from tqdm import tqdm
+
+    train_seqs, held_seqs = split_sequences(len(data.offsets) - 1, settings.heldout_every)
+    train, held = data.subset(train_seqs), data.subset(held_seqs)
+    shape = DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, settings.gamma_max, settings.rank,
+                         settings.trunk, settings.width)
+    drafter = ParallelDrafter(shape, vocab_slice(train, lm, settings.vocab), seed=settings.seed).attach(lm)
+    slice_of = torch.full((lm.vocab_size,), -1, dtype=torch.long)
+    slice_of[drafter.vocab_ids] = torch.arange(len(drafter.vocab_ids))
+    rows = anchors(train)
+    check(len(rows) >= 1, "data", train.positions, "has no training anchors (answers too short)")
+    params = [p for p in drafter.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=settings.lr, total_steps=settings.steps, pct_start=0.05)
+    gen = torch.Generator().manual_seed(settings.seed)
+    start, loss_avg = time.perf_counter(), None
+    drafter.train()
+    bar = tqdm(range(settings.steps), desc="train parallel", unit="step", disable=not progress)
+    for _ in bar:
+        pick = rows[torch.randint(len(rows), (settings.batch_size,), generator=gen)]
+        total, ce, bce, hits, _ = losses(drafter, make_batch(train, pick, settings.gamma_max, slice_of), settings)
+        opt.zero_grad(set_to_none=True)
+        total.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        sched.step()
+        value = float(total.detach())
+        loss_avg = value if loss_avg is None else 0.98 * loss_avg + 0.02 * value
+        bar.set_postfix(loss=f"{loss_avg:.3f}", top1=f"{float(hits[:, 0].float().mean()):.2f}")
+    drafter.eval()
+    ev = evaluate(drafter, held if held.positions else train, settings.gamma_max, slice_of)
+    fit_platt(drafter, ev)
+    report = TrainReport(settings=asdict(settings), data=dict(data.info), shape=asdict(shape),
+                         params=sum(p.numel() for p in params), steps=settings.steps,
+                         seconds=round(time.perf_counter() - start, 1), final_loss=round(loss_avg or math.nan, 4),
+                         metrics=report_metrics(drafter, ev))
+    report.data.update(train_sequences=len(train_seqs), heldout_sequences=len(held_seqs),
+                       train_positions=train.positions, heldout_positions=held.positions,
+                       vocab_slice=len(drafter.vocab_ids))
+    return drafter, report
+
+
+def model_card(report: TrainReport, title: str) -> str:
+    """Markdown describing the data, the run and the held-out results, from the report only."""
+    d, s, m = report.data, report.settings, report.metrics
+    lines = [f"# {title}", "",
+             "Parallel drafter for DecodeScope's `dspark` strategy (one pass over the target's last hidden",
+             "state and last token gives γ positions; low-rank previous-token bias; Platt-calibrated confidence).",
+             "Generated by `python -m decoding train parallel` from the run below.", "",
+             "## Data", "",
+             f"- target: `{d.get('model')}`; self-distillation, answers {'greedy' if not d.get('temperature') else 'sampled at T=' + str(d.get('temperature'))}, "
+             f"up to {d.get('answer_tokens')} tokens, top-{d.get('soft_k')} soft labels",
+             f"- prompts: {d.get('prompts')} ({d.get('prompt_source', 'given as token ids')}); "
+             f"{d.get('train_sequences')} for training, {d.get('heldout_sequences')} held out (one in {s['heldout_every']})",
+             f"- positions: {d.get('train_positions')} training, {d.get('heldout_positions')} held out; "
+             f"vocabulary slice {d.get('vocab_slice')} tokens; generation took {d.get('seconds')} s", "",
+             "## Model and training", "",
+             f"- shape: {json.dumps(report.shape)}; {report.params:,} trainable parameters; "
+             f"file {report.size_bytes / 1e6:.1f} MB (float16)",
+             f"- {report.steps} steps of {s['batch_size']}, AdamW lr {s['lr']} one-cycle, loss = CE + {s['soft_weight']}·soft CE "
+             f"+ {s['conf_weight']}·confidence BCE; {report.seconds} s; final loss {report.final_loss}", "",
+             f"## Held-out results ({m['heldout_anchors']} anchors)", "",
+             "| position | top-1 | P(accept \\| prefix accepted) | mean confidence | ECE raw | ECE calibrated |",
+             "|---:|---:|---:|---:|---:|---:|"]
+    for p in m["per_position"]:
+        lines.append(f"| {p['position']} | {p['top1']:.3f} | {p['accept_given_prefix']:.3f} | {p['mean_confidence']:.3f} "
+                     f"| {p['ece_raw']:.3f} | {p['ece_calibrated']:.3f} |")
+    lines += ["", "Greedy chain, mean accepted length τ (tokens per target forward, teacher-forced estimate):", "",
+              "| γ | " + " | ".join(str(g) for g in m["tau_chain"]) + " |",
+              "|---|" + "---:|" * len(m["tau_chain"]),
+              "| τ | " + " | ".join(f"{t:.2f}" for t in m["tau_chain"].values()) + " |", ""]
+    return "\n".join(lines)
+
+
+def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Sequence[Sequence[int]] | None = None,
+                   progress: bool = True, title: str | None = None) -> TrainReport:
+    """Whole pipeline: prompts -> cached distillation data -> training -> calibration -> weights at
+    `out` (float16 safetensors) and the model card next to it (same name, .md)."""
+    if prompts is None:
+        check(lm.tokenizer is not None, "prompts", None, "a model without a tokenizer needs token-id prompts")
+        prompts = [lm.encode(text) for text in distill_prompts(settings.n_prompts, settings.seed)]
+        source = f"templates x topics, decoding.train.distill_prompts(n, seed={settings.seed}), chat template"
+    else:
+        source = "given as token ids"
+    data = generate_distill(lm, prompts, answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
+                            temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed,
+                            progress=progress)
+    drafter, report = train_drafter(lm, data, settings, progress=progress)
+    report.data["prompt_source"] = source
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    drafter.save(out, meta={"target": lm.name, "metrics": report.metrics, "data": report.data})
+    report.weights, report.size_bytes = str(out), out.stat().st_size
+    out.with_suffix(".md").write_text(model_card(report, title or f"Parallel drafter for {lm.name}"), encoding="utf-8")
+    return report
+
+
+# ------------------------------------------------------------------------------ command line
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m decoding train parallel",
+                                description="train the parallel (dspark) drafter by self-distillation")
+    p.add_argument("--model", default="default")
+    p.add_argument("--out", default=None, help="weights file (default: the shipped asset for the embedded model)")
+    defaults = TrainSettings()
+    for name, value in asdict(defaults).items():
+        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def main_train_parallel(argv: Sequence[str] | None = None) -> int:
+    from decoding.dspark import DEFAULT_WEIGHTS
+    from decoding.models import ModelSpec, load
+
+    args = build_parser().parse_args(argv)
+    try:
+        settings = TrainSettings(**{k: v for k, v in vars(args).items() if k in TrainSettings.__dataclass_fields__})
+        lm = load(ModelSpec(args.model))
+        out = args.out or (DEFAULT_WEIGHTS if args.model == "default" else Path(f"dspark-{Path(args.model).name}.safetensors"))
+        report = train_parallel(lm, settings, out, progress=not args.no_progress)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {report.weights} ({report.size_bytes / 1e6:.1f} MB) and its model card; "
+          f"tau(chain) {json.dumps({k: round(v, 2) for k, v in report.metrics['tau_chain'].items()})}")
+    return 0
+
+
+def main_cli(argv: Sequence[str]) -> int:
+    """`train parallel [flags]` (the only drafter trained here so far)."""
+    if not argv or argv[0] != "parallel":
+        print("usage: python -m decoding train parallel [flags]  (--help for the flags)", file=sys.stderr)
+        return 2
+    return main_train_parallel(argv[1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main_cli(sys.argv[1:]))

@@ -1,0 +1,259 @@
+"""The app in a real browser: `streamlit run` on localhost driven by Debian's Chromium through
+Playwright. Screenshots go to tests/artifacts/ (git-ignored)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tiny_app_model import build_tiny_model_dir
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "tests" / "artifacts"
+MAX_NEW = 12
+
+if not os.path.exists(CHROMIUM):
+    pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium package to run the browser tests)",
+                allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright for python is not installed")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError("streamlit did not become healthy")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    model = os.environ.get("DECODESCOPE_BROWSER_MODEL")   # e.g. "default" for screenshots of real text
+    if not model:
+        model = str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny_browser_model")))
+    port = free_port()
+    env = {**os.environ, "DECODESCOPE_MODEL": model}
+    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
+                             "--server.port", str(port), "--server.address", "127.0.0.1",
+                             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
+                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with sync_api.sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=[
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--no-first-run"])
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser):
+    context = browser.new_context(viewport={"width": 1400, "height": 1900}, accept_downloads=True)
+    pg = context.new_page()
+    yield pg
+    context.close()
+
+
+def settle(page) -> None:
+    """Wait for the rerun to finish drawing (no stale elements left)."""
+    try:
+        page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"]')", timeout=15_000)
+    except sync_api.TimeoutError:
+        pass
+
+
+def shot(page, name: str) -> None:
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    settle(page)
+    page.wait_for_timeout(600)          # let plotly finish drawing
+    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def chip(step: int) -> str:
+    return f'.ds-chips span.ds-chip[data-step="{step}"]'
+
+
+def click(page, label: str) -> None:
+    page.get_by_role("button", name=label, exact=True).click()
+
+
+def open_app(page, url: str, query: str = "") -> None:
+    page.goto(f"{url}/{query}")
+    page.get_by_role("button", name="Step", exact=True).wait_for(timeout=60_000)
+
+
+def test_playground_step_and_run_to_end(server, page):
+    open_app(page, server, f"?max_new={MAX_NEW}")
+    click(page, "Step")
+    page.locator(chip(0)).wait_for(timeout=30_000)
+    page.locator(".js-plotly-plot").nth(1).wait_for(timeout=30_000)   # candidates + timing
+    shot(page, "playground-step")
+    click(page, "Run to end")
+    page.locator(chip(MAX_NEW - 1)).wait_for(timeout=60_000)
+    assert page.locator(".ds-chips span.ds-chip.ds-origin-target").count() >= MAX_NEW
+    click(page, "◀ Back")
+    page.locator(f"{chip(MAX_NEW - 2)}.ds-current").wait_for(timeout=30_000)
+    shot(page, "playground-run")
+    assert not page.locator('[data-testid="stException"]').count()
+
+
+def test_sampling_step_shows_filters_and_draw(server, page):
+    open_app(page, server, f"?strategy=sample&temperature=0.8&top_k=6&top_p=0.9&seed=3&max_new={MAX_NEW}")
+    click(page, "Step")
+    page.locator(chip(0)).wait_for(timeout=30_000)
+    page.get_by_text("removed by top_k ✂").first.wait_for(timeout=30_000)
+    page.get_by_text("The draw: u against the CDF", exact=False).first.wait_for(timeout=30_000)
+    shot(page, "playground-sample")
+
+
+def test_force_a_candidate(server, page):
+    open_app(page, server, f"?max_new={MAX_NEW}")
+    click(page, "Run 8")
+    page.locator(chip(7)).wait_for(timeout=60_000)
+    click(page, "◀ Back")
+    click(page, "◀ Back")
+    page.locator(f"{chip(5)}.ds-current").wait_for(timeout=30_000)
+    page.get_by_text("Force a candidate at this step").wait_for()
+    page.locator('[data-testid="stSelectbox"]').filter(has_text="Force a candidate").click()
+    page.get_by_role("option").nth(2).click()
+    click(page, "Force & branch")
+    page.get_by_text("Branched at step 5").wait_for(timeout=30_000)
+    page.locator(".ds-diverge").first.wait_for(timeout=30_000)
+    assert page.locator(".ds-chips span.ds-origin-forced").count() >= 1
+    shot(page, "playground-branch")
+
+
+def test_step_render_time(server, page):
+    """Time from clicking Step until the new chip is in the DOM, minus the step's own model time."""
+    open_app(page, server, f"?max_new={MAX_NEW}")
+    click(page, "Step")
+    page.locator(chip(0)).wait_for(timeout=30_000)
+    page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)   # warm-up: plotly.js loaded
+    results = []
+    timing = page.get_by_text(re.compile(r"This rerun: model"))
+    for i in range(1, 6):
+        before = timing.inner_text()
+        start = time.perf_counter()
+        click(page, "Step")
+        page.locator(chip(i)).wait_for(timeout=30_000)
+        wall = (time.perf_counter() - start) * 1000.0
+        for _ in range(50):                      # the timing caption is the page's last element
+            if timing.inner_text() != before:
+                break
+            page.wait_for_timeout(100)
+        model, server_side = (float(x) for x in re.findall(r"(\d+) ms", timing.inner_text())[:2])
+        results.append({"click_to_chip_ms": round(wall, 1), "model_ms": model, "server_render_ms": server_side,
+                        "beyond_model_ms": round(wall - model, 1)})
+    for i in (4, 3, 2, 1):                       # Back: the same page drawn again, no model call
+        start = time.perf_counter()
+        click(page, "◀ Back")
+        page.locator(f"{chip(i)}.ds-current").wait_for(timeout=30_000)
+        results.append({"back_click_to_chip_ms": round((time.perf_counter() - start) * 1000.0, 1)})
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / "step_render_ms.json").write_text(json.dumps(results, indent=1))
+    beyond = sorted(r["beyond_model_ms"] for r in results if "beyond_model_ms" in r)
+    assert beyond[len(beyond) // 2] < 5000       # sanity bound only; the number itself is reported
+
+
+def test_compare_page(server, page):
+    page.goto(f"{server}/compare?max_new={MAX_NEW}&seed=1")
+    click_run = page.get_by_role("button", name="Run the comparison")
+    click_run.wait_for(timeout=60_000)
+    click_run.click()
+    page.locator('.ds-chips span.ds-chip').first.wait_for(timeout=60_000)
+    page.get_by_text("Tokens vs wall time").first.wait_for(timeout=30_000)
+    assert page.locator(".ds-chips").count() >= 2
+    shot(page, "compare")
+
+
+def test_traces_download_and_replay(server, page, tmp_path):
+    open_app(page, server, f"?max_new={MAX_NEW}")
+    click(page, "Run to end")
+    page.locator(chip(MAX_NEW - 1)).wait_for(timeout=60_000)
+    page.get_by_role("link", name="Traces").click()
+    button = page.get_by_role("button", name=re.compile("Download the playground trace"))
+    button.wait_for(timeout=30_000)
+    with page.expect_download() as info:
+        button.click()
+    saved = tmp_path / "trace.json"
+    info.value.save_as(saved)
+    from decoding.trace import from_json
+
+    trace = from_json(saved.read_text())
+    assert len(trace.steps) == MAX_NEW
+    data = json.loads(saved.read_text())
+    data["steps"][0]["chosen_piece"] = "<script>window.__pwned=1</script><b>bold</b>"
+    data["steps"][0]["raw_top"][0]["piece"] = "<b>bold</b>"
+    data["steps"][1]["chosen_piece"] = "![img](https://example.com/pixel.png)[a link](https://example.com)"
+    data["model"]["name"] = "[a link](https://example.com)"
+    evil = tmp_path / "evil.json"
+    evil.write_text(json.dumps(data))
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(evil))
+    page.locator(chip(MAX_NEW - 1)).wait_for(timeout=30_000)
+    assert page.evaluate("window.__pwned === undefined")
+    page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+    assert page.locator("b", has_text="bold").count() == 0           # no markup from the trace, anywhere
+    assert page.locator('a[href="https://example.com"]').count() == 0
+    page.get_by_role("slider").press("ArrowRight")                    # step 1: a Markdown piece
+    page.locator(f"{chip(1)}.ds-current").wait_for(timeout=30_000)
+    page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)
+    assert page.locator('img[src*="example.com"]').count() == 0
+    assert page.locator('a[href="https://example.com"]').count() == 0
+    assert "<script>window.__pwned=1</script>" in page.locator(chip(0)).first.inner_text()
+    shot(page, "traces-replay")
+
+
+def test_stop_interrupts_a_long_run(server, page):
+    open_app(page, server, "?max_new=400")
+    click(page, "Run to end")
+    page.get_by_text(re.compile(r"\d+ steps — Stop")).first.wait_for(timeout=60_000)    # the progress bar's text
+    click(page, "Stop")
+    stop = page.get_by_role("button", name="Stop", exact=True)
+    page.wait_for_function("b => b.disabled", arg=stop.element_handle(), timeout=60_000)  # no run in progress
+    settle(page)
+    status = page.get_by_text(re.compile(r"step\(s\) recorded \(in progress\)"))
+    status.wait_for(timeout=30_000)
+    recorded = int(re.match(r"(\d+)", status.inner_text()).group(1))
+    assert 1 <= recorded < 400
+    assert page.locator(".ds-chips span.ds-chip[data-step]").count() == recorded
+    click(page, "Step")                                       # the run continues where it stopped
+    page.locator(chip(recorded)).wait_for(timeout=30_000)
+    shot(page, "playground-stopped")

@@ -1,0 +1,76 @@
+"""Temperature > 0: the first tokens dspark emits follow the target's processed distribution (χ²
+against exact marginals computed from the model, over many seeds; chain and tree, random drafter).
+Negative control: the lossy threshold mode must fail the same test."""
+from __future__ import annotations
+
+import pytest
+import torch
+from scipy.stats import chisquare
+
+from decoding.config import DSparkConfig
+from decoding.processors import build_pipeline
+from decoding.runner import run
+from tests.dspark_helpers import one_thread, random_drafter, varied_llama
+
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+PROMPT = [3, 1, 4, 1, 5]
+VOCAB = 12
+RUNS = 1000
+PROCESSING = dict(temperature=0.8, top_p=0.95)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return varied_llama(seed=2, vocab=VOCAB, init=0.1)
+
+
+@pytest.fixture(scope="module")
+def drafter(lm):
+    return random_drafter(lm, gamma_max=4, seed=1)
+
+
+@torch.inference_mode()
+def exact_marginals(lm, depth: int) -> list[torch.Tensor]:
+    """P(t_1), P(t_2), ... under the processed target, by enumerating every prefix (batched)."""
+    pipeline = build_pipeline(**PROCESSING)
+    seqs = torch.tensor([PROMPT])                                   # (S, L)
+    weights = torch.ones(1, dtype=torch.float64)                    # (S,)
+    out = []
+    for _ in range(depth):
+        logits = lm.model(input_ids=seqs).logits[:, -1].float()     # (S, V)
+        probs = torch.softmax(pipeline(logits), -1).double()        # (S, V)
+        joint = weights[:, None] * probs                            # (S, V)
+        out.append(joint.sum(0))
+        seqs = torch.cat([seqs.repeat_interleave(VOCAB, 0), torch.arange(VOCAB).repeat(len(seqs))[:, None]], 1)
+        weights = joint.flatten()
+    return out
+
+
+def pvalues(lm, drafter, **kwargs) -> list[float]:
+    counts = torch.zeros(3, VOCAB)
+    for seed in range(RUNS):
+        config = DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING, **kwargs)
+        ids = run(lm, PROMPT, config, drafter=drafter).output_ids
+        for i, t in enumerate(ids[:3]):
+            counts[i, t] += 1
+    out = []
+    for i, p in enumerate(exact_marginals(lm, 3)):
+        expected = p * RUNS
+        big = expected >= 5
+        obs = torch.cat([counts[i][big], counts[i][~big].sum()[None]]).double()
+        exp = torch.cat([expected[big], expected[~big].sum()[None]])
+        keep = exp > 0
+        out.append(float(chisquare(obs[keep], exp[keep] * obs.sum() / exp[keep].sum()).pvalue))
+    return out
+
+
+@pytest.mark.parametrize("select,k,budget", [("chain", 3, 1), ("tree", 3, 5)])
+def test_first_tokens_follow_the_target(lm, drafter, select, k, budget):
+    values = pvalues(lm, drafter, select=select, top_k_candidates=k, budget=budget)
+    assert min(values) > 1e-3, values
+
+
+def test_lossy_mode_fails_the_same_test(lm, drafter):
+    values = pvalues(lm, drafter, select="tree", top_k_candidates=3, budget=5, lossy_threshold=0.05)
+    assert values[0] > 1e-3                # the prefill token is plain sampling
+    assert min(values[1:]) < 1e-6, values  # the drafted positions are biased

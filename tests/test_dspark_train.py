@@ -1,0 +1,149 @@
+"""Training the parallel drafter on a tiny llama: the distillation data equals plain greedy answers and
+the target's own hidden states (negative control: rows shifted by one position do not match), it is
+cached, training fits its data, calibration is fitted, the weights and model card are written, and a
+trained drafter stays token-identical to greedy at temperature 0 in chain and tree mode."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from decoding.config import DSparkConfig, GreedyConfig
+from decoding.parallel import load_drafter, tap_head_input
+from decoding.runner import run
+from decoding.train import (TrainSettings, anchors, estimate_bytes, evaluate, generate_distill,
+                            train_parallel)
+from tests.dspark_helpers import one_thread, varied_llama
+
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+SETTINGS = TrainSettings(gamma_max=6, rank=8, trunk=32, width=32, steps=120, batch_size=64, lr=1e-2,
+                         answer_tokens=20, gen_batch=8, heldout_every=4)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return varied_llama(seed=1, init=0.1, eos_token_id=None)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = random.Random(0)
+    return [[rng.randrange(64) for _ in range(rng.randint(1, 7))] for _ in range(16)]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    """Distillation data goes to a temporary cache (module scope: before the module fixtures)."""
+    path = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DECODESCOPE_CACHE", str(path))
+        yield path
+
+
+def test_distill_data_equals_greedy_and_hidden_states(lm, prompts, cache_dir):
+    data = generate_distill(lm, prompts, answer_tokens=12, batch_size=5, progress=False)
+    assert data.positions == 16 * 12 and data.hidden.dtype == torch.float16 and data.soft_ids.shape[1] == 8
+    for s in (0, 3, 15):      # in different left-padded batches
+        rows = slice(int(data.offsets[s]), int(data.offsets[s + 1]))
+        answer = data.tokens[rows].tolist()
+        assert tuple(answer) == run(lm, prompts[s], GreedyConfig(max_new_tokens=12)).output_ids
+        with tap_head_input(lm) as tap:
+            lm.forward(prompts[s] + answer, lm.new_cache())
+        ref = tap.hidden[0, len(prompts[s]) - 1:-1]                           # (12, H)
+        stored = data.hidden[rows].float()
+        assert (stored - ref).abs().max() < 1e-2 * ref.abs().max()
+        shifted = (data.hidden[rows][1:].float() - ref[:-1]).abs().max()      # negative control
+        assert shifted > 0.1 * ref.abs().max()
+        assert data.soft_ids[rows][:, 0].tolist() == answer                  # greedy = the top-1 label
+    again = generate_distill(lm, prompts, answer_tokens=12, batch_size=5, progress=False)
+    assert torch.equal(again.hidden, data.hidden) and len(list(cache_dir.glob("distill/*.pt"))) == 1
+    bound = estimate_bytes(16, 12, lm.model.config.hidden_size, 8)
+    assert data.hidden.numel() * 2 <= bound
+
+
+@pytest.fixture(scope="module")
+def trained(lm, prompts, tmp_path_factory):
+    out = tmp_path_factory.mktemp("assets") / "tiny.safetensors"
+    report = train_parallel(lm, SETTINGS, out, prompts=prompts, progress=False)
+    return out, report
+
+
+def test_training_fits_and_writes_weights_and_card(lm, prompts, trained):
+    out, report = trained
+    drafter = load_drafter(out, lm)
+    untrained = load_drafter(out, lm)
+    with torch.no_grad():
+        for p in (untrained.w2, untrained.seq_in, untrained.conf_w):
+            p.zero_()
+    data = generate_distill(lm, prompts, answer_tokens=SETTINGS.answer_tokens, batch_size=SETTINGS.gen_batch,
+                            progress=False)
+    slice_of = torch.full((lm.vocab_size,), -1, dtype=torch.long)
+    slice_of[drafter.vocab_ids] = torch.arange(len(drafter.vocab_ids))
+    hits = evaluate(drafter, data, 6, slice_of)["hits"].float().mean()
+    base = evaluate(untrained, data, 6, slice_of)["hits"].float().mean()
+    assert hits > base + 0.1              # training fits its data
+    assert report.steps == 120 and report.size_bytes == out.stat().st_size < 20e6
+    assert not torch.equal(drafter.platt_a, torch.ones(6)) or not torch.equal(drafter.platt_b, torch.zeros(6))
+    card = out.with_suffix(".md").read_text()
+    assert "| position | top-1 |" in card and "Held-out results" in card and "120 steps" in card
+    assert drafter.meta["metrics"]["tau_chain"]["1"] >= 1.0
+    assert len(anchors(data)) == data.positions - 16
+
+
+@pytest.mark.parametrize("select,gamma,k,budget", [("chain", 6, 1, 1), ("chain", 6, 3, 1), ("tree", 6, 3, 10)])
+def test_trained_drafter_equals_greedy(lm, prompts, trained, select, gamma, k, budget):
+    out, _ = trained
+    drafter = load_drafter(out, lm)
+    accepted = 0
+    for prompt in prompts[:4]:
+        tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, gamma=gamma, top_k_candidates=k, select=select,
+                                          budget=budget), drafter=drafter)
+        assert tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+        accepted += sum(len(e.accepted_path) for e in tr.steps)
+    assert accepted > 0
+
+
+def test_train_command_line_errors(capsys):
+    from decoding.__main__ import main
+
+    assert main(["train"]) == 2
+    assert main(["train", "parallel", "--steps", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1] == "error: steps=0 is invalid: must be an integer >= 1"
+
+
+def test_heldout_prompts_share_no_base_prompt_with_training():
+    from decoding.train import _STYLES, distill_prompts, split_sequences
+
+    prompts = distill_prompts(2500)
+    assert len(set(prompts)) == 2500
+
+    def base(text):
+        for style in _STYLES[1:]:
+            text = text.removesuffix(style)
+        return text
+
+    train, held = split_sequences(len(prompts), 16)
+    assert held and not ({base(prompts[i]) for i in held} & {base(prompts[i]) for i in train})
+    naive = [i for i in range(len(prompts)) if i % 16 == 15]            # negative control
+    rest = [i for i in range(len(prompts)) if i % 16 != 15]
+    assert {base(prompts[i]) for i in naive} & {base(prompts[i]) for i in rest}
+
+
+def test_batch_alignment():
+    """Row i feeds (hidden[i], tokens[i]); position k's label is tokens[i + k] in the same sequence,
+    its parent tokens[i + k − 1]; past the sequence end the label is −2, outside the slice −1."""
+    from decoding.train import DistillData, make_batch
+
+    tokens = torch.tensor([10, 11, 12, 13, 20, 21, 22])
+    data = DistillData(tokens, torch.arange(7.0)[:, None].repeat(1, 4).half(), tokens[:, None].int().repeat(1, 2),
+                       torch.ones(7, 2).half(), torch.tensor([0, 4, 7]))
+    slice_of = torch.full((64,), -1, dtype=torch.long)
+    keep = torch.tensor([10, 11, 12, 20, 21, 22])                         # 13 is outside the slice
+    slice_of[keep] = torch.arange(6)
+    batch = make_batch(data, torch.tensor([1, 4]), 3, slice_of)
+    assert batch.root.tolist() == [11, 20] and batch.hidden[:, 0].tolist() == [1.0, 4.0]
+    assert batch.labels.tolist() == [[2, -1, -2], [4, 5, -2]]
+    assert batch.parents[:, :2].tolist() == [[11, 12], [20, 21]]
+    assert batch.soft_ids[0, 0].tolist() == [2, 2] and batch.soft_ids[0, 2].tolist() == [-1, -1]

@@ -1,0 +1,200 @@
+"""Trace -> plotly figures. Pure: plain values in, go.Figure out (no streamlit, no tensors).
+
+Probabilities are drawn in one space, the *processed* distribution the token was chosen from
+(temperature-scaled, renormalised over the kept tokens). A removed candidate is drawn at the
+probability it would have had there, exp((logit_i - logit_max) / T) * p_max, so bars, the min-p
+floor and the removed tokens can be compared on one axis.
+
+Plotly renders a subset of HTML in its text (<b>, <a href>, <br>), so every string from a trace is
+escaped with html.escape before it becomes a label (plotly shows the entities as the plain characters).
+"""
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Mapping, Sequence
+
+import plotly.graph_objects as go
+
+from ui import palette
+from ui.chips import visible
+
+FILTERS_ORDER = ("top_k", "top_p", "min_p")
+
+
+def _label(rank: int, piece: str) -> str:
+    return html.escape(f"{rank}: {visible(piece)!r}")
+
+
+def temperature(step) -> float:
+    for cut in step.filters:
+        if cut.name == "temperature":
+            return cut.value
+    return 1.0
+
+
+def _cut(step, name: str):
+    return next((c for c in step.filters if c.name == name), None)
+
+
+def processed_space(step) -> list[float]:
+    """Each top-N candidate's probability in the processed space (removed ones as if kept)."""
+    top = step.processed_top
+    anchor = max(range(len(top)), key=lambda i: top[i].prob)     # the argmax is always kept
+    p_anchor, l_anchor = top[anchor].prob, step.raw_top[anchor].logit
+    t = temperature(step)
+    return [p_anchor * math.exp((raw.logit - l_anchor) / t) for raw in step.raw_top]
+
+
+def scaled_probs(step) -> list[float]:
+    """Each top-N candidate's probability under softmax(logits / T) over the whole vocabulary."""
+    kept_mass = 1.0 - sum(c.removed_mass for c in step.filters if c.name != "temperature")
+    return [p * kept_mass for p in processed_space(step)]
+
+
+def top_p_cumulative(step) -> list[float | None]:
+    """Cumulative probability of the distribution top-p acted on (after temperature and top-k), in
+    candidate order; None for candidates top-k had already removed."""
+    top_k = _cut(step, "top_k")
+    entering = 1.0 - (top_k.removed_mass if top_k else 0.0)
+    out, total = [], 0.0
+    for cand, p in zip(step.processed_top, scaled_probs(step)):
+        if cand.removed_by == "top_k":
+            out.append(None)
+            continue
+        total += p / entering if entering > 0 else 0.0
+        out.append(total)
+    return out
+
+
+def probability_bars(step) -> go.Figure:
+    """Top-N raw vs processed probabilities; removed candidates marked by the filter that removed them;
+    top-p's cumulative line with its threshold; min-p's floor."""
+    labels = [_label(i, c.piece) for i, c in enumerate(step.raw_top)]
+    fig = go.Figure()
+    fig.add_bar(name="raw p (T=1, no filters)", x=labels, y=[c.prob for c in step.raw_top],
+                marker_color=palette.RAW_COLOR, hovertemplate="%{x}<br>raw p %{y:.4f}<extra></extra>")
+    space = processed_space(step)
+    kept = [c.prob if c.removed_by is None else None for c in step.processed_top]
+    fig.add_bar(name="processed p (sampled from)", x=labels, y=kept, marker_color=palette.PROCESSED_COLOR,
+                hovertemplate="%{x}<br>processed p %{y:.4f}<extra></extra>")
+    for name in FILTERS_ORDER:
+        ys = [p if c.removed_by == name else None for c, p in zip(step.processed_top, space)]
+        if any(y is not None for y in ys):
+            color, shape = palette.FILTER_STYLE[name]
+            fig.add_bar(name=f"removed by {name} ✂", x=labels, y=ys,
+                        marker=dict(color="white", line=dict(color=color, width=1.5),
+                                    pattern=dict(shape=shape, fgcolor=color)),
+                        hovertemplate="%{x}<br>would have had p %{y:.4f}<extra>" + name + "</extra>")
+    _add_chosen(fig, step, labels)
+    _add_top_p(fig, step, labels)
+    _add_min_p(fig, step, space)
+    fig.update_layout(barmode="group", title=f"Step {step.index}: top-{len(labels)} candidates",
+                      yaxis_title="probability", legend=dict(orientation="h", y=-0.3),
+                      margin=dict(t=50, b=10, l=10, r=10), height=420)
+    return fig
+
+
+def _add_chosen(fig: go.Figure, step, labels: list[str]) -> None:
+    ids = [c.token_id for c in step.raw_top]
+    if step.chosen_id in ids:
+        i = ids.index(step.chosen_id)
+        top = max(step.raw_top[i].prob, step.processed_top[i].prob)
+        fig.add_annotation(x=labels[i], y=top, text="chosen" + (" (forced)" if step.forced else ""),
+                           showarrow=True, arrowhead=2, yshift=4)
+
+
+def _add_top_p(fig: go.Figure, step, labels: list[str]) -> None:
+    cut = _cut(step, "top_p")
+    if cut is None:
+        return
+    fig.add_scatter(name="top-p: cumulative p (right axis)", x=labels, y=top_p_cumulative(step),
+                    mode="lines+markers", yaxis="y2", line=dict(color=palette.PURPLE, dash="dot"),
+                    marker=dict(symbol="diamond"), connectgaps=True)
+    fig.add_shape(type="line", xref="paper", x0=0, x1=1, yref="y2", y0=cut.value, y1=cut.value,
+                  line=dict(color=palette.PURPLE, dash="dash"))
+    fig.add_annotation(xref="paper", x=1, yref="y2", y=cut.value, text=f"top_p = {cut.value:g}",
+                       showarrow=False, xanchor="right", yshift=8)
+    fig.update_layout(yaxis2=dict(title="cumulative p", overlaying="y", side="right", range=[0, 1.05], dtick=0.25,
+                                  showgrid=False))
+
+
+def _add_min_p(fig: go.Figure, step, space: list[float]) -> None:
+    cut = _cut(step, "min_p")
+    if cut is None:
+        return
+    floor = cut.value * max(space)
+    fig.add_hline(y=floor, line=dict(color=palette.ORANGE, dash="dashdot"),
+                  annotation_text=f"min-p floor = {cut.value:g} × max p = {floor:.4f}",
+                  annotation_position="top right")
+
+
+def kept_coverage(step) -> float:
+    """Processed probability mass of the kept top-N candidates (1 when they are all the kept tokens)."""
+    return sum(c.prob for c in step.processed_top if c.removed_by is None)
+
+
+def draw_cdf(step, tolerance: float = 1e-3) -> go.Figure | None:
+    """The inverse-CDF draw: the engine accumulates probabilities in vocabulary order and takes the
+    first token whose cumulative probability exceeds u. Drawn exactly only when the recorded candidates
+    hold all kept tokens (coverage 1); otherwise None (the positions of unrecorded tokens are unknown)."""
+    if step.draw is None or abs(kept_coverage(step) - 1.0) > tolerance:
+        return None
+    kept = sorted((c for c in step.processed_top if c.removed_by is None), key=lambda c: c.token_id)
+    xs, lows, total = [], [], 0.0
+    for cand in kept:
+        lows.append(total)
+        total += cand.prob
+        xs.append(html.escape(f"{cand.token_id}: {visible(cand.piece)!r}"))
+    highs = [low + c.prob for low, c in zip(lows, kept)]
+    colors = [palette.VERMILLION if c.token_id == step.chosen_id else palette.GREY for c in kept]
+    fig = go.Figure()
+    fig.add_bar(name="cdf interval", x=xs, y=[c.prob for c in kept], base=lows, marker_color=colors,
+                hovertemplate="%{x}<br>[%{base:.4f}, %{y:.4f} wide)<extra></extra>")
+    fig.add_scatter(name="cumulative p (vocabulary order)", x=xs, y=highs, mode="lines+markers",
+                    line=dict(color=palette.BLACK, shape="hv"))
+    fig.add_hline(y=step.draw * total, line=dict(color=palette.VERMILLION, dash="dash"),
+                  annotation_text=f"u = {step.draw:.4f}", annotation_position="top left")
+    fig.update_layout(title="The draw: u against the CDF (chosen interval in vermillion)",
+                      yaxis=dict(title="cumulative p", range=[0, 1.02]), showlegend=False,
+                      margin=dict(t=50, b=10, l=10, r=10), height=360)
+    return fig
+
+
+def timing_waterfall(timings_ms: Mapping[str, float], title: str = "Where the step's time went") -> go.Figure:
+    """One bar per phase, each starting where the previous ended (phases in recorded order)."""
+    names = list(timings_ms)
+    starts, t = [], 0.0
+    for name in names:
+        starts.append(t)
+        t += timings_ms[name]
+    colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(names))]
+    fig = go.Figure(go.Bar(x=[timings_ms[n] for n in names], y=[html.escape(n) for n in names], base=starts,
+                           orientation="h", marker_color=colors, text=[f"{timings_ms[n]:.2f} ms" for n in names],
+                           textposition="outside", cliponaxis=False,
+                           hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
+    fig.update_layout(title=f"{title} (total {t:.1f} ms)", xaxis=dict(title="ms since step start", range=[0, t * 1.2]),
+                      yaxis=dict(autorange="reversed"), margin=dict(t=50, b=10, l=10, r=10),
+                      height=80 + 40 * max(1, len(names)))
+    return fig
+
+
+def emitted_count(event) -> int:
+    return len(event.emitted_ids()) if hasattr(event, "emitted_ids") else 1
+
+
+def tokens_vs_time(lanes: Mapping[str, Sequence]) -> go.Figure:
+    """Cumulative tokens against cumulative measured step time, one line per lane's events."""
+    fig = go.Figure()
+    for i, (label, events) in enumerate(lanes.items()):
+        xs, ys, t, n = [0.0], [0], 0.0, 0
+        for event in events:
+            t += sum(getattr(event, "timings_ms", {}).values())
+            n += emitted_count(event)
+            xs.append(t)
+            ys.append(n)
+        fig.add_scatter(name=label, x=xs, y=ys, mode="lines+markers",
+                        line=dict(color=palette.LANE_COLORS[i % 4], dash=palette.LANE_DASHES[i % 4], shape="hv"))
+    fig.update_layout(title="Tokens vs wall time", xaxis_title="ms (sum of step timings)",
+                      yaxis_title="tokens emitted", margin=dict(t=50, b=10, l=10, r=10), height=380)
+    return fig

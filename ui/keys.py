@@ -1,0 +1,60 @@
+"""Every session-state and widget key the app uses, in one place."""
+
+# session state (not widgets)
+SETTINGS = "ds.settings"          # ui.params.Settings of the current sidebar
+QP_LOADED = "ds.qp_loaded"        # query params were copied into the widgets once
+QP_BAD = "ds.qp_bad"              # names of link parameters that did not parse
+RUN = "ds.run"                    # ui.live.LiveRun of the playground
+RUN_SIGNATURE = "ds.run_signature"
+BRANCH = "ds.branch"              # a LiveRun branched by forcing a candidate
+CURSOR = "ds.cursor"              # index of the playground step on view
+REPLAY = "ds.replay"              # Trace uploaded on the traces page
+REPLAY_CURSOR = "ds.replay_cursor"
+REPLAY_VIEW = "tr.view"
+COMPARE = "ds.compare"            # dict label -> Trace of the last comparison
+LAST_RENDER_MS = "ds.last_render_ms"
+
+# sidebar widgets
+MODEL = "w.model"
+DEVICE = "w.device"
+DTYPE = "w.dtype"
+PROMPT = "w.prompt"
+CHAT = "w.chat"
+STRATEGY = "w.strategy"
+SEED = "w.seed"
+MAX_NEW = "w.max_new"
+TOP_N = "w.top_n"
+
+# playground widgets
+STEP = "pg.step"
+RUN_N = "pg.run_n"
+N_STEPS = "pg.n_steps"
+RUN_END = "pg.run_end"
+STOP = "pg.stop"
+BACK = "pg.back"
+FORWARD = "pg.forward"
+RESET = "pg.reset"
+FORCE_PICK = "pg.force_pick"
+FORCE = "pg.force"
+ADOPT_BRANCH = "pg.adopt_branch"
+VIEW = "pg.view"                  # which playground view is drawn (only that one renders)
+FLASH = "ds.flash"                # one-line message for the next rerun
+RUNNING = "ds.running"            # a long run in progress: the step count it runs to
+DROP_BRANCH = "pg.drop_branch"
+
+# traces page
+UPLOAD = "tr.upload"
+DOWNLOAD = "tr.download"
+
+# compare page
+LANES = "cmp.lanes"
+COMPARE_RUN = "cmp.run"
+
+
+def param_key(scope: str, strategy: str, name: str) -> str:
+    """Widget key of one strategy parameter; `scope` is 'w' for the sidebar, 'cmp0'.. for lanes."""
+    return f"{scope}.param.{strategy}.{name}"
+
+
+def lane_strategy(lane: int) -> str:
+    return f"cmp{lane}.strategy"

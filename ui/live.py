@@ -1,0 +1,100 @@
+"""A step-through run that survives Streamlit reruns: the recorded events plus the engine's
+generator, kept together in session state. Pure (no streamlit).
+
+Why keep the generator: each Step then costs one engine step. A generator is only advanced between
+reruns, never across one (Streamlit stops a script at its own calls, which are outside next()), so it
+stays consistent. If it is ever missing (a fresh object, a failed step) it is rebuilt exactly by
+re-running the engine with `forced=` the tokens so far and skipping the recorded steps: forced tokens
+still run the choice rule, so the random draws stay aligned with the original run.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from decoding.config import BaseConfig
+from decoding.errors import ConfigError
+from decoding.runner import assemble, emitted_ids, iterate
+from decoding.trace import Trace
+
+ENGINE_ERRORS = (ConfigError, RuntimeError, ValueError)
+
+
+class LiveRun:
+    def __init__(self, lm, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: str = "",
+                 forced: Sequence[int] = ()):
+        self.lm = lm
+        self.prompt_ids = tuple(int(t) for t in prompt_ids)
+        self.prompt_text = prompt_text
+        self.config = config
+        self.forced = tuple(int(t) for t in forced)
+        self.events: list = []
+        self.done = False
+        self.stop_reason = "max_new_tokens"
+        self.error: str | None = None
+        self._gen = None
+
+    # ------------------------------------------------------------------ stepping
+    def _generator(self):
+        if self._gen is None:
+            self._gen = iterate(self.lm, self.prompt_ids, self.config, forced=self.forced)
+            for _ in range(len(self.events)):   # rebuild: replay the recorded steps
+                next(self._gen)
+        return self._gen
+
+    def step(self, n: int = 1, on_event: Callable[[object], None] | None = None) -> int:
+        """Advance up to n events; return how many were added. Errors end the run with a message."""
+        added = 0
+        while added < n and not self.done:
+            try:
+                event = next(self._generator())
+            except StopIteration:
+                self.done, self._gen = True, None
+                break
+            except ENGINE_ERRORS as err:
+                self.done, self._gen = True, None
+                self.stop_reason, self.error = "error", (str(err).splitlines() or [type(err).__name__])[0]
+                break
+            self.events.append(event)
+            added += 1
+            self._check_natural_end()
+            if on_event is not None:
+                on_event(event)   # may raise Streamlit's rerun/stop: the event is already recorded
+        return added
+
+    def _check_natural_end(self) -> None:
+        """Mark the run done as soon as its last token is EOS or the token budget is spent (so the UI
+        knows without asking the generator for one more step)."""
+        out = self.output_ids
+        if out and (out[-1] in self.lm.eos_ids or len(out) >= self.config.max_new_tokens):
+            self.done, self._gen = True, None
+
+    def run_to_end(self, on_event: Callable[[object], None] | None = None) -> int:
+        return self.step(self.config.max_new_tokens + 1, on_event)
+
+    @property
+    def output_ids(self) -> list[int]:
+        return [int(t) for t in emitted_ids(self.events)]
+
+    # ------------------------------------------------------------------ branching
+    def branch(self, at: int, token_id: int) -> "LiveRun":
+        """A new run identical to this one for steps [0, at) that emits `token_id` at step `at`
+        (forced) and continues from there. The shared prefix keeps this run's events."""
+        if not 0 <= at < len(self.events):
+            raise ConfigError("step", at, f"must be a recorded step in [0, {len(self.events)})")
+        prefix = self.events[:at]
+        forced = [int(t) for t in emitted_ids(prefix)] + [int(token_id)]
+        other = LiveRun(self.lm, self.prompt_ids, self.config, prompt_text=self.prompt_text, forced=forced)
+        other.events = list(prefix)
+        other.step(1)
+        return other
+
+    # ------------------------------------------------------------------ trace
+    def trace(self) -> Trace:
+        """The run so far as a Trace; wall time is the sum of the steps' measured timings."""
+        wall_ms = sum(sum(e.timings_ms.values()) for e in self.events)
+        stop = self.stop_reason if self.done else "stopped"
+        if self.done and stop == "max_new_tokens" and not self.events:
+            stop = "stopped"
+        return assemble(self.lm, self.prompt_ids, self.config, self.events, prompt_text=self.prompt_text,
+                        forced=self.forced, wall_s=wall_ms / 1000.0, stop_reason=stop, error=self.error)
+

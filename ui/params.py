@@ -1,0 +1,114 @@
+"""Strategy parameters and page settings, without streamlit: which fields a strategy's config has
+beyond the shared ones, building a validated config from widget values, and the URL (query
+parameter) form of the settings."""
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from decoding.config import BaseConfig
+from decoding.errors import ConfigError
+from decoding.runner import STRATEGIES
+
+SHARED_FIELDS = {f.name for f in dataclasses.fields(BaseConfig)}   # max_new_tokens, seed, top_n
+EDITABLE_TYPES = (bool, int, float, str)
+
+
+@dataclass(frozen=True)
+class ParamField:
+    name: str
+    type: type        # bool | int | float | str
+    default: Any
+
+
+def param_fields(strategy: str) -> list[ParamField]:
+    """The strategy's own parameters (beyond the shared ones) that a simple widget can edit."""
+    config_cls = STRATEGIES[strategy].config_cls
+    hints = typing.get_type_hints(config_cls)
+    out = []
+    for f in dataclasses.fields(config_cls):
+        tp = hints.get(f.name)
+        if f.name in SHARED_FIELDS or tp not in EDITABLE_TYPES or f.default is dataclasses.MISSING:
+            continue
+        out.append(ParamField(f.name, tp, f.default))
+    return out
+
+
+def build_config(strategy: str, params: Mapping[str, Any], *, seed: Any, max_new_tokens: Any,
+                 top_n: Any) -> BaseConfig:
+    """A validated config; raises ConfigError naming the parameter (also for an unknown strategy)."""
+    if strategy not in STRATEGIES:
+        raise ConfigError("strategy", strategy, f"choose one of {', '.join(STRATEGIES)}")
+    return STRATEGIES[strategy].config_cls(max_new_tokens=max_new_tokens, seed=seed, top_n=top_n,
+                                           **dict(params))
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the sidebar chose. `config` is None when a parameter is invalid (`error` says which)."""
+
+    model: str = "default"
+    device: str = "auto"
+    dtype: str = "auto"
+    prompt: str = "Explain speculative decoding in one sentence."
+    chat_template: bool = True
+    strategy: str = "greedy"
+    params: dict = field(default_factory=dict)
+    seed: int = 0
+    max_new_tokens: int = 32
+    top_n: int = 10
+    config: BaseConfig | None = None
+    error: str | None = None
+
+    def model_key(self) -> tuple[str, str, str]:
+        return (self.model, self.device, self.dtype)
+
+
+# ------------------------------------------------------------------ URL form
+
+QP_SCALARS = {"model": str, "device": str, "dtype": str, "prompt": str, "chat": bool, "strategy": str,
+              "seed": int, "max_new": int, "top_n": int}
+
+
+def parse_value(text: str, tp: type) -> Any:
+    """Parse one query-parameter string; raise ValueError when it does not fit."""
+    if tp is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(text)
+    return tp(text)
+
+
+def to_query(settings: Settings) -> dict[str, str]:
+    out = {"model": settings.model, "device": settings.device, "dtype": settings.dtype,
+           "prompt": settings.prompt, "chat": "1" if settings.chat_template else "0",
+           "strategy": settings.strategy, "seed": str(settings.seed),
+           "max_new": str(settings.max_new_tokens), "top_n": str(settings.top_n)}
+    out.update({name: str(value) for name, value in settings.params.items()})
+    return out
+
+
+def from_query(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
+    """Split query parameters into (shared values, strategy params, names that did not parse).
+    Unknown names are ignored; strategy params are typed by the chosen strategy's fields."""
+    shared, params, bad = {}, {}, []
+    for name, tp in QP_SCALARS.items():
+        if name in query:
+            try:
+                shared[name] = parse_value(str(query[name]), tp)
+            except ValueError:
+                bad.append(name)
+    strategy = shared.get("strategy")
+    if strategy in STRATEGIES:
+        for f in param_fields(strategy):
+            if f.name in query:
+                try:
+                    params[f.name] = parse_value(str(query[f.name]), f.type)
+                except ValueError:
+                    bad.append(f.name)
+    return shared, params, bad

@@ -1,0 +1,128 @@
+"""The playground's step controls and their state: buttons, long runs in chunks, the cursor over
+recorded steps, branching by forcing a candidate. Long runs go in chunks of about CHUNK_S seconds, one
+fragment rerun each, so the chips grow as they come and a click on Stop (whose callback ends the run)
+is handled between chunks (a fragment's rerun is queued, not interrupted, by a click)."""
+from __future__ import annotations
+
+import time
+
+import streamlit as st
+from streamlit.errors import StreamlitAPIException
+
+from decoding.errors import ConfigError
+from ui import keys, views
+
+VIEWS = ["This step", "All steps", "Branch"]
+CHUNK_S = 0.5
+
+
+def stop_running() -> None:
+    st.session_state.pop(keys.RUNNING, None)
+
+
+def rerun_fragment() -> None:
+    """Rerun the fragment only (a full rerun where the fragment is not running on its own, as in AppTest)."""
+    try:
+        st.rerun(scope="fragment")
+    except StreamlitAPIException:
+        st.rerun()
+
+
+def controls() -> dict:
+    """The control row; returns which buttons were pressed and N."""
+    c = st.columns([1, 1.3, 1, 1, 1, 1, 1, 1])
+    pressed = {"step": c[0].button("Step", key=keys.STEP, type="primary")}
+    n_steps = c[1].number_input("N", min_value=1, max_value=1024, value=8, step=1, key=keys.N_STEPS,
+                                label_visibility="collapsed")
+    pressed["run_n"] = c[2].button(f"Run {n_steps}", key=keys.RUN_N)
+    pressed["run_end"] = c[3].button("Run to end", key=keys.RUN_END)
+    c[4].button("Stop", key=keys.STOP, help="Stops a long run; the steps so far are kept", on_click=stop_running,
+                disabled=keys.RUNNING not in st.session_state)
+    pressed["back"] = c[5].button("◀ Back", key=keys.BACK)
+    pressed["forward"] = c[6].button("Forward ▶", key=keys.FORWARD)
+    pressed["reset"] = c[7].button("Reset", key=keys.RESET)
+    pressed["n"] = int(n_steps)
+    return pressed
+
+
+def advance(run, n: int, budget_s: float | None = None) -> None:
+    """Up to n steps, or fewer when budget_s seconds have passed; the cursor follows."""
+    deadline = None if budget_s is None else time.perf_counter() + budget_s
+    added = 0
+    while added < n and not run.done and (deadline is None or time.perf_counter() < deadline):
+        added += run.step(1)
+    st.session_state[keys.CURSOR] = len(run.events) - 1
+
+
+def start_long_run(run, n: int) -> None:
+    st.session_state[keys.RUNNING] = len(run.events) + n
+
+
+def run_chunk(run) -> bool:
+    """One chunk of a long run; True while more chunks are to come."""
+    until = st.session_state.get(keys.RUNNING)
+    if until is None:
+        return False
+    advance(run, until - len(run.events), budget_s=CHUNK_S)
+    if run.done or len(run.events) >= until:
+        stop_running()
+        return False
+    st.progress(min(1.0, len(run.events) / until), text=f"{len(run.events)} steps — Stop ends the run here")
+    return True
+
+
+def move_cursor(run, pressed: dict) -> int:
+    cursor = st.session_state.get(keys.CURSOR, -1)
+    if pressed["back"]:
+        cursor = max(0, cursor - 1)
+    if pressed["forward"]:
+        cursor = min(len(run.events) - 1, cursor + 1)
+    cursor = min(cursor, len(run.events) - 1)
+    st.session_state[keys.CURSOR] = cursor
+    return cursor
+
+
+def force(index: int, token_id: int) -> None:
+    """Callback of "Force & branch": branch the run (as long as the original) and show the Branch view."""
+    run = st.session_state[keys.RUN]
+    try:
+        branch = run.branch(index, token_id)
+        branch.step(max(0, len(run.events) - len(branch.events)))
+    except ConfigError as err:
+        st.session_state[keys.FLASH] = ("error", str(err))
+        return
+    st.session_state[keys.BRANCH] = branch
+    st.session_state[keys.VIEW] = "Branch"
+    st.session_state[keys.FLASH] = ("success", f"Branched at step {index} with token id {token_id}.")
+
+
+def adopt_branch() -> None:
+    branch = st.session_state.pop(keys.BRANCH)
+    st.session_state[keys.RUN] = branch
+    st.session_state[keys.CURSOR] = len(branch.events) - 1
+
+
+def drop_branch() -> None:
+    st.session_state.pop(keys.BRANCH, None)
+
+
+def branch_view(run) -> None:
+    branch = st.session_state.get(keys.BRANCH)
+    if branch is None:
+        st.caption("Force a candidate on the step panel to branch; the original run stays here to compare.")
+        return
+    views.show_streams({"original": run.events, "branch": branch.events})
+    b1, b2 = st.columns(2)
+    b1.button("Continue from the branch", key=keys.ADOPT_BRANCH, on_click=adopt_branch)
+    b2.button("Drop the branch", key=keys.DROP_BRANCH, on_click=drop_branch)
+
+
+def show_flash() -> None:
+    flash = st.session_state.pop(keys.FLASH, None)
+    if flash:
+        getattr(st, flash[0])(flash[1])
+
+
+def chosen_view() -> str:
+    st.session_state.setdefault(keys.VIEW, VIEWS[0])
+    return st.segmented_control("View", VIEWS, key=keys.VIEW, label_visibility="collapsed") or VIEWS[0]

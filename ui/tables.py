@@ -1,0 +1,90 @@
+"""Trace -> pandas tables and running metrics. Pure: plain values in, DataFrames/dicts out."""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import pandas as pd
+
+from ui.chips import first_divergence, visible
+from ui.figures import emitted_count
+
+
+def _p(logprob: float) -> float:
+    return math.exp(logprob) if math.isfinite(logprob) else 0.0
+
+
+def token_row(event) -> dict:
+    return {"step": event.index, "position": event.position, "token_id": event.chosen_id,
+            "piece": visible(event.chosen_piece), "forced": event.forced,
+            "p_processed": _p(event.chosen_logprob), "p_raw": _p(event.chosen_raw_logprob),
+            "raw_rank": event.chosen_rank, "entropy_raw": event.entropy_raw,
+            "entropy_processed": event.entropy_processed, "u": event.draw,
+            "ms": sum(event.timings_ms.values())}
+
+
+STEP_ROWS: dict[str, Callable[[object], dict]] = {"token": token_row}
+
+
+def register_rows(kind: str, row: Callable[[object], dict]) -> None:
+    STEP_ROWS[kind] = row
+
+
+def steps_table(events: Sequence) -> pd.DataFrame:
+    rows = []
+    for i, event in enumerate(events):
+        row = STEP_ROWS.get(getattr(event, "kind", ""))
+        rows.append(row(event) if row else {"step": i, "kind": getattr(event, "kind", "?")})
+    return pd.DataFrame(rows)
+
+
+CANDIDATE_COLUMNS = ["rank", "token_id", "piece", "logit_raw", "p_raw", "logit_processed",
+                     "p_processed", "removed_by", "chosen"]
+
+
+def candidates_table(step) -> pd.DataFrame:
+    rows = [{"rank": i, "token_id": raw.token_id, "piece": visible(raw.piece), "logit_raw": raw.logit,
+             "p_raw": raw.prob, "logit_processed": proc.logit, "p_processed": proc.prob,
+             "removed_by": proc.removed_by or "", "chosen": raw.token_id == step.chosen_id}
+            for i, (raw, proc) in enumerate(zip(step.raw_top, step.processed_top))]
+    return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
+
+
+def filters_table(step) -> pd.DataFrame:
+    rows = [{"filter": c.name, "value": c.value, "threshold": c.threshold, "removed_mass": c.removed_mass,
+             "removed_count": c.removed_count, "kept_count": c.kept_count} for c in step.filters]
+    return pd.DataFrame(rows, columns=["filter", "value", "threshold", "removed_mass", "removed_count",
+                                       "kept_count"])
+
+
+def running_metrics(events: Sequence) -> dict:
+    """Tokens, target forwards and tokens/s over the steps so far (time = sum of the steps' measured
+    timings, so pauses between clicks do not count)."""
+    tokens = sum(emitted_count(e) for e in events)
+    forwards = sum(getattr(e, "target_forwards", 1) for e in events)
+    ms = sum(sum(getattr(e, "timings_ms", {}).values()) for e in events)
+    return {"tokens": tokens, "target_forwards": forwards, "model_ms": ms,
+            "tokens_per_s": tokens / (ms / 1000.0) if ms > 0 else 0.0,
+            "tokens_per_forward": tokens / forwards if forwards else 0.0}
+
+
+def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
+    """One row per labelled trace; divergence is counted against the first trace's output."""
+    rows, base = [], None
+    for label, trace in traces.items():
+        metrics = running_metrics(trace.steps)
+        base = trace.output_ids if base is None else base
+        rows.append({"lane": label, "strategy": trace.strategy, "tokens": trace.stats.new_tokens,
+                     "target_forwards": trace.stats.target_forwards,
+                     "tokens_per_forward": metrics["tokens_per_forward"],
+                     "wall_s": trace.stats.wall_s, "tokens_per_s": trace.stats.tokens_per_s,
+                     "first_divergence": first_divergence(base, trace.output_ids),
+                     "stop_reason": trace.stop_reason})
+    return pd.DataFrame(rows)
+
+
+def emitted_stream(events: Sequence) -> list[int]:
+    out: list[int] = []
+    for event in events:
+        out.extend(event.emitted_ids() if hasattr(event, "emitted_ids") else [event.chosen_id])
+    return out
