@@ -124,7 +124,7 @@ class DraftModelDrafter(Drafter):
 
     def _feed(self, ids: list[int]) -> torch.Tensor:
         self.fed.extend(ids)
-        return self.lm.forward(ids, self.cache)[-1]  # (V,)
+        return self.lm.forward(ids, self.cache, logits_to_keep=1)[-1]  # (V,)
 
     def _crop_to(self, keep: int) -> int:
         removed = len(self.fed) - keep

@@ -118,7 +118,7 @@ class Speculator:
         cap = max(0, min(budget - 1, self.lm.context_length - len(context) - 1))
         proposal = self._draft(context, min(gamma, cap), cap)
         timer.lap("draft")
-        n_verify, reason = self._verified_count(proposal, min(gamma, cap), reason, cap)
+        n_verify, reason = self._verified_count(proposal, min(gamma, cap), reason)
         raw = self._verify(context, proposal)                     # (n+1, V)
         timer.lap("verify")
         processed = self.pipeline(raw)                            # (n+1, V)
@@ -146,9 +146,13 @@ class Speculator:
     def _stops_early(self, n_total: int, n_verify: int) -> bool:
         return self.config.gamma_policy == "confidence" and n_total == n_verify
 
-    def _verified_count(self, proposal: Proposal, n_verify: int, reason: str, cap: int) -> tuple[int, str]:
+    def _verified_count(self, proposal: Proposal, n_verify: int, reason: str) -> tuple[int, str]:
+        """Drafts to verify after the budget cap, what the drafter had, and the confidence stop."""
         if n_verify < self.gamma:
             reason += f"; capped to {n_verify} by the token budget/context"
+        if len(proposal) < n_verify:
+            reason += f"; the drafter proposed {len(proposal)}" + (" (no n-gram match)" if (
+                self.drafter.name == "lookup" and not proposal.tokens) else "")
         n_verify = min(n_verify, len(proposal))
         if self.config.gamma_policy != "confidence" or proposal.q_draft is None or n_verify == 0:
             return n_verify, reason
@@ -162,10 +166,10 @@ class Speculator:
     # -- verification: one target forward over the pending tokens and every drafted token
     def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
         feed = context[self.cached:] + list(proposal.tokens)
-        logits = self.lm.forward(feed, self.cache)  # (T, V)
+        logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
         self.cached += len(feed)
         self.last_fed = len(feed)
-        return logits[-(len(proposal) + 1):]  # (n+1, V)
+        return logits
 
     # -- acceptance
     def _accept(self, raw: torch.Tensor, p_target: torch.Tensor, proposal: Proposal, n_verify: int) -> _Verdicts:

@@ -15,7 +15,7 @@ from decoding.drafters import (DraftModelDrafter, DraftRequest, PromptLookupDraf
 from decoding.errors import ConfigError
 from decoding.models import LM
 from decoding.processors import Pipeline
-from decoding.speculative import Speculator, spec_stats
+from decoding.speculative import Speculator, heuristic_next, spec_stats
 from decoding.trace import DraftPosition, SpecRound, from_json, to_json, without_timings
 from spec_helpers import divergence, peaked_lm
 from test_speculative_real import constant_assistant, hf_generate
@@ -201,12 +201,40 @@ def test_trace_round_trip_and_contents(target, draft):
     assert same.output_ids == trace.output_ids  # seeded: reproducible
 
 
+def test_heuristic_gamma_in_trace(target, draft):
+    config = SpeculativeConfig(max_new_tokens=40, draft="d", gamma=2, gamma_policy="heuristic")
+    rounds = runner.run(target, PROMPTS[2], config, draft_lm=draft).steps
+    checked = 0
+    for prev, cur in zip(rounds, rounds[1:]):
+        assert cur.gamma_reason.startswith("heuristic: last round")
+        if "capped" not in prev.gamma_reason + cur.gamma_reason:
+            assert cur.gamma == heuristic_next(prev.gamma, prev.accepted, prev.gamma)
+            checked += 1
+    gammas = [r.gamma for r in rounds]
+    assert checked >= 3 and max(gammas) > 2 and min(gammas) < max(gammas)
+
+
+def test_confidence_stop_in_trace(target, draft):
+    config = SpeculativeConfig(max_new_tokens=40, draft="d", gamma=6, gamma_policy="confidence",
+                               confidence_threshold=0.2)
+    rounds = runner.run(target, PROMPTS[0], config, draft_lm=draft).steps
+    stopped = 0
+    for r in rounds:
+        q_own = [d.q_draft for d in r.drafts[:r.gamma]]
+        assert all(q >= 0.2 for q in q_own[:-1])
+        if "stopped after" in r.gamma_reason:
+            stopped += 1
+            assert q_own[-1] < 0.2
+    assert stopped >= 3 and any(r.gamma > 1 for r in rounds)
+
+
 def test_lookup_trace_shows_match(target):
     trace = runner.run(target, [4, 5, 6, 7, 4, 5], SpeculativeConfig(max_new_tokens=5, gamma=3))
     first = trace.steps[0]
     assert first.lookup is not None and first.lookup.ngram == (4, 5) and first.lookup.match_position == 0
     assert [d.token_id for d in first.drafts] == [6, 7, 4]
     assert all(d.q_draft is None for d in first.drafts)
+    assert without_timings(from_json(to_json(trace))) == without_timings(trace)
 
 
 def test_forced_tokens_come_first(target, draft):
