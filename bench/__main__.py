@@ -1,9 +1,9 @@
 """python -m bench {engine,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
-from bench import engine
+from bench import engine, speculative
 
-BENCHES = {"engine": engine.main}
+BENCHES = {"engine": engine.main, "speculative": speculative.main}
 
 
 def main(argv: list[str]) -> None:

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from ui import keys
+
 from tiny_app_model import build_tiny_model_dir
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -255,6 +257,10 @@ def test_playground_on_the_embedded_model(tiny_dir, real_lm):
 
     at = new_app({"model": "default", "max_new": "8", "prompt": "What is 2+2?"})
     at.button(key="pg.run_end").click().run()
+    for _ in range(20):   # a long run goes in ~0.5 s chunks; the browser reruns the fragment per chunk
+        if keys.RUNNING not in at.session_state:
+            break
+        at.run()
     ok(at)
     live = run_state(at)
     truth = run(real_lm, real_lm.encode("What is 2+2?"), GreedyConfig(max_new_tokens=8))

@@ -271,6 +271,8 @@ def test_speculative_lookup_round_and_whatif(server, page):
     settle(page)
     accepted = page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]")
     rejected = page.locator(".ds-chips span.ds-chip.ds-origin-rejected[data-step]")
+    accepted.first.wait_for(timeout=30_000)   # the chips may still be re-rendering after the last chunk
+    rejected.first.wait_for(timeout=30_000)
     assert accepted.count() >= 1 and rejected.count() >= 1
     assert "p_target" in (accepted.first.get_attribute("title") or "")
     assert "text-decoration" not in (rejected.first.get_attribute("style") or "")   # struck by class, not style
