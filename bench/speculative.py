@@ -3,8 +3,9 @@ transformers' prompt-lookup / assisted generation with the same draft, interleav
 
     python -m bench speculative [--repeats R] [--max-new-tokens N] [--gamma G] [--draft-layers L]
 
-The prompts are encoded without the chat template: transformers' assisted generation gives the
-assistant no attention mask, so a token equal to the pad id (SmolLM2: <|im_end|>) is hidden from it.
+Prompts use the chat template. transformers' assisted generation gives the assistant no attention mask,
+so it hides every token equal to the pad id; SmolLM2's pad id is <|im_end|>, which the chat template
+uses, so the benchmark sets the pad id to <|endoftext|> (id 0, absent from the prompts) for generate.
 Until the trained shallow draft ships, the draft model is the target's first L layers, untrained.
 """
 from __future__ import annotations
@@ -61,7 +62,9 @@ def contenders(lm, draft, args) -> dict:
 def measure(lm, draft, args) -> dict:
     runs = contenders(lm, draft, args)
     rows = {name: {"tps": [], "tau": [], "acc": []} for name in runs}
-    encoded = [lm.encode(p, chat_template=False) for p in PROMPTS.values()]
+    encoded = [lm.encode(p) for p in PROMPTS.values()]
+    for model in (lm.model, draft.model):
+        model.generation_config.pad_token_id = 0  # see the module docstring
     for rep in range(args.repeats):
         for ids in encoded:
             base_tps = None
@@ -80,7 +83,7 @@ def render(rows, args, model) -> str:
     lines = ["## Speculative decoding vs plain greedy and transformers", "",
              f"Command: `python -m bench speculative --repeats {args.repeats} --max-new-tokens "
              f"{args.max_new_tokens} --gamma {args.gamma} --draft-layers {args.draft_layers}`  ",
-             f"Model: {model}; prompts: bench/prompts.py without the chat template; machine: {machine()}.  ",
+             f"Model: {model}; prompts: bench/prompts.py (chat template; pad id 0 for generate); machine: {machine()}.  ",
              "Speed is tokens/s relative to our plain greedy on the same prompt in the same repeat "
              "(all contenders interleaved, order alternating). Temperature 0 throughout. The draft is "
              f"the target's first {args.draft_layers} layers, **untrained** (the trained shallow draft "

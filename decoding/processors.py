@@ -110,18 +110,20 @@ class Applied:
     logits: torch.Tensor        # (V,) processed logits, -inf where removed
     removed_by: torch.Tensor    # (V,) int8: 0 kept, i+1 removed by steps[i]
     scaled: torch.Tensor        # (V,) logits after temperature only (what the filters cut from)
+    stages: tuple = ()          # (V,) logits after each step, in order (stages[-1] is `logits`)
 
 
 def apply_tracked(pipeline: Pipeline, logits: torch.Tensor) -> Applied:
     """Run `pipeline` on a (V,) row, recording which filter removed each token first."""
     removed_by = torch.zeros(logits.shape, dtype=torch.int8, device=logits.device)
-    scaled = logits
+    scaled, stages = logits, []
     for i, proc in enumerate(pipeline.steps):
         out = proc(logits)
         if isinstance(proc, Temperature):
             scaled = out
         else:
-            newly = torch.isinf(out) & (out < 0) & ~(torch.isinf(logits) & (logits < 0))
+            newly = (out == NEG_INF) & (logits != NEG_INF)
             removed_by[newly] = i + 1
+        stages.append(out)
         logits = out
-    return Applied(logits, removed_by, scaled)
+    return Applied(logits, removed_by, scaled, tuple(stages))

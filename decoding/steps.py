@@ -29,32 +29,33 @@ def sample_inverse_cdf(probs: torch.Tensor, generator: torch.Generator) -> tuple
 
 
 def filter_cuts(pipeline: Pipeline, raw: torch.Tensor, applied: Applied) -> tuple[FilterCut, ...]:
-    """Describe each processor's threshold, removed count and removed (temperature-scaled) mass."""
-    scaled_probs = applied.scaled.softmax(-1)
-    cuts, current = [], raw
-    kept = int(raw.numel())
+    """Describe each processor's threshold, removed count and removed (temperature-scaled) mass, from
+    the stages apply_tracked recorded (no processor is run again)."""
+    if not pipeline.steps:
+        return ()
+    scaled_probs = applied.scaled.softmax(-1)  # (V,)
+    cuts, kept = [], int(raw.numel())
     for i, proc in enumerate(pipeline.steps):
+        logits_in = raw if i == 0 else applied.stages[i - 1]
         if isinstance(proc, Temperature):
-            current = proc(current)
             cuts.append(FilterCut("temperature", proc.value, None, 0.0, 0, kept))
             continue
         removed = applied.removed_by == (i + 1)
         count = int(removed.sum())
         kept -= count
-        threshold = _threshold(proc, current)
+        threshold = _threshold(proc, logits_in, applied.stages[i])
         cuts.append(FilterCut(proc.name, float(proc.value), threshold,
                               float(scaled_probs[removed].sum()), count, kept))
-        current = proc(current)
     return tuple(cuts)
 
 
-def _threshold(proc, logits_in: torch.Tensor) -> float | None:
+def _threshold(proc, logits_in: torch.Tensor, logits_out: torch.Tensor) -> float | None:
+    """top_k: the k-th logit; top_p: the mass kept of its input; min_p: the probability floor."""
+    kept = logits_out != float("-inf")
     if isinstance(proc, TopK):
-        k = min(max(proc.value, proc.min_keep), logits_in.shape[-1])
-        return float(torch.topk(logits_in, k).values[-1])
+        return float(logits_out[kept].min())
     if isinstance(proc, TopP):
-        out = proc(logits_in)
-        return float(logits_in.softmax(-1)[torch.isfinite(out)].sum())
+        return float(logits_in.softmax(-1)[kept].sum())
     if isinstance(proc, MinP):
         return float(proc.value * logits_in.softmax(-1).max())
     return None
