@@ -16,7 +16,8 @@ import pytest
 
 from tiny_app_model import build_tiny_model_dir
 
-pytestmark = pytest.mark.browser
+# Browser timing is asynchronous; a test that fails is rerun up to twice (the summary shows reruns).
+pytestmark = [pytest.mark.browser, pytest.mark.flaky(reruns=2, reruns_delay=2)]
 
 CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
@@ -118,6 +119,17 @@ def click(page, label: str) -> None:
 def open_app(page, url: str, query: str = "") -> None:
     page.goto(f"{url}/{query}")
     page.get_by_role("button", name="Step", exact=True).wait_for(timeout=60_000)
+    idle(page)
+
+
+def idle(page) -> None:
+    """Wait until Streamlit has finished the current script run (no running indicator, nothing stale),
+    so that the next click is not lost in a rerun that is still drawing."""
+    try:
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') "
+                               "&& !document.querySelector('[data-stale=\"true\"]')", timeout=30_000)
+    except sync_api.TimeoutError:
+        pass
 
 
 def test_playground_step_and_run_to_end(server, page):
