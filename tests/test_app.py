@@ -40,6 +40,17 @@ def new_app(query: dict | None = None):
     return at.run()
 
 
+def run_to_end(at):
+    """Click Run to end and follow the run's chunks (~0.5 s each; the browser reruns the fragment per
+    chunk, AppTest needs a run() per chunk)."""
+    at.button(key="pg.run_end").click().run()
+    for _ in range(200):
+        if keys.RUNNING not in at.session_state:
+            break
+        at.run()
+    return at
+
+
 def ok(at) -> None:
     assert not at.exception, [e.value for e in at.exception]
 
@@ -64,7 +75,7 @@ def test_step_run_to_end_back_forward_reset(tiny_dir):
     ok(at)
     assert len(run_state(at).events) == 1 and at.session_state["ds.cursor"] == 0
     assert any('ds-origin-target' in h.value and 'data-step="0"' in h.value for h in at.html)
-    at.button(key="pg.run_end").click().run()
+    run_to_end(at)
     ok(at)
     run = run_state(at)
     assert run.done and len(run.events) == 6 and at.session_state["ds.cursor"] == 5
@@ -177,7 +188,7 @@ def test_compare_page(tiny_dir):
 def _trace_json(at) -> str:
     from decoding.trace import to_json
 
-    at.button(key="pg.run_end").click().run()
+    run_to_end(at)
     return to_json(run_state(at).trace())
 
 
@@ -256,11 +267,7 @@ def test_playground_on_the_embedded_model(tiny_dir, real_lm):
     from decoding.runner import run
 
     at = new_app({"model": "default", "max_new": "8", "prompt": "What is 2+2?"})
-    at.button(key="pg.run_end").click().run()
-    for _ in range(20):   # a long run goes in ~0.5 s chunks; the browser reruns the fragment per chunk
-        if keys.RUNNING not in at.session_state:
-            break
-        at.run()
+    run_to_end(at)
     ok(at)
     live = run_state(at)
     truth = run(real_lm, real_lm.encode("What is 2+2?"), GreedyConfig(max_new_tokens=8))

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from test_app import _trace_json, new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 REPEAT = "one two three one two three one two three one two"
 
@@ -28,7 +28,7 @@ def test_beam_step_run_to_end_tree_and_pool(tiny_dir):
     pool = at.dataframe[0].value
     assert list(pool["status"]).count("kept") == 3
     assert 'data-step="0"' in html_of(at)
-    at.button(key="pg.run_end").click().run()
+    run_to_end(at)
     ok(at)
     run = run_state(at)
     assert run.done and run.events[-1].done
@@ -52,7 +52,7 @@ def test_speculative_lookup_step_and_run_to_end_equals_greedy(tiny_dir):
     event = live.events[0]
     assert event.kind == "spec_round" and event.drafter == "lookup"
     assert any("γ =" in t.value for t in at.text)
-    at.button(key="pg.run_end").click().run()
+    run_to_end(at)
     ok(at)
     live = run_state(at)
     greedy = run_engine(live.lm, live.prompt_ids, GreedyConfig(max_new_tokens=12))
@@ -71,7 +71,7 @@ def test_speculative_with_a_draft_model(tiny_dir):
     at.sidebar.text_input(key="w.param.speculative.draft").set_value(str(tiny_dir)).run()
     ok(at)
     assert not at.error
-    at.button(key="pg.run_end").click().run()
+    run_to_end(at)
     ok(at)
     live = run_state(at)
     assert live.done and live.events[0].drafter != "lookup"
@@ -91,7 +91,7 @@ def test_speculative_unloadable_draft_is_an_error(tiny_dir, tmp_path):
 def test_whatif_page_from_the_playground_run(tiny_dir):
     at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": REPEAT, "chat": "0",
                   "gamma_max": "6"})
-    at.button(key="pg.run_end").click().run()
+    run_to_end(at)
     at.switch_page("app_pages/whatif.py").run()
     ok(at)
     table = at.dataframe[0].value
@@ -176,7 +176,7 @@ def test_speculative_lookup_on_the_embedded_model_is_greedy(tiny_dir, real_lm):
 
     prompt = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."
     at = new_app({"model": "default", "strategy": "speculative", "gamma": "4", "max_new": "24", "prompt": prompt})
-    at.button(key="pg.run_end").click().run()
+    run_to_end(at)
     ok(at)
     live = run_state(at)
     truth = run_engine(real_lm, real_lm.encode(prompt), GreedyConfig(max_new_tokens=24))
