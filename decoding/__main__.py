@@ -39,7 +39,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--length-penalty", type=float)
     p.add_argument("--early-stopping", action="store_true", default=None)
     p.add_argument("--gamma", type=int, help="draft length (speculative: 1..32; dspark: 1..16)")
-    p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup) or a draft model id/path")
+    p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup), 'shallow' (trained self-draft; 'shallow:FILE' for other weights) or a draft model id/path")
     p.add_argument("--gamma-policy", choices=["fixed", "heuristic", "confidence"], help="speculative γ policy")
     p.add_argument("--confidence-threshold", type=float, help="speculative confidence policy: stop below this q_draft")
     p.add_argument("--gamma-max", type=int, help="speculative: draft and record up to this many (what-if)")
@@ -87,10 +87,10 @@ def _strategy_kwargs(config, args, lm) -> dict:
     draft = getattr(config, "draft", None)
     if config.strategy != "speculative" or draft in (None, "lookup"):
         return {}
-    try:
-        return {"draft_lm": load(ModelSpec(draft, None, args.device, args.dtype, args.trust_remote_code))}
-    except ConfigError as err:
-        raise ConfigError("draft", draft, err.expected) from None
+    from decoding.drafters import load_draft
+
+    return {"draft_lm": load_draft(draft, lm, device=args.device, dtype=args.dtype,
+                                   trust_remote_code=args.trust_remote_code)}
 
 
 def _prepare(args):

@@ -70,9 +70,13 @@ def check_compatible(draft: LM, target: LM) -> None:
 
 
 def load_draft(name: str, target: LM, **spec) -> LM:
-    """Load a draft model by id or path (ModelSpec fields in `spec`); errors name `draft`."""
+    """Load a draft model by id or path (ModelSpec fields in `spec`), or build the shallow self-draft
+    ("shallow": the shipped weights; "shallow:PATH": a weights file) on the target; errors name `draft`."""
     from decoding.models import ModelSpec, load
+    from decoding.shallow import SHALLOW, load_shallow
 
+    if name == SHALLOW or name.startswith(SHALLOW + ":"):
+        return load_shallow(target, name[len(SHALLOW) + 1:] or None)
     try:
         draft = load(ModelSpec(name=name, **spec))
     except ConfigError as err:

@@ -557,11 +557,15 @@ def main_train_parallel(argv: Sequence[str] | None = None) -> int:
 
 
 def main_cli(argv: Sequence[str]) -> int:
-    """`train parallel [flags]` (the only drafter trained here so far)."""
-    if not argv or argv[0] != "parallel":
-        print("usage: python -m decoding train parallel [flags]  (--help for the flags)", file=sys.stderr)
-        return 2
-    return main_train_parallel(argv[1:])
+    """`train parallel [flags]` (the dspark drafter) or `train draft [flags]` (the shallow self-draft)."""
+    if argv and argv[0] == "parallel":
+        return main_train_parallel(argv[1:])
+    if argv and argv[0] == "draft":
+        from decoding.train_shallow import main_train_draft
+
+        return main_train_draft(argv[1:])
+    print("usage: python -m decoding train {parallel,draft} [flags]  (--help for the flags)", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":
