@@ -3,9 +3,9 @@ acceptance and tokens per target forward for other γ, next to what the trace me
 import streamlit as st
 
 from decoding.trace import MAX_TRACE_BYTES, TraceFormatError, from_json
-from ui import keys, views, whatif
+from ui import keys, views, whatif, whatif_dspark, whatif_view
 
-st.title("What-if: other γ from a recorded trace")
+st.title("What-if: other γ or budgets from a recorded trace")
 st.markdown(
     "Each recorded round holds, for every drafted position `i`, the probability `a_i` that the verifier "
     "accepts it given that all earlier drafts were accepted: `Σ_x min(p_target(x), q_draft(x))` for a draft "
@@ -22,9 +22,9 @@ if source == sources[0]:
     run = st.session_state.get(keys.RUN)
     trace = run.trace() if run is not None and run.events else None
     if trace is None:
-        st.info("Run the speculative strategy in the Playground first, or upload a trace.")
+        st.info("Run the speculative or dspark strategy in the Playground first, or upload a trace.")
 else:
-    upload = st.file_uploader("Upload a speculative trace (.json)", type=["json"], key=keys.WHATIF_UPLOAD)
+    upload = st.file_uploader("Upload a speculative or dspark trace (.json)", type=["json"], key=keys.WHATIF_UPLOAD)
     if upload is not None:
         if upload.size > MAX_TRACE_BYTES:
             st.error(f"{upload.name} is {upload.size} bytes, over the {MAX_TRACE_BYTES} byte limit")
@@ -36,10 +36,14 @@ else:
                 st.error(f"{upload.name} is not a readable trace: {err}")
     trace = st.session_state.get(keys.WHATIF_TRACE)
 
+if trace is not None and whatif_dspark.dspark_rounds(trace.steps):
+    whatif_view.dspark(trace)
+    st.stop()
 if trace is not None:
     rounds = whatif.spec_rounds(trace.steps)
     if not rounds:
-        st.warning(f"This trace is from strategy {trace.strategy!r}; the what-if needs speculative rounds.")
+        st.warning(f"This trace is from strategy {trace.strategy!r}; the what-if needs speculative or "
+                   "dspark rounds.")
         st.stop()
     measured = whatif.measured(trace.steps)
     recorded = whatif.max_recorded(trace.steps)

@@ -1,9 +1,9 @@
-"""python -m bench {engine,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+"""python -m bench {engine,speculative,dspark,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
-from bench import engine, speculative
+from bench import dspark, engine, speculative
 
-BENCHES = {"engine": engine.main, "speculative": speculative.main}
+BENCHES = {"engine": engine.main, "speculative": speculative.main, "dspark": dspark.main}
 
 
 def main(argv: list[str]) -> None:

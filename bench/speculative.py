@@ -6,7 +6,8 @@ transformers' prompt-lookup / assisted generation with the same draft, interleav
 Prompts use the chat template. transformers' assisted generation gives the assistant no attention mask,
 so it hides every token equal to the pad id; SmolLM2's pad id is <|im_end|>, which the chat template
 uses, so the benchmark sets the pad id to <|endoftext|> (id 0, absent from the prompts) for generate.
-Until the trained shallow draft ships, the draft model is the target's first L layers, untrained.
+The draft model is the shipped shallow self-draft (decoding/shallow.py) when its weights exist, else
+the target's first L layers, untrained (`--draft-layers`).
 """
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.config import GreedyConfig, SpeculativeConfig
 from decoding.drafters import truncated_draft
+from decoding.shallow import DEFAULT_SHALLOW, load_shallow
 from decoding.models import ModelSpec, load
 
 
@@ -51,9 +53,9 @@ def contenders(lm, draft, args) -> dict:
         "greedy (ours)": lambda ids: _ours(lm, ids, GreedyConfig(max_new_tokens=n)),
         "lookup (ours)": lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10)),
         "lookup (generate)": lambda ids: _generate(lm, ids, n, prompt_lookup_num_tokens=10),
-        f"draft L={args.draft_layers} (ours)": lambda ids: _ours(
-            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="truncated"), draft_lm=draft),
-        f"draft L={args.draft_layers} (generate assisted)": lambda ids: _generate(
+        f"{draft.name} γ={g} (ours)": lambda ids: _ours(
+            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="model"), draft_lm=draft),
+        f"{draft.name} γ={g} (generate assisted)": lambda ids: _generate(
             lm, ids, n, assistant_model=draft.model),
         "greedy (generate)": lambda ids: _generate(lm, ids, n),
     }
@@ -79,16 +81,21 @@ def measure(lm, draft, args) -> dict:
     return rows
 
 
+def draft_note(args) -> str:
+    if DEFAULT_SHALLOW.is_file():
+        return ("the shipped shallow self-draft (assets/shallow-draft-smollm2-135m.safetensors; target layers "
+                "shared + trained adapter, sliced head), the same model object for ours and assisted generation")
+    return f"the target's first {args.draft_layers} layers, untrained (no shallow-draft weights found)"
+
+
 def render(rows, args, model) -> str:
     lines = ["## Speculative decoding vs plain greedy and transformers", "",
              f"Command: `python -m bench speculative --repeats {args.repeats} --max-new-tokens "
              f"{args.max_new_tokens} --gamma {args.gamma} --draft-layers {args.draft_layers}`  ",
              f"Model: {model}; prompts: bench/prompts.py (chat template; pad id 0 for generate); machine: {machine()}.  ",
              "Speed is tokens/s relative to our plain greedy on the same prompt in the same repeat "
-             "(all contenders interleaved, order alternating). Temperature 0 throughout. The draft is "
-             f"the target's first {args.draft_layers} layers, **untrained** (the trained shallow draft "
-             "is not shipped yet), so it shows overhead, not a win. Values: median [min–max] over "
-             "prompts × repeats.", "",
+             "(all contenders interleaved, order alternating). Temperature 0 throughout. "
+             f"Draft model: {draft_note(args)}. Values: median [min–max] over prompts × repeats.", "",
              "| contender | speed vs our greedy | τ (tokens / target forward) | acceptance rate |",
              "|---|---|---|---|"]
     for name, r in rows.items():
@@ -102,11 +109,13 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench speculative")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--gamma", type=int, default=3)
+    parser.add_argument("--gamma", type=int, default=5)
     parser.add_argument("--draft-layers", type=int, default=4)
     args = parser.parse_args(argv)
     lm = load(ModelSpec())
-    draft = truncated_draft(lm, args.draft_layers, name="truncated")
+    draft = load_shallow(lm) if DEFAULT_SHALLOW.is_file() else truncated_draft(
+        lm, args.draft_layers, name=f"untrained early exit L={args.draft_layers}")
+    draft.name = "shallow draft" if DEFAULT_SHALLOW.is_file() else draft.name
     rows = measure(lm, draft, args)
     body = render(rows, args, "SmolLM2-135M-Instruct (embedded), fp32")
     write_section("speculative", body)

@@ -109,7 +109,7 @@ def test_whatif_page_upload_refuses_other_strategies_and_bad_files(tiny_dir):
     at.button_group(key="wi.source").set_value("Upload a trace").run()
     at.file_uploader(key="wi.upload").set_value(("g.json", text.encode(), "application/json")).run()
     ok(at)
-    assert any("needs speculative rounds" in w.value for w in at.warning)
+    assert any("needs speculative or dspark rounds" in w.value for w in at.warning)
     at.file_uploader(key="wi.upload").set_value(("bad.json", b"{nope", "application/json")).run()
     ok(at)
     assert any("not a readable trace" in e.value for e in at.error)
@@ -182,3 +182,26 @@ def test_speculative_lookup_on_the_embedded_model_is_greedy(tiny_dir, real_lm):
     truth = run_engine(real_lm, real_lm.encode(prompt), GreedyConfig(max_new_tokens=24))
     assert live.output_ids == list(truth.output_ids)
     assert sum(e.accepted for e in live.events) >= 1 and len(live.events) < len(truth.output_ids)
+
+
+def test_whatif_page_upload_of_a_dspark_trace(tiny_dir):
+    from dspark_helpers import random_drafter
+
+    from decoding.config import DSparkConfig
+    from decoding.models import ModelSpec, load
+    from decoding.runner import run as run_engine
+    from decoding.trace import to_json
+
+    lm = load(ModelSpec(str(tiny_dir)))
+    trace = run_engine(lm, lm.encode("Hello there"), DSparkConfig(max_new_tokens=12, gamma=4),
+                       drafter=random_drafter(lm, gamma_max=4, seed=1))
+    at = new_app()
+    at.switch_page("app_pages/whatif.py").run()
+    at.button_group(key="wi.source").set_value("Upload a trace").run()
+    at.file_uploader(key="wi.upload").set_value(("d.json", to_json(trace).encode(), "application/json")).run()
+    ok(at)
+    assert not at.error
+    table = at.dataframe[0].value
+    assert list(table["plan"]) == ["chain"] * 4 + ["tree"] * 3
+    assert table["replayed_tokens_per_forward"].notna().all()         # temperature 0: exact replay
+    assert any("Forecast" in m.value for m in at.markdown)

@@ -64,3 +64,4 @@ WHATIF_SOURCE = "wi.source"
 WHATIF_UPLOAD = "wi.upload"
 WHATIF_TRACE = "ds.whatif_trace"    # Trace uploaded on the what-if page
 WHATIF_MAX_GAMMA = "wi.max_gamma"
+WHATIF_BUDGETS = "wi.budgets"

@@ -1,0 +1,133 @@
+"""What-if for DSpark, from a recorded trace alone (no model): other chain lengths γ and tree budgets.
+
+Each recorded round holds its lattice (candidates per position with the drafter's calibrated scores ŝ),
+so the stage-1 DP can be re-run for any γ' ≤ the recorded γ or any budget; that gives the drafter's
+own **forecast** of accepted tokens (Σ of survival products). At temperature 0 the trace also knows the
+target's greedy continuation for `accepted + 1` tokens after each round's root (the accepted path and
+the final argmax token), so re-verifying another chain or tree is an exact **replay** as long as it
+leaves that known stretch by a mismatch; a plan that matches the whole stretch accepted at least that
+many (counted as a lower bound, reported in `lower_bound_rounds`).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+
+from decoding.select import Lattice, best_chain, best_tree
+
+
+def dspark_rounds(events: Sequence) -> list:
+    return [e for e in events if getattr(e, "kind", "") == "dspark_round" and not e.prefill and e.lattice]
+
+
+def lattice_of(event) -> Lattice:
+    """The recorded lattice: scores[k][parent][j] = cell j's ŝ given candidate `parent` at k−1."""
+    cols = event.lattice
+    token_ids = [[c.token_id for c in col.cells] for col in cols]
+    q_draft = [[min(max(c.q_draft, 0.0), 1.0) for c in col.cells] for col in cols]
+    scores = [[[min(max(col.cells[j].scores[p], 0.0), 1.0) for j in range(len(col.cells))]
+               for p in range(len(col.cells[0].scores))] for col in cols]
+    return Lattice(token_ids, q_draft, scores)
+
+
+def greedy_rounds(rounds: Sequence) -> bool:
+    """Temperature 0: no node drew a uniform and every round's final token was the target's argmax."""
+    return bool(rounds) and all(n.draw is None for r in rounds for n in r.nodes) and \
+        all(r.next_from in ("argmax", "bonus") and r.next_draw is None for r in rounds)
+
+
+def known_continuation(event) -> list[int]:
+    """The target's greedy tokens after the round's root that the trace knows (temperature 0)."""
+    by_node = {n.node: n for n in event.nodes}
+    return [by_node[i].token_id for i in event.accepted_path] + [event.next_token]
+
+
+def replay(tokens: Sequence[int], parents: Sequence[int], known: Sequence[int]) -> tuple[int, bool]:
+    """Greedy re-verification of a plan (nodes with parents, −1 = root) against the known continuation:
+    (accepted nodes, exact). Not exact when the plan still had a child matching past the known stretch."""
+    current, accepted = -1, 0
+    for depth, want in enumerate(known):
+        child = next((i for i, (t, p) in enumerate(zip(tokens, parents)) if p == current and t == want), None)
+        if child is None:
+            return accepted, True
+        current, accepted = child, accepted + 1
+        if depth == len(known) - 1:
+            has_more = any(p == current for p in parents)
+            return accepted, not has_more
+    return accepted, True
+
+
+def _chain_nodes(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    return plan.tokens, tuple(range(-1, len(plan.tokens) - 1))
+
+
+def sweep(events: Sequence, gammas: Sequence[int], budgets: Sequence[int]) -> pd.DataFrame:
+    """Rows per plan (chain γ' / tree budget): forecast and (temperature 0) replayed tokens per target
+    forward, averaged over the recorded rounds that can hold the plan."""
+    rounds = dspark_rounds(events)
+    greedy = greedy_rounds(rounds)
+    lattices = [lattice_of(r) for r in rounds]
+    knowns = [known_continuation(r) for r in rounds] if greedy else []
+    plans = [("chain", g, lambda lat, g=g: best_chain(lat, g) if g <= lat.gamma else None) for g in gammas]
+    plans += [("tree", b, lambda lat, b=b: best_tree(lat, b)) for b in budgets]
+    rows = []
+    for mode, size, make in plans:
+        forecast, replayed, lower, n = 0.0, 0.0, 0, 0
+        for i, lat in enumerate(lattices):
+            plan = make(lat)
+            if plan is None:
+                continue
+            n += 1
+            forecast += float(plan.expected_accepted)
+            if greedy:
+                tokens, parents = _chain_nodes(plan) if mode == "chain" else (plan.tokens, plan.parents)
+                acc, exact = replay(tokens, parents, knowns[i])
+                replayed += acc
+                lower += not exact
+        rows.append({"plan": mode, "size": size, "rounds": n,
+                     "forecast_tokens_per_forward": 1 + forecast / n if n else None,
+                     "replayed_tokens_per_forward": (1 + replayed / n) if greedy and n else None,
+                     "lower_bound_rounds": lower if greedy else None})
+    return pd.DataFrame(rows, columns=["plan", "size", "rounds", "forecast_tokens_per_forward",
+                                       "replayed_tokens_per_forward", "lower_bound_rounds"])
+
+
+def measured(events: Sequence) -> dict:
+    """The trace's own numbers: tokens per target forward (forced tokens excluded), γ and plan mode."""
+    rounds = dspark_rounds(events)
+    if not rounds:
+        return {"rounds": 0, "tokens_per_forward": None, "gamma": 0, "select": None}
+    emitted = sum(len(r.emitted) - len(r.forced_ids) for r in rounds)
+    return {"rounds": len(rounds), "tokens_per_forward": emitted / len(rounds),
+            "gamma": max(len(r.lattice) for r in rounds), "select": rounds[0].select,
+            "nodes": max(len(r.nodes) for r in rounds)}
+
+
+def sweep_figure(table: pd.DataFrame, measured_values: dict):
+    """Forecast and replayed tokens per target forward per chain γ' and tree budget."""
+    import plotly.graph_objects as go
+
+    from ui import palette
+
+    fig = go.Figure()
+    styles = {("chain", "forecast"): (palette.BLUE, "circle", "solid"),
+              ("chain", "replayed"): (palette.BLUE, "square", "dot"),
+              ("tree", "forecast"): (palette.ORANGE, "diamond", "solid"),
+              ("tree", "replayed"): (palette.ORANGE, "x", "dot")}
+    for (mode, what), (color, symbol, dash) in styles.items():
+        part = table[table["plan"] == mode]
+        col = f"{what}_tokens_per_forward"
+        if part.empty or part[col].isna().all():
+            continue
+        fig.add_scatter(name=f"{mode} — {what}", x=list(part["size"]), y=list(part[col]), mode="lines+markers",
+                        line=dict(color=color, dash=dash), marker=dict(symbol=symbol, size=8))
+    if measured_values.get("tokens_per_forward") is not None:
+        size = measured_values["gamma"] if measured_values["select"] == "chain" else measured_values["nodes"]
+        fig.add_scatter(name=f"measured ({measured_values['select']}, size {size})", x=[size],
+                        y=[measured_values["tokens_per_forward"]], mode="markers",
+                        marker=dict(symbol="star", size=16, color=palette.VERMILLION))
+    fig.update_layout(title="Tokens per target forward vs chain length γ / tree budget",
+                      xaxis=dict(title="γ (chain) or nodes (tree)", dtick=1), yaxis_title="tokens per verification",
+                      legend=dict(orientation="h", y=-0.25), margin=dict(t=50, b=10, l=10, r=10), height=400)
+    return fig
