@@ -37,3 +37,12 @@ def divergence(lm: LM, prompt_ids, expected, got) -> str:
     gap = float(top.values[0] - top.values[1])
     return (f"outputs differ at new token {k} (lengths {len(expected)}/{len(got)}): expected "
             f"{expected[k:k + 3]} got {got[k:k + 3]}; target top-2 {top.indices.tolist()} logit gap {gap:.3g}")
+
+
+def heldout_prompts(n: int) -> list[str]:
+    """Prompts of the shipped drafters' training distribution that training held out (decoding.train's
+    split of distill_prompts(1024, seed 0))."""
+    from decoding.train import distill_prompts, split_sequences
+
+    texts = distill_prompts(1024, 0)
+    return [texts[i] for i in split_sequences(1024, 16)[1][:n]]

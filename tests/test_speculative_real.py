@@ -9,7 +9,7 @@ import torch
 from decoding import runner
 from decoding.config import GreedyConfig, SpeculativeConfig
 from decoding.drafters import truncated_draft
-from spec_helpers import divergence
+from spec_helpers import divergence, heldout_prompts
 
 pytestmark = pytest.mark.real
 
@@ -110,3 +110,46 @@ def test_parity_prompt_lookup_real(real_lm):
     assert list(trace.output_ids) == hf_ids, divergence(real_lm, ids, hf_ids, trace.output_ids)
     assert trace.stats.target_forwards == hf_forwards
     assert trace.stats.acceptance_rate > 0  # the repeated sentence gives lookup something to copy
+
+
+@pytest.fixture(scope="module")
+def shallow(real_lm):
+    from decoding.shallow import DEFAULT_SHALLOW, load_shallow
+
+    if not DEFAULT_SHALLOW.is_file():
+        pytest.fail(f"shipped shallow-draft weights missing: {DEFAULT_SHALLOW}")
+    return load_shallow(real_lm)
+
+
+def test_shallow_draft_is_greedy_and_accepts(real_lm, greedy_runs, shallow):
+    """The shipped shallow draft: identical to greedy on new and held-out prompts, and a real draft:
+    tokens per target forward above 1.5 on held-out prompts of its training distribution and above 1.15
+    on the new ones (the untrained early exit it starts from gives about 1.05)."""
+    def tau(texts) -> float:
+        emitted = forwards = 0
+        for text in texts:
+            ids = real_lm.encode(text)
+            expected = runner.run(real_lm, ids, GreedyConfig(max_new_tokens=N)).output_ids
+            trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="shallow", gamma=5),
+                               draft_lm=shallow)
+            assert trace.error is None
+            assert not divergence(real_lm, ids, expected, trace.output_ids), \
+                divergence(real_lm, ids, expected, trace.output_ids)
+            emitted += len(trace.output_ids) - 1           # the prefill's token is not a round's
+            forwards += trace.stats.target_forwards - 1
+        return emitted / forwards
+
+    held, new = tau(heldout_prompts(2)), tau(PROMPTS)
+    assert held > 1.5 and new > 1.15, (held, new)
+
+
+def test_parity_assisted_generation_shallow(real_lm, shallow):
+    """The shallow draft is a standard transformers model: as assistant_model it gives transformers'
+    assisted generation the same ids and target forwards as ours."""
+    ids = parity_prompt(real_lm)
+    trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N // 2, draft="shallow", gamma=5),
+                       draft_lm=shallow)
+    hf_ids, hf_forwards = hf_generate(real_lm.model, ids, max_new_tokens=N // 2,
+                                      assistant_model=constant_assistant(shallow.model, 5))
+    assert list(trace.output_ids) == hf_ids, divergence(real_lm, ids, hf_ids, trace.output_ids)
+    assert trace.stats.target_forwards == hf_forwards
