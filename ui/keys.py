@@ -65,3 +65,18 @@ WHATIF_UPLOAD = "wi.upload"
 WHATIF_TRACE = "ds.whatif_trace"    # Trace uploaded on the what-if page
 WHATIF_MAX_GAMMA = "wi.max_gamma"
 WHATIF_BUDGETS = "wi.budgets"
+
+# tour page
+QP_TOUR_STOP = "stop"               # query parameter: the tour stop on view (kept by the sidebar)
+TOUR_STOP = "ds.tour_stop"          # id of the tour stop on view (survives leaving the page)
+TOUR_BAD_STOP = "ds.tour_bad_stop"  # an unknown stop named by the link, to warn about once
+TOUR_LIVE = "ds.tour_live"          # dict stop id -> Trace of the stop's last live run
+TOUR_SELECT = "tour.select"
+TOUR_PREV = "tour.prev"
+TOUR_NEXT = "tour.next"
+TOUR_RUN = "tour.run_live"
+TOUR_SOURCE = "tour.source"         # Recorded | Live, once a live run exists
+
+
+def tour_cursor(stop_id: str, source: str) -> str:
+    return f"tour.{stop_id}.{source}.step"

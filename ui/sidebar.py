@@ -16,6 +16,7 @@ MODEL_ENV = "DECODESCOPE_MODEL"
 QP_WIDGETS = {"model": keys.MODEL, "device": keys.DEVICE, "dtype": keys.DTYPE, "prompt": keys.PROMPT,
               "chat": keys.CHAT, "strategy": keys.STRATEGY, "seed": keys.SEED, "max_new": keys.MAX_NEW,
               "top_n": keys.TOP_N}
+PAGE_QUERY_PARAMS = (keys.QP_TOUR_STOP,)   # owned by a page; kept when the settings rewrite the URL
 
 
 def default_model() -> str:
@@ -93,7 +94,8 @@ def render() -> Settings:
     settings = Settings(model=model.strip() or "default", device=device, dtype=dtype, prompt=prompt,
                         chat_template=chat, strategy=strategy, params=params, seed=seed,
                         max_new_tokens=max_new, top_n=top_n, config=config, error=error)
-    st.query_params.from_dict(to_query(settings))
+    kept = {name: st.query_params[name] for name in PAGE_QUERY_PARAMS if name in st.query_params}
+    st.query_params.from_dict({**to_query(settings), **kept})
     return settings
 
 

@@ -1,0 +1,297 @@
+"""The guided tour: its stops, the traces shipped in assets/tour/, the recorder, and the page (AppTest),
+which shows every stop from the recordings without loading a model."""
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from decoding.dspark import DEFAULT_WEIGHTS
+from decoding.trace import TraceFormatError, from_json, to_json, without_timings
+from ui import keys, tour
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+TIMEOUT = 120
+
+
+def recorded_stops():
+    return [s for s in tour.STOPS if tour.trace_path(s).is_file()]
+
+
+# ---------------------------------------------------------------- stops and shipped traces
+
+def test_stops_have_unique_ids_and_valid_configs():
+    ids = tour.stop_ids()
+    assert len(ids) == len(set(ids)) == 7
+    for stop in tour.STOPS:
+        assert stop.config().strategy == stop.strategy
+        assert stop.config().max_new_tokens <= 40
+    assert tour.neighbour(ids[0], -1) == ids[0] and tour.neighbour(ids[-1], 1) == ids[-1]
+    assert tour.neighbour(ids[2], 1) == ids[3] and tour.neighbour(ids[2], -1) == ids[1]
+
+
+def test_unknown_stop_is_a_config_error():
+    with pytest.raises(ValueError, match="stop='nope' is invalid"):
+        tour.stop_by_id("nope")
+
+
+def test_every_stop_is_recorded_except_dspark_until_its_weights_exist():
+    missing = {s.id for s in tour.STOPS} - {s.id for s in recorded_stops()}
+    assert missing <= (set() if DEFAULT_WEIGHTS.is_file() else {"dspark"})
+
+
+@pytest.mark.parametrize("stop", recorded_stops(), ids=lambda s: s.id)
+def test_shipped_trace_loads_is_small_and_matches_its_stop(stop):
+    raw = tour.trace_path(stop).read_bytes()
+    assert len(raw) <= tour.MAX_SHIPPED_BYTES
+    trace = from_json(raw)
+    assert trace.strategy == stop.strategy and trace.error is None
+    assert trace.model["name"] == tour.MODEL
+    assert tour.stale_fields(stop, trace) == []
+    assert trace.stats.new_tokens == len(trace.output_ids) > 0
+    assert 0 <= tour.focus_step(stop, trace.steps) < len(trace.steps)
+
+
+def test_stale_fields_name_what_changed():
+    stop = tour.stop_by_id("greedy")
+    trace = tour.load_recorded(stop)
+    assert tour.stale_fields(dataclasses.replace(stop, top_n=3), trace) == ["top_n"]
+    assert tour.stale_fields(dataclasses.replace(stop, prompt="Other."), trace) == ["prompt"]
+
+
+def test_speculative_stops_speed_up_and_agree_with_each_other():
+    """The story's claims, checked on the recordings: lookup drafting emits more than one token per
+    target forward, and fixed and adaptive γ give the same (exact) answer."""
+    spec = tour.load_recorded(tour.stop_by_id("speculative"))
+    adaptive = tour.load_recorded(tour.stop_by_id("adaptive"))
+    serial = tour.load_recorded(tour.stop_by_id("serial"))
+    assert spec.stats.new_tokens / spec.stats.target_forwards > 1.5
+    assert serial.stats.new_tokens == serial.stats.target_forwards
+    assert spec.output_ids == adaptive.output_ids
+    assert len({e.gamma for e in adaptive.steps if hasattr(e, "gamma")}) > 2
+
+
+def test_load_recorded_missing_and_malformed(tmp_path):
+    stop = tour.stop_by_id("greedy")
+    assert tour.load_recorded(stop, tmp_path) is None
+    tour.trace_path(stop, tmp_path).write_text('{"schema_version": "1.0"}')
+    with pytest.raises(TraceFormatError):
+        tour.load_recorded(stop, tmp_path)
+
+
+def _steps(**fields):
+    keys_ = list(fields)
+    return [SimpleNamespace(**dict(zip(keys_, values))) for values in zip(*fields.values())]
+
+
+def test_focus_step_rules():
+    c = lambda p1, p2: (SimpleNamespace(prob=p1), SimpleNamespace(prob=p2))  # noqa: E731
+    greedy = _steps(raw_top=[c(0.9, 0.05), c(0.4, 0.35), c(0.6, 0.3)])
+    assert tour.focus_step(tour.stop_by_id("greedy"), greedy) == 1
+    cut = lambda *m: tuple(SimpleNamespace(name=n, removed_mass=x) for n, x in m)  # noqa: E731
+    sampling = _steps(filters=[cut(("temperature", 0.9), ("top_k", 0.1)), cut(("top_p", 0.3)), cut(("min_p", 0.2))])
+    assert tour.focus_step(tour.stop_by_id("sampling"), sampling) == 1     # temperature's mass is not a cut
+    spec = [SimpleNamespace(emitted_ids=lambda n=n: [0] * n, gamma=g) for n, g in [(1, 5), (4, 2), (4, 7)]]
+    assert tour.focus_step(tour.stop_by_id("speculative"), spec) == 1      # first of the ties
+    assert tour.focus_step(tour.stop_by_id("adaptive"), spec) == 2
+    assert tour.focus_step(tour.stop_by_id("beam"), spec) == 2
+    assert tour.focus_step(tour.stop_by_id("serial"), spec) == 0
+    assert tour.focus_step(tour.stop_by_id("greedy"), []) == 0
+
+
+# ---------------------------------------------------------------- the recorder
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from tiny_app_model import build_tiny_model_dir
+
+    return build_tiny_model_dir(tmp_path_factory.mktemp("tiny_tour_model"))
+
+
+def test_record_unknown_stop_exits_2_without_loading(monkeypatch, capsys):
+    import decoding.models
+
+    monkeypatch.setattr(decoding.models, "load", lambda spec: pytest.fail("no model for a bad --only"))
+    assert tour.main(["record", "--only", "nope"]) == 2
+    assert "stop='nope' is invalid" in capsys.readouterr().err
+
+
+def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tiny_dir, tmp_path, monkeypatch, capsys):
+    import decoding.models
+
+    real_load = decoding.models.load
+    specs = []
+    monkeypatch.setattr(decoding.models, "load",
+                        lambda spec: specs.append(spec) or real_load(dataclasses.replace(spec, name=str(tiny_dir))))
+    monkeypatch.setattr("decoding.dspark.DEFAULT_WEIGHTS", tmp_path / "absent.safetensors")
+    assert tour.main(["record", "--only", "greedy", "--only", "dspark", "--out", str(tmp_path)]) == 1
+    assert [s.name for s in specs] == ["default"]
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["greedy.json"]
+    trace = from_json((tmp_path / "greedy.json").read_bytes())
+    assert tour.stale_fields(tour.stop_by_id("greedy"), trace) == []
+    assert "dspark: not recorded" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- the page
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Any model load on the page fails the test (AppTest runs the app in this process)."""
+    import ui.session
+
+    calls = []
+
+    def refuse(*args, **kwargs):
+        calls.append(args)
+        raise AssertionError("the tour loaded a model")
+
+    monkeypatch.setattr(ui.session, "load_lm", refuse)
+    monkeypatch.setattr(ui.session, "load", refuse)
+    return calls
+
+
+def tour_app(query: dict | None = None):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
+    at.query_params.update(query or {})
+    return at.switch_page("app_pages/tour.py").run()
+
+
+def ok(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+
+
+def has_chips(at) -> bool:
+    return any("ds-origin-" in h.value and "data-step=" in h.value for h in at.html)
+
+
+def test_tour_walks_every_stop_from_the_recordings_without_a_model(no_model):
+    at = tour_app()
+    ok(at)
+    recorded = {s.id for s in recorded_stops()}
+    for i, stop in enumerate(tour.STOPS):
+        assert at.session_state[keys.TOUR_STOP] == stop.id
+        assert [h.value for h in at.main.header] == [f"{i + 1}. {stop.title}"]
+        assert at.selectbox(key=keys.TOUR_SELECT).value == stop.id
+        assert at.button(key=keys.TOUR_PREV).disabled == (i == 0)
+        assert at.button(key=keys.TOUR_NEXT).disabled == (i == len(tour.STOPS) - 1)
+        assert has_chips(at) == (stop.id in recorded)
+        assert any("not recorded yet" in x.value for x in at.info) == (stop.id not in recorded)
+        assert not at.error and not at.warning
+        assert not any("No panel for step kind" in x.value for x in at.info)   # a registered panel drew it
+        if i < len(tour.STOPS) - 1:
+            at.button(key=keys.TOUR_NEXT).click().run()
+            ok(at)
+    assert no_model == []
+
+
+def test_no_model_fixture_bites_when_the_page_loads_a_model(no_model):
+    """Negative control for the tests above: a live re-run does load a model, and the fixture sees it."""
+    at = tour_app({"stop": "greedy"})
+    assert no_model == []
+    at.button(key=keys.TOUR_RUN).click().run()
+    assert len(no_model) == 1 and at.exception
+
+
+def test_link_opens_a_stop_and_selector_and_previous_move(no_model):
+    at = tour_app({"stop": "beam"})
+    ok(at)
+    assert at.main.header[0].value == "3. Beam search"
+    assert at.query_params["stop"] == "beam"
+    trees = at.get("graphviz_chart")                  # the beam panel drew its tree from the recording
+    assert len(trees) == 1 and "Paris" in trees[0].proto.spec
+    at.selectbox(key=keys.TOUR_SELECT).set_value("adaptive").run()
+    ok(at)
+    assert at.main.header[0].value.endswith("Adaptive γ") and at.query_params["stop"] == "adaptive"
+    at.button(key=keys.TOUR_PREV).click().run()
+    assert at.session_state[keys.TOUR_STOP] == "dspark"
+    assert at.selectbox(key=keys.TOUR_SELECT).value == "dspark"
+    assert no_model == []
+
+
+def test_unknown_stop_in_the_link_warns_and_opens_the_first(no_model):
+    at = tour_app({"stop": "<b>nope</b>"})
+    ok(at)
+    assert at.session_state[keys.TOUR_STOP] == tour.STOPS[0].id
+    assert any("not a tour stop" in w.value for w in at.warning)
+
+
+def test_missing_trace_shows_the_placeholder(no_model, monkeypatch, tmp_path):
+    shipped = tour.trace_path(tour.stop_by_id("greedy")).read_bytes()
+    monkeypatch.setattr(tour, "TOUR_DIR", tmp_path)
+    at = tour_app({"stop": "greedy"})
+    ok(at)
+    assert any("not recorded yet" in x.value and "--only greedy" in x.value for x in at.info)
+    assert not has_chips(at) and not at.slider
+    # negative control: with the trace in place the same page draws it
+    tour.trace_path(tour.stop_by_id("greedy"), tmp_path).write_bytes(shipped)
+    at = tour_app({"stop": "greedy"})
+    assert has_chips(at) and at.slider and not any("not recorded yet" in x.value for x in at.info)
+
+
+def test_unreadable_trace_shows_an_error(no_model, monkeypatch, tmp_path):
+    monkeypatch.setattr(tour, "TOUR_DIR", tmp_path)
+    tour.trace_path(tour.stop_by_id("greedy"), tmp_path).write_text("{not json")
+    at = tour_app({"stop": "greedy"})
+    ok(at)
+    assert any("cannot be read" in e.value for e in at.error)
+
+
+def test_live_rerun_uses_the_stops_config(tiny_dir, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_MODEL", str(tiny_dir))
+    at = tour_app({"stop": "greedy"})
+    at.button(key=keys.TOUR_RUN).click().run()
+    ok(at)
+    live = at.session_state[keys.TOUR_LIVE]["greedy"]
+    recorded = tour.load_recorded(tour.stop_by_id("greedy"))
+    assert live.model["name"] == str(tiny_dir)
+    assert live.prompt_ids == recorded.prompt_ids           # same tokenizer, same chat template
+    assert live.config == recorded.config and live.error is None
+    assert at.segmented_control(key=keys.TOUR_SOURCE).value == "Live"
+    assert at.success or any("differs from the recording" in w.value for w in at.warning)
+    at.segmented_control(key=keys.TOUR_SOURCE).set_value("Recorded").run()
+    ok(at)
+    assert any(t.value.startswith(f"{recorded.stats.new_tokens} tokens") and "model default on" in t.value
+               for t in at.text)
+
+
+# ---------------------------------------------------------------- reproducibility on the embedded model
+
+def assert_same(a, b, where="trace"):
+    """Equal plain values, floats up to 1e-4 relative: another CPU thread count sums in another order,
+    which moves logits by ~1e-6; every token, piece, status and count must be identical."""
+    assert type(a) is type(b) or {type(a), type(b)} <= {int, float}, where
+    if isinstance(a, dict):
+        assert list(a) == list(b), where
+        for k in a:
+            assert_same(a[k], b[k], f"{where}.{k}")
+    elif isinstance(a, list):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    elif isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-6), where
+    else:
+        assert a == b, where
+
+
+def test_assert_same_bites():
+    base = {"steps": [{"token_id": 3, "logit": 26.2943}], "text": "a"}
+    assert_same(base, {"steps": [{"token_id": 3, "logit": 26.29431}], "text": "a"})
+    for other in ({"steps": [{"token_id": 4, "logit": 26.2943}], "text": "a"},
+                  {"steps": [{"token_id": 3, "logit": 26.4}], "text": "a"},
+                  {"steps": [], "text": "a"}, {"steps": [{"token_id": 3, "logit": 26.2943}], "text": "b"}):
+        with pytest.raises(AssertionError):
+            assert_same(base, other)
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("stop_id", ["greedy", "speculative"])
+def test_recording_reproduces_on_the_embedded_model(real_lm, stop_id):
+    stop = tour.stop_by_id(stop_id)
+    again = without_timings(from_json(to_json(tour.record_stop(real_lm, stop))))
+    assert_same(again, without_timings(tour.load_recorded(stop)))
