@@ -1,4 +1,5 @@
-"""2-4 strategies on the same prompt and seed: token streams side by side, metrics, tokens vs time."""
+"""2-4 strategies on the same prompt and seed: token streams side by side (first divergence marked),
+metrics with the speedup vs greedy, tokens vs time, tokens per target forward, per-position acceptance."""
 import streamlit as st
 
 from decoding.errors import ConfigError
@@ -47,6 +48,15 @@ if traces:
             st.error(f"{label}: {trace.error}")
     views.show_streams({label: trace.steps for label, trace in traces.items()})
     st.subheader("Metrics")
-    views.table(tables.metrics_table(traces), "cmp.metrics", "compare-metrics")
+    metrics = tables.metrics_table(traces)
+    reference = tables.greedy_lane(traces)
+    st.caption(f"speedup_vs_greedy: tokens/s relative to lane {reference}, time = the steps' measured timings."
+               if reference else "speedup_vs_greedy: no greedy lane to compare with — set one lane to greedy.")
+    views.table(metrics, "cmp.metrics", "compare-metrics")
     views.plot(figures.tokens_vs_time({label: t.steps for label, t in traces.items()}), "cmp.time",
                "compare-tokens-vs-time")
+    views.plot(figures.tokens_per_forward_bars(list(zip(metrics["lane"], metrics["tokens_per_forward"]))),
+               "cmp.per_forward", "compare-tokens-per-forward")
+    rates = {label: t.stats.per_position_acceptance for label, t in traces.items()}
+    if any(rates.values()):
+        views.plot(figures.per_position_lanes(rates), "cmp.per_position", "compare-per-position-acceptance")

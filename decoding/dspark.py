@@ -165,7 +165,8 @@ def prefill(lm: LM, cache, prompt_ids, forced, config: DSparkConfig, pipeline, g
                         dp=None, nodes=(), expected_accepted=0.0, size=None, accepted_path=(),
                         next_token=token, next_from="prefill", next_draw=draw, emitted=emitted,
                         lossy=config.is_lossy, forced_ids=tuple(int(t) for t in forced),
-                        fed_tokens=len(prompt_ids) + len(forced), timings_ms=timer.done())
+                        fed_tokens=len(prompt_ids) + len(forced), timings_ms=timer.done(),
+                        next_piece=lm.piece(token))
     return event, hidden
 
 
@@ -203,7 +204,8 @@ def draft_round(lm: LM, cache, drafter, hidden, root: int, gamma: int, config: D
         expected_accepted=float(plan.expected_accepted) if plan else 0.0, size=size_info(cost, choice),
         accepted_path=outcome.accepted, next_token=outcome.next_token, next_from=outcome.next_from,
         next_draw=outcome.next_draw, emitted=truncate(outcome.emitted, room, lm.eos_ids),
-        lossy=config.is_lossy, fed_tokens=len(tokens), timings_ms=timer.done())
+        lossy=config.is_lossy, fed_tokens=len(tokens), timings_ms=timer.done(),
+        next_piece=lm.piece(outcome.next_token))
     return event, rows_hidden[last]
 
 

@@ -337,6 +337,7 @@ class DSparkRound:
     fed_tokens: int = 0            # tokens in this round's target forward
     target_forwards: int = 1
     timings_ms: dict[str, float] = field(default_factory=dict)
+    next_piece: str = ""           # the next token's text (for views; "" in older traces)
 
     def emitted_ids(self) -> list[int]:
         return list(self.emitted)

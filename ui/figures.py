@@ -198,3 +198,36 @@ def tokens_vs_time(lanes: Mapping[str, Sequence]) -> go.Figure:
     fig.update_layout(title="Tokens vs wall time", xaxis_title="ms (sum of step timings)",
                       yaxis_title="tokens emitted", margin=dict(t=50, b=10, l=10, r=10), height=380)
     return fig
+
+
+def tokens_per_forward_bars(rows: Sequence[tuple[str, float]]) -> go.Figure:
+    """Tokens emitted per target forward, one bar per lane (1 for plain decoding; beam search
+    emits one token per forward over B beams), each lane with its colour and pattern."""
+    labels = [html.escape(label) for label, _ in rows]
+    fig = go.Figure(go.Bar(x=labels, y=[v for _, v in rows], text=[f"{v:.2f}" for _, v in rows],
+                           textposition="outside", cliponaxis=False,
+                           marker=dict(color=[palette.LANE_COLORS[i % 4] for i in range(len(rows))],
+                                       pattern=dict(shape=[LANE_PATTERNS[i % 4] for i in range(len(rows))]))))
+    peak = max([v for _, v in rows] + [1.0])
+    fig.update_layout(title="Tokens per target forward", yaxis=dict(title="tokens / forward", range=[0, peak * 1.2]),
+                      margin=dict(t=50, b=10, l=10, r=10), height=340)
+    return fig
+
+
+LANE_PATTERNS = ("", "/", ".", "x")
+
+
+def per_position_lanes(lanes: Mapping[str, Sequence[float] | None]) -> go.Figure:
+    """Per-position acceptance (position k accepted / drafted) grouped by k, one bar series per lane
+    that has it (None: a lane without drafts, skipped but keeping every lane's colour and pattern)."""
+    fig = go.Figure()
+    for i, (label, rates) in enumerate(lanes.items()):
+        if not rates:
+            continue
+        fig.add_bar(name=html.escape(label), x=[f"k={k + 1}" for k in range(len(rates))], y=list(rates),
+                    marker=dict(color=palette.LANE_COLORS[i % 4], pattern=dict(shape=LANE_PATTERNS[i % 4])),
+                    hovertemplate="%{x}: %{y:.3f}<extra>" + html.escape(label) + "</extra>")
+    fig.update_layout(barmode="group", title="Per-position acceptance (speculative and dspark lanes)",
+                      yaxis=dict(title="acceptance", range=[0, 1.05]), legend=dict(orientation="h", y=-0.25),
+                      margin=dict(t=50, b=10, l=10, r=10), height=360)
+    return fig

@@ -1,11 +1,12 @@
-"""Step panels of beam search and speculative decoding, registered with the view, chip and table
-registries on import (app.py imports this module). Numbers all come from the events; every string from
-a trace is shown with st.text, escaped HTML, or escaped DOT, never as Markdown."""
+"""Step panels of beam search, speculative decoding and parallel drafting (DSpark), registered with
+the view, chip and table registries on import (app.py imports this module). Numbers all come from the
+events; every string from a trace is shown with st.text, escaped HTML, or escaped DOT, never as
+Markdown."""
 from __future__ import annotations
 
 import streamlit as st
 
-from ui import beam, chips, spec, tables, views
+from ui import beam, chips, dspark, spec, tables, views
 from ui.chips import token_box_html
 
 
@@ -99,6 +100,98 @@ def _running_metrics(events, ctx: views.ViewContext) -> None:
         views.plot(spec.per_position_bars(m["per_position"]), f"{ctx.prefix}.per_position", "per-position-acceptance")
 
 
+# ---------------------------------------------------------------- dspark
+
+def dspark_panel(event, ctx: views.ViewContext) -> None:
+    """One parallel-drafting round: the lattice with the chosen chain/tree over it, stage 1 (the
+    DP or best-first selection, the cost-aware size), stage 2 (each verified node's verdict), the
+    token after the accepted path, the run's phase breakdown and acceptance metrics."""
+    if event.prefill:
+        _dspark_prefill(event)
+    elif not event.lattice:
+        st.info("No drafts this round (one token left in the budget or the context): a plain target step.")
+        _dspark_stage2(event, ctx)
+    else:
+        _dspark_header(event)
+        value = st.radio("Colour the lattice by", list(dspark.VALUE_LABELS), format_func=dspark.VALUE_LABELS.get,
+                         horizontal=True, key=f"{ctx.prefix}.ds_value")
+        views.plot(dspark.lattice_figure(event, value), f"{ctx.prefix}.lattice", f"round{event.index}-lattice")
+        st.caption("Markers: ● accepted, ✗ rejected, ○ not reached (also in colour); the thick solid line is the "
+                   "accepted path, dotted lines the rest of the plan. Hover a cell for ŝ per parent and c_k.")
+        _dspark_stage1(event, ctx)
+        _dspark_stage2(event, ctx)
+    _dspark_running(ctx.events or (event,), ctx)
+
+
+def _dspark_prefill(event) -> None:
+    st.info("Prefill: one forward over the prompt (and any forced tokens) gives the first token and the "
+            "hidden state the drafter starts from. No drafts in this step.")
+    c1, c2 = st.columns([1, 3])
+    with c1:
+        st.html(token_box_html(dspark.piece_of(event, event.next_token), event.next_token, "from the prefill"))
+    c2.metric("Tokens fed", event.fed_tokens)
+
+
+def _dspark_header(event) -> None:
+    cols = st.columns(6)
+    cols[0].metric("Selection", event.select)
+    cols[1].metric("Positions (γ)", len(event.lattice))
+    cols[2].metric("Verified nodes", len(event.nodes))
+    cols[3].metric("Accepted", f"{len(event.accepted_path)}/{len(event.nodes)}")
+    cols[4].metric("E[accepted]", f"{event.expected_accepted:.2f}", help="stage 1's expected accepted drafts")
+    cols[5].metric("Next token", event.next_from)
+    if event.lossy:
+        st.warning("LOSSY mode: a candidate is accepted outright when p_target exceeds the threshold, so the "
+                   "output no longer follows the target's distribution exactly.")
+
+
+def _dspark_stage1(event, ctx: views.ViewContext) -> None:
+    st.subheader("Stage 1 — selection (draft side only)")
+    views.table(dspark.summary_table(event), f"{ctx.prefix}.ds_summary", f"round{event.index}-selection")
+    if event.dp is not None:
+        st.caption("DP values V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)); back = the "
+                   "argmax y at k+1; parent −1 = the last emitted token; on_path marks the chosen chain.")
+        views.table(dspark.dp_table(event), f"{ctx.prefix}.ds_dp", f"round{event.index}-dp")
+    else:
+        st.caption("Tree mode: the nodes of highest survival (product of ŝ along the path), best first; "
+                   "their survival products are in the verdicts table below.")
+    if event.size is not None:
+        views.plot(dspark.size_figure(event.size, event.select), f"{ctx.prefix}.ds_size", f"round{event.index}-size")
+        st.text(f"Cost table: {event.size.cost_source}")
+        with st.expander("Cost table and expected rate per size"):
+            views.table(dspark.size_table(event.size), f"{ctx.prefix}.ds_size_table", f"round{event.index}-sizes")
+            views.table(dspark.cost_table(event.size), f"{ctx.prefix}.ds_cost", f"round{event.index}-cost-table")
+    else:
+        st.caption("No cost table: the chain length / tree budget is fixed (set cost_table for adaptive γ).")
+
+
+def _dspark_stage2(event, ctx: views.ViewContext) -> None:
+    st.subheader("Stage 2 — verification (one target forward, exact rule)")
+    views.table(dspark.verdicts_table(event), f"{ctx.prefix}.ds_verdicts", f"round{event.index}-verdicts")
+    c1, c2 = st.columns([1, 3])
+    with c1:
+        st.html(token_box_html(dspark.piece_of(event, event.next_token), event.next_token, event.next_from))
+    c2.text(dspark.next_tooltip(event).replace(" · ", "\n"))
+
+
+def _dspark_running(events, ctx: views.ViewContext) -> None:
+    m = dspark.dspark_metrics(events)
+    st.caption(f"Running metrics over {m['rounds']} drafting round(s)")
+    cols = st.columns(3)
+    cols[0].metric("τ (tokens per target forward)", f"{m['tau']:.2f}")
+    rate = m["acceptance_rate"]
+    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help="accepted / verified nodes")
+    cols[2].metric("Drafting rounds", m["rounds"])
+    if m["per_position"]:
+        views.plot(spec.per_position_bars(m["per_position"]), f"{ctx.prefix}.ds_per_position",
+                   "dspark-per-position-acceptance")
+    phases = dspark.phase_table(events)
+    if len(phases):
+        views.plot(dspark.phase_bars(phases), f"{ctx.prefix}.ds_phases", "dspark-phase-shares")
+        with st.expander("Phase totals table"):
+            views.table(phases, f"{ctx.prefix}.ds_phase_table", "dspark-phases")
+
+
 # ---------------------------------------------------------------- registration
 
 views.register_panel("beam", beam_panel)
@@ -109,3 +202,7 @@ tables.register_output("beam", beam.beam_output)
 views.register_panel("spec_round", spec_panel)
 chips.register_chips("spec_round", spec.spec_chips)
 tables.register_rows("spec_round", spec.spec_row)
+
+views.register_panel("dspark_round", dspark_panel)
+chips.register_chips("dspark_round", dspark.dspark_chips)
+tables.register_rows("dspark_round", dspark.dspark_row)

@@ -68,9 +68,19 @@ def running_metrics(events: Sequence) -> dict:
             "tokens_per_forward": tokens / forwards if forwards else 0.0}
 
 
+def greedy_lane(traces: Mapping[str, object]) -> str | None:
+    """The label of the first greedy lane (the speedup reference), None when there is none."""
+    return next((label for label, trace in traces.items() if trace.strategy == "greedy"), None)
+
+
 def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
-    """One row per labelled trace; divergence is counted against the first trace's output."""
+    """One row per labelled trace; divergence is counted against the first trace's output.
+    speedup_vs_greedy = step_tokens_per_s / that of the first greedy lane, where step_tokens_per_s
+    counts the steps' measured time only (one-off set-up such as loading a drafter is left out);
+    None in every row when no lane is greedy. tau and acceptance_rate: speculative / dspark only."""
     rows, base = [], None
+    reference = greedy_lane(traces)
+    ref_rate = running_metrics(traces[reference].steps)["tokens_per_s"] if reference is not None else 0.0
     for label, trace in traces.items():
         metrics = running_metrics(trace.steps)
         base = trace.output_ids if base is None else base
@@ -78,6 +88,9 @@ def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
                      "target_forwards": trace.stats.target_forwards,
                      "tokens_per_forward": metrics["tokens_per_forward"],
                      "wall_s": trace.stats.wall_s, "tokens_per_s": trace.stats.tokens_per_s,
+                     "step_tokens_per_s": metrics["tokens_per_s"],
+                     "speedup_vs_greedy": metrics["tokens_per_s"] / ref_rate if ref_rate > 0 else None,
+                     "tau": trace.stats.mean_accepted_length, "acceptance_rate": trace.stats.acceptance_rate,
                      "first_divergence": first_divergence(base, trace.output_ids),
                      "stop_reason": trace.stop_reason})
     return pd.DataFrame(rows)

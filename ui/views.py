@@ -10,6 +10,7 @@ from dataclasses import dataclass, replace
 import streamlit as st
 
 from ui import figures, tables
+from ui.svg import figure_svg
 from ui.chips import chips_for, chips_html, first_divergence, legend_html, origins_present, token_box_html, visible
 
 
@@ -25,10 +26,14 @@ def _slug(text: str) -> str:
 
 
 def plot(fig, key: str, filename: str) -> None:
-    """A plotly chart whose modebar saves PNG (and SVG through plotly's own download option)."""
+    """A plotly chart: its modebar's camera saves PNG; the button under it saves SVG, drawn by
+    ui/svg.py only when clicked (kaleido is not installed, so plotly cannot export offline)."""
     st.plotly_chart(fig, key=key, config={"displaylogo": False,
                                           "toImageButtonOptions": {"format": "png", "filename": _slug(filename),
                                                                    "scale": 2}})
+    st.download_button("SVG", lambda: figure_svg(fig), file_name=f"{_slug(filename)}.svg", mime="image/svg+xml",
+                       key=f"{key}.svg", on_click="ignore", type="tertiary", icon=":material/download:",
+                       help="Download this chart as SVG (PNG: the camera in the chart's toolbar)")
 
 
 def table(df, key: str, filename: str, label: str = "Download CSV") -> None:

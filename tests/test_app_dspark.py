@@ -1,0 +1,194 @@
+"""AppTest of the DSpark views (playground panel, chips, replay) and the compare page's speedup column
+and charts, on the tiny random llama with the real tokenizer and a drafter built for it here."""
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from test_app_strategies import html_of
+
+
+@pytest.fixture(scope="module")
+def drafter_file(tiny_dir):
+    """A drafter for the tiny model whose first draft is the model's own (constant) greedy token and
+    whose second is pushed, by the sequential head, to another token: every round then has an
+    accepted and a rejected draft at temperature 0."""
+    import torch
+
+    from decoding.config import GreedyConfig
+    from decoding.models import ModelSpec, load
+    from decoding.runner import run
+    from tests.dspark_helpers import random_drafter
+    from ui.params import Settings
+
+    lm = load(ModelSpec(name=str(tiny_dir)))
+    token = run(lm, lm.encode(Settings.prompt), GreedyConfig(max_new_tokens=3)).output_ids[-1]
+    others = [t for t in (11, 13, 30) if t != token][:2]
+    drafter = random_drafter(lm, gamma_max=8, seed=0, vocab_ids=[token] + others)
+    with torch.no_grad():
+        e = drafter.embed_tokens(torch.tensor([token]))[0].float()               # (H,)
+        drafter.seq_in.zero_()
+        drafter.seq_out.zero_()
+        drafter.seq_in[1] = (e / e.dot(e))[:, None].expand(-1, drafter.shape.rank) * 10.0
+        drafter.seq_out[1] = 1.0                                                  # towards others[0]
+    path = tiny_dir / "dspark-test-drafter.safetensors"
+    drafter.save(path)
+    return str(path)
+
+
+def charts(at) -> list[dict]:
+    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
+
+
+def chart_titled(at, words: str) -> dict:
+    found = [c for c in charts(at) if words in json.dumps(c["layout"].get("title", ""))]
+    assert found, f"no chart titled {words!r}"
+    return found[0]
+
+
+def frame_with(at, column: str):
+    found = [d.value for d in at.dataframe if column in d.value.columns]
+    assert found, f"no table with a {column!r} column"
+    return found[0]
+
+
+def count(html: str, origin: str) -> int:
+    return len(re.findall(rf'ds-chip ds-origin-{origin}[^>]*data-step=', html))
+
+
+def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
+    from decoding.config import GreedyConfig
+    from decoding.runner import run as run_engine
+
+    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
+                  "max_new": "8"})
+    ok(at)
+    assert not at.error
+    at.button(key="pg.step").click().run()
+    ok(at)
+    assert run_state(at).events[0].prefill and any("Prefill" in i.value for i in at.info)
+    at.button(key="pg.step").click().run()
+    ok(at)
+    event = run_state(at).events[1]
+    assert event.kind == "dspark_round" and event.select == "chain" and len(event.lattice) == 3
+    lattice = chart_titled(at, "lattice")
+    heat = lattice["data"][0]
+    assert heat["type"] == "heatmap" and len(heat["z"]) == 2 and len(heat["z"][0]) == 3
+    names = {t.get("name") for t in lattice["data"]}
+    assert {"✓ accepted", "✗ rejected"} <= names
+    dp = frame_with(at, "on_path")
+    assert int(dp["on_path"].sum()) == len(event.dp.path) == len(event.nodes)
+    verdicts = frame_with(at, "p_accept")
+    assert list(verdicts["verdict"])[:-1] == [n.verdict for n in event.nodes]
+    assert list(verdicts["verdict"])[-1] == f"next: {event.next_from}"
+    assert any(m.label.startswith("τ") for m in at.metric)
+    chart_titled(at, "Share of the drafting rounds' time")
+    assert {"pg.lattice.svg", "pg.timing.svg"} <= _keys(at)
+
+    at.radio(key="pg.ds_value").set_value("q_draft").run()
+    ok(at)
+    assert chart_titled(at, "lattice")["data"][0]["colorbar"]["title"]["text"] == "q_draft"
+
+    run_to_end(at)
+    ok(at)
+    live = run_state(at)
+    greedy = run_engine(live.lm, live.prompt_ids, GreedyConfig(max_new_tokens=8))
+    assert live.output_ids == list(greedy.output_ids)                 # temperature 0: exactly greedy
+    html = html_of(at)
+    rounds = [e for e in live.events if not e.prefill]
+    accepted = sum(len(e.accepted_path) for e in rounds)
+    rejected = sum(n.verdict == "rejected" for e in rounds for n in e.nodes)
+    assert count(html, "accepted") == accepted >= 1 and count(html, "rejected") == rejected >= 1
+    at.button_group(key="pg.view").set_value("All steps").run()
+    ok(at)
+    steps = frame_with(at, "next_from")
+    assert list(steps["accepted"]) == [len(e.accepted_path) for e in live.events]
+
+
+def _keys(at) -> set[str]:
+    """Keys of the download buttons on the page (an id reads "$$ID-<hash>-<key>")."""
+    return {b.proto.id.split("-", 2)[-1] for b in at.get("download_button")}
+
+
+def test_dspark_tree_round_panel(tiny_dir, drafter_file):
+    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "3",
+                  "select": "tree", "budget": "5", "max_new": "6"})
+    for _ in range(2):
+        at.button(key="pg.step").click().run()
+    ok(at)
+    event = run_state(at).events[1]
+    assert event.select == "tree" and event.dp is None and len(event.nodes) == 5
+    assert any("Tree mode" in c.value for c in at.caption)
+    assert not [d for d in at.dataframe if "on_path" in d.value.columns]       # no DP table in tree mode
+    assert len(frame_with(at, "p_accept")) == len(event.nodes) + 1
+    summary = frame_with(at, "quantity").set_index("quantity")["value"]
+    assert summary["tree nodes verified"] == "5" and summary["mode"] == "tree (best-first)"
+
+
+def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file):
+    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "max_new": "6"})
+    data = json.loads(_trace_json(at))
+    for step in data["steps"]:
+        step["next_piece"] = "<script>alert(1)</script>"
+        for column in step["lattice"]:
+            for cell in column["cells"]:
+                cell["piece"] = "<img src=x onerror=alert(2)>"
+        for node in step["nodes"]:
+            node["piece"] = "<img src=x onerror=alert(2)>"
+    fresh = new_app()
+    fresh.switch_page("app_pages/traces.py").run()
+    fresh.file_uploader(key="tr.upload").set_value(("evil.json", json.dumps(data).encode(), "application/json")).run()
+    fresh.slider(key="ds.replay_cursor").set_value(1).run()
+    ok(fresh)
+    html = html_of(fresh)
+    assert "<script>" not in html and "<img" not in html and "&lt;img src=x" in html
+    lattice = json.dumps(chart_titled(fresh, "lattice"))
+    assert "<img" not in lattice and "&lt;img src=x onerror=alert(2)&gt;" in lattice
+
+
+def _compare(at, strategies: list[str], drafter_file: str):
+    at.switch_page("app_pages/compare.py").run()
+    at.number_input(key="cmp.lanes").set_value(len(strategies)).run()
+    for i, name in enumerate(strategies):
+        at.selectbox(key=f"cmp{i}.strategy").set_value(name).run()
+        if name == "dspark":
+            at.text_input(key=f"cmp{i}.param.dspark.drafter").set_value(drafter_file).run()
+            at.number_input(key=f"cmp{i}.param.dspark.gamma").set_value(3).run()
+    at.button(key="cmp.run").click().run()
+    ok(at)
+    assert not at.error
+    return at.session_state["ds.compare"]
+
+
+def test_compare_speedup_vs_greedy_and_dspark_charts(tiny_dir, drafter_file):
+    at = new_app({"max_new": "8"})
+    traces = _compare(at, ["greedy", "dspark", "sample"], drafter_file)
+    table = frame_with(at, "speedup_vs_greedy").set_index("lane")
+    assert table.loc["1: greedy", "speedup_vs_greedy"] == pytest.approx(1.0)
+
+    def rate(trace):
+        return len(trace.output_ids) / (sum(sum(e.timings_ms.values()) for e in trace.steps) / 1000)
+
+    ratio = rate(traces["2: dspark"]) / rate(traces["1: greedy"])
+    assert table.loc["2: dspark", "speedup_vs_greedy"] == pytest.approx(ratio)
+    assert table.loc["2: dspark", "tau"] == pytest.approx(traces["2: dspark"].stats.mean_accepted_length)
+    assert any("relative to lane 1: greedy" in c.value for c in at.caption)
+    per_forward = chart_titled(at, "Tokens per target forward")["data"][0]
+    assert per_forward["y"][1] == pytest.approx(len(traces["2: dspark"].output_ids) / traces["2: dspark"].stats.target_forwards)
+    per_position = chart_titled(at, "Per-position acceptance")
+    assert [t["name"] for t in per_position["data"]] == ["2: dspark"]
+    assert per_position["data"][0]["y"] == pytest.approx(list(traces["2: dspark"].stats.per_position_acceptance))
+    streams = [h.value for h in at.html if 'class="ds-chips"' in h.value and "data-step" in h.value]
+    assert traces["2: dspark"].output_ids == traces["1: greedy"].output_ids and 'class="ds-diverge"' not in streams[1]
+    assert traces["3: sample"].output_ids != traces["1: greedy"].output_ids
+    assert 'class="ds-diverge"' in streams[2]                                 # the first divergence stays marked
+
+
+def test_compare_without_a_greedy_lane_says_so(tiny_dir, drafter_file):
+    at = new_app({"max_new": "5"})
+    _compare(at, ["sample", "dspark"], drafter_file)
+    assert frame_with(at, "speedup_vs_greedy")["speedup_vs_greedy"].isna().all()
+    assert any("no greedy lane" in c.value for c in at.caption)

@@ -1,0 +1,411 @@
+"""DSpark (parallel drafting) views without streamlit: the lattice heatmap with the chosen chain or
+tree drawn over it, the DP table, the stage-1 selection, the stage-2 verdicts, the cost-aware size
+choice, chips, table rows and running metrics. Pure: DSparkRound events in, values/figures out.
+
+Positions k are 1-based (as in the trace), candidates j 0-based (0 = the drafter's most likely).
+Every string from a trace is escaped with html.escape before it becomes a plotly label."""
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ui import palette
+from ui.chips import Chip, visible
+
+NODE_STYLE = {   # verdict -> (colour, marker symbol, text twin)
+    "accepted": (palette.GREEN, "circle", "✓ accepted"),
+    "rejected": (palette.VERMILLION, "x", "✗ rejected"),
+    "not_reached": (palette.GREY, "circle-open", "… not reached"),
+}
+NEXT_ORIGIN = {"residual": "residual", "argmax": "residual", "bonus": "bonus", "prefill": "target"}
+NEXT_TEXT = {"residual": "residual resample (all children rejected)",
+             "argmax": "target's argmax after a rejection (temperature 0)",
+             "bonus": "bonus token (its parent has no verified child left)",
+             "prefill": "first token, from the prompt's forward"}
+VALUE_LABELS = {"score": "ŝ (calibrated acceptance score)", "q_draft": "q_draft (drafter's probability)"}
+MARK_SHIFT = 0.32         # node markers sit left of the cell centre, where the piece is written
+HEAT_SCALE = "Cividis"
+TEXT_DARK_FROM = 0.55     # Cividis is light from about here up: cell text turns black   # perceptually uniform, readable with the common colour-vision deficiencies
+
+
+def _num(x: float | None) -> str:
+    if x is None:
+        return "—"
+    return f"{x:.4f}" if x == 0 or abs(x) >= 1e-3 else f"{x:.2e}"
+
+
+def drafting_rounds(events: Sequence) -> list:
+    return [e for e in events if getattr(e, "kind", "") == "dspark_round" and not e.prefill]
+
+
+def cell(event, k: int, j: int):
+    """The lattice cell at position k (1-based), candidate j; None when there is none."""
+    if not 1 <= k <= len(event.lattice):
+        return None
+    cells = event.lattice[k - 1].cells
+    return cells[j] if 0 <= j < len(cells) else None
+
+
+def piece_of(event, token_id: int) -> str:
+    if token_id == event.next_token and event.next_piece:
+        return event.next_piece
+    for column in event.lattice:
+        for c in column.cells:
+            if c.token_id == token_id:
+                return c.piece
+    return f"⟨{token_id}⟩"
+
+
+# ---------------------------------------------------------------- the lattice
+
+def reference_parents(event) -> list[int | None]:
+    """Per position k, the candidate at k−1 whose ŝ row the heatmap shows: the implicit root at
+    k = 1, then the chosen chain (chain mode) or the tree's principal branch (at each depth the
+    highest-survival child of the previous one). None past that path: the heatmap shows the
+    largest ŝ over the parents there."""
+    path = list(event.dp.path) if event.dp is not None else _principal_branch(event.nodes)
+    out: list[int | None] = []
+    for k in range(1, len(event.lattice) + 1):
+        out.append(0 if k == 1 else (path[k - 2] if k - 2 < len(path) else None))
+    return out
+
+
+def _principal_branch(nodes) -> list[int]:
+    path, current = [], 0
+    while True:
+        kids = [n for n in nodes if n.parent == current]
+        if not kids:
+            return path
+        best = max(kids, key=lambda n: n.survival)
+        path.append(best.cand)
+        current = best.node
+
+
+def cell_value(c, parent: int | None, value: str) -> float:
+    if value == "q_draft":
+        return c.q_draft
+    if parent is None or parent >= len(c.scores):
+        return max(c.scores)
+    return c.scores[parent]
+
+
+def lattice_grid(event, value: str = "score") -> dict:
+    """z[j][k-1], the cell text (escaped pieces) and hover text for the heatmap; None where position
+    k has fewer candidates than the widest one."""
+    width = max((len(col.cells) for col in event.lattice), default=0)
+    parents = reference_parents(event)
+    z = [[None] * len(event.lattice) for _ in range(width)]
+    text = [[""] * len(event.lattice) for _ in range(width)]
+    hover = [[""] * len(event.lattice) for _ in range(width)]
+    for k, column in enumerate(event.lattice, start=1):
+        for c in column.cells:
+            z[c.cand][k - 1] = cell_value(c, parents[k - 1], value)
+            text[c.cand][k - 1] = html.escape(repr(visible(c.piece)))
+            hover[c.cand][k - 1] = html.escape(_cell_hover(c, column, parents[k - 1]))
+    return {"z": z, "text": text, "hover": hover, "x": list(range(1, len(event.lattice) + 1)),
+            "y": list(range(width))}
+
+
+def _cell_hover(c, column, parent: int | None) -> str:
+    given = "root" if c.position == 1 else ("max over parents" if parent is None else f"parent cand {parent}")
+    scores = ", ".join(_num(s) for s in c.scores)
+    confs = ", ".join(_num(x) for x in column.confidence)
+    return (f"k={c.position} cand {c.cand}: {visible(c.piece)!r} (id {c.token_id}) | q_draft {_num(c.q_draft)} | "
+            f"ŝ per parent [{scores}] (shown: {given}) | c_k per parent [{confs}]")
+
+
+def node_points(event) -> list[dict]:
+    """Each verified node's place on the heatmap: x = depth (left of the cell's centre, so the piece
+    stays readable), y = candidate (nudged apart when several tree nodes share a cell through
+    different parents), with its verdict."""
+    shared: dict[tuple[int, int], list] = {}
+    for n in event.nodes:
+        shared.setdefault((n.depth, n.cand), []).append(n.node)
+    points = []
+    for n in event.nodes:
+        group = shared[(n.depth, n.cand)]
+        nudge = 0.0 if len(group) == 1 else (group.index(n.node) / (len(group) - 1) - 0.5) * 0.5
+        points.append({"node": n.node, "parent": n.parent, "x": n.depth - MARK_SHIFT, "y": n.cand + nudge, "verdict": n.verdict,
+                       "piece": n.piece, "token_id": n.token_id})
+    return points
+
+
+def lattice_figure(event, value: str = "score") -> go.Figure:
+    """The lattice (position × candidate) as a heatmap of ŝ or q_draft with the pieces as cell text;
+    the chosen chain/tree drawn over it: edges (the accepted path thick and solid, the rest dotted)
+    and one marker per verified node whose colour, symbol and legend text give its verdict."""
+    grid = lattice_grid(event, value)
+    fig = go.Figure(go.Heatmap(z=grid["z"], x=grid["x"], y=grid["y"], customdata=grid["hover"],
+                               hovertemplate="%{customdata}<br>value %{z:.4f}<extra></extra>",
+                               colorscale=HEAT_SCALE, zmin=0, zmax=1, xgap=2, ygap=2, name=value,
+                               colorbar=dict(title=dict(text=value), len=0.8)))
+    _add_pieces(fig, grid)
+    _add_edges(fig, event)
+    _add_nodes(fig, event)
+    mode = "chain (DP)" if event.select == "chain" else "tree (best-first)"
+    fig.update_layout(title=dict(text=f"Round {event.index}: lattice {len(event.lattice)} positions × "
+                                 f"{len(grid['y'])} candidates; {mode}: {len(event.nodes)} verified, "
+                                 f"{len(event.accepted_path)} accepted<br><sup>colour = "
+                                 f"{VALUE_LABELS.get(value, value)}</sup>", x=0),
+                      xaxis=dict(title="draft position k", dtick=1),
+                      yaxis=dict(title="candidate (0 = drafter's top)", dtick=1, autorange="reversed"),
+                      legend=dict(orientation="h", y=-0.25), margin=dict(t=50, b=10, l=10, r=10),
+                      height=220 + 60 * max(1, len(grid["y"])))
+    return fig
+
+
+def _add_pieces(fig: go.Figure, grid: dict) -> None:
+    """The pieces as cell text, dark on the light (high) end of the scale and light on the dark end."""
+    xs, ys, texts, colors = [], [], [], []
+    for j, row in enumerate(grid["z"]):
+        for i, z in enumerate(row):
+            if z is None:
+                continue
+            xs.append(grid["x"][i] + 0.1)
+            ys.append(grid["y"][j] + 0.22)         # below the edges, which run through the centre
+            texts.append(grid["text"][j][i])
+            colors.append(palette.BLACK if z >= TEXT_DARK_FROM else "#FFFFFF")
+    fig.add_scatter(name="pieces", x=xs, y=ys, text=texts, mode="text", textfont=dict(color=colors, size=13),
+                    hoverinfo="skip", showlegend=False)
+
+
+def _edges(event) -> tuple[list, list]:
+    """Parent -> child segments between node points: (accepted path, the rest)."""
+    where = {p["node"]: p for p in node_points(event)}
+    accepted = set(event.accepted_path)
+    on, off = [], []
+    for p in where.values():
+        parent = where.get(p["parent"])
+        if parent is None:
+            continue
+        target = on if p["node"] in accepted and p["parent"] in accepted else off
+        target.append(((parent["x"], parent["y"]), (p["x"], p["y"])))
+    return on, off
+
+
+def _add_edges(fig: go.Figure, event) -> None:
+    on, off = _edges(event)
+    for name, segs, line in (("plan edge", off, dict(color=palette.BLACK, width=1.5, dash="dot")),
+                             ("accepted path", on, dict(color=palette.GREEN, width=4, dash="solid"))):
+        if not segs:
+            continue
+        xs, ys = [], []
+        for (x0, y0), (x1, y1) in segs:
+            xs += [x0, x1, None]
+            ys += [y0, y1, None]
+        fig.add_scatter(name=name, x=xs, y=ys, mode="lines", line=line, hoverinfo="skip")
+
+
+def _add_nodes(fig: go.Figure, event) -> None:
+    points = node_points(event)
+    for verdict, (color, symbol, label) in NODE_STYLE.items():
+        mine = [p for p in points if p["verdict"] == verdict]
+        if not mine:
+            continue
+        fig.add_scatter(name=label, x=[p["x"] for p in mine], y=[p["y"] for p in mine], mode="markers",
+                        marker=dict(symbol=symbol, size=14, color=color, line=dict(color=palette.BLACK, width=1.5)),
+                        customdata=[html.escape(f"node {p['node']} (parent {p['parent']}): {visible(p['piece'])!r} "
+                                                f"id {p['token_id']}") for p in mine],
+                        hovertemplate="%{customdata}<br>" + label + "<extra></extra>")
+
+
+# ---------------------------------------------------------------- stage 1: selection
+
+DP_COLUMNS = ["k", "parent", "cand", "token_id", "piece", "score", "V", "back", "on_path"]
+
+
+def dp_table(event) -> pd.DataFrame:
+    """Chain mode: V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)) as recorded, with the
+    back-pointer back_k(x) = argmax_y V_{k+1}(y | x) (None at the chain's last position)."""
+    rows = []
+    dp = event.dp
+    if dp is None:
+        return pd.DataFrame(rows, columns=DP_COLUMNS).astype({"back": "Int64"})
+    for k, table in enumerate(dp.values, start=1):
+        for parent, row in enumerate(table):
+            for j, v in enumerate(row):
+                c = cell(event, k, j)
+                on = j == dp.path[k - 1] and (k == 1 or parent == dp.path[k - 2])
+                rows.append({"k": k, "parent": -1 if k == 1 else parent, "cand": j,
+                             "token_id": c.token_id if c else None, "piece": visible(c.piece) if c else "",
+                             "score": c.scores[parent] if c and parent < len(c.scores) else None, "V": v,
+                             "back": dp.back[k - 1][j], "on_path": on})
+    return pd.DataFrame(rows, columns=DP_COLUMNS).astype({"back": "Int64"})
+
+
+def selection_summary(event) -> dict:
+    """Stage 1 in numbers: what was drafted, what was chosen and what it was expected to give."""
+    width = max((len(col.cells) for col in event.lattice), default=0)
+    info = event.size
+    return {"mode": "chain (DP)" if event.select == "chain" else "tree (best-first)",
+            "positions drafted (γ)": len(event.lattice), "candidates per position (K)": width,
+            ("chain length" if event.select == "chain" else "tree nodes") + " verified": len(event.nodes),
+            "size": f"cost-aware: {info.size} from the table {info.cost_source}" if info else "fixed (no cost table)",
+            "expected accepted drafts": round(event.expected_accepted, 4),
+            "expected tokens this forward": round(1.0 + event.expected_accepted, 4),
+            "accepted drafts (measured)": len(event.accepted_path), "tokens emitted": len(event.emitted),
+            "tokens fed to the target": event.fed_tokens,
+            "acceptance": "LOSSY (threshold shortcut)" if event.lossy else "exact"}
+
+
+def summary_table(event) -> pd.DataFrame:
+    return pd.DataFrame([{"quantity": k, "value": str(v)} for k, v in selection_summary(event).items()],
+                        columns=["quantity", "value"])
+
+
+# ---------------------------------------------------------------- stage 2: verification
+
+VERDICT_COLUMNS = ["node", "parent", "depth", "cand", "token_id", "piece", "q_draft", "score", "survival",
+                   "p_target", "p_accept", "u", "verdict"]
+
+
+def verdicts_table(event) -> pd.DataFrame:
+    """Every verified node (parents before children) and, last, the token emitted after the accepted
+    path: residual, bonus or argmax, with its draw."""
+    rows = []
+    for n in event.nodes:
+        c = cell(event, n.depth, n.cand)
+        rows.append({"node": n.node, "parent": n.parent, "depth": n.depth, "cand": n.cand, "token_id": n.token_id,
+                     "piece": visible(n.piece), "q_draft": c.q_draft if c else None, "score": n.score,
+                     "survival": n.survival, "p_target": n.p_target, "p_accept": n.p_accept, "u": n.draw,
+                     "verdict": n.verdict})
+    depth = len(event.accepted_path) + 1
+    rows.append({"node": None, "parent": event.accepted_path[-1] if event.accepted_path else 0, "depth": depth,
+                 "cand": None, "token_id": event.next_token, "piece": visible(piece_of(event, event.next_token)),
+                 "q_draft": None, "score": None, "survival": None, "p_target": None, "p_accept": None,
+                 "u": event.next_draw, "verdict": f"next: {event.next_from}"})
+    return pd.DataFrame(rows, columns=VERDICT_COLUMNS).astype({"node": "Int64", "cand": "Int64"})
+
+
+def next_tooltip(event) -> str:
+    parts = [f"id {event.next_token}", NEXT_TEXT.get(event.next_from, event.next_from)]
+    parts.append(f"u {_num(event.next_draw)}" if event.next_draw is not None else "argmax (T=0)")
+    parts.append(f"round {event.index}")
+    return " · ".join(parts)
+
+
+def node_tooltip(n, event) -> str:
+    c = cell(event, n.depth, n.cand)
+    parts = [f"id {n.token_id}", f"ŝ {_num(n.score)}", f"q_draft {_num(c.q_draft if c else None)}",
+             f"survival {_num(n.survival)}", f"p_target {_num(n.p_target)}", f"p_accept {_num(n.p_accept)}",
+             f"u {_num(n.draw)}", f"node {n.node} depth {n.depth}", f"round {event.index}"]
+    return " · ".join(parts)
+
+
+# ---------------------------------------------------------------- chips and rows
+
+def dspark_chips(event) -> list[Chip]:
+    """Forced tokens; then along the accepted path, at each node its rejected children (struck
+    through, not emitted; examined before the accepted one) and the accepted child; then the
+    residual / bonus / argmax token. Cut where the round's emitted tokens end (EOS, budget)."""
+    chips = [Chip(f"⟨{t}⟩", "forced", f"id {t} · forced by you · round {event.index}", event.index)
+             for t in event.forced_ids]
+    room = len(event.emitted) - len(event.forced_ids)
+    by_node = {n.node: n for n in event.nodes}
+    node = 0
+    for child in list(event.accepted_path) + [None]:
+        for n in event.nodes:
+            if n.parent == node and n.verdict == "rejected":
+                chips.append(Chip(n.piece, "rejected", node_tooltip(n, event) + " · rejected", event.index,
+                                  emitted=False))
+        if child is None or room <= 0:
+            break
+        chips.append(Chip(by_node[child].piece, "accepted", node_tooltip(by_node[child], event), event.index))
+        room, node = room - 1, child
+    if room > 0:
+        chips.append(Chip(piece_of(event, event.next_token), NEXT_ORIGIN.get(event.next_from, "target"),
+                          next_tooltip(event), event.index))
+    return chips
+
+
+def dspark_row(event) -> dict:
+    return {"round": event.index, "position": event.position, "prefill": event.prefill, "select": event.select,
+            "positions": len(event.lattice), "verified": len(event.nodes), "accepted": len(event.accepted_path),
+            "next_from": event.next_from, "next_piece": visible(piece_of(event, event.next_token)),
+            "emitted": len(event.emitted), "expected_accepted": event.expected_accepted,
+            "size": event.size.size if event.size is not None else None, "fed_tokens": event.fed_tokens,
+            "lossy": event.lossy, "ms": sum(event.timings_ms.values())}
+
+
+def dspark_metrics(events: Sequence) -> dict:
+    """τ (tokens per verification forward), acceptance rate (accepted / verified nodes) and
+    per-depth acceptance over the drafting rounds so far (the engine's own dspark_stats)."""
+    from decoding.dspark import dspark_stats
+
+    stats = dspark_stats(events)
+    return {"tau": stats.get("mean_accepted_length", 0.0), "acceptance_rate": stats.get("acceptance_rate"),
+            "per_position": tuple(stats.get("per_position_acceptance", ())), "rounds": len(drafting_rounds(events))}
+
+
+PHASES = ("drafter", "dp", "verification", "acceptance", "cache")
+
+
+def phase_table(events: Sequence) -> pd.DataFrame:
+    """Where the drafting rounds' time went, summed over the rounds so far (prefill excluded)."""
+    totals: dict[str, float] = {}
+    for e in drafting_rounds(events):
+        for name, ms in e.timings_ms.items():
+            totals[name] = totals.get(name, 0.0) + ms
+    names = [p for p in PHASES if p in totals] + [p for p in totals if p not in PHASES]
+    whole = sum(totals.values())
+    rows = [{"phase": n, "ms": totals[n], "share": totals[n] / whole if whole > 0 else 0.0} for n in names]
+    return pd.DataFrame(rows, columns=["phase", "ms", "share"])
+
+
+def phase_bars(table: pd.DataFrame) -> go.Figure:
+    colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(table))]
+    fig = go.Figure(go.Bar(x=list(table["share"]), y=[html.escape(str(p)) for p in table["phase"]], orientation="h",
+                           marker_color=colors, text=[f"{s:.0%} ({ms:.1f} ms)" for s, ms in zip(table["share"], table["ms"])],
+                           textposition="outside", cliponaxis=False))
+    fig.update_layout(title="Share of the drafting rounds' time per phase (so far)",
+                      xaxis=dict(title="share of time", range=[0, 1.2], tickformat=".0%"),
+                      yaxis=dict(autorange="reversed"), margin=dict(t=50, b=10, l=10, r=10),
+                      height=80 + 40 * max(1, len(table)))
+    return fig
+
+
+# ---------------------------------------------------------------- cost-aware size (adaptive γ)
+
+SIZE_COLUMNS = ["size", "tokens_verified", "verify_ms", "expected_accepted", "expected_tokens", "tokens_per_s",
+                "chosen"]
+
+
+def size_table(info) -> pd.DataFrame:
+    """Per candidate size (chain length or tree budget): the recorded verify cost of size + 1 tokens,
+    the expected accepted drafts and the expected tokens per second; the chosen size marked."""
+    rows = []
+    for size, (expected, rate) in enumerate(zip(info.expected_accepted, info.tokens_per_s), start=1):
+        ms = info.verify_ms[size] if size < len(info.verify_ms) else None
+        rows.append({"size": size, "tokens_verified": size + 1, "verify_ms": ms, "expected_accepted": expected,
+                     "expected_tokens": 1.0 + expected, "tokens_per_s": rate, "chosen": size == info.size})
+    return pd.DataFrame(rows, columns=SIZE_COLUMNS)
+
+
+def cost_table(info) -> pd.DataFrame:
+    return pd.DataFrame([{"tokens": n, "verify_ms": ms} for n, ms in enumerate(info.verify_ms, start=1)],
+                        columns=["tokens", "verify_ms"])
+
+
+def size_figure(info, select: str = "chain") -> go.Figure:
+    """Expected tokens/s per size as bars (the chosen one green, hatched and labelled), the verify
+    cost of each size on the right axis."""
+    table = size_table(info)
+    chosen = list(table["chosen"])
+    fig = go.Figure()
+    fig.add_bar(name="expected tokens/s (chosen: green, hatched)", x=list(table["size"]), y=list(table["tokens_per_s"]),
+                marker=dict(color=[palette.GREEN if c else palette.SKY for c in chosen],
+                            pattern=dict(shape=["/" if c else "" for c in chosen])),
+                text=["chosen" if c else "" for c in chosen], textposition="outside", cliponaxis=False,
+                hovertemplate="size %{x}<br>%{y:.1f} tokens/s<extra></extra>")
+    fig.add_scatter(name="verify ms of size + 1 tokens (right axis)", x=list(table["size"]), y=list(table["verify_ms"]),
+                    mode="lines+markers", yaxis="y2", line=dict(color=palette.BLACK, dash="dot"),
+                    marker=dict(symbol="diamond"))
+    what = "chain length" if select == "chain" else "tree budget (nodes)"
+    fig.update_layout(title=f"Cost-aware size: {what} {info.size} maximizes (1 + E[accepted]) / verify ms",
+                      xaxis=dict(title=what, dtick=1), yaxis=dict(title="expected tokens/s"),
+                      yaxis2=dict(title="verify ms", overlaying="y", side="right", showgrid=False),
+                      legend=dict(orientation="h", y=-0.3), margin=dict(t=50, b=10, l=10, r=10), height=380)
+    return fig
