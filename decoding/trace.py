@@ -471,7 +471,8 @@ def _check_ids(data: dict, vocab_size: int | None) -> None:
         model = data.get("model")
         recorded = model.get("vocab_size") if isinstance(model, dict) else None
         vocab_size = recorded if isinstance(recorded, int) and recorded > 0 else None
-    for where, tok in _token_ids(data, "trace"):
+    tokens = {k: v for k, v in data.items() if k not in ("config", "model")}   # free-form, no ids
+    for where, tok in _token_ids(tokens, "trace"):
         if tok < 0 or (vocab_size is not None and tok >= vocab_size):
             raise TraceFormatError(f"{where}={tok} is out of range"
                                    + (f" (the model has {vocab_size} tokens)" if vocab_size else " (negative)"))
