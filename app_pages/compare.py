@@ -35,8 +35,11 @@ if st.button("Run the comparison", key=keys.COMPARE_RUN, type="primary", disable
     traces = {}
     progress = st.progress(0.0, text="Running…")
     for i, (label, config) in enumerate(lanes.items()):
-        traces[label] = run(lm, prompt_ids, config, prompt_text=settings.prompt,
-                            **session.strategy_kwargs_or_stop(config, settings))
+        try:
+            traces[label] = run(lm, prompt_ids, config, prompt_text=settings.prompt,
+                                **session.strategy_kwargs_or_stop(config, settings))
+        except ConfigError as err:                       # refused before its first step
+            st.error(f"{label}: {err}")
         progress.progress((i + 1) / len(lanes), text=f"{label} done")
     progress.empty()
     st.session_state[keys.COMPARE] = traces

@@ -8,10 +8,13 @@ st.title("Traces")
 
 st.subheader("Download")
 run = st.session_state.get(keys.RUN)
-if run is None or not run.events:
+if run is None or not (run.events or run.error):
     st.caption("Run something in the Playground first; its trace can then be saved here.")
 else:
     trace = run.trace()
+    if trace.error:
+        st.warning(f"This run stopped with an error; the trace keeps its {len(trace.steps)} step(s) so far "
+                   f"and the message: {trace.error}")
     st.download_button(f"Download the playground trace ({len(trace.steps)} steps, JSON)", to_json(trace, indent=1),
                        file_name=f"decodescope-{trace.strategy}-seed{trace.config.get('seed', 0)}.json",
                        mime="application/json", key=keys.DOWNLOAD, on_click="ignore")

@@ -1,6 +1,7 @@
 """Command line: python -m decoding {run,compare,train} ... (see README for the flag table).
 
-Bad input prints one line naming the parameter and the bad value, and exits with status 2."""
+Bad input prints one line naming the parameter and the bad value, and exits with status 2; a run that
+stops mid-way (NaN logits, out of memory) prints its text so far, writes its trace, and exits with 2 too."""
 from __future__ import annotations
 
 import argparse
@@ -110,9 +111,9 @@ def cmd_run(args) -> int:
     print(_summary(tr))
     if args.out:
         Path(args.out).write_text(trace_mod.to_json(tr), encoding="utf-8")
-    if tr.error:
+    if tr.error:                       # stopped mid-way: the text and trace so far are kept
         print(f"error: {tr.error}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 
@@ -128,7 +129,10 @@ def cmd_compare(args) -> int:
               f"{tr.stats.tokens_per_s:>7.1f} {tau if tau is not None else '-':>5}  {text}")
     if args.out:
         Path(args.out).write_text("[" + ",".join(trace_mod.to_json(t) for t in traces) + "]", encoding="utf-8")
-    return 1 if any(t.error for t in traces) else 0
+    failed = [t for t in traces if t.error]
+    for tr in failed:
+        print(f"error: [{tr.strategy}] {tr.error}", file=sys.stderr)
+    return 2 if failed else 0
 
 
 def main(argv=None) -> int:

@@ -119,7 +119,7 @@ def _step_logprobs(lm: LM, feed: torch.Tensor, cache) -> torch.Tensor:
     log_softmax of the last position's float32 logits. (rows, V)"""
     with lm.lock, torch.inference_mode():
         out = lm.model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1)
-    return torch.log_softmax(out.logits[:, -1, :].float(), dim=-1)  # (rows, V)
+    return torch.log_softmax(lm.check_logits(out.logits[:, -1, :].float()), dim=-1)  # (rows, V)
 
 
 def _reorder(cache, sources: torch.Tensor, first: bool) -> None:

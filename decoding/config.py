@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import ClassVar
 
 from decoding.errors import check
 
 MAX_TOP_N = 100
+MAX_SEED = 2**63 - 1               # torch.Generator.manual_seed's range
+MIN_TEMPERATURE = 1e-6             # below it, logits / temperature can overflow float32 to inf
 
 
 def _is_int(value) -> bool:
@@ -15,7 +18,10 @@ def _is_int(value) -> bool:
 
 
 def _is_num(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A finite int or float (not a bool, NaN or infinity)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return isinstance(value, int) or math.isfinite(value)
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,8 @@ class BaseConfig:
     def __post_init__(self):
         check(_is_int(self.max_new_tokens) and self.max_new_tokens >= 1, "max_new_tokens",
               self.max_new_tokens, "must be an integer >= 1")
-        check(_is_int(self.seed) and self.seed >= 0, "seed", self.seed, "must be an integer >= 0")
+        check(_is_int(self.seed) and 0 <= self.seed <= MAX_SEED, "seed", self.seed,
+              f"must be an integer in [0, {MAX_SEED}]")
         check(_is_int(self.top_n) and 1 <= self.top_n <= MAX_TOP_N, "top_n", self.top_n,
               f"must be an integer in [1, {MAX_TOP_N}]")
 
@@ -47,8 +54,8 @@ class SamplingParams(BaseConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check(_is_num(self.temperature) and self.temperature >= 0, "temperature", self.temperature,
-              "must be a number >= 0")
+        check(_is_num(self.temperature) and (self.temperature == 0 or self.temperature >= MIN_TEMPERATURE),
+              "temperature", self.temperature, f"must be 0 (greedy) or a finite number >= {MIN_TEMPERATURE:g}")
         check(_is_int(self.top_k) and self.top_k >= 0, "top_k", self.top_k, "must be an integer >= 0")
         check(_is_num(self.top_p) and 0 < self.top_p <= 1, "top_p", self.top_p, "must be in (0, 1]")
         check(_is_num(self.min_p) and 0 <= self.min_p <= 1, "min_p", self.min_p, "must be in [0, 1]")

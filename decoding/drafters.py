@@ -80,7 +80,8 @@ def load_draft(name: str, target: LM, **spec) -> LM:
     try:
         draft = load(ModelSpec(name=name, **spec))
     except ConfigError as err:
-        raise ConfigError("draft", name, f"could not be loaded ({err})") from None
+        detail = err.expected if err.param == "model" else f"could not be loaded ({err})"
+        raise ConfigError("draft", name, detail) from None
     check_compatible(draft, target)
     return draft
 

@@ -21,3 +21,16 @@ def check(ok: bool, param: str, value, expected: str) -> None:
     """Raise ConfigError(param, value, expected) unless `ok`."""
     if not ok:
         raise ConfigError(param, value, expected)
+
+
+class StepError(RuntimeError):
+    """A run that cannot go on (e.g. the model produced NaN logits). The runner adds the step number:
+    `line(step)` is the one-line message, "logits: NaN at step 3 (...)"."""
+
+    def __init__(self, param: str, value: str, detail: str):
+        self.param, self.value, self.detail = param, value, detail
+        super().__init__(self.line(None))
+
+    def line(self, step: int | None) -> str:
+        where = f" at step {step}" if step is not None else ""
+        return f"{self.param}: {self.value}{where} {self.detail}"

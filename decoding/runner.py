@@ -9,8 +9,8 @@ import torch
 
 from decoding import beam, dspark, greedy, sampling, speculative
 from decoding.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
-from decoding.errors import ConfigError, check
-from decoding.models import LM
+from decoding.errors import ConfigError, StepError, check
+from decoding.models import LM, free_device_memory, is_out_of_memory
 from decoding.trace import SCHEMA_VERSION, Stats, Trace
 
 
@@ -55,15 +55,26 @@ def target_forwards(events: Sequence) -> int:
     return sum(getattr(e, "target_forwards", 1) for e in events)
 
 
+def check_inputs(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, forced: Sequence[int] = ()) -> None:
+    """Refuse, naming the parameter, what no strategy can run: an empty prompt, one that fills the
+    model's context, max_new_tokens beyond the room left, forced token ids outside the vocabulary."""
+    check(len(prompt_ids) > 0, "prompt", "", "must not be empty")
+    context = lm.context_length
+    check(len(prompt_ids) < context, "prompt", f"<{len(prompt_ids)} tokens>",
+          f"is longer than the model's context of {context} tokens")
+    room = context - len(prompt_ids)
+    check(max_new_tokens <= room, "max_new_tokens", max_new_tokens,
+          f"goes beyond the model's context of {context} tokens: the prompt has {len(prompt_ids)}, "
+          f"so at most {room} new tokens fit")
+    bad = [t for t in forced if not (0 <= int(t) < lm.vocab_size)]
+    check(not bad, "forced_ids", bad[:3], f"token ids must be in [0, {lm.vocab_size})")
+
+
 def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Sequence[int] = (),
             **strategy_kwargs):
     """The strategy's event generator, seeded from config.seed with an explicit CPU generator.
     `strategy_kwargs` go to the strategy's decode (e.g. speculative's draft_lm= or drafter=)."""
-    check(len(prompt_ids) > 0, "prompt", "", "must not be empty")
-    check(len(prompt_ids) < lm.context_length, "prompt", f"<{len(prompt_ids)} tokens>",
-          f"is longer than the model's context of {lm.context_length} tokens")
-    bad = [t for t in forced if not (0 <= int(t) < lm.vocab_size)]
-    check(not bad, "forced_ids", bad[:3], f"token ids must be in [0, {lm.vocab_size})")
+    check_inputs(lm, prompt_ids, config.max_new_tokens, forced)
     generator = torch.Generator(device="cpu").manual_seed(config.seed)
     return strategy_for(config).decode(lm, list(prompt_ids), config, generator=generator,
                                        forced=list(forced), **strategy_kwargs)
@@ -86,16 +97,36 @@ def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: s
             if should_stop is not None and should_stop():
                 stop_reason = "stopped"
                 break
-    except (ConfigError, RuntimeError, ValueError) as err:
-        stop_reason, error = "error", _error_line(err)
+    except RUN_ERRORS as err:
+        stop_reason, error = "error", error_line(err, config, step=len(events))
     wall = time.perf_counter() - start
     return assemble(lm, prompt_ids, config, events, prompt_text=prompt_text, forced=forced,
                     wall_s=wall, stop_reason=stop_reason, error=error)
 
 
-def _error_line(err: Exception) -> str:
+RUN_ERRORS = (ConfigError, RuntimeError, ValueError)   # a run that fails mid-way keeps its trace so far
+OOM_KNOBS = ("max_new_tokens", "num_beams", "gamma", "gamma_max", "budget", "top_k_candidates")
+
+
+def error_line(err: Exception, config: BaseConfig, step: int) -> str:
+    """The one-line message for an error that ended a run at event `step`."""
+    if isinstance(err, StepError):
+        return err.line(step)
+    if is_out_of_memory(err):
+        free_device_memory()
+        return oom_line(err, config, step)
     text = str(err).strip().splitlines()
     return text[0] if text else type(err).__name__
+
+
+def oom_line(err: Exception, config: BaseConfig, step: int) -> str:
+    """What ran out and what to reduce, with the config's current values."""
+    first = (str(err).strip().splitlines() or [type(err).__name__])[0][:120]
+    tree = getattr(config, "select", "") == "tree"
+    knobs = ", ".join(f"{name}={getattr(config, name)}" for name in OOM_KNOBS
+                      if getattr(config, name, 0) and (name != "budget" or tree))
+    return (f"memory: out of memory at step {step} ({first}); reduce {knobs}, "
+            "or use dtype float16 or bfloat16, or a smaller model")
 
 
 def assemble(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, events: Iterable, *,

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 SCHEMA_VERSION = "1.0"
-MAX_TRACE_BYTES = 50 * 1024 * 1024
+MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
 
 
 class TraceFormatError(ValueError):
@@ -457,26 +457,55 @@ def from_dict(data: Any, vocab_size: int | None = None) -> Trace:
     body["steps"] = []
     trace = _build_dataclass(Trace, body, "trace", strict)
     built = tuple(_build_event(s, f"trace.steps[{i}]", strict) for i, s in enumerate(steps))
-    trace = dataclasses.replace(trace, steps=built)
-    _check_ids(trace, vocab_size)
-    return trace
+    _check_ids(data, vocab_size)
+    return dataclasses.replace(trace, steps=built)
 
 
-def _check_ids(trace: Trace, vocab_size: int | None) -> None:
-    for name in ("prompt_ids", "forced_ids", "output_ids"):
-        for i, tok in enumerate(getattr(trace, name)):
-            if tok < 0 or (vocab_size is not None and tok >= vocab_size):
-                raise TraceFormatError(f"trace.{name}[{i}]={tok} is out of range"
-                                       + (f" (vocabulary has {vocab_size} tokens)" if vocab_size else ""))
+ID_FIELDS = frozenset({"token_id", "chosen_id", "final_id", "next_token"})              # one token id
+ID_LIST_FIELDS = frozenset({"prompt_ids", "forced_ids", "output_ids", "emitted", "token_ids", "ngram"})
+
+
+def _check_ids(data: dict, vocab_size: int | None) -> None:
+    """Every token id in the trace (top level and steps) must be in [0, vocab): the vocabulary given,
+    else the one the trace's own model records."""
+    if vocab_size is None:
+        model = data.get("model")
+        recorded = model.get("vocab_size") if isinstance(model, dict) else None
+        vocab_size = recorded if isinstance(recorded, int) and recorded > 0 else None
+    tokens = {k: v for k, v in data.items() if k not in ("config", "model")}   # free-form, no ids
+    for where, tok in _token_ids(tokens, "trace"):
+        if tok < 0 or (vocab_size is not None and tok >= vocab_size):
+            raise TraceFormatError(f"{where}={tok} is out of range"
+                                   + (f" (the model has {vocab_size} tokens)" if vocab_size else " (negative)"))
+
+
+def _token_ids(value: Any, where: str):
+    """(path, id) for every integer under a token-id field of the plain-JSON `value`."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}"
+            if key in ID_FIELDS and isinstance(item, int):
+                yield path, item
+            elif key in ID_LIST_FIELDS and isinstance(item, list):
+                yield from ((f"{path}[{i}]", t) for i, t in enumerate(item) if isinstance(t, int))
+            else:
+                yield from _token_ids(item, path)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _token_ids(item, f"{where}[{i}]")
 
 
 def from_json(text: str | bytes, vocab_size: int | None = None) -> Trace:
+    """Load a trace; raise TraceFormatError for a file over MAX_TRACE_BYTES, not JSON, or not a trace."""
     if len(text) > MAX_TRACE_BYTES:
-        raise TraceFormatError(f"trace is {len(text)} bytes, over the {MAX_TRACE_BYTES} byte limit")
+        raise TraceFormatError(f"trace size={len(text)} bytes is over the {MAX_TRACE_BYTES} byte limit "
+                               f"({MAX_TRACE_BYTES / 2**20:g} MiB)")
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise TraceFormatError(f"not valid JSON: {err}") from None
+    except RecursionError:
+        raise TraceFormatError("not a trace: JSON nested too deeply") from None
     return from_dict(data, vocab_size)
 
 

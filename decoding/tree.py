@@ -73,7 +73,7 @@ def verify_tree(lm, cache, tokens: Sequence[int], parents: Sequence[int]) -> tor
     with lm.lock:
         out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
                        use_cache=True)
-    return out.logits[0].float()  # (q, V)
+    return lm.check_logits(out.logits[0].float())  # (q, V)
 
 
 def compact_cache(cache, past_len: int, keep: Sequence[int]) -> None:

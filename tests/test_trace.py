@@ -79,9 +79,11 @@ def test_not_json_and_not_object():
 
 def test_out_of_range_token_ids(sample_trace):
     text = _mutate(sample_trace, lambda d: d.update(output_ids=[1, 999]))
-    trace.from_json(text)  # fine without a vocabulary
     with pytest.raises(TraceFormatError, match=r"output_ids\[1\]=999"):
         trace.from_json(text, vocab_size=64)
+    with pytest.raises(TraceFormatError, match=r"output_ids\[1\]=999.*64 tokens"):
+        trace.from_json(text)  # the trace's own model's vocabulary applies
+    trace.from_json(_mutate(sample_trace, lambda d: (d.update(output_ids=[1, 999]), d["model"].pop("vocab_size"))))
 
 
 def test_oversized_refused(monkeypatch, sample_trace):

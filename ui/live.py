@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 
 from decoding.config import BaseConfig
 from decoding.errors import ConfigError
-from decoding.runner import assemble, emitted_ids, iterate, strategy_for
+from decoding.runner import RUN_ERRORS, assemble, emitted_ids, error_line, iterate, strategy_for
 from decoding.trace import Trace
 
-ENGINE_ERRORS = (ConfigError, RuntimeError, ValueError)
+ENGINE_ERRORS = RUN_ERRORS
 
 
 class LiveRun:
@@ -53,7 +53,7 @@ class LiveRun:
                 break
             except ENGINE_ERRORS as err:
                 self.done, self._gen = True, None
-                self.stop_reason, self.error = "error", (str(err).splitlines() or [type(err).__name__])[0]
+                self.stop_reason, self.error = "error", error_line(err, self.config, len(self.events))
                 break
             self.events.append(event)
             added += 1

@@ -6,6 +6,7 @@ import streamlit as st
 from decoding.drafters import load_draft
 from decoding.errors import ConfigError
 from decoding.models import ModelSpec, load
+from decoding.runner import check_inputs
 from ui import keys
 from ui.live import LiveRun
 from ui.params import Settings
@@ -51,8 +52,12 @@ def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
 
 
 def prompt_ids_or_stop(lm, settings: Settings) -> list[int]:
+    """The prompt's token ids, or an st.error naming the parameter (an empty prompt, one longer than
+    the model's context, max new tokens beyond the room left) and a stopped page."""
     try:
-        return lm.encode(settings.prompt, chat_template=settings.chat_template)
+        ids = lm.encode(settings.prompt, chat_template=settings.chat_template)
+        check_inputs(lm, ids, settings.max_new_tokens)
+        return ids
     except ConfigError as err:
         st.error(str(err))
         st.stop()

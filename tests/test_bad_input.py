@@ -1,0 +1,596 @@
+"""The bad-input matrix (README, "Bad input"): every case gives one line that names the parameter and
+the bad value. The CLI exits with status 2 and prints one `error: ...` line, no traceback; the app
+shows an st.error; a run that had started keeps its trace so far. Each case id is a row of the README
+table, and each place a case applies to (CLI, engine, app) is a test here."""
+from __future__ import annotations
+
+import json
+import re
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import torch
+
+from decoding import __main__ as cli
+from decoding import trace as trace_mod
+from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.drafters import check_compatible, load_draft
+from decoding.errors import ConfigError
+from decoding.models import LM, ModelSpec, load, resolve_device
+from decoding.runner import run
+from decoding.trace import Trace, TraceFormatError, from_json, to_dict, to_json, without_timings
+from dspark_helpers import one_thread, random_drafter, varied_llama
+from word_models import PROMPT, build_nan_model_dir, build_word_model_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+OOM_TEXT = "CUDA out of memory. Tried to allocate 2.00 GiB (simulated)"
+
+
+# ------------------------------------------------------------------------------ patches
+
+def oom_after(calls_ok: int) -> Callable:
+    """A patch: every llama forward after the first `calls_ok` raises CUDA's OutOfMemoryError."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        from transformers import LlamaForCausalLM
+
+        original, calls = LlamaForCausalLM.forward, [0]
+
+        def forward(self, *args, **kwargs):
+            calls[0] += 1
+            if calls[0] > calls_ok:
+                raise torch.cuda.OutOfMemoryError(OOM_TEXT)
+            return original(self, *args, **kwargs)
+
+        mp.setattr(LlamaForCausalLM, "forward", forward)
+    return patch
+
+
+def bad_logits_after(calls_ok: int, value: float, entries=slice(None), only=None) -> Callable:
+    """A patch: llama forwards after the first `calls_ok` (of the model `only`, if given) return
+    logits with `value` written at `entries` of the vocabulary."""
+    def patch(mp: pytest.MonkeyPatch) -> None:
+        from transformers import LlamaForCausalLM
+
+        original, calls = LlamaForCausalLM.forward, [0]
+
+        def forward(self, *args, **kwargs):
+            out = original(self, *args, **kwargs)
+            if only is None or self is only:
+                calls[0] += 1
+                if calls[0] > calls_ok:
+                    out.logits[..., entries] = value
+            return out
+
+        mp.setattr(LlamaForCausalLM, "forward", forward)
+    return patch
+
+
+def oom_on_move(mp: pytest.MonkeyPatch) -> None:
+    """A patch: the loaded model runs out of memory when moved to its device (a model too large for
+    the GPU); everything before the move is the real loader."""
+    import decoding.models as models
+
+    real_load_any = models._load_any
+
+    class TooLarge:
+        def __init__(self, model):
+            self.model = model
+
+        def to(self, device):
+            raise torch.cuda.OutOfMemoryError(OOM_TEXT)
+
+    def load_any(spec, dtype):
+        model, tok = real_load_any(spec, dtype)
+        return TooLarge(model), tok
+
+    mp.setattr(models, "_load_any", load_any)
+
+
+# ------------------------------------------------------------------------------ the cases
+
+@dataclass(frozen=True)
+class Case:
+    """One row of the matrix. `pattern` is searched in the message (for the CLI, in its one line).
+    cli: flags after `run` (on the word model unless they name another); app: URL query parameters
+    (on the tiny app model unless they name another), then `action`; engine: fn(env) that raises the
+    error or returns a trace with .error; upload: fn(env) -> trace file bytes (engine from_json and the
+    app's Traces page). `{name}` in cli/app values is a path from env.paths. patch: fn(monkeypatch)."""
+
+    id: str
+    pattern: str
+    cli: list[str] | None = None
+    app: dict | None = None
+    action: str | None = None                 # app: None | "step" | "run_end"
+    engine: Callable | None = None
+    upload: Callable | None = None
+    patch: Callable | None = None
+    needs_no_cuda: bool = False
+
+    @property
+    def where(self) -> list[str]:
+        places = [("CLI", self.cli is not None), ("engine", self.engine is not None or self.upload is not None),
+                  ("app", self.app is not None or self.upload is not None)]
+        return [name for name, ok in places if ok]
+
+
+def greedy(e, n: int = 4, **kw) -> Trace:
+    return run(e.lm, [1, 2, 3], GreedyConfig(max_new_tokens=n), **kw)
+
+
+def traced(e, edit: Callable[[dict], None]) -> bytes:
+    """A real trace of the word model as JSON, changed by `edit`."""
+    data = json.loads(e.trace_json)
+    edit(data)
+    return json.dumps(data).encode()
+
+
+SPEC, DSPARK, SAMPLE = ["--strategy", "speculative"], ["--strategy", "dspark"], ["--strategy", "sample"]
+
+CASES = [
+    # ---- prompt and length
+    Case("prompt-empty", r"prompt='' is invalid: must not be empty", cli=["--prompt", ""],
+         app={"prompt": ""}, engine=lambda e: e.lm.encode("")),
+    Case("prompt-whitespace", r"prompt='   ' is invalid: must not be empty", cli=["--prompt", "   "],
+         app={"prompt": "   "}, engine=lambda e: e.lm.encode("   ", chat_template=False)),
+    Case("prompt-over-context", r"prompt='<\d+ tokens>' is invalid: is longer than the model's context of \d+ tokens",
+         cli=["--prompt", "w1 " * 300, "--no-chat-template"], app={"prompt": "word " * 1100, "chat": "0"},
+         engine=lambda e: run(e.lm, [1] * 300, GreedyConfig())),
+    Case("max-new-tokens-zero", r"max_new_tokens=0 is invalid: must be an integer >= 1",
+         cli=["--max-new-tokens", "0"], app={"max_new": "0"}, engine=lambda e: GreedyConfig(max_new_tokens=0)),
+    Case("max-new-tokens-negative", r"max_new_tokens=-5 is invalid", cli=["--max-new-tokens", "-5"],
+         app={"max_new": "-5"}, engine=lambda e: SampleConfig(max_new_tokens=-5)),
+    Case("max-new-tokens-over-context", r"max_new_tokens=\d+ is invalid: goes beyond the model's context of \d+ "
+         r"tokens: the prompt has \d+, so at most \d+ new tokens fit", cli=["--max-new-tokens", "300"],
+         app={"max_new": "2000"}, engine=lambda e: greedy(e, 300)),
+    # ---- sampling parameters
+    Case("temperature-negative", r"temperature=-0\.5 is invalid", cli=SAMPLE + ["--temperature", "-0.5"],
+         app={"strategy": "sample", "temperature": "-0.5"}, engine=lambda e: SampleConfig(temperature=-0.5)),
+    Case("temperature-not-finite", r"temperature=(inf|nan) is invalid: must be 0 \(greedy\) or a finite number",
+         cli=SAMPLE + ["--temperature", "inf"], engine=lambda e: SampleConfig(temperature=float("nan"))),
+    Case("temperature-too-small", r"temperature=1e-09 is invalid: must be 0 \(greedy\) or a finite number >= 1e-06",
+         cli=SAMPLE + ["--temperature", "1e-9"], app={"strategy": "sample", "temperature": "1e-9"},
+         engine=lambda e: SpeculativeConfig(temperature=1e-9)),
+    Case("temperature-zero-for-sampling", r"temperature=0(\.0)? is invalid: must be > 0 for sampling",
+         cli=SAMPLE + ["--temperature", "0"], app={"strategy": "sample", "temperature": "0"},
+         engine=lambda e: SampleConfig(temperature=0)),
+    Case("top-k-negative", r"top_k=-1 is invalid: must be an integer >= 0", cli=SAMPLE + ["--top-k", "-1"],
+         app={"strategy": "sample", "top_k": "-1"}, engine=lambda e: SampleConfig(top_k=-1)),
+    Case("top-p-zero", r"top_p=0(\.0)? is invalid: must be in \(0, 1\]", cli=SAMPLE + ["--top-p", "0"],
+         app={"strategy": "sample", "top_p": "0"}, engine=lambda e: SampleConfig(top_p=0.0)),
+    Case("top-p-over-one", r"top_p=1\.5 is invalid: must be in \(0, 1\]", cli=SAMPLE + ["--top-p", "1.5"],
+         app={"strategy": "sample", "top_p": "1.5"}, engine=lambda e: DSparkConfig(top_p=1.5)),
+    Case("min-p-over-one", r"min_p=2(\.0)? is invalid: must be in \[0, 1\]", cli=SAMPLE + ["--min-p", "2"],
+         app={"strategy": "sample", "min_p": "2"}, engine=lambda e: SampleConfig(min_p=2.0)),
+    Case("top-n-out-of-range", r"top_n=(0|101) is invalid: must be an integer in \[1, 100\]", cli=["--top-n", "0"],
+         app={"top_n": "101"}, engine=lambda e: GreedyConfig(top_n=101)),
+    Case("seed-negative", r"seed=-1 is invalid", cli=["--seed", "-1"], app={"seed": "-1"},
+         engine=lambda e: SampleConfig(seed=-1)),
+    Case("seed-too-large", r"seed=18446744073709551616 is invalid: must be an integer in \[0, \d+\]",
+         cli=["--seed", str(2**64)], engine=lambda e: GreedyConfig(seed=2**64)),
+    Case("num-beams-out-of-range", r"num_beams=(0|33) is invalid: must be an integer in \[1, 32\]",
+         cli=["--strategy", "beam", "--num-beams", "0"], app={"strategy": "beam", "num_beams": "33"},
+         engine=lambda e: BeamConfig(num_beams=0)),
+    Case("length-penalty-out-of-range", r"length_penalty=11(\.0)? is invalid: must be a number in \[-10, 10\]",
+         cli=["--strategy", "beam", "--length-penalty", "11"], app={"strategy": "beam", "length_penalty": "11"},
+         engine=lambda e: BeamConfig(length_penalty=11.0)),
+    # ---- speculative and dspark parameters
+    Case("gamma-out-of-range", r"gamma=(0|33) is invalid: must be an integer in \[1, 32\]",
+         cli=SPEC + ["--gamma", "0"], app={"strategy": "speculative", "gamma": "33"},
+         engine=lambda e: SpeculativeConfig(gamma=0)),
+    Case("gamma-dspark-out-of-range", r"gamma=17 is invalid: must be an integer in \[1, 16\]",
+         cli=DSPARK + ["--gamma", "17"], app={"strategy": "dspark", "gamma": "17"},
+         engine=lambda e: DSparkConfig(gamma=17)),
+    Case("gamma-over-drafter", r"gamma=6 is invalid: must be <= the drafter's gamma_max \(4\)",
+         cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "6"],
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(gamma=6), drafter=e.drafter)),
+    Case("gamma-max-below-gamma", r"gamma_max=3 is invalid: must be 0 \(off\) or an integer in \[gamma, 32\]",
+         cli=SPEC + ["--gamma", "5", "--gamma-max", "3"], app={"strategy": "speculative", "gamma_max": "3"},
+         engine=lambda e: SpeculativeConfig(gamma=5, gamma_max=3)),
+    Case("confidence-threshold-out-of-range", r"confidence_threshold=1\.5 is invalid: must be in \[0, 1\]",
+         cli=SPEC + ["--confidence-threshold", "1.5"], app={"strategy": "speculative", "confidence_threshold": "1.5"},
+         engine=lambda e: SpeculativeConfig(confidence_threshold=1.5)),
+    Case("lookup-max-ngram-zero", r"lookup_max_ngram=0 is invalid", cli=SPEC + ["--lookup-max-ngram", "0"],
+         app={"strategy": "speculative", "lookup_max_ngram": "0"},
+         engine=lambda e: SpeculativeConfig(lookup_max_ngram=0)),
+    Case("top-k-candidates-zero", r"top_k_candidates=0 is invalid: must be an integer in \[1, 64\]",
+         cli=DSPARK + ["--top-k-candidates", "0"], app={"strategy": "dspark", "top_k_candidates": "0"},
+         engine=lambda e: DSparkConfig(top_k_candidates=0)),
+    Case("budget-out-of-range", r"budget=(0|257) is invalid: must be an integer in \[1, 256\]",
+         cli=DSPARK + ["--select", "tree", "--budget", "0"], app={"strategy": "dspark", "budget": "257"},
+         engine=lambda e: DSparkConfig(select="tree", budget=257)),
+    Case("lossy-threshold-out-of-range", r"lossy_threshold=1\.5 is invalid: must be a number in \(0, 1\]",
+         cli=DSPARK + ["--temperature", "1", "--lossy-threshold", "1.5"],
+         engine=lambda e: DSparkConfig(temperature=1.0, lossy_threshold=1.5)),
+    Case("lossy-threshold-at-temperature-0", r"lossy_threshold=0\.5 is invalid: applies to temperature > 0 only",
+         cli=DSPARK + ["--lossy-threshold", "0.5"], engine=lambda e: DSparkConfig(lossy_threshold=0.5)),
+    Case("cost-table-missing", r"cost_table='[^']*nope\.json' is invalid: could not be read",
+         cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{tmp}/nope.json"],
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(gamma=3, cost_table=str(e.tmp / "nope.json")),
+                              drafter=e.drafter)),
+    # ---- models, drafts and drafters
+    Case("draft-other-vocabulary", r"draft='[^']*' is invalid: has a vocabulary of \d+ tokens, the target has \d+",
+         cli=SPEC + ["--draft", "{word80}"], app={"strategy": "speculative", "draft": "{word}"},
+         engine=lambda e: check_compatible(load(ModelSpec(str(e.paths["word80"]))), e.lm)),
+    Case("draft-other-tokenizer", r"draft='[^']*vword' is invalid: uses a different tokenizer from the target's",
+         cli=SPEC + ["--draft", "{vword}"], engine=lambda e: load_draft(str(e.paths["vword"]), e.lm)),
+    Case("draft-missing", r"draft='[^']*no-draft' is invalid: no such file or directory",
+         cli=SPEC + ["--draft", "{tmp}/no-draft"],
+         app={"strategy": "speculative", "draft": "{tmp}/no-draft"},
+         engine=lambda e: load_draft(str(e.tmp / "no-draft"), e.lm)),
+    Case("drafter-missing", r"drafter='[^']*no-drafter\.safetensors' is invalid: no drafter weights there",
+         cli=DSPARK + ["--drafter", "{tmp}/no-drafter.safetensors"],
+         app={"strategy": "dspark", "drafter": "{tmp}/no-drafter.safetensors"}, action="step",
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.tmp / "no-drafter.safetensors")))),
+    Case("drafter-not-weights", r"drafter='[^']*notes\.txt' is invalid: could not be read",
+         cli=DSPARK + ["--drafter", "{notes}"],
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["notes"])))),
+    Case("model-unknown-offline", r"model='no-such-org/no-such-model' is invalid: was not found in a local "
+         r"directory or the local HF cache", cli=["--model", "no-such-org/no-such-model"],
+         app={"model": "no-such-org/no-such-model"}, engine=lambda e: load(ModelSpec("no-such-org/no-such-model"))),
+    Case("model-path-missing", r"model='[^']*no-model' is invalid: no such file or directory",
+         cli=["--model", "{tmp}/no-model"], app={"model": "{tmp}/no-model"},
+         engine=lambda e: load(ModelSpec(str(e.tmp / "no-model")))),
+    Case("model-dir-without-weights", r"model='[^']*empty' is invalid: directory has no weights",
+         cli=["--model", "{empty}"], app={"model": "{empty}"}, engine=lambda e: load(ModelSpec(str(e.paths["empty"])))),
+    Case("model-not-a-directory", r"model='[^']*notes\.txt' is invalid: must be a directory or a \.gguf file",
+         cli=["--model", "{notes}"], app={"model": "{notes}"}, engine=lambda e: load(ModelSpec(str(e.paths["notes"])))),
+    Case("gguf-bad-magic", r"gguf_file='[^']*broken\.gguf' is invalid: is not a GGUF file",
+         cli=["--model", "{broken}"], app={"model": "{broken}"},
+         engine=lambda e: load(ModelSpec(str(e.paths["broken"])))),
+    Case("gguf-corrupt", r"gguf_file='[^']*corrupt\.gguf' is invalid: could not be loaded",
+         cli=["--model", "{corrupt}"], engine=lambda e: load(ModelSpec(str(e.paths["corrupt"])))),
+    Case("gguf-file-missing", r"gguf_file='nope\.gguf' is invalid: no such file", cli=["--gguf-file", "nope.gguf"],
+         engine=lambda e: load(ModelSpec(str(e.paths["word"]), gguf_file="nope.gguf"))),
+    Case("device-unavailable", r"device='cuda' is invalid: CUDA is not available", cli=["--device", "cuda"],
+         app={"device": "cuda"}, engine=lambda e: resolve_device("cuda"), needs_no_cuda=True),
+    Case("out-of-memory-loading", r"model='[^']*word' is invalid: does not fit in cpu memory \(CUDA out of memory.*\); "
+         r"use dtype float16 or bfloat16, device cpu, or a smaller model", cli=[], patch=oom_on_move,
+         engine=lambda e: load(ModelSpec(str(e.paths["word"])))),
+    Case("forced-ids-out-of-range", r"forced_ids=\[99\] is invalid: token ids must be in \[0, 64\)",
+         engine=lambda e: greedy(e, forced=[99])),
+    # ---- command line syntax
+    Case("strategy-unknown", r"argument --strategy: invalid choice: 'nope'", cli=["--strategy", "nope"]),
+    Case("flag-not-a-number", r"argument --top-k: invalid int value: 'abc'", cli=["--top-k", "abc"]),
+    # ---- trace files
+    Case("trace-malformed-json", r"not valid JSON: Expecting property name", upload=lambda e: b"{nope"),
+    Case("trace-not-an-object", r"a trace must be a JSON object", upload=lambda e: b"[1, 2]"),
+    Case("trace-other-schema-version", r"schema_version='9\.0' is not supported \(this version reads 1\.x\)",
+         upload=lambda e: traced(e, lambda d: d.update(schema_version="9.0"))),
+    Case("trace-wrong-field-type", r"trace\.steps\[0\]\.chosen_id: expected int, got 'x'",
+         upload=lambda e: traced(e, lambda d: d["steps"][0].update(chosen_id="x"))),
+    Case("trace-over-size-limit",
+         r"trace size=\d+ bytes is over the \d+ byte limit|is \d+ bytes, over the \d+ byte limit",
+         upload=lambda e: b" " * (trace_mod.MAX_TRACE_BYTES + 1)),
+    Case("trace-token-id-over-vocab", r"trace\.output_ids\[0\]=64 is out of range \(the model has 64 tokens\)",
+         upload=lambda e: traced(e, lambda d: d["output_ids"].__setitem__(0, 64))),
+    Case("trace-token-id-negative", r"trace\.steps\[1\]\.raw_top\[0\]\.token_id=-1 is out of range",
+         upload=lambda e: traced(e, lambda d: d["steps"][1]["raw_top"][0].update(token_id=-1))),
+    Case("trace-nested-too-deeply", r"not a trace: JSON nested too deeply", upload=lambda e: b"[" * 100_000),
+    # ---- runs that stop mid-way (the trace so far is kept)
+    Case("logits-nan", r"logits: NaN at step 3 \(64 of 64 values from model '[^']*nan'\); the run stops here",
+         cli=["--model", "{nan}", "--max-new-tokens", "8"],
+         app={"model": "{nan}", "prompt": PROMPT, "chat": "0", "max_new": "8"}, action="run_end",
+         engine=lambda e: run(load(ModelSpec(str(e.paths["nan"]))), [1, 2, 3], GreedyConfig(max_new_tokens=8))),
+    Case("logits-inf", r"logits: \+inf at step 2 \(1 of 64 values from model '[^']*word'\)",
+         patch=bad_logits_after(2, float("inf"), entries=5), engine=lambda e: greedy(e, 6)),
+    Case("cuda-out-of-memory", r"memory: out of memory at step 2 \(CUDA out of memory\. Tried to allocate 2\.00 GiB "
+         r"\(simulated\)\); reduce max_new_tokens=\d+, or use dtype float16 or bfloat16, or a smaller model",
+         cli=["--max-new-tokens", "6"], app={"max_new": "6"}, action="run_end", patch=oom_after(2),
+         engine=lambda e: greedy(e, 6)),
+]
+CASE_IDS = [c.id for c in CASES]
+
+
+def cases_for(place: str):
+    return [pytest.param(c, id=c.id) for c in CASES if place in c.where]
+
+
+# ------------------------------------------------------------------------------ fixtures
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """Model directories and files the cases name, the word model loaded, a drafter for it."""
+    tmp = tmp_path_factory.mktemp("bad_input")
+    paths = {"tmp": tmp, "word": build_word_model_dir(tmp / "word"),
+             "word80": build_word_model_dir(tmp / "word80", vocab=80),
+             "vword": build_word_model_dir(tmp / "vword", prefix="v"),
+             "empty": tmp / "empty", "notes": tmp / "notes.txt", "broken": tmp / "broken.gguf",
+             "corrupt": tmp / "corrupt.gguf", "drafter": tmp / "drafter.safetensors"}
+    nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
+    paths["nan"] = nan_dir
+    paths["empty"].mkdir()
+    paths["notes"].write_text("not a model\n")
+    paths["broken"].write_bytes(b"not a gguf at all")
+    paths["corrupt"].write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    lm = load(ModelSpec(str(paths["word"])))
+    drafter = random_drafter(lm, gamma_max=4)
+    drafter.save(paths["drafter"])
+    trace_json = to_json(run(lm, [1, 2, 3], SampleConfig(max_new_tokens=4, seed=1)))
+    return types.SimpleNamespace(tmp=tmp, paths=paths, lm=lm, drafter=drafter, nan_step=nan_step,
+                                 trace_json=trace_json)
+
+
+@pytest.fixture(autouse=True)
+def _no_download(monkeypatch):
+    """Model ids are looked up in local files only (as with no network)."""
+    monkeypatch.delenv("DECODESCOPE_ALLOW_DOWNLOAD", raising=False)
+
+
+def fill(value: str, env) -> str:
+    return value.format(**{k: str(v) for k, v in env.paths.items()})
+
+
+def skip_if_needed(case: Case) -> None:
+    if case.needs_no_cuda and torch.cuda.is_available():
+        pytest.skip("CUDA is available here, so device=cuda is not bad input")
+
+
+def one_line(message: str) -> str:
+    lines = message.strip().splitlines()
+    assert len(lines) == 1, message
+    return lines[0]
+
+
+# ------------------------------------------------------------------------------ engine
+
+def engine_message(case: Case, env) -> str:
+    """The message the engine gives: the error raised, or the .error of the trace returned."""
+    try:
+        result = from_json(case.upload(env)) if case.upload else case.engine(env)
+    except (ConfigError, TraceFormatError) as err:
+        return str(err)
+    assert isinstance(result, Trace) and result.error, f"{case.id}: accepted ({result!r:.200})"
+    assert result.stop_reason == "error"
+    return result.error
+
+
+@pytest.mark.parametrize("case", cases_for("engine"))
+def test_engine(case, env, monkeypatch):
+    skip_if_needed(case)
+    if case.patch:
+        case.patch(monkeypatch)
+    line = one_line(engine_message(case, env))
+    assert re.search(case.pattern, line), line
+
+
+# ------------------------------------------------------------------------------ CLI
+
+def cli_main(argv: list[str], capsys) -> tuple[int, str, str]:
+    """python -m decoding run ... in this process: (exit status, stdout, stderr)."""
+    try:
+        code = cli.main(argv)
+    except SystemExit as exc:          # argparse errors exit through the parser
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("case", cases_for("CLI"))
+def test_cli(case, env, capsys, monkeypatch):
+    skip_if_needed(case)
+    if case.patch:
+        case.patch(monkeypatch)
+    base = ["run", "--model", str(env.paths["word"]), "--prompt", PROMPT, "--max-new-tokens", "4"]
+    code, out, err = cli_main(base + [fill(a, env) for a in case.cli], capsys)
+    assert code == 2, (code, out, err)
+    line = one_line(err)
+    assert line.startswith("error: ") and "Traceback" not in err
+    assert re.search(case.pattern, line), line
+
+
+def test_cli_nan_model_keeps_text_and_trace(env, tmp_path):
+    """A real process: exit 2, one error line, and the text and trace of the steps before the NaN."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "t.json"
+    res = subprocess.run([sys.executable, "-m", "decoding", "run", "--model", str(env.paths["nan"]), "--prompt",
+                          PROMPT, "--max-new-tokens", "8", "--out", str(out)], cwd=ROOT, capture_output=True,
+                         text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert one_line(res.stderr).startswith(f"error: logits: NaN at step {env.nan_step} ")
+    assert f"[greedy] {env.nan_step} tokens" in res.stdout
+    kept = from_json(out.read_bytes())
+    assert len(kept.steps) == env.nan_step and kept.stop_reason == "error" and kept.error.startswith("logits: NaN")
+
+
+# ------------------------------------------------------------------------------ nothing lost, every strategy
+
+def _strategies(lm):
+    draft = LM(varied_llama(seed=1, vocab=lm.vocab_size).model, lm.tokenizer, name="varied-1")
+    drafter = random_drafter(lm, gamma_max=4)
+    return {
+        "greedy": (GreedyConfig(max_new_tokens=8), {}),
+        "sample": (SampleConfig(max_new_tokens=8, temperature=0.9, seed=2), {}),
+        "beam": (BeamConfig(max_new_tokens=8, num_beams=3), {}),
+        "speculative-lookup": (SpeculativeConfig(max_new_tokens=8, gamma=3), {}),
+        "speculative-draft": (SpeculativeConfig(max_new_tokens=8, gamma=2, draft="d", temperature=0.8),
+                              {"draft_lm": draft}),
+        "dspark-chain": (DSparkConfig(max_new_tokens=8, gamma=3), {"drafter": drafter}),
+        "dspark-tree": (DSparkConfig(max_new_tokens=8, gamma=3, select="tree", budget=6), {"drafter": drafter}),
+    }
+
+
+@pytest.fixture(scope="module")
+def strategies(env):
+    return _strategies(env.lm)
+
+
+STRATEGY_NAMES = ["greedy", "sample", "beam", "speculative-lookup", "speculative-draft", "dspark-chain", "dspark-tree"]
+
+
+def _same_prefix(kept: Trace, clean: Trace) -> None:
+    """The kept steps are exactly the clean run's first steps (nothing garbage, nothing lost)."""
+    assert len(kept.steps) >= 1
+    assert without_timings(kept.steps) == without_timings(clean.steps[:len(kept.steps)])
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+@pytest.mark.parametrize("kind,value", [("NaN", float("nan")), ("+inf", float("inf"))])
+def test_non_finite_logits_stop_every_strategy(name, kind, value, env, strategies, monkeypatch):
+    config, kwargs = strategies[name]
+    clean = run(env.lm, [1, 2, 3], config, **kwargs)
+    assert clean.error is None and len(clean.steps) >= 3
+    with monkeypatch.context() as mp:
+        bad_logits_after(2, value, entries=7, only=env.lm.model)(mp)    # the target's third forward on
+        kept = run(env.lm, [1, 2, 3], config, **kwargs)
+    assert kept.stop_reason == "error"
+    assert kept.error.startswith(f"logits: {kind} at step {len(kept.steps)} ("), kept.error
+    _same_prefix(kept, clean)
+    assert from_json(to_json(kept)).error == kept.error                   # and it saves
+
+
+def test_nan_from_the_draft_model_names_it(env, strategies, monkeypatch):
+    config, kwargs = strategies["speculative-draft"]
+    bad_logits_after(3, float("nan"), only=kwargs["draft_lm"].model)(monkeypatch)
+    kept = run(env.lm, [1, 2, 3], config, **kwargs)
+    assert re.match(r"logits: NaN at step \d+ \(64 of 64 values from model 'varied-1'\)", kept.error), kept.error
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_partial_neg_inf_logits_are_not_an_error(name, env, strategies, monkeypatch):
+    """Negative control: -inf at some entries (a masked token) is a valid distribution."""
+    config, kwargs = strategies[name]
+    bad_logits_after(0, float("-inf"), entries=slice(0, 5), only=env.lm.model)(monkeypatch)
+    done = run(env.lm, [1, 2, 3], config, **kwargs)
+    assert done.error is None and done.stats.new_tokens >= 1
+
+
+def test_without_the_check_nan_logits_give_garbage(env, monkeypatch):
+    """Negative control: with the check turned off, greedy silently emits a token from NaN logits."""
+    monkeypatch.setattr(LM, "check_logits", lambda self, logits: logits)
+    bad_logits_after(2, float("nan"), entries=7, only=env.lm.model)(monkeypatch)
+    garbage = greedy(env, 6)
+    assert garbage.error is None and 7 in garbage.output_ids[2:]
+
+
+@pytest.mark.parametrize("name", STRATEGY_NAMES)
+def test_out_of_memory_keeps_the_trace_and_says_what_to_reduce(name, env, strategies, monkeypatch):
+    config, kwargs = strategies[name]
+    clean = run(env.lm, [1, 2, 3], config, **kwargs)
+    calls = 2 if name != "speculative-draft" else 4                 # the draft model's forwards count too
+    oom_after(calls)(monkeypatch)
+    kept = run(env.lm, [1, 2, 3], config, **kwargs)
+    assert kept.error.startswith(f"memory: out of memory at step {len(kept.steps)} (CUDA out of memory"), kept.error
+    for knob in ("max_new_tokens", "num_beams", "gamma", "budget", "top_k_candidates"):
+        named = f"{knob}={getattr(config, knob, None)}" in kept.error
+        assert named == (hasattr(config, knob) and (knob != "budget" or config.select == "tree")), knob
+    _same_prefix(kept, clean)
+
+
+# ------------------------------------------------------------------------------ app
+
+APP = str(ROOT / "app.py")
+
+
+@pytest.fixture(scope="module")
+def app_model(tmp_path_factory):
+    import os
+
+    from tiny_app_model import build_tiny_model_dir
+
+    path = build_tiny_model_dir(tmp_path_factory.mktemp("tiny_app_model"))
+    old = os.environ.get("DECODESCOPE_MODEL")
+    os.environ["DECODESCOPE_MODEL"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("DECODESCOPE_MODEL", None)
+    else:
+        os.environ["DECODESCOPE_MODEL"] = old
+
+
+def new_app(query: dict):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.query_params.update({"max_new": "4", **query})
+    return at.run()
+
+
+def run_to_end(at):
+    from ui import keys
+
+    at.button(key="pg.run_end").click().run()
+    for _ in range(200):
+        if keys.RUNNING not in at.session_state:
+            break
+        at.run()
+    return at
+
+
+def upload(at, payload: bytes, page: str = "app_pages/traces.py", key: str = "tr.upload"):
+    at.switch_page(page).run()
+    at.file_uploader(key=key).set_value(("bad.json", payload, "application/json")).run()
+    return at
+
+
+def errors_of(at) -> list[str]:
+    assert not at.exception, [e.value for e in at.exception]
+    return [e.value for e in at.error]
+
+
+@pytest.mark.parametrize("case", cases_for("app"))
+def test_app(case, env, app_model, monkeypatch):
+    skip_if_needed(case)
+    if case.patch:
+        case.patch(monkeypatch)
+    if case.upload:
+        if case.id == "trace-over-size-limit":                          # not 50 MB through AppTest
+            monkeypatch.setattr(trace_mod, "MAX_TRACE_BYTES", 1000)
+        at = upload(new_app({}), case.upload(env))
+    else:
+        at = new_app({k: fill(v, env) for k, v in case.app.items()})
+        if case.action == "step":
+            at.button(key="pg.step").click().run()
+        elif case.action == "run_end":
+            run_to_end(at)
+    errors = errors_of(at)
+    assert any(re.search(case.pattern, e) for e in errors), errors
+    assert all(len(e.strip().splitlines()) == 1 for e in errors), errors
+
+
+def test_app_error_mid_run_keeps_the_trace_viewable_and_downloadable(env, app_model):
+    at = new_app({"model": str(env.paths["nan"]), "prompt": PROMPT, "chat": "0", "max_new": "8"})
+    run_to_end(at)
+    run_state = at.session_state["ds.run"]
+    assert len(run_state.events) == env.nan_step and run_state.error.startswith("logits: NaN")
+    assert any(f'data-step="{env.nan_step - 1}"' in h.value for h in at.html)      # the chips are shown
+    kept = run_state.trace()
+    assert kept.stop_reason == "error" and kept.error == run_state.error
+    at.switch_page("app_pages/traces.py").run()
+    assert not at.exception
+    assert at.get("download_button")
+    assert any("stopped with an error" in w.value and "logits: NaN" in w.value for w in at.warning)
+    assert to_dict(from_json(to_json(kept))) == to_dict(kept)
+
+
+def test_app_out_of_memory_keeps_the_steps(env, app_model, monkeypatch):
+    oom_after(2)(monkeypatch)
+    at = run_to_end(new_app({"max_new": "6"}))
+    run_state = at.session_state["ds.run"]
+    assert len(run_state.events) == 2 and run_state.trace().error.startswith("memory: out of memory at step 2")
+    assert any("reduce max_new_tokens=6" in e for e in errors_of(at))
+
+
+# ------------------------------------------------------------------------------ the README table
+
+def readme_rows() -> dict[str, list[str]]:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split("\n## Bad input\n", 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        match = re.match(r"\|\s*`([a-z0-9-]+)`\s*\|([^|]*)\|", line)
+        if match:
+            rows[match.group(1)] = [w.strip() for w in match.group(2).split(",")]
+    return rows
+
+
+def test_readme_table_lists_every_case_where_it_is_tested():
+    rows = readme_rows()
+    assert list(rows) == CASE_IDS
+    assert {cid: rows[cid] for cid in CASE_IDS} == {c.id: c.where for c in CASES}
+    assert len(CASES) >= 20 and len(set(CASE_IDS)) == len(CASE_IDS)
