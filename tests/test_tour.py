@@ -31,6 +31,9 @@ def test_stops_have_unique_ids_and_valid_configs():
         assert stop.config().max_new_tokens <= 40
     assert tour.neighbour(ids[0], -1) == ids[0] and tour.neighbour(ids[-1], 1) == ids[-1]
     assert tour.neighbour(ids[2], 1) == ids[3] and tour.neighbour(ids[2], -1) == ids[1]
+    line = tour.config_line(tour.stop_by_id("adaptive"))
+    assert line.startswith("speculative with draft=lookup, gamma=2, gamma_policy=heuristic;")
+    assert "max_new_tokens=40, seed=0, top_n=5" in line
 
 
 def test_unknown_stop_is_a_config_error():

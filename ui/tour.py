@@ -282,8 +282,10 @@ def stale_fields(stop: Stop, trace: Trace) -> list[str]:
 
 
 def config_line(stop: Stop) -> str:
-    items = {k: v for k, v in stop.config().to_dict().items() if k != "strategy"}
-    return f"{stop.strategy}: " + ", ".join(f"{k}={v}" for k, v in items.items())
+    """The stop's settings as the page shows them: its own parameters, then the shared ones."""
+    own = ", ".join(f"{k}={v}" for k, v in stop.params)
+    shared = f"max_new_tokens={stop.max_new_tokens}, seed={stop.seed}, top_n={stop.top_n}"
+    return f"{stop.strategy}" + (f" with {own}" if own else "") + f"; {shared}; the rest at their defaults"
 
 
 # ---------------------------------------------------------------- recording
