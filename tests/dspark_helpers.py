@@ -41,3 +41,37 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def split_drafter(lm: LM, token: int, path, others=(11, 13, 30)):
+    """Save (to `path`) a drafter over [token] + two other tokens whose first draft is `token` and
+    whose second is pushed by the sequential head to another token: for a model that keeps emitting
+    `token` (the tiny app model), every round at temperature 0 then has an accepted and a rejected
+    draft. Returns the path as a string."""
+    others = [t for t in others if t != token][:2]
+    drafter = random_drafter(lm, gamma_max=8, seed=0, vocab_ids=[token] + others)
+    with torch.no_grad():
+        e = drafter.embed_tokens(torch.tensor([token]))[0].float()                 # (H,)
+        drafter.seq_in.zero_()
+        drafter.seq_out.zero_()
+        drafter.seq_in[1] = (e / e.dot(e))[:, None].expand(-1, drafter.shape.rank) * 10.0
+        drafter.seq_out[1] = 1.0                                                    # towards others[0]
+    drafter.save(path)
+    return str(path)
+
+
+def app_drafter(model_dir) -> str:
+    """split_drafter for the tiny app model in `model_dir`, saved next to it (built once)."""
+    from pathlib import Path
+
+    from decoding.config import GreedyConfig
+    from decoding.models import ModelSpec, load
+    from decoding.runner import run
+    from ui.params import Settings
+
+    path = Path(model_dir) / "dspark-test-drafter.safetensors"
+    if not path.is_file():
+        lm = load(ModelSpec(name=str(model_dir)))
+        token = run(lm, lm.encode(Settings.prompt), GreedyConfig(max_new_tokens=3)).output_ids[-1]
+        split_drafter(lm, token, path)
+    return str(path)

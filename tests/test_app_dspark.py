@@ -13,30 +13,11 @@ from test_app_strategies import html_of
 
 @pytest.fixture(scope="module")
 def drafter_file(tiny_dir):
-    """A drafter for the tiny model whose first draft is the model's own (constant) greedy token and
-    whose second is pushed, by the sequential head, to another token: every round then has an
-    accepted and a rejected draft at temperature 0."""
-    import torch
+    """A drafter whose first draft is the tiny model's (constant) greedy token and whose second is
+    another token: every round has an accepted and a rejected draft at temperature 0."""
+    from tests.dspark_helpers import app_drafter
 
-    from decoding.config import GreedyConfig
-    from decoding.models import ModelSpec, load
-    from decoding.runner import run
-    from tests.dspark_helpers import random_drafter
-    from ui.params import Settings
-
-    lm = load(ModelSpec(name=str(tiny_dir)))
-    token = run(lm, lm.encode(Settings.prompt), GreedyConfig(max_new_tokens=3)).output_ids[-1]
-    others = [t for t in (11, 13, 30) if t != token][:2]
-    drafter = random_drafter(lm, gamma_max=8, seed=0, vocab_ids=[token] + others)
-    with torch.no_grad():
-        e = drafter.embed_tokens(torch.tensor([token]))[0].float()               # (H,)
-        drafter.seq_in.zero_()
-        drafter.seq_out.zero_()
-        drafter.seq_in[1] = (e / e.dot(e))[:, None].expand(-1, drafter.shape.rank) * 10.0
-        drafter.seq_out[1] = 1.0                                                  # towards others[0]
-    path = tiny_dir / "dspark-test-drafter.safetensors"
-    drafter.save(path)
-    return str(path)
+    return app_drafter(tiny_dir)
 
 
 def charts(at) -> list[dict]:
@@ -149,6 +130,34 @@ def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file)
     assert "<img" not in lattice and "&lt;img src=x onerror=alert(2)&gt;" in lattice
 
 
+def test_replay_of_a_cost_aware_trace_shows_the_size_choice(tiny_dir, drafter_file, tmp_path):
+    """The sidebar has no cost-table field: a cost-aware trace comes from the engine (as from the CLI)
+    and replays with its cost table and size chart."""
+    from decoding.config import DSparkConfig
+    from decoding.cost import CostTable
+    from decoding.models import ModelSpec, load
+    from decoding.runner import run
+    from decoding.trace import to_json
+
+    table = tmp_path / "cost.json"
+    CostTable(verify_ms=tuple(5.0 * n for n in range(1, 10)), source="test").save(table)
+    lm = load(ModelSpec(name=str(tiny_dir)))
+    trace = run(lm, lm.encode("Hello"), DSparkConfig(max_new_tokens=6, gamma=4, cost_table=str(table),
+                                                    drafter=drafter_file))
+    event = trace.steps[1]
+    assert trace.error is None and event.size is not None
+    at = new_app()
+    at.switch_page("app_pages/traces.py").run()
+    at.file_uploader(key="tr.upload").set_value(("c.json", to_json(trace).encode(), "application/json")).run()
+    at.slider(key="ds.replay_cursor").set_value(1).run()
+    ok(at)
+    size = chart_titled(at, "Cost-aware size")
+    assert size["data"][0]["y"] == pytest.approx(list(event.size.tokens_per_s))
+    assert f"chain length {event.size.size}" in json.dumps(size["layout"]["title"])
+    assert any(t.value == f"Cost table: {table}" for t in at.text)
+    assert list(frame_with(at, "tokens_verified")["size"]) == list(range(1, len(event.size.tokens_per_s) + 1))
+
+
 def _compare(at, strategies: list[str], drafter_file: str):
     at.switch_page("app_pages/compare.py").run()
     at.number_input(key="cmp.lanes").set_value(len(strategies)).run()
@@ -177,7 +186,8 @@ def test_compare_speedup_vs_greedy_and_dspark_charts(tiny_dir, drafter_file):
     assert table.loc["2: dspark", "tau"] == pytest.approx(traces["2: dspark"].stats.mean_accepted_length)
     assert any("relative to lane 1: greedy" in c.value for c in at.caption)
     per_forward = chart_titled(at, "Tokens per target forward")["data"][0]
-    assert per_forward["y"][1] == pytest.approx(len(traces["2: dspark"].output_ids) / traces["2: dspark"].stats.target_forwards)
+    dspark = traces["2: dspark"]
+    assert per_forward["y"][1] == pytest.approx(len(dspark.output_ids) / dspark.stats.target_forwards)
     per_position = chart_titled(at, "Per-position acceptance")
     assert [t["name"] for t in per_position["data"]] == ["2: dspark"]
     assert per_position["data"][0]["y"] == pytest.approx(list(traces["2: dspark"].stats.per_position_acceptance))

@@ -324,3 +324,35 @@ def test_speculative_residual_and_draft_model(server, page):
     assert "q_draft 0." in title or "q_draft 1." in title
     assert not page.locator('[data-testid="stException"]').count()
     shot(page, "playground-speculative-draft-model")
+
+
+def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
+    """A DSpark round (temperature 0; the test drafter's first draft is accepted, its second rejected):
+    the chips, the lattice with the chain drawn over it, and the lattice saved as SVG."""
+    import xml.etree.ElementTree as ET
+
+    from tests.dspark_helpers import app_drafter
+
+    open_app(page, server, "?max_new=1")
+    drafter = app_drafter(page.get_by_role("textbox", name="Model").input_value())
+    open_app(page, server, f"?strategy=dspark&gamma=3&max_new=8&drafter={urllib.request.quote(drafter)}")
+    click(page, "Step")
+    page.locator(chip(0)).wait_for(timeout=30_000)
+    idle(page)
+    click(page, "Step")
+    page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]").first.wait_for(timeout=30_000)
+    page.locator(".ds-chips span.ds-chip.ds-origin-rejected[data-step]").first.wait_for(timeout=30_000)
+    lattice = page.locator(".js-plotly-plot", has_text="lattice").first
+    lattice.wait_for(timeout=30_000)
+    assert lattice.locator(".heatmaplayer image, .hm image").count() >= 1     # the heatmap is drawn
+    legend = lattice.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
+    assert "✓ accepted" in legend and "✗ rejected" in legend and "plan edge" in legend
+    shot(page, "playground-dspark")
+    with page.expect_download(timeout=30_000) as info:
+        page.get_by_role("button", name=re.compile("SVG")).first.click()
+    path = tmp_path / "lattice.svg"
+    info.value.save_as(path)
+    root = ET.parse(path).getroot()
+    words = " ".join(el.text or "" for el in root.iter("{http://www.w3.org/2000/svg}text"))
+    assert "lattice 3 positions" in words and "✓ accepted" in words
+    assert not page.locator('[data-testid="stException"]').count()

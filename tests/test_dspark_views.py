@@ -15,7 +15,7 @@ from decoding.cost import CostTable
 from decoding.runner import run
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 from ui import dspark, figures, svg, tables
-from ui.chips import chips_html
+from ui.chips import chips_html, visible
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPT = [1, 2, 3, 4, 5]
@@ -68,7 +68,7 @@ def test_lattice_grid_shows_the_score_given_the_chosen_parent(chain_trace):
                 parent = 0 if k == 1 else path[k - 2]
                 assert grid["z"][c.cand][k - 1] == c.scores[parent]
                 assert q["z"][c.cand][k - 1] == c.q_draft
-                assert grid["text"][c.cand][k - 1] == html.escape(repr(c.piece))
+                assert grid["text"][c.cand][k - 1] == html.escape(repr(visible(c.piece)))
                 # negative control: the largest ŝ over parents is another number somewhere
                 checked_parent_dependence |= max(c.scores) != c.scores[parent]
     assert checked_parent_dependence
@@ -115,11 +115,13 @@ def test_lattice_figure_draws_every_node_with_its_verdict(tree_trace):
 def test_edges_split_the_accepted_path_from_the_rest(tree_trace):
     for event in rounds_of(tree_trace):
         on, off = dspark._edges(event)
-        accepted = set(event.accepted_path)
-        non_root = [n for n in event.nodes if n.parent != 0]
-        assert len(on) == sum(1 for n in non_root if n.node in accepted and n.parent in accepted)
-        assert len(on) + len(off) == len(non_root)
-        assert len(on) == max(0, len(event.accepted_path) - 1)
+        assert len(on) + len(off) == len(event.nodes)                  # one edge into every node
+        assert len(on) == len(event.accepted_path)                      # root -> a1 -> a2 ...
+        if event.accepted_path:
+            first = next(n for n in event.nodes if n.node == event.accepted_path[0])
+            assert on[0][0] == (dspark.ROOT_X, 0) and on[0][1][0] == first.depth - dspark.MARK_SHIFT
+    # negative control: the plan edges are not all on the accepted path
+    assert any(dspark._edges(e)[1] for e in rounds_of(tree_trace))
 
 
 def test_hostile_pieces_are_escaped_in_the_figure_and_its_svg(chain_trace):
@@ -207,7 +209,8 @@ def test_verdicts_table_lists_every_node_then_the_next_token(tree_trace):
         body, last = table.iloc[:-1], table.iloc[-1]
         assert list(body["verdict"]) == [n.verdict for n in event.nodes]
         assert list(body["p_target"]) == [n.p_target for n in event.nodes]
-        assert [None if isinstance(u, float) and math.isnan(u) else u for u in body["u"]] == [n.draw for n in event.nodes]
+        draws = [None if isinstance(u, float) and math.isnan(u) else u for u in body["u"]]
+        assert draws == [n.draw for n in event.nodes]
         assert list(body["q_draft"]) == [event.lattice[n.depth - 1].cells[n.cand].q_draft for n in event.nodes]
         assert last["token_id"] == event.next_token and last["verdict"] == f"next: {event.next_from}"
         assert last["u"] == event.next_draw

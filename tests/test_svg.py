@@ -31,7 +31,7 @@ def test_vertical_bars_one_rect_each_with_height_by_value():
     bars = rects(root, "#123456")
     assert len(bars) == 3
     heights = [float(b.get("height")) for b in bars]
-    assert heights[1] == pytest.approx(2 * heights[0], rel=1e-2) and heights[2] == pytest.approx(4 * heights[0], rel=1e-2)
+    assert heights[1:] == pytest.approx([2 * heights[0], 4 * heights[0]], rel=1e-2)
     lefts = [float(b.get("x")) for b in bars]
     assert lefts == sorted(lefts)                                   # categories in order
     assert {"a", "b", "c", "x", "y", "z", "Three bars", "value"} <= set(texts(root))
@@ -76,7 +76,8 @@ def test_scatter_lines_dashes_markers_and_steps():
     fig = go.Figure()
     fig.add_scatter(name="dashed", x=[0, 1, None, 2, 3], y=[0, 1, None, 1, 0], mode="lines",
                     line=dict(color="#aa0000", dash="dash"))
-    fig.add_scatter(name="pts", x=[0, 1], y=[1, 0], mode="markers", marker=dict(symbol=["x", "diamond"], color="#00aa00"))
+    fig.add_scatter(name="pts", x=[0, 1], y=[1, 0], mode="markers",
+                    marker=dict(symbol=["x", "diamond"], color="#00aa00"))
     fig.add_scatter(name="step", x=[0, 1, 2], y=[0, 1, 2], mode="lines", line=dict(color="#0000aa", shape="hv"))
     root = parse(svg.figure_svg(fig))
     lines = [el for el in root.iter(f"{NS}polyline") if el.get("stroke") == "#aa0000"]

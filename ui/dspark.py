@@ -23,12 +23,13 @@ NODE_STYLE = {   # verdict -> (colour, marker symbol, text twin)
 NEXT_ORIGIN = {"residual": "residual", "argmax": "residual", "bonus": "bonus", "prefill": "target"}
 NEXT_TEXT = {"residual": "residual resample (all children rejected)",
              "argmax": "target's argmax after a rejection (temperature 0)",
-             "bonus": "bonus token (its parent has no verified child left)",
+             "bonus": "bonus token (the accepted path reached a leaf of the plan)",
              "prefill": "first token, from the prompt's forward"}
 VALUE_LABELS = {"score": "ŝ (calibrated acceptance score)", "q_draft": "q_draft (drafter's probability)"}
 MARK_SHIFT = 0.32         # node markers sit left of the cell centre, where the piece is written
-HEAT_SCALE = "Cividis"
-TEXT_DARK_FROM = 0.55     # Cividis is light from about here up: cell text turns black   # perceptually uniform, readable with the common colour-vision deficiencies
+ROOT_X = 0.3              # the root (the last emitted token) sits just left of position 1
+HEAT_SCALE = "Cividis"       # perceptually uniform, readable with the common colour-vision deficiencies
+TEXT_DARK_FROM = 0.55     # Cividis is light from about here up: cell text turns black
 
 
 def _num(x: float | None) -> str:
@@ -128,8 +129,8 @@ def node_points(event) -> list[dict]:
     for n in event.nodes:
         group = shared[(n.depth, n.cand)]
         nudge = 0.0 if len(group) == 1 else (group.index(n.node) / (len(group) - 1) - 0.5) * 0.5
-        points.append({"node": n.node, "parent": n.parent, "x": n.depth - MARK_SHIFT, "y": n.cand + nudge, "verdict": n.verdict,
-                       "piece": n.piece, "token_id": n.token_id})
+        points.append({"node": n.node, "parent": n.parent, "x": n.depth - MARK_SHIFT, "y": n.cand + nudge,
+                       "verdict": n.verdict, "piece": n.piece, "token_id": n.token_id})
     return points
 
 
@@ -173,9 +174,11 @@ def _add_pieces(fig: go.Figure, grid: dict) -> None:
 
 
 def _edges(event) -> tuple[list, list]:
-    """Parent -> child segments between node points: (accepted path, the rest)."""
+    """Parent -> child segments between node points, the root (the last emitted token, left of
+    position 1) included: (accepted path, the rest)."""
     where = {p["node"]: p for p in node_points(event)}
-    accepted = set(event.accepted_path)
+    where[0] = {"node": 0, "parent": None, "x": ROOT_X, "y": 0}
+    accepted = set(event.accepted_path) | {0}
     on, off = [], []
     for p in where.values():
         parent = where.get(p["parent"])
@@ -197,6 +200,9 @@ def _add_edges(fig: go.Figure, event) -> None:
             xs += [x0, x1, None]
             ys += [y0, y1, None]
         fig.add_scatter(name=name, x=xs, y=ys, mode="lines", line=line, hoverinfo="skip")
+    if event.nodes:
+        fig.add_scatter(name="root (last emitted token)", x=[ROOT_X], y=[0], mode="markers", hoverinfo="skip",
+                        marker=dict(symbol="square", size=12, color=palette.BLACK))
 
 
 def _add_nodes(fig: go.Figure, event) -> None:
@@ -358,7 +364,8 @@ def phase_table(events: Sequence) -> pd.DataFrame:
 def phase_bars(table: pd.DataFrame) -> go.Figure:
     colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(table))]
     fig = go.Figure(go.Bar(x=list(table["share"]), y=[html.escape(str(p)) for p in table["phase"]], orientation="h",
-                           marker_color=colors, text=[f"{s:.0%} ({ms:.1f} ms)" for s, ms in zip(table["share"], table["ms"])],
+                           marker_color=colors,
+                           text=[f"{s:.0%} ({ms:.1f} ms)" for s, ms in zip(table["share"], table["ms"])],
                            textposition="outside", cliponaxis=False))
     fig.update_layout(title="Share of the drafting rounds' time per phase (so far)",
                       xaxis=dict(title="share of time", range=[0, 1.2], tickformat=".0%"),

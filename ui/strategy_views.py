@@ -116,8 +116,9 @@ def dspark_panel(event, ctx: views.ViewContext) -> None:
         value = st.radio("Colour the lattice by", list(dspark.VALUE_LABELS), format_func=dspark.VALUE_LABELS.get,
                          horizontal=True, key=f"{ctx.prefix}.ds_value")
         views.plot(dspark.lattice_figure(event, value), f"{ctx.prefix}.lattice", f"round{event.index}-lattice")
-        st.caption("Markers: ● accepted, ✗ rejected, ○ not reached (also in colour); the thick solid line is the "
-                   "accepted path, dotted lines the rest of the plan. Hover a cell for ŝ per parent and c_k.")
+        st.caption("Markers: ● accepted, ✗ rejected, ○ not reached (also in colour), ■ the last emitted token; "
+                   "the thick solid line is the accepted path, dotted lines the rest of the plan. Hover a cell "
+                   "for ŝ per parent and c_k.")
         _dspark_stage1(event, ctx)
         _dspark_stage2(event, ctx)
     _dspark_running(ctx.events or (event,), ctx)

@@ -256,7 +256,8 @@ def draw_axes(c: Canvas) -> None:
     if c.layout.get("yaxis2"):
         for v, label in c.y2.ticks():
             c.parts.append(_text(x1 + 6, c.y2.px(v) + 4, label, anchor="start"))
-        c.parts.append(_text(x1 + 50, (y0 + y1) / 2, c.y2.title, extra=f'transform="rotate(90 {x1 + 50} {(y0 + y1) / 2})"'))
+        mid = (y0 + y1) / 2
+        c.parts.append(_text(x1 + 50, mid, c.y2.title, extra=f'transform="rotate(90 {x1 + 50} {mid:.1f})"'))
     c.parts.append(_text((x0 + x1) / 2, y1 + 34 + c._xlabel_room(), c.x.title, size=12))
     mid = (y0 + y1) / 2
     c.parts.append(_text(18, mid, c.y.title, size=12, extra=f'transform="rotate(-90 18 {mid:.1f})"'))
