@@ -5,21 +5,18 @@ from __future__ import annotations
 import json
 import os
 import re
-import socket
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from bench.browser import CHROMIUM, launch_chromium, streamlit_server
 from tiny_app_model import build_tiny_model_dir
 
 # Browser timing is asynchronous; a test that fails is rerun up to three times (the summary shows reruns; a full-suite run here needed two reruns of one test — cause not found yet).
 pytestmark = [pytest.mark.browser, pytest.mark.flaky(reruns=3, reruns_delay=2)]
 
-CHROMIUM = "/usr/bin/chromium"
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 MAX_NEW = 12
@@ -30,57 +27,20 @@ if not os.path.exists(CHROMIUM):
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright for python is not installed")
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/_stcore/health", timeout=2) as resp:
-                if resp.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.3)
-    raise TimeoutError("streamlit did not become healthy")
-
-
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     model = os.environ.get("DECODESCOPE_BROWSER_MODEL")   # e.g. "default" for screenshots of real text
     if not model:
         model = str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny_browser_model")))
-    port = free_port()
     env = {**os.environ, "DECODESCOPE_MODEL": model}
-    log = open(tmp_path_factory.mktemp("log") / "streamlit.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-                             "--server.port", str(port), "--server.address", "127.0.0.1",
-                             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none"],
-                            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_healthy(url, proc)
+    with streamlit_server(ROOT / "app.py", env, tmp_path_factory.mktemp("log") / "streamlit.log", cwd=ROOT) as url:
         yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
 
 
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as p:
-        chromium = p.chromium.launch(executable_path=CHROMIUM, args=[
-            "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run"])
+        chromium = launch_chromium(p)
         yield chromium
         chromium.close()
 

@@ -1,0 +1,201 @@
+"""App benchmark: how long a Step takes in a real browser beyond the model's own time. `streamlit run app.py`
+on the tiny test model (tests/tiny_app_model.py), driven by Debian's Chromium through Playwright: click Step,
+wait for the new token chip, subtract the model time the page reports. A trivial Streamlit button app is
+measured the same way as the floor (Streamlit's own round-trip).
+
+    python -m bench app [--steps N]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.browser import CHROMIUM, launch_chromium, streamlit_server
+from bench.report import machine, write_section
+
+ROOT = Path(__file__).resolve().parents[1]
+STRATEGIES = {"greedy": "", "sample": "&strategy=sample&temperature=0.8&top_k=50&top_p=0.9&seed=3"}
+TIMING = re.compile(r"This rerun: model (-?\d+) ms, page beyond the model (-?\d+) ms")
+FLOOR_SCRIPT = '''import streamlit as st
+
+st.session_state.setdefault("n", 0)
+if st.button("Step"):
+    st.session_state.n += 1
+st.write(f"count {st.session_state.n}")
+'''
+
+
+def parse_timing(text: str) -> tuple[float, float]:
+    """(model ms, server-side page ms beyond the model) from the Playground's timing caption."""
+    match = TIMING.search(text)
+    if not match:
+        raise ValueError(f"no timing caption in {text!r}")
+    return float(match.group(1)), float(match.group(2))
+
+
+def summarize(values: list[float]) -> dict:
+    """median, min, max and count of a non-empty list of numbers."""
+    if not values:
+        raise ValueError("summarize needs at least one value")
+    return {"median": statistics.median(values), "min": min(values), "max": max(values), "n": len(values)}
+
+
+def load_note(before: tuple, after: tuple, cpus: int) -> str:
+    """The 1/5/15-minute load averages before and after the run, and whether the machine was busy."""
+    fmt = "/".join
+    text = (f"Load average (1/5/15 min) before: {fmt(f'{x:.2f}' for x in before)}, "
+            f"after: {fmt(f'{x:.2f}' for x in after)}, on {cpus} CPUs (this benchmark counts too): ")
+    if max(before[0], after[0]) > cpus:
+        return text + "the machine was busy with other work, so these figures are upper bounds."
+    return text + "no more runnable work than CPUs (fairly quiet)."
+
+
+def cell(values: list[float]) -> str:
+    s = summarize(values)
+    return f"{s['median']:.0f} [{s['min']:.0f}–{s['max']:.0f}]"
+
+
+def _tiny_model_dir(target: Path) -> Path:
+    sys.path.insert(0, str(ROOT / "tests"))        # the app's test model lives with the tests
+    from tiny_app_model import build_tiny_model_dir
+    return build_tiny_model_dir(target)
+
+
+def _idle(page) -> None:
+    """Wait until Streamlit has finished the current run, so the next click is not lost in it."""
+    from playwright.sync_api import TimeoutError as PwTimeout
+    try:
+        page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') "
+                               "&& !document.querySelector('[data-stale=\"true\"]')", timeout=30_000)
+    except PwTimeout:
+        pass
+
+
+def _click_step(page) -> float:
+    """Click Step and return the perf_counter time just before the click."""
+    start = time.perf_counter()
+    page.get_by_role("button", name="Step", exact=True).click()
+    return start
+
+
+def _chip(step: int) -> str:
+    return f'.ds-chips span.ds-chip[data-step="{step}"]'
+
+
+def _caption_after(timing, before: str, page) -> str:
+    for _ in range(20):                       # the caption is drawn last; identical text is possible
+        text = timing.inner_text()
+        if text != before:
+            return text
+        page.wait_for_timeout(50)
+    return timing.inner_text()
+
+
+def measure_playground(browser, url: str, query: str, steps: int) -> list[dict]:
+    """One row per Step after a warm-up step: click→chip wall ms, model ms, server page ms beyond the model."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1900})
+    page = context.new_page()
+    try:
+        page.goto(f"{url}/?max_new={steps + 2}{query}")
+        page.get_by_role("button", name="Step", exact=True).wait_for(timeout=60_000)
+        _idle(page)
+        _click_step(page)
+        page.locator(_chip(0)).wait_for(timeout=30_000)
+        page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)   # warm-up: plotly.js loaded
+        _idle(page)
+        timing = page.get_by_text(re.compile(r"This rerun: model"))
+        rows = []
+        for i in range(1, steps + 1):
+            before = timing.inner_text()
+            start = _click_step(page)
+            page.locator(_chip(i)).wait_for(timeout=30_000)
+            wall = (time.perf_counter() - start) * 1000.0
+            _idle(page)
+            model, server = parse_timing(_caption_after(timing, before, page))
+            rows.append({"click_to_chip_ms": wall, "model_ms": model, "server_ms": server,
+                         "beyond_model_ms": wall - model})
+        return rows
+    finally:
+        context.close()
+
+
+def measure_floor(browser, url: str, steps: int) -> list[float]:
+    """click→new text ms of a bare Streamlit button app (no model, one st.write)."""
+    context = browser.new_context()
+    page = context.new_page()
+    try:
+        page.goto(url)
+        page.get_by_text("count 0", exact=True).wait_for(timeout=60_000)
+        _idle(page)
+        walls = []
+        for i in range(1, steps + 1):
+            start = _click_step(page)
+            page.get_by_text(f"count {i}", exact=True).wait_for(timeout=30_000)
+            walls.append((time.perf_counter() - start) * 1000.0)
+            _idle(page)
+        return walls
+    finally:
+        context.close()
+
+
+def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_version: str) -> str:
+    lines = ["## App: Step render time in the browser", "",
+             f"Command: `python -m bench app --steps {steps}`  ",
+             f"Machine: {machine()}; {os.cpu_count()} CPUs; Chromium {browser_version} headless (Playwright).  ",
+             load_note(*loads, os.cpu_count() or 1) + "  ",
+             "`streamlit run app.py` on the tiny test model (tests/tiny_app_model.py: 2-layer random llama, "
+             "SmolLM2 tokenizer), one browser tab per strategy, one warm-up Step first. Wall time: from just "
+             "before Playwright's click on **Step** until the new token chip is in the DOM (the page keeps "
+             "drawing the step's charts after that). Model: the step's model time the page reports; server: "
+             "the page's own time beyond the model on the server (its timing caption). The floor is a bare "
+             "Streamlit button app (one `st.write`, full-script rerun) timed from click to its new text. "
+             f"Values: median [min–max] over {steps} Steps, in ms. Goal of issue 5: ≤ 150 ms beyond the model.",
+             "", "| page | click→chip | model | beyond the model | server page beyond the model |",
+             "|---|---|---|---|---|"]
+    for name, rows in results.items():
+        col = {k: [r[k] for r in rows] for k in rows[0]}
+        lines.append(f"| Playground Step, {name} | {cell(col['click_to_chip_ms'])} | {cell(col['model_ms'])} | "
+                     f"{cell(col['beyond_model_ms'])} | {cell(col['server_ms'])} |")
+    lines.append(f"| floor: bare Streamlit button | {cell(floor)} | — | {cell(floor)} | — |")
+    return "\n".join(lines)
+
+
+def run(steps: int) -> tuple[dict, list[float], str]:
+    from playwright.sync_api import sync_playwright
+    with tempfile.TemporaryDirectory(prefix="bench_app_") as tmp_name:
+        tmp = Path(tmp_name)
+        model_dir = _tiny_model_dir(tmp / "model")
+        (tmp / "floor.py").write_text(FLOOR_SCRIPT, encoding="utf-8")
+        with sync_playwright() as p:
+            browser = launch_chromium(p)
+            try:
+                env = {**os.environ, "DECODESCOPE_MODEL": str(model_dir)}
+                with streamlit_server(ROOT / "app.py", env, tmp / "app.log", cwd=ROOT) as url:
+                    results = {name: measure_playground(browser, url, query, steps)
+                               for name, query in STRATEGIES.items()}
+                with streamlit_server(tmp / "floor.py", dict(os.environ), tmp / "floor.log") as url:
+                    floor = measure_floor(browser, url, steps)
+                return results, floor, browser.version
+            finally:
+                browser.close()
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench app")
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    if args.steps < 1:
+        sys.exit(f"--steps must be at least 1, got {args.steps}")
+    if not os.path.exists(CHROMIUM):
+        sys.exit(f"bench app needs Chromium at {CHROMIUM} (Debian's chromium package); not found")
+    before = os.getloadavg()
+    results, floor, version = run(args.steps)
+    body = render(results, floor, args.steps, (before, os.getloadavg()), version)
+    write_section("app", body)
+    print(body)
