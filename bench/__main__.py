@@ -1,9 +1,10 @@
-"""python -m bench {engine,speculative,dspark,app,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+"""python -m bench {engine,speculative,dspark,lossy,app,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
-from bench import app, dspark, engine, speculative
+from bench import app, dspark, engine, lossy, speculative
 
-BENCHES = {"engine": engine.main, "speculative": speculative.main, "dspark": dspark.main, "app": app.main}
+BENCHES = {"engine": engine.main, "speculative": speculative.main, "dspark": dspark.main,
+           "lossy": lossy.main, "app": app.main}
 
 
 def main(argv: list[str]) -> None:
