@@ -161,7 +161,7 @@ def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 def truncated_draft(target: LM, num_layers: int, name: str | None = None) -> LM:
     """An untrained early-exit draft: the target's first `num_layers` layers + final norm + LM head,
-    as a standard transformers model sharing the target's weights (no copy)."""
+    as a standard transformers model sharing the target's weights (no copy) and its lock."""
     import copy
 
     model = target.model
@@ -181,7 +181,8 @@ def truncated_draft(target: LM, num_layers: int, name: str | None = None) -> LM:
     draft.lm_head = model.lm_head
     draft.generation_config = copy.deepcopy(model.generation_config)
     draft.eval()
-    return LM(draft, target.tokenizer, name=name or f"{target.name}[:{num_layers}]", device=target.device)
+    return LM(draft, target.tokenizer, name=name or f"{target.name}[:{num_layers}]", device=target.device,
+              lock=target.lock)
 
 
 # ---------------------------------------------------------------- prompt lookup

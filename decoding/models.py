@@ -212,15 +212,18 @@ _BYTE_DECODER = _byte_decoder()
 
 class LM:
     """A loaded causal LM for step-wise decoding. One LM serves many traces: every run makes its own
-    KV cache; `lock` serialises forward calls when sessions share the model."""
+    KV cache; `lock` serialises forward calls when sessions share the model (held for one forward
+    call, never across a strategy's yield). Models that share modules must share the lock (`lock=`):
+    a forward hook on a shared module would otherwise see the other model's calls."""
 
-    def __init__(self, model, tokenizer, name: str = "custom", device: torch.device | None = None):
+    def __init__(self, model, tokenizer, name: str = "custom", device: torch.device | None = None,
+                 lock: threading.RLock | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.name = name
         self.device = device or next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
-        self.lock = threading.RLock()
+        self.lock = lock if lock is not None else threading.RLock()
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids()
