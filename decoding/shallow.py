@@ -79,7 +79,8 @@ def build_shallow(target: LM, layers: int, adapters: int, vocab_ids=None, name: 
     draft.lm_head = SliceHead(model.get_output_embeddings().weight, ids, target.vocab_size)
     draft.generation_config = copy.deepcopy(model.generation_config)
     draft.eval()
-    lm = LM(draft, target.tokenizer, name=name or f"{target.name}[shallow {layers}+{adapters}]", device=target.device)
+    lm = LM(draft, target.tokenizer, name=name or f"{target.name}[shallow {layers}+{adapters}]", device=target.device,
+            lock=target.lock)       # shares target modules, so shares the target's lock
     lm.shallow = {"layers": layers, "adapters": adapters}
     return lm
 

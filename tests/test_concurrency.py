@@ -233,3 +233,12 @@ def test_a_truncated_draft_shares_the_targets_lock():
     loose = LM(draft.model, None, name="loose")
     waited, shape = _draft_forward_during_tap(target, loose)
     assert not waited and shape == (1, 3, target.model.config.hidden_size)
+
+
+def test_a_shallow_draft_shares_the_targets_lock():
+    from decoding.shallow import build_shallow
+
+    target = varied_llama(seed=1)
+    draft = build_shallow(target, 1, 1)
+    assert draft.lock is target.lock
+    assert draft.model.model.layers[0] is target.model.model.layers[0]     # why: it shares modules
