@@ -12,6 +12,7 @@ from pathlib import Path
 from decoding import trace as trace_mod
 from decoding.errors import ConfigError, check
 from decoding.models import DEVICES, DTYPES, ModelSpec, load
+from decoding.placement import DEVICE_MAPS
 from decoding.runner import STRATEGIES, run, strategy_for
 
 
@@ -26,6 +27,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="auto", choices=DEVICES)
     p.add_argument("--dtype", default="auto", choices=list(DTYPES))
     p.add_argument("--trust-remote-code", action="store_true")
+    p.add_argument("--device-map", choices=DEVICE_MAPS, help="place a model too large for one device "
+                   "with accelerate (GPUs, then CPU, then disk); leave --device at auto")
+    p.add_argument("--max-memory", help="with --device-map: per-device budget, e.g. '0=20GiB,cpu=64GiB'")
+    p.add_argument("--offload-folder", help="with --device-map: directory for weights offloaded to disk")
     p.add_argument("--prompt", required=True)
     p.add_argument("--no-chat-template", action="store_true")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -96,7 +101,8 @@ def _strategy_kwargs(config, args, lm) -> dict:
 
 def _prepare(args):
     check(args.prompt.strip() != "", "prompt", args.prompt, "must not be empty")
-    lm = load(ModelSpec(args.model, args.gguf_file, args.device, args.dtype, args.trust_remote_code))
+    lm = load(ModelSpec(args.model, args.gguf_file, args.device, args.dtype, args.trust_remote_code,
+                        device_map=args.device_map, max_memory=args.max_memory, offload_folder=args.offload_folder))
     ids = lm.encode(args.prompt, chat_template=not args.no_chat_template)
     return lm, ids
 

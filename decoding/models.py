@@ -13,6 +13,7 @@ from pathlib import Path
 
 import torch
 
+from decoding import placement
 from decoding.errors import ConfigError, StepError, check
 
 DEFAULT_MODEL = "default"
@@ -29,12 +30,23 @@ class ModelSpec:
     device: str = "auto"
     dtype: str = "auto"
     trust_remote_code: bool = False
+    device_map: str | None = None       # None: all on `device`; "auto" etc.: accelerate places the model
+    max_memory: str | None = None       # with device_map: "0=20GiB,cpu=64GiB" (GPU index or cpu = size)
+    offload_folder: str | None = None   # with device_map: where weights offloaded to disk go
 
     def __post_init__(self):
         check(isinstance(self.name, str) and self.name.strip() != "", "model", self.name,
               "give 'default', a model id or a local path")
         check(self.device in DEVICES, "device", self.device, f"choose one of {', '.join(DEVICES)}")
         check(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {', '.join(DTYPES)}")
+        placement.check_options(self.device, self.device_map, self.max_memory, self.offload_folder)
+
+    def placement_kwargs(self) -> dict:
+        """from_pretrained's device_map / max_memory / offload_folder ({} when not placed)."""
+        if self.device_map is None:
+            return {}
+        return placement.load_kwargs(self.device_map, self.max_memory, self.offload_folder,
+                                     cache_root() / "offload")
 
 
 def resolve_device(device: str) -> torch.device:
@@ -79,13 +91,14 @@ def _gguf_cache_dir(gguf: Path) -> Path:
     return cache_root() / f"{gguf.stem}-{key}"
 
 
-def _load_gguf(gguf: Path, dtype: torch.dtype):
-    """Dequantize a GGUF once, then keep a converted copy on disk for fast later loads."""
+def _load_gguf(gguf: Path, dtype: torch.dtype, placed: dict | None = None):
+    """Dequantize a GGUF once, then keep a converted copy on disk for fast later loads. A placed
+    model (`placed`: device_map arguments) is loaded from that converted copy."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     cached = _gguf_cache_dir(gguf)
     if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
-        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True)
+        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
     _check_gguf(gguf)
     try:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -94,6 +107,10 @@ def _load_gguf(gguf: Path, dtype: torch.dtype):
     except Exception as err:  # noqa: BLE001 - any loader failure becomes one line
         raise ConfigError("gguf_file", str(gguf), f"could not be loaded ({_one_line(err)})") from None
     _save_converted(model, tok, cached)
+    if placed:
+        check((cached / "config.json").is_file(), "device_map", placed.get("device_map"),
+              f"needs the converted model in {cached}; make DECODESCOPE_CACHE writable")
+        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
     return model.to(dtype), tok
 
 
@@ -118,13 +135,13 @@ def _save_converted(model, tok, target: Path) -> None:
         pass  # another process won the race, or the cache is read-only: the model still works
 
 
-def _load_dir(name: str, dtype: torch.dtype, trust_remote_code: bool, local_only: bool):
+def _load_dir(name: str, dtype: torch.dtype, trust_remote_code: bool, local_only: bool, placed: dict | None = None):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code,
                                         local_files_only=local_only)
     model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, trust_remote_code=trust_remote_code,
-                                                 local_files_only=local_only)
+                                                 local_files_only=local_only, **(placed or {}))
     return model, tok
 
 
@@ -139,6 +156,8 @@ def load(spec: ModelSpec) -> "LM":
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    if spec.device_map is not None:
+        return _load_placed(spec)
     device = resolve_device(spec.device)
     dtype = resolve_dtype(spec.dtype, device)
     model, tok = _load_any(spec, dtype)
@@ -165,17 +184,25 @@ def free_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _load_any(spec: ModelSpec, dtype: torch.dtype):
+def _load_placed(spec: ModelSpec) -> "LM":
+    """A model placed by accelerate across GPUs, CPU and disk (spec.device_map)."""
+    dtype = resolve_dtype(spec.dtype, placement.compute_device(spec.max_memory))
+    model, tok = _load_any(spec, dtype, spec.placement_kwargs())
+    model.eval()
+    return LM(model, tok, name=spec.name, device=placement.input_device(model))
+
+
+def _load_any(spec: ModelSpec, dtype: torch.dtype, placed: dict | None = None):
     if spec.name == DEFAULT_MODEL:
-        return _load_gguf(embedded_gguf_path(), dtype)
+        return _load_gguf(embedded_gguf_path(), dtype, placed)
     path = Path(spec.name).expanduser()
     if path.suffix == ".gguf":
         check(path.is_file(), "model", spec.name, "no such GGUF file")
-        return _load_gguf(path, dtype)
+        return _load_gguf(path, dtype, placed)
     if spec.gguf_file:
         gguf = path / spec.gguf_file
         check(gguf.is_file(), "gguf_file", spec.gguf_file, f"no such file in {spec.name}")
-        return _load_gguf(gguf, dtype)
+        return _load_gguf(gguf, dtype, placed)
     if spec.name.startswith(("/", ".", "~")):          # a path, not an HF id
         check(path.exists(), "model", spec.name, "no such file or directory")
     if path.exists():
@@ -184,8 +211,11 @@ def _load_any(spec: ModelSpec, dtype: torch.dtype):
         check(has_weights, "model", spec.name, "directory has no weights (*.safetensors or *.bin)")
     online = os.environ.get("DECODESCOPE_ALLOW_DOWNLOAD") == "1" and not path.exists()
     try:
-        return _load_dir(spec.name, dtype, spec.trust_remote_code, local_only=not online)
+        return _load_dir(spec.name, dtype, spec.trust_remote_code, local_only=not online, placed=placed)
     except Exception as err:  # noqa: BLE001 - any loader failure becomes one line
+        if placed and path.exists():
+            raise ConfigError("device_map", spec.device_map, f"could not place {spec.name} "
+                              f"({_one_line(err)})") from None
         where = "locally or online" if online else "in a local directory or the local HF cache"
         raise ConfigError("model", spec.name, f"was not found {where} ({_one_line(err)}); "
                           "give a local path, or set DECODESCOPE_ALLOW_DOWNLOAD=1 to download") from None
@@ -224,6 +254,8 @@ class LM:
         self.device = device or next(model.parameters()).device
         self.dtype = next(model.parameters()).dtype
         self.lock = lock if lock is not None else threading.RLock()
+        self.placement = placement.placed_devices(model)          # {} unless placed with device_map
+        self.cuda_devices = [d for d in placement.compute_devices(model, self.device) if d.type == "cuda"]
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids()
@@ -238,8 +270,11 @@ class LM:
         return frozenset([ids] if isinstance(ids, int) else ids)
 
     def describe(self) -> dict:
-        return {"name": self.name, "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
-                "vocab_size": self.vocab_size}
+        out = {"name": self.name, "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+               "vocab_size": self.vocab_size}
+        if self.placement:
+            out["device_map"] = dict(self.placement)      # placed modules per device
+        return out
 
     # ------------------------------------------------------------ text
     def encode(self, text: str, chat_template: bool = True) -> list[int]:
@@ -310,8 +345,13 @@ class LM:
         return logits
 
     def sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
+        """Wait for every CUDA device the model computes on."""
+        for device in self.cuda_devices:
+            torch.cuda.synchronize(device)
+
+    def event_device(self) -> torch.device | None:
+        """The one CUDA device whose events time this model's steps (None: several or none)."""
+        return self.cuda_devices[0] if len(self.cuda_devices) == 1 else None
 
 
 def _non_finite(logits: torch.Tensor) -> tuple[str, int] | None:
@@ -345,19 +385,41 @@ def _show_bytes(data: bytes) -> str:
 
 
 class Timer:
-    """Wall-clock phases of one step in ms; synchronises CUDA before reading the clock."""
+    """Phases of one step in ms. On one CUDA device each phase ends with a CUDA event recorded on the
+    current stream (no synchronisation between phases; `done` waits once and reads them); otherwise
+    wall-clock time, after synchronising every CUDA device the model uses (several, with a device map)."""
 
     def __init__(self, lm: LM):
         self.lm = lm
         self.phases: dict[str, float] = {}
-        self._start = self._last = time.perf_counter()
+        self._cuda = lm.event_device()
+        self._pending: list[tuple[str, object, object]] = []   # (phase, start event, end event)
+        self._last = self._mark()
+
+    def _mark(self):
+        if self._cuda is None:
+            self.lm.sync()
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self._cuda))
+        return event
+
+    def _add(self, phase: str, ms: float) -> None:
+        self.phases[phase] = self.phases.get(phase, 0.0) + ms
 
     def lap(self, phase: str) -> None:
-        self.lm.sync()
-        now = time.perf_counter()
-        self.phases[phase] = self.phases.get(phase, 0.0) + (now - self._last) * 1000.0
+        now = self._mark()
+        if self._cuda is None:
+            self._add(phase, (now - self._last) * 1000.0)
+        else:
+            self._pending.append((phase, self._last, now))
         self._last = now
 
     def done(self) -> dict[str, float]:
         self.lap("other")
+        if self._pending:
+            self._last.synchronize()
+            for phase, start, end in self._pending:
+                self._add(phase, start.elapsed_time(end))
+            self._pending = []
         return {k: round(v, 4) for k, v in self.phases.items()}

@@ -1,0 +1,183 @@
+"""Models too large for one device, placed by accelerate (device_map="auto"): a tiny llama saved to a
+directory and loaded with a memory budget that keeps part of it on the CPU and offloads the rest to
+disk decodes token for token like the same model loaded plainly. Also: the placement options'
+checks, the CLI flags, and CUDA-event timing (with a stand-in for CUDA, on the CPU)."""
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from decoding import runner
+from decoding.config import BeamConfig, GreedyConfig, SpeculativeConfig
+from decoding.errors import ConfigError
+from decoding.models import LM, ModelSpec, Timer, load
+from decoding.placement import parse_max_memory
+from decoding.trace import without_timings
+
+from conftest import make_tiny_llama
+
+WORDS = [f"w{i}" for i in range(64)]
+PROMPT = "w1 w2 w3 w1 w2 w3 w1"
+
+
+def save_tiny(path) -> str:
+    """A 4-layer random llama with a 64-word whitespace tokenizer, as a model directory."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    make_tiny_llama(vocab_size=64, hidden=32, layers=4, seed=2).save_pretrained(path)
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="w0"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(path)
+    return str(path)
+
+
+def half_the_weights(model_dir: str) -> str:
+    """A CPU budget of about half the model's bytes: some modules fit, the rest go to disk."""
+    plain = load(ModelSpec(name=model_dir, device="cpu"))
+    size = sum(p.numel() * p.element_size() for p in plain.model.parameters())
+    return f"cpu={size // 2}B"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    return save_tiny(tmp_path_factory.mktemp("tiny_placed"))
+
+
+@pytest.fixture(scope="module")
+def plain(model_dir):
+    return load(ModelSpec(name=model_dir, device="cpu"))
+
+
+@pytest.fixture(scope="module")
+def placed(model_dir, tmp_path_factory):
+    spec = ModelSpec(name=model_dir, device_map="auto", max_memory=half_the_weights(model_dir),
+                     offload_folder=str(tmp_path_factory.mktemp("offload")))
+    return load(spec)
+
+
+def test_the_budget_splits_the_model_between_cpu_and_disk(placed):
+    assert set(placed.placement) == {"cpu", "disk"}, placed.placement
+    assert placed.describe()["device_map"] == placed.placement
+    assert placed.device == torch.device("cpu")
+    offloaded = [n for n, p in placed.model.named_parameters() if p.device.type == "meta"]
+    assert offloaded and len(offloaded) < len(list(placed.model.parameters()))
+
+
+@pytest.mark.parametrize("config", [GreedyConfig(max_new_tokens=12), BeamConfig(max_new_tokens=6, num_beams=2),
+                                    SpeculativeConfig(max_new_tokens=12, gamma=3)],
+                         ids=["greedy", "beam", "speculative"])
+def test_placed_model_decodes_like_the_plain_one(plain, placed, config):
+    ids = plain.encode(PROMPT, chat_template=False)
+    want = runner.run(plain, ids, config)
+    got = runner.run(placed, ids, config)
+    assert got.error is None and got.output_ids == want.output_ids          # token for token
+    strip = lambda tr: {k: v for k, v in without_timings(tr).items() if k != "model"}  # noqa: E731
+    assert strip(got) == strip(want)                                          # and every recorded number
+
+
+def test_greedy_equals_transformers_generate_on_the_plain_model(plain, placed):
+    ids = plain.encode(PROMPT, chat_template=False)
+    x = torch.tensor([ids])
+    ref = plain.model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, max_new_tokens=12,
+                               min_new_tokens=12)[0, len(ids):].tolist()
+    assert list(runner.run(placed, ids, GreedyConfig(max_new_tokens=12)).output_ids) == ref
+
+
+def test_cli_device_map_flags(model_dir, tmp_path, capsys, plain):
+    from decoding.__main__ import main
+
+    out = tmp_path / "t.json"
+    code = main(["run", "--model", model_dir, "--prompt", PROMPT, "--no-chat-template", "--max-new-tokens", "8",
+                 "--device-map", "auto", "--max-memory", half_the_weights(model_dir),
+                 "--offload-folder", str(tmp_path / "off"), "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    import json
+
+    data = json.loads(out.read_text())
+    assert set(data["model"]["device_map"]) == {"cpu", "disk"}
+    ids = plain.encode(PROMPT, chat_template=False)
+    assert data["output_ids"] == list(runner.run(plain, ids, GreedyConfig(max_new_tokens=8)).output_ids)
+
+
+@pytest.mark.parametrize("kwargs, param", [
+    ({"device_map": "everywhere"}, "device_map"),
+    ({"max_memory": "cpu=1GiB"}, "max_memory"),                       # needs device_map
+    ({"offload_folder": "/tmp/x"}, "offload_folder"),                 # needs device_map
+    ({"device_map": "auto", "device": "cuda"}, "device"),
+    ({"device_map": "auto", "max_memory": "cpu=lots"}, "max_memory"),
+    ({"device_map": "auto", "max_memory": "gpu0=1GiB"}, "max_memory"),
+    ({"device_map": "auto", "max_memory": "disk=1GiB"}, "max_memory"),
+    ({"device_map": "auto", "max_memory": "0=1GiB,cuda:0=2GiB"}, "max_memory"),
+])
+def test_bad_placement_options_name_the_option(kwargs, param):
+    with pytest.raises(ConfigError) as err:
+        ModelSpec(name="x", **kwargs)
+    assert err.value.param == param and "\n" not in str(err.value)
+
+
+def test_max_memory_parses_to_accelerates_form():
+    assert parse_max_memory("0=20GiB, cpu=64GB,cuda:1=1.5 kib,mps=300") == {0: 20 * 2**30, "cpu": 64 * 10**9,
+                                                                            1: 1536, "mps": 300}
+    assert parse_max_memory(None) == {} and parse_max_memory("") == {}
+    assert ModelSpec(name="x", device_map="auto").placement_kwargs()["device_map"] == "auto"
+    assert ModelSpec(name="x").placement_kwargs() == {}
+
+
+# ------------------------------------------------------------------ CUDA-event timing, with a stand-in
+class FakeEvent:
+    """Stands in for torch.cuda.Event: records the host clock; counts synchronisations."""
+
+    synchronized = 0
+
+    def __init__(self, enable_timing: bool = False):
+        assert enable_timing
+        self.at = None
+
+    def record(self, stream=None):
+        self.at = time.perf_counter()
+
+    def synchronize(self):
+        FakeEvent.synchronized += 1
+
+    def elapsed_time(self, end: "FakeEvent") -> float:
+        return (end.at - self.at) * 1000.0
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    def no_sync(*_a, **_k):
+        raise AssertionError("synchronised between phases")
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", no_sync)
+    FakeEvent.synchronized = 0
+
+
+def test_timer_uses_events_on_one_cuda_device_and_waits_once(fake_cuda):
+    lm = LM(make_tiny_llama(), None, "tiny")
+    lm.cuda_devices = [torch.device("cuda", 0)]
+    start = time.perf_counter()
+    timer = Timer(lm)
+    time.sleep(0.02)
+    timer.lap("forward")
+    timer.lap("sampling")
+    assert FakeEvent.synchronized == 0                        # nothing waited for so far
+    phases = timer.done()
+    wall = (time.perf_counter() - start) * 1000.0
+    assert FakeEvent.synchronized == 1
+    assert set(phases) == {"forward", "sampling", "other"}
+    assert 20.0 <= phases["forward"] <= wall and sum(phases.values()) <= wall
+
+
+def test_timer_on_several_cuda_devices_syncs_them_all(monkeypatch):
+    lm = LM(make_tiny_llama(), None, "tiny")
+    lm.cuda_devices = [torch.device("cuda", 0), torch.device("cuda", 1)]
+    synced = []
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: synced.append(device))
+    monkeypatch.setattr(torch.cuda, "Event", None)            # control: events are not used here
+    Timer(lm).done()
+    assert synced == lm.cuda_devices * 2                      # at the start and at the one lap
