@@ -118,7 +118,7 @@ def _step_logprobs(lm: LM, feed: torch.Tensor, cache) -> torch.Tensor:
     """One batched forward of the live beams' last tokens (of the prompt, one row, at step 0);
     log_softmax of the last position's float32 logits. (rows, V)"""
     with lm.lock, torch.inference_mode():
-        out = lm.model(input_ids=feed, cache=cache, use_cache=True, logits_to_keep=1)
+        out = lm.model(input_ids=feed, **{lm.cache_kw: cache}, use_cache=True, logits_to_keep=1)
     return torch.log_softmax(lm.check_logits(out.logits[:, -1, :].float()), dim=-1)  # (rows, V)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata
+import inspect
 import os
 import re
 import threading
@@ -256,6 +257,7 @@ class LM:
         self.lock = lock if lock is not None else threading.RLock()
         self.placement = placement.placed_devices(model)          # {} unless placed with device_map
         self.cuda_devices = [d for d in placement.compute_devices(model, self.device) if d.type == "cuda"]
+        self.cache_kw = cache_keyword(model)
         self.vocab_size = int(model.config.vocab_size)
         self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids()
@@ -328,7 +330,7 @@ class LM:
         `logits_to_keep` positions (0 = all of them, T = len(ids))."""
         x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
         with self.lock:
-            out = self.model(input_ids=x, cache=cache, use_cache=True, position_ids=position_ids,
+            out = self.model(input_ids=x, **{self.cache_kw: cache}, use_cache=True, position_ids=position_ids,
                              logits_to_keep=logits_to_keep)
         return self.check_logits(out.logits[0].float())  # (T, V)
 
@@ -366,6 +368,16 @@ def _non_finite(logits: torch.Tensor) -> tuple[str, int] | None:
     if bool(dead.any()):
         return "-inf everywhere", int(torch.isneginf(logits).sum())
     return None
+
+
+def cache_keyword(model) -> str:
+    """The forward's name for the KV cache: `cache` (recent transformers 5.x) or `past_key_values`
+    (earlier releases, still an accepted alias in later ones)."""
+    try:
+        params = inspect.signature(type(model).forward).parameters
+    except (TypeError, ValueError):
+        return "cache"
+    return "past_key_values" if "cache" not in params and "past_key_values" in params else "cache"
 
 
 def _token_bytes(raw: str) -> bytes | None:

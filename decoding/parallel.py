@@ -85,13 +85,17 @@ class ParallelDrafter(nn.Module):
 
     # ------------------------------------------------------------------ frozen target parts
     def attach(self, lm) -> "ParallelDrafter":
-        """Share the target's input embedding and LM head (frozen, not part of the weights)."""
+        """Share the target's input embedding and LM head (frozen, not part of the weights); the
+        drafter moves to the head's device (its own weights keep their dtype)."""
         model = lm.model if hasattr(lm, "model") else lm
         embed = model.get_input_embeddings().weight
         head = model.get_output_embeddings()
         check(embed.shape[1] == self.shape.hidden_size and head.weight.shape[0] >= self.shape.vocab_size,
               "drafter", f"<hidden {self.shape.hidden_size}, vocab {self.shape.vocab_size}>",
               f"does not fit this model (hidden {embed.shape[1]}, vocab {head.weight.shape[0]})")
+        check(head.weight.device.type != "meta", "drafter", "<attach>", "the target's LM head is offloaded "
+              "(device_map); give max_memory room for it on a device")
+        self.to(head.weight.device)
         ids = self.vocab_ids.to(head.weight.device)
         self.embed = embed.detach()
         self.head = head.weight.detach().index_select(0, ids).to(self.trunk_in.dtype)   # (V_s, H)

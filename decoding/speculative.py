@@ -45,7 +45,8 @@ def residual_distribution(p_target, q_draft):
 def point_mass_residual(p_target, token: int):
     """After rejecting a point-mass draft `token`: p_target with that token zeroed, renormalized."""
     if isinstance(p_target, torch.Tensor):
-        return _normalized(p_target.clone().index_fill_(0, torch.tensor([token]), 0), p_target)  # (V,)
+        index = torch.tensor([token], device=p_target.device)
+        return _normalized(p_target.clone().index_fill_(0, index, 0), p_target)  # (V,)
     return _normalized([0 if i == token else p for i, p in enumerate(p_target)], p_target)
 
 
@@ -156,7 +157,8 @@ class Speculator:
         n_verify = min(n_verify, len(proposal))
         if self.config.gamma_policy != "confidence" or proposal.q_draft is None or n_verify == 0:
             return n_verify, reason
-        q_own = proposal.q_draft[torch.arange(n_verify), torch.tensor(proposal.tokens[:n_verify])]  # (n,)
+        rows = torch.arange(n_verify, device=proposal.q_draft.device)
+        q_own = proposal.q_draft[rows, torch.tensor(proposal.tokens[:n_verify], device=rows.device)]  # (n,)
         cut = confidence_cut(q_own.tolist(), self.config.confidence_threshold)
         if cut < n_verify or float(q_own[cut - 1]) < self.config.confidence_threshold:
             reason += (f"; stopped after {cut} (q_draft={float(q_own[cut - 1]):.3f} < "

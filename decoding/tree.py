@@ -71,8 +71,8 @@ def verify_tree(lm, cache, tokens: Sequence[int], parents: Sequence[int]) -> tor
     mask = tree_mask(parents, past, lm.dtype, lm.device)                      # (1, 1, q, past + q)
     positions = tree_positions(parents, past, lm.device)                     # (1, q)
     with lm.lock:
-        out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
-                       use_cache=True)
+        out = lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                       **{lm.cache_kw: cache})
     return lm.check_logits(out.logits[0].float())  # (q, V)
 
 

@@ -8,10 +8,38 @@ import torch
 
 torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
 
+# Where the tiny-model tests run: DECODESCOPE_TEST_DEVICE=cuda and DECODESCOPE_TEST_DTYPE=float16 or
+# bfloat16 move every tiny model there (scripts/gpu_check.sh does). Default: cpu, float32.
+TEST_DEVICE = torch.device(os.environ.get("DECODESCOPE_TEST_DEVICE", "cpu"))
+TEST_DTYPE = {"float32": torch.float32, "float16": torch.float16,
+              "bfloat16": torch.bfloat16}[os.environ.get("DECODESCOPE_TEST_DTYPE", "float32")]
+# The largest |logit difference| accepted where one number is computed two ways (KV cache vs a full
+# recomputation, a tree forward vs per-path forwards, a compacted or rolled-back cache vs a fresh
+# prefill). float32: each test's own bound (1e-5 or 1e-4; measured <= 1e-6). Half precision rounds
+# activations to 11 (float16) or 8 (bfloat16) significant bits, at other places in the two
+# computations (other shapes, other kernels). Measured on the tiny models (|logits| <= 1.5, on the
+# CPU): float16 <= 2e-3 (two float16 steps at 1.5), bfloat16 <= 7.8e-3 (one bfloat16 step). The
+# bounds are about ten float16 steps and four bfloat16 steps. The negative controls that plant a wrong mask or a stale cache entry (3e-2 and more)
+# stay above them; the one that plants sequential positions (7e-4) does not, so the negative controls
+# run in float32 only (scripts/gpu_check.sh).
+HALF_LOGIT_ATOL = {torch.float16: 0.01, torch.bfloat16: 0.03}
+if TEST_DEVICE.type == "cuda":       # exactness in float32 means IEEE float32 matmuls, not TF32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def logit_atol(float32_bound: float) -> float:
+    """A test's logit tolerance under the test dtype (its float32 bound unchanged in float32)."""
+    return HALF_LOGIT_ATOL.get(TEST_DTYPE, float32_bound)
+
+
+def on_test_device(model):
+    return model.to(device=TEST_DEVICE, dtype=TEST_DTYPE)
+
 
 def make_tiny_llama(vocab_size: int = 64, hidden: int = 32, layers: int = 2, heads: int = 4,
                     seed: int = 0, eos_token_id: int | None = None, context: int = 256):
-    """A random LlamaForCausalLM small enough for exhaustive tests (fp32, eager-free sdpa)."""
+    """A random LlamaForCausalLM small enough for exhaustive tests (sdpa), on the test device and dtype."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(seed)
@@ -22,7 +50,7 @@ def make_tiny_llama(vocab_size: int = 64, hidden: int = 32, layers: int = 2, hea
     model = LlamaForCausalLM(cfg).eval()
     model.generation_config.eos_token_id = eos_token_id
     model.generation_config.pad_token_id = eos_token_id if eos_token_id is not None else 0
-    return model
+    return on_test_device(model)
 
 
 @pytest.fixture(scope="session")

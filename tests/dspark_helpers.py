@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import torch
 
+from conftest import on_test_device
 from decoding.models import LM
 from decoding.parallel import DrafterShape, ParallelDrafter
 
@@ -18,7 +19,7 @@ def varied_llama(seed: int = 0, vocab: int = 64, hidden: int = 32, init: float =
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                       bos_token_id=None, eos_token_id=eos_token_id, pad_token_id=None,
                       initializer_range=init, tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg).eval()
+    model = on_test_device(LlamaForCausalLM(cfg).eval())
     model.generation_config.eos_token_id = eos_token_id
     return LM(model, tokenizer=None, name=f"varied-{seed}")
 

@@ -33,7 +33,7 @@ def drafter(lm):
 def exact_marginals(lm, depth: int) -> list[torch.Tensor]:
     """P(t_1), P(t_2), ... under the processed target, by enumerating every prefix (batched)."""
     pipeline = build_pipeline(**PROCESSING)
-    seqs = torch.tensor([PROMPT])                                   # (S, L)
+    seqs = torch.tensor([PROMPT], device=lm.device)                                   # (S, L)
     weights = torch.ones(1, dtype=torch.float64)                    # (S,)
     out = []
     for _ in range(depth):

@@ -4,7 +4,7 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from conftest import make_tiny_llama
+from conftest import logit_atol, make_tiny_llama
 from decoding import runner, trace
 from decoding.config import GreedyConfig, SampleConfig
 from decoding.models import LM
@@ -108,7 +108,7 @@ def test_branch_changes_the_rest(tiny_lm):
 
 def _full_recompute_logits(lm, ids):
     with torch.inference_mode():
-        return lm.model(torch.tensor([ids])).logits[0, -1].float()  # (V,)
+        return lm.model(torch.tensor([ids], device=lm.device)).logits[0, -1].float()  # (V,)
 
 
 @pytest.mark.parametrize("which", ["tiny", "real"])
@@ -123,7 +123,7 @@ def test_kv_cache_equals_full_recomputation(which, tiny_lm, request):
         full = _full_recompute_logits(lm, ids)
         top_ids = [c.token_id for c in step.raw_top]
         cached = torch.tensor([c.logit for c in step.raw_top])
-        assert torch.allclose(cached, full[top_ids], atol=1e-4), step.index
+        assert torch.allclose(cached, full[top_ids].cpu(), atol=logit_atol(1e-4)), step.index
         ids.append(step.chosen_id)
 
 

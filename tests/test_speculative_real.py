@@ -69,7 +69,7 @@ class ForwardCounter:
 
 def hf_generate(target_model, ids, **kwargs) -> tuple[list[int], int]:
     """transformers' generate on a batch of one; returns (new ids, target forwards counted by a hook)."""
-    x = torch.tensor([ids])  # (1, T)
+    x = torch.tensor([ids], device=target_model.device)  # (1, T)
     counter = ForwardCounter(target_model)
     try:
         out = target_model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, **kwargs)

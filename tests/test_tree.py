@@ -15,9 +15,9 @@ from decoding.select import best_tree, flat_tree
 from decoding.toy import MarkovTable, draft_lattice
 from decoding.tree import compact_cache, tree_mask, tree_positions, verify_tree
 from decoding.tree_accept import greedy_round
-from tests.conftest import make_tiny_llama
+from tests.conftest import logit_atol, make_tiny_llama, on_test_device
 
-TOL = 1e-5
+TOL = logit_atol(1e-5)
 PROMPT = [3, 5, 7, 9, 11, 13, 2]
 TREES = [
     ([4], [-1]),                                            # root only
@@ -48,7 +48,7 @@ def lm_gqa():
     cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
                       bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    return LM(LlamaForCausalLM(cfg).eval(), tokenizer=None, name="tiny-gqa")
+    return LM(on_test_device(LlamaForCausalLM(cfg).eval()), tokenizer=None, name="tiny-gqa")
 
 
 def path_tokens(tokens, parents, node):
@@ -87,21 +87,23 @@ def test_tree_logits_equal_per_path_recomputation(tree, which, request):
 
 
 def _forward_with(lm, cache, tokens, mask, positions):
-    ids = torch.tensor([tokens])  # (1, q)
+    ids = torch.tensor([tokens], device=lm.device)  # (1, q)
+    mask, positions = mask.to(lm.device), positions.to(lm.device)
+    mask = mask if mask.dtype == torch.bool else mask.to(lm.dtype)
     with torch.inference_mode():
-        return lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache,
+        return lm.model(input_ids=ids, attention_mask=mask, position_ids=positions, **{lm.cache_kw: cache},
                         use_cache=True).logits[0].float()  # (q, V)
 
 
 def test_negative_controls_fail_the_recomputation_check(lm_sdpa, lm_eager):
     tokens, parents = TREES[2]
     past = len(PROMPT)
-    mask = tree_mask(parents, past)
+    mask = tree_mask(parents, past, lm_sdpa.dtype)
     sequential = torch.arange(past, past + len(tokens))[None]  # (1, q) no depth positions
     wrong_pos = _forward_with(lm_sdpa, prefilled(lm_sdpa), tokens, mask, sequential)
     assert per_path_error(lm_sdpa, tokens, parents, wrong_pos) > TOL
     causal = torch.zeros(1, 1, len(tokens), past + len(tokens))
-    causal[..., past:] = torch.triu(torch.full((len(tokens), len(tokens)), torch.finfo(torch.float32).min), 1)
+    causal[..., past:] = torch.triu(torch.full((len(tokens), len(tokens)), torch.finfo(lm_sdpa.dtype).min), 1)
     wrong_mask = _forward_with(lm_sdpa, prefilled(lm_sdpa), tokens, causal, tree_positions(parents, past))
     assert per_path_error(lm_sdpa, tokens, parents, wrong_mask) > TOL
     boolean = mask == 0   # True = allowed: sdpa reads it right, eager adds it as 0/1
@@ -146,7 +148,7 @@ def test_greedy_tree_rounds_on_tiny_llama_equal_plain_greedy(lm_sdpa):
         expect.append(token)
         feed = [token]
     with torch.inference_mode():   # a Markov drafter: the tiny model's next token after one token
-        single = lm_sdpa.model(input_ids=torch.arange(64)[:, None]).logits[:, -1].softmax(-1)  # (V, V)
+        single = lm_sdpa.model(input_ids=torch.arange(64, device=lm_sdpa.device)[:, None]).logits[:, -1].float().softmax(-1)  # (V, V)
     draft = MarkovTable(tuple(tuple(row) for row in single.tolist()))
     cache = lm_sdpa.new_cache()
     lm_sdpa.forward(PROMPT[:-1], cache)

@@ -1,7 +1,8 @@
-"""Models too large for one device, placed by accelerate (device_map="auto"): a tiny llama saved to a
-directory and loaded with a memory budget that keeps part of it on the CPU and offloads the rest to
-disk decodes token for token like the same model loaded plainly. Also: the placement options'
-checks, the CLI flags, and CUDA-event timing (with a stand-in for CUDA, on the CPU)."""
+"""Device handling. Models too large for one device, placed by accelerate (device_map="auto"): a tiny
+llama saved to a directory and loaded with a memory budget that keeps part of it on the CPU and
+offloads the rest to disk decodes token for token like the same model loaded plainly. Also: the
+placement options' checks, the CLI flags, CUDA-event timing (with a stand-in for CUDA, on the CPU)
+and the KV-cache keyword across transformers releases."""
 from __future__ import annotations
 
 import time
@@ -181,3 +182,28 @@ def test_timer_on_several_cuda_devices_syncs_them_all(monkeypatch):
     monkeypatch.setattr(torch.cuda, "Event", None)            # control: events are not used here
     Timer(lm).done()
     assert synced == lm.cuda_devices * 2                      # at the start and at the one lap
+
+
+def test_a_drafter_refuses_a_target_whose_head_is_offloaded(placed, model_dir, tmp_path):
+    """The parallel drafter reads the target's LM head rows; with the head on disk it says so."""
+    from decoding.parallel import DrafterShape, ParallelDrafter
+
+    spec = ModelSpec(name=model_dir, device_map="auto", max_memory="cpu=1B", offload_folder=str(tmp_path))
+    offloaded = load(spec)
+    assert offloaded.model.get_output_embeddings().weight.device.type == "meta"
+    drafter = ParallelDrafter(DrafterShape(32, 64, gamma_max=2, rank=2, trunk=8, width=4))
+    with pytest.raises(ConfigError, match="offloaded") as err:
+        drafter.attach(offloaded)
+    assert err.value.param == "drafter"
+    assert drafter.attach(placed).head is not None          # control: a head kept on the CPU is fine
+
+
+def test_the_cache_keyword_follows_the_installed_transformers():
+    from decoding.models import cache_keyword
+
+    class OlderForward(torch.nn.Module):     # a forward from before the `cache` name
+        def forward(self, input_ids=None, past_key_values=None, use_cache=None):
+            return None
+
+    assert cache_keyword(make_tiny_llama()) == "cache"      # transformers 5.24 (this environment)
+    assert cache_keyword(OlderForward()) == "past_key_values"

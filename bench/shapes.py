@@ -1,0 +1,139 @@
+"""Every strategy timed on a randomly initialised model of the embedded model's shapes (SmolLM2-135M:
+a llama with hidden 576, 30 layers, 9 heads, 3 key/value heads, MLP 1536, vocabulary 49152, tied
+embeddings), so no weights file is needed (scripts/gpu_check.sh runs it on a GPU machine offline).
+
+    python -m bench.shapes [--device cuda] [--dtype float16] [--max-new-tokens 128] [--tiny] [--md FILE]
+
+A random model's text means nothing, but its step costs are the real model's; greedy decoding of a
+random model soon repeats itself, so prompt lookup and the drafters get something to accept and τ is
+shown as measured. Throughput is wall-clock tokens/s of the engine's whole run (trace recording
+included), after one warm-up run per strategy; "events ms/step" is the mean of the steps' own phase
+timings (CUDA events on a GPU), a check that the two clocks agree.
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+from dataclasses import dataclass
+
+import torch
+
+from decoding import runner
+from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.drafters import truncated_draft
+from decoding.models import LM, resolve_device, resolve_dtype
+from decoding.parallel import DrafterShape, ParallelDrafter
+
+EMBEDDED_SHAPES = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
+                       num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
+                       rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
+TINY_SHAPES = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
+                   rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
+
+
+@dataclass(frozen=True)
+class Row:
+    strategy: str
+    tokens: int
+    tokens_per_s: float
+    events_ms_per_step: float
+    tau: float | None
+    peak_mib: float | None
+
+
+def random_model(shapes: dict, device: torch.device, dtype: torch.dtype, seed: int = 0) -> LM:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(bos_token_id=None, eos_token_id=None, pad_token_id=None, **shapes)
+    model = LlamaForCausalLM(config).eval().to(device=device, dtype=dtype)
+    model.generation_config.eos_token_id = None
+    return LM(model, tokenizer=None, name="random-" + ("smollm2-135m-shapes" if shapes is EMBEDDED_SHAPES
+                                                       else "tiny-shapes"), device=device)
+
+
+def prompt_ids(vocab: int, length: int = 48, seed: int = 1) -> list[int]:
+    """Random ids with one repeated stretch (as real prompts repeat names and phrases)."""
+    g = torch.Generator().manual_seed(seed)
+    head = torch.randint(3, vocab, (length - 16,), generator=g).tolist()
+    return head + head[:16]
+
+
+def contenders(lm: LM, n: int, draft_layers: int) -> dict:
+    """Strategy label -> (config, extra run arguments): every registered strategy, speculative twice."""
+    hidden = lm.model.config.hidden_size
+    drafter = ParallelDrafter(DrafterShape(hidden, lm.vocab_size, gamma_max=8), seed=0).eval().attach(lm)
+    draft = truncated_draft(lm, draft_layers)
+    return {
+        "greedy": (GreedyConfig(max_new_tokens=n), {}),
+        "sample (T=0.8, top-p 0.9)": (SampleConfig(max_new_tokens=n, temperature=0.8, top_p=0.9, seed=1), {}),
+        "beam (4 beams)": (BeamConfig(max_new_tokens=n, num_beams=4), {}),
+        "speculative, lookup (γ=5)": (SpeculativeConfig(max_new_tokens=n, gamma=5), {}),
+        f"speculative, draft = first {draft_layers} layer{'s' if draft_layers > 1 else ''} (γ=4)": (
+            SpeculativeConfig(max_new_tokens=n, gamma=4, draft="truncated"), {"draft_lm": draft}),
+        "dspark, random drafter (chain γ=4, K=2)": (
+            DSparkConfig(max_new_tokens=n, gamma=4, top_k_candidates=2), {"drafter": drafter}),
+    }
+
+
+def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str) -> Row:
+    runner.run(lm, ids, config, **kwargs)                      # warm-up (kernels, allocator)
+    if lm.device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(lm.device)
+    lm.sync()
+    start = time.perf_counter()
+    trace = runner.run(lm, ids, config, **kwargs)
+    lm.sync()
+    wall = time.perf_counter() - start
+    if trace.error:
+        raise RuntimeError(f"{label}: {trace.error}")
+    events_ms = sum(sum(step.timings_ms.values()) for step in trace.steps) / max(1, len(trace.steps))
+    peak = torch.cuda.max_memory_allocated(lm.device) / 2**20 if lm.device.type == "cuda" else None
+    return Row(label, len(trace.output_ids), len(trace.output_ids) / wall, events_ms,
+               trace.stats.mean_accepted_length, peak)
+
+
+def render(rows: list[Row], lm: LM, n: int) -> str:
+    gpu = torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else platform.processor() or "CPU"
+    import transformers
+
+    lines = [f"Random model, {lm.model.config.num_hidden_layers} layers, hidden {lm.model.config.hidden_size}, "
+             f"vocab {lm.vocab_size}; {str(lm.dtype).replace('torch.', '')} on {gpu}; {n} new tokens; torch "
+             f"{torch.__version__}, transformers {transformers.__version__}.", "",
+             "| strategy | tokens | tokens/s | events ms/step | τ | peak MiB |", "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        tau = f"{r.tau:.2f}" if r.tau is not None else "–"
+        peak = f"{r.peak_mib:.0f}" if r.peak_mib is not None else "–"
+        lines.append(f"| {r.strategy} | {r.tokens} | {r.tokens_per_s:.1f} | {r.events_ms_per_step:.2f} | {tau} | {peak} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.shapes", description=__doc__.splitlines()[0])
+    p.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda", "mps"])
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "float16", "bfloat16"])
+    p.add_argument("--max-new-tokens", type=int, default=128)
+    p.add_argument("--draft-layers", type=int, default=4)
+    p.add_argument("--tiny", action="store_true", help="a 2-layer model instead (to try the script on a CPU)")
+    p.add_argument("--md", default=None, help="also write the table (Markdown) to this file")
+    args = p.parse_args(argv)
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    shapes = TINY_SHAPES if args.tiny else EMBEDDED_SHAPES
+    lm = random_model(shapes, device, dtype)
+    ids = prompt_ids(lm.vocab_size)
+    n = args.max_new_tokens
+    rows = [measure(lm, ids, cfg, kw, label) for label, (cfg, kw) in
+            contenders(lm, n, max(1, min(args.draft_layers, shapes["num_hidden_layers"] - 1))).items()]
+    table = render(rows, lm, n)
+    print(table, flush=True)
+    if args.md:
+        with open(args.md, "a", encoding="utf-8") as fh:
+            fh.write(table + "\n\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
