@@ -216,7 +216,11 @@ def test_traces_download_and_replay(server, page, tmp_path):
 def test_stop_interrupts_a_long_run(server, page):
     open_app(page, server, "?max_new=400")
     click(page, "Run to end")
-    page.get_by_text(re.compile(r"\d+ steps — Stop")).first.wait_for(timeout=60_000)    # the progress bar's text
+    try:
+        page.get_by_text(re.compile(r"\d+ steps — Stop")).first.wait_for(timeout=60_000)  # the progress bar's text
+    except sync_api.TimeoutError:
+        shot(page, "stop-failure")       # what the page showed instead (kept for diagnosis)
+        raise
     click(page, "Stop")
     stop = page.get_by_role("button", name="Stop", exact=True)
     page.wait_for_function("b => b.disabled", arg=stop.element_handle(), timeout=60_000)  # no run in progress
