@@ -113,6 +113,21 @@ def render(rows, args) -> str:
     return "\n".join(lines)
 
 
+def plot(rows, args) -> str:
+    """assets/bench/dspark-speedup-vs-gamma.png (median speed per γ); the Markdown line linking it."""
+    import statistics as stats
+
+    from bench.plot import save_png, speedup_figure
+
+    chain = [(g, stats.median(rows[f"dspark chain γ={g}"]["tps"])) for g in args.gammas]
+    tau = [(g, stats.median(rows[f"dspark chain γ={g}"]["tau"])) for g in args.gammas]
+    fig = speedup_figure({"dspark chain: speed vs greedy": ([g for g, _ in chain], [v for _, v in chain]),
+                          "dspark chain: τ (tokens / forward)": ([g for g, _ in tau], [v for _, v in tau])},
+                         "DSpark on the embedded model: speed and τ vs γ (medians)")
+    out = save_png(fig, "dspark-speedup-vs-gamma")
+    return "" if out is None else f"![DSpark speed and τ vs γ](assets/bench/{out.name})"
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench dspark")
     parser.add_argument("--repeats", type=int, default=2)
@@ -122,6 +137,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     args.gammas = [int(g) for g in args.gammas.split(",")]
     lm = load(ModelSpec())
-    body = render(measure(lm, args), args)
+    rows = measure(lm, args)
+    body = render(rows, args)
+    image = plot(rows, args)
+    body += f"\n\n{image}" if image else ""
     write_section("dspark", body)
     print(body)
