@@ -534,34 +534,45 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
 
 
 # ------------------------------------------------------------------------------ command line
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m decoding train parallel",
-                                description="train the parallel (dspark) drafter by self-distillation")
+def settings_parser(prog: str, description: str, settings_type) -> argparse.ArgumentParser:
+    """--model, --out, one flag per field of the settings dataclass, --no-progress."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--model", default="default")
     p.add_argument("--out", default=None, help="weights file (default: the shipped asset for the embedded model)")
-    defaults = TrainSettings()
-    for name, value in asdict(defaults).items():
+    for name, value in asdict(settings_type()).items():
         p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
     p.add_argument("--no-progress", action="store_true")
     return p
 
 
-def main_train_parallel(argv: Sequence[str] | None = None) -> int:
-    from decoding.dspark import DEFAULT_WEIGHTS
+def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: Path, prefix: str, train, summary) -> int:
+    """Parse, load the model, train to --out (or the shipped asset for the embedded model, else
+    <prefix>-<model>.safetensors), print one line; one-line errors with exit status 2."""
     from decoding.models import ModelSpec, load
 
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     try:
-        settings = TrainSettings(**{k: v for k, v in vars(args).items() if k in TrainSettings.__dataclass_fields__})
+        settings = settings_type(**{k: v for k, v in vars(args).items() if k in settings_type.__dataclass_fields__})
         lm = load(ModelSpec(args.model))
-        out = args.out or (DEFAULT_WEIGHTS if args.model == "default" else Path(f"dspark-{Path(args.model).name}.safetensors"))
-        report = train_parallel(lm, settings, out, progress=not args.no_progress)
+        out = args.out or (shipped if args.model == "default" else Path(f"{prefix}-{Path(args.model).name}.safetensors"))
+        report = train(lm, settings, out, progress=not args.no_progress)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    print(f"wrote {report.weights} ({report.size_bytes / 1e6:.1f} MB) and its model card; "
-          f"tau(chain) {json.dumps({k: round(v, 2) for k, v in report.metrics['tau_chain'].items()})}")
+    print(f"wrote {report.weights} ({report.size_bytes / 1e6:.1f} MB) and its model card; {summary(report)}")
     return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return settings_parser("python -m decoding train parallel",
+                           "train the parallel (dspark) drafter by self-distillation", TrainSettings)
+
+
+def main_train_parallel(argv: Sequence[str] | None = None) -> int:
+    from decoding.dspark import DEFAULT_WEIGHTS
+
+    return run_trainer(argv, build_parser(), TrainSettings, DEFAULT_WEIGHTS, "dspark", train_parallel,
+                       lambda r: "tau(chain) " + json.dumps({k: round(v, 2) for k, v in r.metrics["tau_chain"].items()}))
 
 
 def main_cli(argv: Sequence[str]) -> int:

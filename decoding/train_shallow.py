@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,9 +26,10 @@ from typing import Sequence
 import torch
 import torch.nn.functional as F
 
-from decoding.errors import ConfigError, check
+from decoding.errors import check
 from decoding.shallow import DEFAULT_SHALLOW, build_shallow, save_shallow, trainable
-from decoding.train import DistillData, display_name, distill_prompts, generate_distill, split_sequences
+from decoding.train import (DistillData, display_name, distill_prompts, generate_distill, run_trainer,
+                            settings_parser, split_sequences)
 
 
 @dataclass(frozen=True)
@@ -291,29 +291,11 @@ def train_shallow(lm, settings: DraftSettings, out: str | Path, *, prompts=None,
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m decoding train draft",
-                                description="train the shallow self-draft for speculative decoding by distillation")
-    p.add_argument("--model", default="default")
-    p.add_argument("--out", default=None, help="weights file (default: the shipped asset for the embedded model)")
-    for name, value in asdict(DraftSettings()).items():
-        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
-    p.add_argument("--no-progress", action="store_true")
-    return p
+    return settings_parser("python -m decoding train draft",
+                           "train the shallow self-draft for speculative decoding by distillation", DraftSettings)
 
 
 def main_train_draft(argv: Sequence[str] | None = None) -> int:
-    from decoding.models import ModelSpec, load
-
-    args = build_parser().parse_args(argv)
-    try:
-        settings = DraftSettings(**{k: v for k, v in vars(args).items() if k in DraftSettings.__dataclass_fields__})
-        lm = load(ModelSpec(args.model))
-        out = args.out or (DEFAULT_SHALLOW if args.model == "default" else Path(f"shallow-{Path(args.model).name}.safetensors"))
-        report = train_shallow(lm, settings, out, progress=not args.no_progress)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {report.weights} ({report.size_bytes / 1e6:.1f} MB) and its model card; top-1 "
-          f"{report.before['top1']:.3f} -> {report.after['top1']:.3f}; tau(chain) "
-          f"{json.dumps({k: round(v, 2) for k, v in report.after['tau_chain'].items()})}")
-    return 0
+    return run_trainer(argv, build_parser(), DraftSettings, DEFAULT_SHALLOW, "shallow", train_shallow,
+                       lambda r: f"top-1 {r.before['top1']:.3f} -> {r.after['top1']:.3f}; tau(chain) "
+                                 + json.dumps({k: round(v, 2) for k, v in r.after["tau_chain"].items()}))
