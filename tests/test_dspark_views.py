@@ -4,7 +4,6 @@ the trace (or recomputed from it by hand), each rule with a negative control tha
 from __future__ import annotations
 
 import dataclasses
-import html
 import math
 
 import pandas as pd
@@ -16,6 +15,7 @@ from decoding.runner import run
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 from ui import dspark, figures, svg, tables
 from ui.chips import chips_html, visible
+from ui.figures import plot_text
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPT = [1, 2, 3, 4, 5]
@@ -68,7 +68,7 @@ def test_lattice_grid_shows_the_score_given_the_chosen_parent(chain_trace):
                 parent = 0 if k == 1 else path[k - 2]
                 assert grid["z"][c.cand][k - 1] == c.scores[parent]
                 assert q["z"][c.cand][k - 1] == c.q_draft
-                assert grid["text"][c.cand][k - 1] == html.escape(repr(visible(c.piece)))
+                assert grid["text"][c.cand][k - 1] == plot_text(repr(visible(c.piece)))
                 # negative control: the largest ŝ over parents is another number somewhere
                 checked_parent_dependence |= max(c.scores) != c.scores[parent]
     assert checked_parent_dependence

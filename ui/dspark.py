@@ -3,10 +3,9 @@ tree drawn over it, the DP table, the stage-1 selection, the stage-2 verdicts, t
 choice, chips, table rows and running metrics. Pure: DSparkRound events in, values/figures out.
 
 Positions k are 1-based (as in the trace), candidates j 0-based (0 = the drafter's most likely).
-Every string from a trace is escaped with html.escape before it becomes a plotly label."""
+Every string from a trace is escaped with figures.plot_text before it becomes a plotly label."""
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
 import pandas as pd
@@ -14,6 +13,7 @@ import plotly.graph_objects as go
 
 from ui import palette
 from ui.chips import Chip, visible
+from ui.figures import plot_text
 
 NODE_STYLE = {   # verdict -> (colour, marker symbol, text twin)
     "accepted": (palette.GREEN, "circle", "✓ accepted"),
@@ -104,8 +104,8 @@ def lattice_grid(event, value: str = "score") -> dict:
     for k, column in enumerate(event.lattice, start=1):
         for c in column.cells:
             z[c.cand][k - 1] = cell_value(c, parents[k - 1], value)
-            text[c.cand][k - 1] = html.escape(repr(visible(c.piece)))
-            hover[c.cand][k - 1] = html.escape(_cell_hover(c, column, parents[k - 1]))
+            text[c.cand][k - 1] = plot_text(repr(visible(c.piece)))
+            hover[c.cand][k - 1] = plot_text(_cell_hover(c, column, parents[k - 1]))
     return {"z": z, "text": text, "hover": hover, "x": list(range(1, len(event.lattice) + 1)),
             "y": list(range(width))}
 
@@ -213,7 +213,7 @@ def _add_nodes(fig: go.Figure, event) -> None:
             continue
         fig.add_scatter(name=label, x=[p["x"] for p in mine], y=[p["y"] for p in mine], mode="markers",
                         marker=dict(symbol=symbol, size=14, color=color, line=dict(color=palette.BLACK, width=1.5)),
-                        customdata=[html.escape(f"node {p['node']} (parent {p['parent']}): {visible(p['piece'])!r} "
+                        customdata=[plot_text(f"node {p['node']} (parent {p['parent']}): {visible(p['piece'])!r} "
                                                 f"id {p['token_id']}") for p in mine],
                         hovertemplate="%{customdata}<br>" + label + "<extra></extra>")
 
@@ -363,7 +363,7 @@ def phase_table(events: Sequence) -> pd.DataFrame:
 
 def phase_bars(table: pd.DataFrame) -> go.Figure:
     colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(table))]
-    fig = go.Figure(go.Bar(x=list(table["share"]), y=[html.escape(str(p)) for p in table["phase"]], orientation="h",
+    fig = go.Figure(go.Bar(x=list(table["share"]), y=[plot_text(str(p)) for p in table["phase"]], orientation="h",
                            marker_color=colors,
                            text=[f"{s:.0%} ({ms:.1f} ms)" for s, ms in zip(table["share"], table["ms"])],
                            textposition="outside", cliponaxis=False))

@@ -6,7 +6,8 @@ probability it would have had there, exp((logit_i - logit_max) / T) * p_max, so 
 floor and the removed tokens can be compared on one axis.
 
 Plotly renders a subset of HTML in its text (<b>, <a href>, <br>), so every string from a trace is
-escaped with html.escape before it becomes a label (plotly shows the entities as the plain characters).
+escaped with plot_text before it becomes a label: <, > and & as entities, which plotly shows as the
+plain characters; quotes stay as they are (plotly does not decode &quot;, and its text is no attribute).
 """
 from __future__ import annotations
 
@@ -22,8 +23,13 @@ from ui.chips import visible
 FILTERS_ORDER = ("top_k", "top_p", "min_p")
 
 
+def plot_text(text: str) -> str:
+    """A trace string made safe for plotly's pseudo-HTML labels (quotes kept as characters)."""
+    return html.escape(text, quote=False)
+
+
 def _label(rank: int, piece: str) -> str:
-    return html.escape(f"{rank}: {visible(piece)!r}")
+    return plot_text(f"{rank}: {visible(piece)!r}")
 
 
 def temperature(step) -> float:
@@ -145,7 +151,7 @@ def draw_cdf(step, tolerance: float = 1e-3) -> go.Figure | None:
     for cand in kept:
         lows.append(total)
         total += cand.prob
-        xs.append(html.escape(f"{cand.token_id}: {visible(cand.piece)!r}"))
+        xs.append(plot_text(f"{cand.token_id}: {visible(cand.piece)!r}"))
     highs = [low + c.prob for low, c in zip(lows, kept)]
     colors = [palette.VERMILLION if c.token_id == step.chosen_id else palette.GREY for c in kept]
     fig = go.Figure()
@@ -169,7 +175,7 @@ def timing_waterfall(timings_ms: Mapping[str, float], title: str = "Where the st
         starts.append(t)
         t += timings_ms[name]
     colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(names))]
-    fig = go.Figure(go.Bar(x=[timings_ms[n] for n in names], y=[html.escape(n) for n in names], base=starts,
+    fig = go.Figure(go.Bar(x=[timings_ms[n] for n in names], y=[plot_text(n) for n in names], base=starts,
                            orientation="h", marker_color=colors, text=[f"{timings_ms[n]:.2f} ms" for n in names],
                            textposition="outside", cliponaxis=False,
                            hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
@@ -203,7 +209,7 @@ def tokens_vs_time(lanes: Mapping[str, Sequence]) -> go.Figure:
 def tokens_per_forward_bars(rows: Sequence[tuple[str, float]]) -> go.Figure:
     """Tokens emitted per target forward, one bar per lane (1 for plain decoding; beam search
     emits one token per forward over B beams), each lane with its colour and pattern."""
-    labels = [html.escape(label) for label, _ in rows]
+    labels = [plot_text(label) for label, _ in rows]
     fig = go.Figure(go.Bar(x=labels, y=[v for _, v in rows], text=[f"{v:.2f}" for _, v in rows],
                            textposition="outside", cliponaxis=False,
                            marker=dict(color=[palette.LANE_COLORS[i % 4] for i in range(len(rows))],
@@ -224,9 +230,9 @@ def per_position_lanes(lanes: Mapping[str, Sequence[float] | None]) -> go.Figure
     for i, (label, rates) in enumerate(lanes.items()):
         if not rates:
             continue
-        fig.add_bar(name=html.escape(label), x=[f"k={k + 1}" for k in range(len(rates))], y=list(rates),
+        fig.add_bar(name=plot_text(label), x=[f"k={k + 1}" for k in range(len(rates))], y=list(rates),
                     marker=dict(color=palette.LANE_COLORS[i % 4], pattern=dict(shape=LANE_PATTERNS[i % 4])),
-                    hovertemplate="%{x}: %{y:.3f}<extra>" + html.escape(label) + "</extra>")
+                    hovertemplate="%{x}: %{y:.3f}<extra>" + plot_text(label) + "</extra>")
     fig.update_layout(barmode="group", title="Per-position acceptance (speculative and dspark lanes)",
                       yaxis=dict(title="acceptance", range=[0, 1.05]), legend=dict(orientation="h", y=-0.25),
                       margin=dict(t=50, b=10, l=10, r=10), height=360)

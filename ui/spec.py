@@ -4,7 +4,6 @@ the residual's top-N, running metrics. Pure: SpecRound events in, values/figures
 Every string from a trace (pieces, the gamma reason) is escaped before it becomes a plotly label."""
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 
 import pandas as pd
@@ -12,6 +11,7 @@ import plotly.graph_objects as go
 
 from ui import palette
 from ui.chips import Chip, visible
+from ui.figures import plot_text
 
 VERDICT_STYLE = {   # verdict -> (colour, bar pattern, text twin)
     "accepted": (palette.GREEN, "", "✓ accepted"),
@@ -136,7 +136,7 @@ def spec_metrics(events: Sequence) -> dict:
 def draft_bars(event) -> go.Figure:
     """Per draft position: q_draft and p_target of the drafted token, the ratio, and u; the verdict
     as colour, bar pattern and a text label."""
-    labels = [html.escape(f"{d.index}: {visible(d.piece)!r}") for d in event.drafts]
+    labels = [plot_text(f"{d.index}: {visible(d.piece)!r}") for d in event.drafts]
     fig = go.Figure()
     if any(d.q_draft is not None for d in event.drafts):
         fig.add_bar(name="q_draft", x=labels, y=[d.q_draft for d in event.drafts], marker_color=palette.SKY,
@@ -168,7 +168,7 @@ def draft_bars(event) -> go.Figure:
 
 
 def residual_bars(event) -> go.Figure:
-    labels = [html.escape(f"{e.token_id}: {visible(e.piece)!r}") for e in event.residual_top]
+    labels = [plot_text(f"{e.token_id}: {visible(e.piece)!r}") for e in event.residual_top]
     colors = [palette.PURPLE if e.token_id == event.final_id else palette.GREY for e in event.residual_top]
     fig = go.Figure()
     fig.add_bar(name="residual p", x=labels, y=[e.prob for e in event.residual_top], marker_color=colors,
