@@ -24,6 +24,8 @@ from decoding.runner import run
 from decoding.trace import Trace, TraceFormatError, from_json, to_dict, to_json, without_timings
 from dspark_helpers import one_thread, random_drafter, varied_llama
 from word_models import PROMPT, build_nan_model_dir, build_word_model_dir
+import test_app as app_tests
+from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 ROOT = Path(__file__).resolve().parents[1]
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -484,42 +486,14 @@ def test_out_of_memory_keeps_the_trace_and_says_what_to_reduce(name, env, strate
 
 # ------------------------------------------------------------------------------ app
 
-APP = str(ROOT / "app.py")
-
-
 @pytest.fixture(scope="module")
-def app_model(tmp_path_factory):
-    import os
-
-    from tiny_app_model import build_tiny_model_dir
-
-    path = build_tiny_model_dir(tmp_path_factory.mktemp("tiny_app_model"))
-    old = os.environ.get("DECODESCOPE_MODEL")
-    os.environ["DECODESCOPE_MODEL"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("DECODESCOPE_MODEL", None)
-    else:
-        os.environ["DECODESCOPE_MODEL"] = old
+def app_model(tiny_dir):
+    """The tiny app model of test_app (DECODESCOPE_MODEL points at it)."""
+    return tiny_dir
 
 
 def new_app(query: dict):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(APP, default_timeout=120)
-    at.query_params.update({"max_new": "4", **query})
-    return at.run()
-
-
-def run_to_end(at):
-    from ui import keys
-
-    at.button(key="pg.run_end").click().run()
-    for _ in range(200):
-        if keys.RUNNING not in at.session_state:
-            break
-        at.run()
-    return at
+    return app_tests.new_app({"max_new": "4", **query})
 
 
 def upload(at, payload: bytes, page: str = "app_pages/traces.py", key: str = "tr.upload"):
