@@ -90,14 +90,20 @@ def _final_view(event, ctx: views.ViewContext) -> None:
 
 def _running_metrics(events, ctx: views.ViewContext) -> None:
     m = spec.spec_metrics(events)
-    st.caption(f"Running metrics over rounds 0–{m['rounds'] - 1}")
+    _metrics_row(m, f"Running metrics over rounds 0–{m['rounds'] - 1}", "accepted / drafted", "Rounds",
+                 f"{ctx.prefix}.per_position", "per-position-acceptance")
+
+
+def _metrics_row(m: dict, caption: str, rate_help: str, rounds_label: str, key: str, filename: str) -> None:
+    """τ, acceptance rate, rounds and the per-position acceptance chart of speculative-style metrics."""
+    st.caption(caption)
     cols = st.columns(3)
     cols[0].metric("τ (tokens per target forward)", f"{m['tau']:.2f}")
     rate = m["acceptance_rate"]
-    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help="accepted / drafted")
-    cols[2].metric("Rounds", m["rounds"])
+    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help=rate_help)
+    cols[2].metric(rounds_label, m["rounds"])
     if m["per_position"]:
-        views.plot(spec.per_position_bars(m["per_position"]), f"{ctx.prefix}.per_position", "per-position-acceptance")
+        views.plot(spec.per_position_bars(m["per_position"]), key, filename)
 
 
 # ---------------------------------------------------------------- dspark
@@ -177,15 +183,8 @@ def _dspark_stage2(event, ctx: views.ViewContext) -> None:
 
 def _dspark_running(events, ctx: views.ViewContext) -> None:
     m = dspark.dspark_metrics(events)
-    st.caption(f"Running metrics over {m['rounds']} drafting round(s)")
-    cols = st.columns(3)
-    cols[0].metric("τ (tokens per target forward)", f"{m['tau']:.2f}")
-    rate = m["acceptance_rate"]
-    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help="accepted / verified nodes")
-    cols[2].metric("Drafting rounds", m["rounds"])
-    if m["per_position"]:
-        views.plot(spec.per_position_bars(m["per_position"]), f"{ctx.prefix}.ds_per_position",
-                   "dspark-per-position-acceptance")
+    _metrics_row(m, f"Running metrics over {m['rounds']} drafting round(s)", "accepted / verified nodes",
+                 "Drafting rounds", f"{ctx.prefix}.ds_per_position", "dspark-per-position-acceptance")
     phases = dspark.phase_table(events)
     if len(phases):
         views.plot(dspark.phase_bars(phases), f"{ctx.prefix}.ds_phases", "dspark-phase-shares")
