@@ -111,6 +111,20 @@ class DistillData:
     def load(cls, path: Path) -> "DistillData":
         return cls(**torch.load(path, weights_only=True))
 
+    @classmethod
+    def concat(cls, parts: Sequence["DistillData"]) -> "DistillData":
+        """The sequences of all parts in order; info["parts"] lists each part's number of sequences."""
+        shift = torch.tensor([0] + [int(p.offsets[-1]) for p in parts]).cumsum(0)
+        offsets = torch.cat([parts[0].offsets[:1]] + [p.offsets[1:] + shift[i] for i, p in enumerate(parts)])
+        info = dict(parts[0].info, parts=[len(p.offsets) - 1 for p in parts], positions=int(shift[-1]),
+                    prompts=sum(len(p.offsets) - 1 for p in parts),
+                    seconds=round(sum(p.info.get("seconds", 0.0) for p in parts), 1))
+        return cls(*(torch.cat([getattr(p, k) for p in parts]) for k in ("tokens", "hidden", "soft_ids", "soft_probs")),
+                   offsets, info)
+
+    def answer(self, seq: int) -> list[int]:
+        return self.tokens[int(self.offsets[seq]):int(self.offsets[seq + 1])].tolist()
+
     def subset(self, seqs: Sequence[int]) -> "DistillData":
         rows = [torch.arange(int(self.offsets[s]), int(self.offsets[s + 1])) for s in seqs]
         idx = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
@@ -274,7 +288,9 @@ class TrainSettings:
     conf_weight: float = 0.2
     vocab: str = "seen"          # seen (tokens of the answers) | full
     heldout_every: int = 16      # every 16th prompt is held out
-    n_prompts: int = 1024
+    n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
+    prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
+    n_varied: int = 1024
     answer_tokens: int = 128
     gen_batch: int = 32
     gen_temperature: float = 0.0
@@ -282,9 +298,11 @@ class TrainSettings:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "heldout_every"):
+        for name in ("steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "heldout_every",
+                     "n_varied"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
         check(self.heldout_every >= 2, "heldout_every", self.heldout_every, "must be >= 2")
 
@@ -419,6 +437,47 @@ def split_sequences(n_seqs: int, every: int, period: int = BASE_PROMPTS) -> tupl
     return [s for s in range(n_seqs) if (s % period) % every != every - 1], held
 
 
+def split_parts(parts: Sequence[int], every: int) -> tuple[list[int], list[int]]:
+    """(train, held out) over concatenated parts: the templated first part as split_sequences does,
+    every `every`-th prompt of each later part."""
+    train, held, base = [], [], 0
+    for i, n in enumerate(parts):
+        tr, he = split_sequences(n, every) if i == 0 else split_sequences(n, every, period=n)
+        train += [base + s for s in tr]
+        held += [base + s for s in he]
+        base += n
+    return train, held
+
+
+def data_split(data: DistillData, every: int) -> tuple[list[int], list[int]]:
+    return split_parts(data.info.get("parts", [len(data.offsets) - 1]), every)
+
+
+POOLS = ("templates", "mixed")
+
+
+def distill_set(lm, settings, progress: bool = True) -> tuple[list[list[int]], DistillData, str]:
+    """(prompts as token ids, data, description) for settings.prompt_pool. "mixed" adds varied prompts
+    (decoding.prompt_pool) whose passages are the target's answers to the training templated prompts;
+    each part is generated and cached on its own."""
+    from decoding.prompt_pool import passage, varied_prompts
+
+    check(lm.tokenizer is not None, "prompts", None, "a model without a tokenizer needs token-id prompts")
+    gen = dict(answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
+               temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed, progress=progress)
+    first = [lm.encode(text) for text in distill_prompts(settings.n_prompts, settings.seed)]
+    data = generate_distill(lm, first, **gen)
+    source = f"{len(first)} templates x topics (decoding.train.distill_prompts, seed {settings.seed})"
+    if settings.prompt_pool == "templates":
+        return first, data, source + ", chat template"
+    train_seqs, _ = split_sequences(len(first), settings.heldout_every)
+    texts = [p for p in (passage(lm.decode(data.answer(s))) for s in train_seqs) if p is not None]
+    second = [lm.encode(text) for text in varied_prompts(settings.n_varied, texts, settings.seed)]
+    data = DistillData.concat([data, generate_distill(lm, second, **gen)])
+    return first + second, data, (source + f" + {len(second)} varied prompts (decoding.prompt_pool: text tasks on "
+                                  "the target's own answers, advice, code, other writing), chat template")
+
+
 def vocab_slice(data: DistillData, lm, vocab: str) -> list[int] | None:
     if vocab == "full":
         return None
@@ -430,7 +489,7 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     """Train, calibrate and evaluate on held-out sequences. -> (drafter, TrainReport)."""
     from tqdm import tqdm
 
-    train_seqs, held_seqs = split_sequences(len(data.offsets) - 1, settings.heldout_every)
+    train_seqs, held_seqs = data_split(data, settings.heldout_every)
     train, held = data.subset(train_seqs), data.subset(held_seqs)
     shape = DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, settings.gamma_max, settings.rank,
                          settings.trunk, settings.width)
@@ -514,14 +573,12 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
     """Whole pipeline: prompts -> cached distillation data -> training -> calibration -> weights at
     `out` (float16 safetensors) and the model card next to it (same name, .md)."""
     if prompts is None:
-        check(lm.tokenizer is not None, "prompts", None, "a model without a tokenizer needs token-id prompts")
-        prompts = [lm.encode(text) for text in distill_prompts(settings.n_prompts, settings.seed)]
-        source = f"templates x topics, decoding.train.distill_prompts(n, seed={settings.seed}), chat template"
+        prompts, data, source = distill_set(lm, settings, progress)
     else:
         source = "given as token ids"
-    data = generate_distill(lm, prompts, answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
-                            temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed,
-                            progress=progress)
+        data = generate_distill(lm, prompts, answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
+                                temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed,
+                                progress=progress)
     drafter, report = train_drafter(lm, data, settings, progress=progress)
     report.data["prompt_source"] = source
     report.data["target_display"] = display_name(lm)

@@ -28,21 +28,23 @@ import torch.nn.functional as F
 
 from decoding.errors import check
 from decoding.shallow import DEFAULT_SHALLOW, build_shallow, save_shallow, trainable
-from decoding.train import (DistillData, display_name, distill_prompts, generate_distill, run_trainer,
-                            settings_parser, split_sequences)
+from decoding.train import (POOLS, DistillData, data_split, display_name, distill_set, generate_distill,
+                            run_trainer, settings_parser)
 
 
 @dataclass(frozen=True)
 class DraftSettings:
     layers: int = 2              # target layers reused (frozen, shared)
     adapters: int = 1            # trained layers on top (initialised from target layers L..L+A−1)
-    steps: int = 600
+    steps: int = 1600
     batch_size: int = 8          # sequences per step
     lr: float = 3e-4
     soft_weight: float = 1.0
     vocab_extra: int = 2         # slice = tokens seen in answers ∪ the target's top-`vocab_extra` there
     heldout_every: int = 16
-    n_prompts: int = 1024
+    n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
+    prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
+    n_varied: int = 1024
     answer_tokens: int = 128
     gen_batch: int = 32
     gen_temperature: float = 0.0
@@ -51,9 +53,10 @@ class DraftSettings:
     max_minutes: float = 28.0    # training stops early at this wall-clock budget
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch", "soft_k"):
+        for name in ("steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "n_varied"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(isinstance(self.heldout_every, int) and self.heldout_every >= 2, "heldout_every",
               self.heldout_every, "must be an integer >= 2")
         check(self.lr > 0, "lr", self.lr, "must be > 0")
@@ -189,7 +192,7 @@ def train_draft(lm, settings: DraftSettings, prompts: Sequence[Sequence[int]], d
     from tqdm import tqdm
 
     seqs = sequences(prompts, data)
-    train_ids, held_ids = split_sequences(len(prompts), settings.heldout_every)
+    train_ids, held_ids = data_split(data, settings.heldout_every)
     ids_slice = vocab_slice(data.subset(train_ids), lm.eos_ids, settings.vocab_extra)
     draft = build_shallow(lm, settings.layers, settings.adapters, ids_slice)
     slice_of = torch.full((lm.vocab_size,), -1, dtype=torch.long)
@@ -275,11 +278,11 @@ def train_shallow(lm, settings: DraftSettings, out: str | Path, *, prompts=None,
                   title: str | None = None) -> DraftReport:
     """Prompts -> cached distillation data -> training -> weights at `out` and the model card (.md)."""
     if prompts is None:
-        check(lm.tokenizer is not None, "prompts", None, "a model without a tokenizer needs token-id prompts")
-        prompts = [lm.encode(text) for text in distill_prompts(settings.n_prompts, settings.seed)]
-    data = generate_distill(lm, prompts, answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
-                            temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed,
-                            progress=progress)
+        prompts, data, _ = distill_set(lm, settings, progress)
+    else:
+        data = generate_distill(lm, prompts, answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
+                                temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed,
+                                progress=progress)
     draft, report = train_draft(lm, settings, prompts, data, progress=progress)
     report.target = display_name(lm)
     out = Path(out)

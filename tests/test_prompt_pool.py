@@ -1,0 +1,100 @@
+"""The varied distillation prompt pool and the mixed (templated + varied) data: prompts are distinct,
+drawn evenly from the families, reproducible, free of the benchmark prompts; passages are cut at a
+sentence end; concatenated data keeps each sequence's rows; the held-out split of a mixed set keeps the
+templated part's split and holds out every k-th varied prompt."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from bench.prompts import PROMPTS, SUMMARY_SOURCE
+from decoding.errors import ConfigError
+from decoding.prompt_pool import FAMILIES, _family, passage, varied_prompts
+from decoding.train import DistillData, TrainSettings, data_split, split_parts, split_sequences
+
+TEXTS = [f"Passage {i}: the river rises in spring and falls in autumn. Farmers plan around it every year. "
+         f"Boats carry grain downstream when the water is high enough." for i in range(40)]
+
+
+def family_of(prompt: str) -> str:
+    for name in FAMILIES:
+        if prompt in _family(name, TEXTS, random.Random(0)) or (
+                name == "text" and any(t in prompt for t in TEXTS)):
+            return name
+    raise AssertionError(prompt)
+
+
+def test_prompts_are_distinct_reproducible_and_balanced():
+    prompts = varied_prompts(120, TEXTS, seed=3)
+    assert len(prompts) == len(set(prompts)) == 120
+    assert prompts == varied_prompts(120, TEXTS, seed=3)
+    assert prompts != varied_prompts(120, TEXTS, seed=4)
+    counts = {name: sum(family_of(p) == name for p in prompts) for name in FAMILIES}
+    assert counts == {name: 30 for name in FAMILIES}, counts
+
+
+def test_each_text_prompt_has_its_own_passage():
+    prompts = [p for p in varied_prompts(160, TEXTS, seed=0) if any(t in p for t in TEXTS)]
+    used = [t for p in prompts for t in TEXTS if t in p]
+    assert len(used) == len(set(used)) == len(TEXTS)
+
+
+def test_a_family_that_runs_out_leaves_its_turn_to_the_others():
+    prompts = varied_prompts(200, TEXTS[:5], seed=0)
+    assert sum(any(t in p for t in TEXTS[:5]) for p in prompts) == 5
+    assert len(set(prompts)) == 200
+
+
+def test_no_benchmark_prompt_or_task_in_the_pool():
+    everything = [p for name in FAMILIES for p in _family(name, [SUMMARY_SOURCE], random.Random(0))
+                  if SUMMARY_SOURCE not in p]
+    assert not set(PROMPTS.values()) & set(everything)
+    lowered = " ".join(everything).lower()
+    for task in ("palindrome", "working from home", "bicycle lanes"):
+        assert task not in lowered
+    assert any(SUMMARY_SOURCE in p for p in _family("text", [SUMMARY_SOURCE], random.Random(0)))
+
+
+def test_bad_size_names_the_parameter():
+    with pytest.raises(ConfigError, match="n_varied=0"):
+        varied_prompts(0, TEXTS)
+    with pytest.raises(ConfigError, match="prompt_pool='web'"):
+        TrainSettings(prompt_pool="web")
+
+
+def test_passage_cuts_at_a_sentence_end():
+    text = "First sentence here is long enough. " * 20
+    cut = passage(text, max_chars=200)
+    assert cut.endswith(".") and len(cut) <= 200 and text.startswith(cut)
+    assert passage("Too short.") is None
+    assert passage("Here is code:\n```python\ndef f(x):\n    return x\n``` and more words " * 5) is None
+    assert passage("  spaced\n\nout   words " * 20, max_chars=1000) == " ".join(("spaced out words " * 20).split())
+
+
+def _data(lengths, start=0):
+    n = sum(lengths)
+    tokens = torch.arange(start, start + n)
+    return DistillData(tokens, tokens[:, None].repeat(1, 3).half(), tokens[:, None].int().repeat(1, 2),
+                       torch.ones(n, 2).half(), torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()]),
+                       {"seconds": 1.5})
+
+
+def test_concat_keeps_every_sequence():
+    a, b = _data([3, 2]), _data([4, 1, 2], start=100)
+    both = DistillData.concat([a, b])
+    assert both.info["parts"] == [2, 3] and both.info["prompts"] == 5 and both.info["seconds"] == 3.0
+    assert [both.answer(s) for s in range(5)] == [a.answer(0), a.answer(1), b.answer(0), b.answer(1), b.answer(2)]
+    assert both.positions == 12 and torch.equal(both.hidden[:, 0].long(), both.tokens)
+
+
+def test_mixed_split_keeps_the_templated_split_and_holds_out_every_kth_varied_prompt():
+    train, held = split_parts([1024, 64], 16)
+    old_train, old_held = split_sequences(1024, 16)
+    assert [s for s in held if s < 1024] == old_held and [s for s in train if s < 1024] == old_train
+    assert [s - 1024 for s in held if s >= 1024] == [15, 31, 47, 63]
+    assert sorted(train + held) == list(range(1088))
+    assert data_split(_data([1] * 40), 4) == split_sequences(40, 4)
+    # negative control: the plain split over the concatenation holds out other varied prompts
+    assert [s for s in split_sequences(1088, 16)[1] if s >= 1024] != [s for s in held if s >= 1024]
