@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ui.palette import ORIGINS
 
@@ -61,6 +61,20 @@ def chips_for(events: Sequence) -> list[Chip]:
             out.append(Chip(f"<{getattr(event, 'kind', '?')}>", "target", "no chip view for this step kind", i))
         else:
             out.extend(builder(event))
+    return out
+
+
+def name_forced(chips: Sequence[Chip], stream: Sequence[int], piece_of: Callable[[int], str]) -> list[Chip]:
+    """Forced chips drawn as ⟨id⟩ (events that carry no text for their forced tokens: beam search,
+    DSpark, some speculative rounds) get `piece_of(id)`. The emitted chips are matched to `stream`,
+    the emitted token ids, by position; a chip whose text is not ⟨that id⟩ is left alone."""
+    out, emitted = [], 0
+    for chip in chips:
+        token = stream[emitted] if chip.emitted and emitted < len(stream) else None
+        emitted += chip.emitted
+        if chip.origin == "forced" and token is not None and chip.piece == f"⟨{token}⟩":
+            chip = replace(chip, piece=piece_of(token))
+        out.append(chip)
     return out
 
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from decoding.config import BaseConfig
-from decoding.errors import ConfigError
+from decoding.errors import ConfigError, check
 from decoding.runner import RUN_ERRORS, assemble, emitted_ids, error_line, iterate, strategy_for
 from decoding.trace import Trace
 
 ENGINE_ERRORS = RUN_ERRORS
+PER_TOKEN = ("greedy", "sample")   # one event per token, a forced prefix included
+STOPS_AT_FORCED_EOS = ("greedy", "sample", "dspark")   # beam and speculative go on after a forced EOS
 
 
 class LiveRun:
@@ -84,16 +86,52 @@ class LiveRun:
     # ------------------------------------------------------------------ branching
     def branch(self, at: int, token_id: int) -> "LiveRun":
         """A new run identical to this one for steps [0, at) that emits `token_id` at step `at`
-        (forced) and continues from there. The shared prefix keeps this run's events."""
-        if not 0 <= at < len(self.events):
-            raise ConfigError("step", at, f"must be a recorded step in [0, {len(self.events)})")
+        (forced) and continues from there (strategies whose events emit tokens in order)."""
+        self._check_step(at)
+        return self.fork(at, [int(t) for t in emitted_ids(self.events[:at])] + [int(token_id)])
+
+    def fork(self, at: int, forced: Sequence[int]) -> "LiveRun":
+        """A branch departing at recorded event `at`: a run of the same settings that emits `forced`
+        (every token after the prompt, up to and including the chosen one; ui.forcing computes it per
+        strategy), then continues. Per-token strategies keep this run's events [0, at): the engine
+        re-creates a forced prefix one step per token, so they are the same steps. The others start
+        afresh, their first event emitting the forced tokens. Steps until all of them are out."""
+        self._check_step(at)
+        forced = [int(t) for t in forced]
+        check(len(forced) > 0, "forced_ids", forced, "must name at least one token")
+        eos = [t for t in forced if t in self.lm.eos_ids]
+        check(not eos or self.config.strategy in STOPS_AT_FORCED_EOS, "forced_ids", eos[:1],
+              f"contains EOS, which {self.config.strategy} decodes past when forced; pick another token")
         prefix = self.events[:at]
-        forced = [int(t) for t in emitted_ids(prefix)] + [int(token_id)]
+        keep = at if self._per_token() and [int(t) for t in emitted_ids(prefix)] == forced[:at] else 0
         other = LiveRun(self.lm, self.prompt_ids, self.config, prompt_text=self.prompt_text, forced=forced,
                         strategy_kwargs=self.strategy_kwargs)
-        other.events = list(prefix)
-        other.step(1)
+        other.events = list(prefix[:keep])
+        while len(other.output_ids) < len(forced) and not other.done:
+            if other.step(1) == 0:
+                break
         return other
+
+    def extend_to(self, reach: int) -> None:
+        """Step until this run covers `reach` new-token positions (see `reach`) or ends."""
+        while self.reach < reach and not self.done:
+            if self.step(1) == 0:
+                break
+
+    @property
+    def reach(self) -> int:
+        """New-token positions covered: the output's length; for beam search the forced prefix plus
+        one position per step (its output, the best hypothesis so far, may be shorter)."""
+        if self.events and getattr(self.events[-1], "kind", "") == "beam":
+            return len(self.forced) + len(self.events)
+        return len(self.output_ids)
+
+    def _per_token(self) -> bool:
+        return self.config.strategy in PER_TOKEN
+
+    def _check_step(self, at: int) -> None:
+        if not 0 <= at < len(self.events):
+            raise ConfigError("step", at, f"must be a recorded step in [0, {len(self.events)})")
 
     # ------------------------------------------------------------------ trace
     def trace(self) -> Trace:

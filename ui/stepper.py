@@ -5,6 +5,7 @@ is handled between chunks (a fragment's rerun is queued, not interrupted, by a c
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
@@ -82,18 +83,21 @@ def move_cursor(run, pressed: dict) -> int:
     return cursor
 
 
-def force(index: int, token_id: int) -> None:
-    """Callback of "Force & branch": branch the run (as long as the original) and show the Branch view."""
+def force(index: int, forced: Sequence[int]) -> None:
+    """Callback of "Force & branch": a branch departing at step `index` that emits `forced` (every
+    token after the prompt, the chosen one last; ui.forcing computes it), as long as the original
+    run, shown in the Branch view."""
     run = st.session_state[keys.RUN]
     try:
-        branch = run.branch(index, token_id)
-        branch.step(max(0, len(run.events) - len(branch.events)))
+        branch = run.fork(index, forced)
+        branch.extend_to(run.reach)
     except ConfigError as err:
         st.session_state[keys.FLASH] = ("error", str(err))
         return
     st.session_state[keys.BRANCH] = branch
     st.session_state[keys.VIEW] = "Branch"
-    st.session_state[keys.FLASH] = ("success", f"Branched at step {index} with token id {token_id}.")
+    st.session_state[keys.FLASH] = ("success", f"Branched at step {index} with token id {forced[-1]} "
+                                               f"({len(forced)} forced token(s) in all, the chosen one last).")
 
 
 def adopt_branch() -> None:
@@ -111,7 +115,7 @@ def branch_view(run) -> None:
     if branch is None:
         st.caption("Force a candidate on the step panel to branch; the original run stays here to compare.")
         return
-    views.show_streams({"original": run.events, "branch": branch.events})
+    views.show_streams({"original": run.events, "branch": branch.events}, piece_of=run.lm.piece)
     b1, b2 = st.columns(2)
     b1.button("Continue from the branch", key=keys.ADOPT_BRANCH, on_click=adopt_branch)
     b2.button("Drop the branch", key=keys.DROP_BRANCH, on_click=drop_branch)

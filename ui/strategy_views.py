@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import beam, chips, dspark, spec, tables, views
+from ui import beam, chips, dspark, force_views, spec, tables, views
 from ui.chips import token_box_html
 
 
@@ -32,6 +32,8 @@ def beam_panel(step, ctx: views.ViewContext) -> None:
                        mime="text/vnd.graphviz", key=f"{ctx.prefix}.beam_dot", on_click="ignore")
     st.caption(f"Candidate pool of step {step.index} (top {len(step.pool)} of B×V, best first)")
     views.table(beam.pool_table(step), f"{ctx.prefix}.pool", f"beam-step{step.index}-pool")
+    if ctx.on_force is not None:
+        force_views.beam_force(step, ctx)
     if step.finished:
         st.caption("Finished hypotheses (best first)")
         views.table(beam.finished_table(step), f"{ctx.prefix}.finished", f"beam-step{step.index}-finished")
@@ -57,6 +59,8 @@ def spec_panel(event, ctx: views.ViewContext) -> None:
     else:
         st.info("No drafts this round (the drafter had nothing to propose): one target token was sampled.")
     _final_view(event, ctx)
+    if ctx.on_force is not None:
+        force_views.spec_force(event, ctx)
     _running_metrics(ctx.events or (event,), ctx)
 
 
@@ -127,6 +131,8 @@ def dspark_panel(event, ctx: views.ViewContext) -> None:
                    "for ŝ per parent and c_k.")
         _dspark_stage1(event, ctx)
         _dspark_stage2(event, ctx)
+        if ctx.on_force is not None:
+            force_views.dspark_force(event, ctx)
     _dspark_running(ctx.events or (event,), ctx)
 
 

@@ -9,15 +9,20 @@ from dataclasses import dataclass, replace
 
 import streamlit as st
 
-from ui import figures, tables
+from decoding.errors import ConfigError
+from ui import figures, forcing, tables
+from ui.keys import FLASH
 from ui.svg import figure_svg
-from ui.chips import chips_for, chips_html, first_divergence, legend_html, origins_present, token_box_html, visible
+from ui.chips import (chips_for, chips_html, first_divergence, legend_html, name_forced, origins_present,
+                      token_box_html, visible)
 
 
 @dataclass(frozen=True)
 class ViewContext:
     prefix: str                                        # widget-key prefix of this view
-    on_force: Callable[[int, int], None] | None = None  # (step index, token id) -> branch; None in replays
+    # (step index, forced ids: every token after the prompt, the chosen one last; see ui.forcing)
+    # -> branch; None in replays
+    on_force: Callable[[int, Sequence[int]], None] | None = None
     events: Sequence = ()                              # the steps up to the one on view (set by show_step)
 
 
@@ -103,11 +108,23 @@ def _force_widget(step, ctx: ViewContext) -> None:
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     pick_key = f"{ctx.prefix}.force_pick"
     c1.selectbox("Force a candidate at this step", options, format_func=labels.get, key=pick_key)
+    force_button(c2, ctx, step.index, lambda: forcing.token_forced(
+        ctx.events, step.index, step.raw_top[st.session_state[pick_key]].token_id),
+        "The branch keeps the steps before this one, emits the chosen token here and continues")
 
-    def on_click() -> None:   # a callback: runs before the rerun, so the branch shows at once
-        ctx.on_force(step.index, step.raw_top[st.session_state[pick_key]].token_id)
 
-    c2.button("Force & branch", key=f"{ctx.prefix}.force", on_click=on_click)
+def force_button(where, ctx: ViewContext, at: int, forced_of: Callable[[], list[int]], help: str) -> None:
+    """The "Force & branch" button: on click (a callback, so the branch shows at once) it computes the
+    forced ids with `forced_of` and branches at step `at`; a refusal becomes a one-line message."""
+    def on_click() -> None:
+        try:
+            forced = forced_of()
+        except ConfigError as err:
+            st.session_state[FLASH] = ("error", str(err))
+            return
+        ctx.on_force(at, forced)
+
+    where.button("Force & branch", key=f"{ctx.prefix}.force", on_click=on_click, help=help)
 
 
 def generic_panel(step, ctx: ViewContext) -> None:
@@ -136,8 +153,10 @@ def show_all_steps(events: Sequence, ctx: ViewContext, name: str) -> None:
     table(tables.steps_table(events), f"{ctx.prefix}.steps", f"{name}-steps")
 
 
-def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None) -> None:
-    """Token streams side by side; each lane after the first marks its first divergence from the first."""
+def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None,
+                 piece_of: Callable[[int], str] | None = None) -> None:
+    """Token streams side by side; each lane after the first marks its first divergence from the first.
+    `piece_of` (token id -> text) names forced tokens whose events carry no text for them."""
     if legend is None:
         legend = origins_present([c for events in lanes.values() for c in chips_for(events)], ("target", "forced"))
     st.html(legend_html(legend))
@@ -147,6 +166,9 @@ def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None
     for col, label in zip(cols, labels):
         stream = tables.emitted_stream(lanes[label])
         diverge = first_divergence(base, stream) if label != labels[0] else None
+        chips = chips_for(lanes[label])
+        if piece_of is not None:
+            chips = name_forced(chips, stream, piece_of)
         with col:
             st.markdown(f"**{label}**" + (f" — diverges at token {diverge}" if diverge is not None else ""))
-            st.html(chips_html(chips_for(lanes[label]), diverge_at=diverge))
+            st.html(chips_html(chips, diverge_at=diverge))
