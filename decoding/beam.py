@@ -85,6 +85,9 @@ def _decode(lm: LM, prompt_ids: Sequence[int], config: BeamConfig, *, forced: Se
             _pool_factor: int | None = None, _count_prompt: bool = False) -> Iterator[BeamStep]:
     context = [int(t) for t in prompt_ids] + [int(t) for t in forced]
     limit = min(len(context) + config.max_new_tokens, lm.context_length)
+    if forced and (len(context) >= limit or forced[-1] in lm.eos_ids):
+        yield _forced_only(lm, len(context), config, forced)
+        return
     if len(context) >= limit:
         return
     search = _Search(lm, len(context), limit, config, pool_factor=_pool_factor, count_prompt=_count_prompt)
@@ -231,6 +234,14 @@ def _event(search: _Search, pool: _Pool, keep: torch.Tensor, admitted: set[int],
                     pool=candidates, beams=beams, finished=tuple(search.finished),
                     early_stop=not search.improvable, all_finished=all_finished, done=done,
                     forced_ids=tuple(int(t) for t in forced))
+
+
+def _forced_only(lm: LM, position: int, config: BeamConfig, forced: Sequence[int]) -> BeamStep:
+    """The one step of a search whose forced prefix already ends the answer (an EOS, or no room left):
+    no forward, no candidates; the output is the forced prefix."""
+    return BeamStep(index=0, position=position, num_beams=config.num_beams, pool=(), beams=(), finished=(),
+                    early_stop=True, all_finished=False, done=True, forced_ids=tuple(int(t) for t in forced),
+                    target_forwards=0)
 
 
 def output_ids(events: Sequence) -> list[int]:

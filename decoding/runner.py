@@ -77,7 +77,17 @@ def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Se
     check_inputs(lm, prompt_ids, config.max_new_tokens, forced)
     generator = torch.Generator(device="cpu").manual_seed(config.seed)
     return strategy_for(config).decode(lm, list(prompt_ids), config, generator=generator,
-                                       forced=list(forced), **strategy_kwargs)
+                                       forced=until_eos(forced, lm.eos_ids), **strategy_kwargs)
+
+
+def until_eos(forced: Sequence[int], eos_ids) -> list[int]:
+    """The forced tokens up to and including the first EOS: an answer ends there, forced or not."""
+    out = []
+    for token in forced:
+        out.append(int(token))
+        if token in eos_ids:
+            break
+    return out
 
 
 def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: str = "",
@@ -100,7 +110,7 @@ def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: s
     except RUN_ERRORS as err:
         stop_reason, error = "error", error_line(err, config, step=len(events))
     wall = time.perf_counter() - start
-    return assemble(lm, prompt_ids, config, events, prompt_text=prompt_text, forced=forced,
+    return assemble(lm, prompt_ids, config, events, prompt_text=prompt_text, forced=until_eos(forced, lm.eos_ids),
                     wall_s=wall, stop_reason=stop_reason, error=error)
 
 

@@ -105,6 +105,8 @@ class Speculator:
         index = 0
         while produced < self.config.max_new_tokens and len(context) < self.lm.context_length:
             budget = self.config.max_new_tokens - produced - len(forced_now)
+            if any(t in self.lm.eos_ids for t in forced_now):
+                budget = 0                        # a forced EOS ends the answer: nothing after it
             event = self.round(index, context, forced_now, budget)
             yield event
             new = event.emitted[len(forced_now):]

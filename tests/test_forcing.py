@@ -202,16 +202,16 @@ def test_dspark_branch_emits_the_accepted_path_then_the_choice(dspark_live):
 
 # ---------------------------------------------------------------- refusals and chips
 
-def test_forced_eos_is_refused_where_the_engine_decodes_past_it():
+def test_a_forced_eos_ends_the_branch_and_an_empty_list_is_refused():
     lm = LM(make_tiny_llama(eos_token_id=5), tokenizer=None, name="tiny-eos")
     beam_run = LiveRun(lm, PROMPT, BeamConfig(max_new_tokens=3, num_beams=2))
     beam_run.step(1)
-    with pytest.raises(ConfigError, match="forced_ids="):
-        beam_run.fork(0, [7, 5])
-    greedy = LiveRun(lm, PROMPT, GreedyConfig(max_new_tokens=3))   # negative control: greedy stops there
+    branch = beam_run.fork(0, [7, 5])
+    assert branch.done and branch.output_ids == [7, 5]
+    greedy = LiveRun(lm, PROMPT, GreedyConfig(max_new_tokens=3))
     greedy.step(2)
     branch = greedy.fork(1, greedy.output_ids[:1] + [5])
-    assert branch.done and branch.output_ids[-1] == 5
+    assert branch.done and branch.output_ids == greedy.output_ids[:1] + [5]
     with pytest.raises(ConfigError, match="forced_ids="):
         greedy.fork(0, [])
 

@@ -18,7 +18,6 @@ from decoding.trace import Trace
 
 ENGINE_ERRORS = RUN_ERRORS
 PER_TOKEN = ("greedy", "sample")   # one event per token, a forced prefix included
-STOPS_AT_FORCED_EOS = ("greedy", "sample", "dspark")   # beam and speculative go on after a forced EOS
 
 
 class LiveRun:
@@ -99,9 +98,6 @@ class LiveRun:
         self._check_step(at)
         forced = [int(t) for t in forced]
         check(len(forced) > 0, "forced_ids", forced, "must name at least one token")
-        eos = [t for t in forced if t in self.lm.eos_ids]
-        check(not eos or self.config.strategy in STOPS_AT_FORCED_EOS, "forced_ids", eos[:1],
-              f"contains EOS, which {self.config.strategy} decodes past when forced; pick another token")
         prefix = self.events[:at]
         keep = at if self._per_token() and [int(t) for t in emitted_ids(prefix)] == forced[:at] else 0
         other = LiveRun(self.lm, self.prompt_ids, self.config, prompt_text=self.prompt_text, forced=forced,
