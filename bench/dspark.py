@@ -14,6 +14,8 @@ from collections import defaultdict
 
 import torch
 
+from bench.memory import NOTE as MEMORY_NOTE
+from bench.memory import mib_cell, peak_memory
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
@@ -62,14 +64,18 @@ def contenders(lm, args) -> dict:
 
 def measure(lm, args):
     runs = contenders(lm, args)
-    rows = {name: {"tps": [], "tau": [], "acc": [], "phases": defaultdict(float)} for name in runs}
+    rows = {name: {"tps": [], "tau": [], "acc": [], "peak": [], "phases": defaultdict(float)} for name in runs}
     encoded = [lm.encode(p) for p in PROMPTS.values()]
     for name in runs:                       # warm-up (and the cost table's first-use profiling)
         runs[name](encoded[0][:8])
     for rep in range(args.repeats):
         for ids in encoded:
             names = list(runs) if rep % 2 == 0 else list(reversed(runs))
-            results = {name: runs[name](ids) for name in names}
+            results = {}
+            for name in names:
+                with peak_memory(lm.device) as mem:
+                    results[name] = runs[name](ids)
+                rows[name]["peak"].append(mem.above_mib)
             base = results["greedy (ours)"][0] / results["greedy (ours)"][1]
             for name, (tokens, wall, trace) in results.items():
                 rows[name]["tps"].append(tokens / wall / base)
@@ -103,13 +109,14 @@ def render(rows, args) -> str:
              "plain greedy on the same prompt in the same repeat (contenders interleaved, order alternating). "
              "τ = tokens per verification forward (prefill excluded). Time shares: summed over the run's rounds "
              "from the trace's timing fields (`other` = trace bookkeeping). Values: median [min–max] over "
-             "prompts × repeats.", "",
-             "| contender | speed vs our greedy | τ | acceptance rate | where the time goes |",
-             "|---|---|---|---|---|"]
+             f"prompts × repeats. {MEMORY_NOTE}", "",
+             "| contender | speed vs our greedy | τ | acceptance rate | peak MiB | where the time goes |",
+             "|---|---|---|---|---|---|"]
     for name, r in rows.items():
         tau = spread(r["tau"]) if r["tau"] else "—"
         acc = f"{statistics.median(r['acc']):.3f}" if r["acc"] else "—"
-        lines.append(f"| {name} | {spread(r['tps'])} | {tau} | {acc} | {_shares(r['phases'])} |")
+        lines.append(f"| {name} | {spread(r['tps'])} | {tau} | {acc} | {mib_cell(r['peak'])} | "
+                     f"{_shares(r['phases'])} |")
     return "\n".join(lines)
 
 

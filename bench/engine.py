@@ -10,6 +10,8 @@ import time
 
 import torch
 
+from bench.memory import NOTE as MEMORY_NOTE
+from bench.memory import mib_cell, peak_memory
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
@@ -39,15 +41,21 @@ def _ours(lm, ids, max_new: int, sample: bool, seed: int) -> tuple[int, float]:
 
 
 def measure(lm, repeats: int, max_new: int) -> dict:
-    """ratios[mode] = list of (ours tok/s) / (generate tok/s), one per prompt x repeat, interleaved."""
+    """rates[mode]: tok/s of ours and generate and their ratio, one per prompt x repeat, interleaved;
+    peak_ours / peak_generate: each call's peak memory above its start (MiB, bench/memory.py)."""
     encoded = {k: lm.encode(v) for k, v in PROMPTS.items()}
-    rates = {m: {"ours": [], "generate": [], "ratio": []} for m in ("greedy", "sample")}
+    rates = {m: {"ours": [], "generate": [], "ratio": [], "peak_ours": [], "peak_generate": []}
+             for m in ("greedy", "sample")}
     for rep in range(repeats):
         for name, ids in encoded.items():
             for mode in ("greedy", "sample"):
                 sample = mode == "sample"
                 order = (_ours, _generate) if rep % 2 == 0 else (_generate, _ours)
-                res = {fn: fn(lm, ids, max_new, sample, rep) for fn in order}
+                res = {}
+                for fn in order:
+                    with peak_memory(lm.device) as mem:
+                        res[fn] = fn(lm, ids, max_new, sample, rep)
+                    rates[mode]["peak_ours" if fn is _ours else "peak_generate"].append(mem.above_mib)
                 ours = res[_ours][0] / res[_ours][1]
                 theirs = res[_generate][0] / res[_generate][1]
                 rates[mode]["ours"].append(ours)
@@ -63,10 +71,12 @@ def render(rates: dict, repeats: int, max_new: int, model: str) -> str:
              "Ours runs with the full trace on (top-10 candidates, filter cuts, timings). Calls are "
              "interleaved (order alternates per repeat); generate is forced to the same length "
              "with min_new_tokens; sampling passes top_k=0 to generate. Values: median [min–max] over "
-             "prompts × repeats.", "",
-             "| mode | ours tok/s | generate tok/s | ratio ours/generate |", "|---|---|---|---|"]
+             f"prompts × repeats. {MEMORY_NOTE}", "",
+             "| mode | ours tok/s | generate tok/s | ratio ours/generate | ours peak MiB | generate peak MiB |",
+             "|---|---|---|---|---|---|"]
     for mode, r in rates.items():
-        lines.append(f"| {mode} | {spread(r['ours'])} | {spread(r['generate'])} | {spread(r['ratio'])} |")
+        lines.append(f"| {mode} | {spread(r['ours'])} | {spread(r['generate'])} | {spread(r['ratio'])} | "
+                     f"{mib_cell(r['peak_ours'])} | {mib_cell(r['peak_generate'])} |")
     return "\n".join(lines)
 
 

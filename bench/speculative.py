@@ -17,6 +17,8 @@ import time
 
 import torch
 
+from bench.memory import NOTE as MEMORY_NOTE
+from bench.memory import mib_cell, peak_memory
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
@@ -63,7 +65,7 @@ def contenders(lm, draft, args) -> dict:
 
 def measure(lm, draft, args) -> dict:
     runs = contenders(lm, draft, args)
-    rows = {name: {"tps": [], "tau": [], "acc": []} for name in runs}
+    rows = {name: {"tps": [], "tau": [], "acc": [], "peak": []} for name in runs}
     encoded = [lm.encode(p) for p in PROMPTS.values()]
     for model in (lm.model, draft.model):
         model.generation_config.pad_token_id = 0  # see the module docstring
@@ -71,7 +73,11 @@ def measure(lm, draft, args) -> dict:
         for ids in encoded:
             base_tps = None
             names = list(runs) if rep % 2 == 0 else list(reversed(runs))
-            results = {name: runs[name](ids) for name in names}
+            results = {}
+            for name in names:
+                with peak_memory(lm.device) as mem:
+                    results[name] = runs[name](ids)
+                rows[name]["peak"].append(mem.above_mib)
             base_tps = results["greedy (ours)"][0] / results["greedy (ours)"][1]
             for name, (tokens, wall, stats) in results.items():
                 rows[name]["tps"].append(tokens / wall / base_tps)
@@ -95,13 +101,13 @@ def render(rows, args, model) -> str:
              f"Model: {model}; prompts: bench/prompts.py (chat template; pad id 0 for generate); machine: {machine()}.  ",
              "Speed is tokens/s relative to our plain greedy on the same prompt in the same repeat "
              "(all contenders interleaved, order alternating). Temperature 0 throughout. "
-             f"Draft model: {draft_note(args)}. Values: median [min–max] over prompts × repeats.", "",
-             "| contender | speed vs our greedy | τ (tokens / target forward) | acceptance rate |",
-             "|---|---|---|---|"]
+             f"Draft model: {draft_note(args)}. Values: median [min–max] over prompts × repeats. {MEMORY_NOTE}", "",
+             "| contender | speed vs our greedy | τ (tokens / target forward) | acceptance rate | peak MiB |",
+             "|---|---|---|---|---|"]
     for name, r in rows.items():
         tau = spread(r["tau"]) if r["tau"] else "—"
         acc = f"{statistics.median(r['acc']):.3f}" if r["acc"] else "—"
-        lines.append(f"| {name} | {spread(r['tps'])} | {tau} | {acc} |")
+        lines.append(f"| {name} | {spread(r['tps'])} | {tau} | {acc} | {mib_cell(r['peak'])} |")
     return "\n".join(lines)
 
 

@@ -50,12 +50,17 @@ def auto_cost_path(lm: LM) -> Path:
     return cache_root() / "cost" / f"{safe}.json"
 
 
+def cost_need(config: DSparkConfig) -> int:
+    """Tokens a cost table must cover for this config: the largest chain or tree verified, plus one."""
+    return (config.gamma if config.select == "chain" else config.budget) + 1
+
+
 def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
     """None (fixed size), the table in config.cost_table, or for "auto" the table profiled on this
     device on first use and cached (profiled again when it covers too few tokens)."""
     if config.cost_table is None:
         return None
-    need = (config.gamma if config.select == "chain" else config.budget) + 1
+    need = cost_need(config)
     if config.cost_table == AUTO_COST:
         path = auto_cost_path(lm)
         cost = CostTable.load(path) if path.is_file() else None

@@ -64,7 +64,7 @@ def test_playground_first_render(tiny_dir):
     ok(at)
     assert not at.error
     assert at.session_state["ds.settings"].model == str(tiny_dir)
-    assert [s.key for s in at.sidebar.selectbox] == ["w.device", "w.dtype", "w.strategy"]
+    assert [s.key for s in at.sidebar.selectbox] == ["w.device", "w.dtype", "w.device_map", "w.strategy"]
     assert run_state(at).events == []
     assert any("Press **Step**" in i.value for i in at.info)
 

@@ -131,8 +131,8 @@ def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file)
 
 
 def test_replay_of_a_cost_aware_trace_shows_the_size_choice(tiny_dir, drafter_file, tmp_path):
-    """The sidebar has no cost-table field: a cost-aware trace comes from the engine (as from the CLI)
-    and replays with its cost table and size chart."""
+    """A cost-aware trace from the engine (as from the CLI) replays with its cost table and size chart
+    (the sidebar's own cost table is tested in test_app_options.py)."""
     from decoding.config import DSparkConfig
     from decoding.cost import CostTable
     from decoding.models import ModelSpec, load

@@ -17,6 +17,7 @@ import torch
 from decoding import __main__ as cli
 from decoding import trace as trace_mod
 from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.cost import CostTable
 from decoding.drafters import check_compatible, load_draft
 from decoding.errors import ConfigError
 from decoding.models import LM, ModelSpec, load, resolve_device
@@ -100,7 +101,9 @@ class Case:
     cli: flags after `run` (on the word model unless they name another); app: URL query parameters
     (on the tiny app model unless they name another), then `action`; engine: fn(env) that raises the
     error or returns a trace with .error; upload: fn(env) -> trace file bytes (engine from_json and the
-    app's Traces page). `{name}` in cli/app values is a path from env.paths. patch: fn(monkeypatch)."""
+    app's Traces page). `{name}` in cli/app values is a path from env.paths. patch: fn(monkeypatch).
+    sidebar: fn(at, env) that sets sidebar widgets after the URL's values (a file to upload, a value a
+    link does not carry)."""
 
     id: str
     pattern: str
@@ -111,12 +114,25 @@ class Case:
     upload: Callable | None = None
     patch: Callable | None = None
     needs_no_cuda: bool = False
+    sidebar: Callable | None = None
 
     @property
     def where(self) -> list[str]:
         places = [("CLI", self.cli is not None), ("engine", self.engine is not None or self.upload is not None),
                   ("app", self.app is not None or self.upload is not None)]
         return [name for name, ok in places if ok]
+
+
+def upload_cost(at, path: Path):
+    """Choose a cost-table file in the sidebar's DSpark Advanced expander and upload `path`."""
+    key = "w.param.dspark.cost_table"
+    at.radio(key=key).set_value("file").run()
+    at.file_uploader(key=key + ".file").set_value((path.name, path.read_bytes(), "application/json")).run()
+    return at
+
+
+def dspark_run(e, cost: str) -> Trace:
+    return run(e.lm, [1, 2, 3], DSparkConfig(gamma=3, cost_table=cost), drafter=e.drafter)
 
 
 def greedy(e, n: int = 4, **kw) -> Trace:
@@ -206,13 +222,27 @@ CASES = [
          engine=lambda e: DSparkConfig(select="tree", budget=257)),
     Case("lossy-threshold-out-of-range", r"lossy_threshold=1\.5 is invalid: must be a number in \(0, 1\]",
          cli=DSPARK + ["--temperature", "1", "--lossy-threshold", "1.5"],
+         app={"strategy": "dspark", "temperature": "1", "lossy_threshold": "1.5"},
          engine=lambda e: DSparkConfig(temperature=1.0, lossy_threshold=1.5)),
+    Case("lossy-threshold-not-a-number", r"lossy_threshold='abc' is invalid: must be a number in \(0, 1\]",
+         app={"strategy": "dspark", "temperature": "1", "lossy_threshold": "abc"},
+         engine=lambda e: DSparkConfig(temperature=1.0, lossy_threshold="abc")),
     Case("lossy-threshold-at-temperature-0", r"lossy_threshold=0\.5 is invalid: applies to temperature > 0 only",
-         cli=DSPARK + ["--lossy-threshold", "0.5"], engine=lambda e: DSparkConfig(lossy_threshold=0.5)),
+         cli=DSPARK + ["--lossy-threshold", "0.5"], app={"strategy": "dspark", "lossy_threshold": "0.5"},
+         engine=lambda e: DSparkConfig(lossy_threshold=0.5)),
     Case("cost-table-missing", r"cost_table='[^']*nope\.json' is invalid: could not be read",
          cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{tmp}/nope.json"],
-         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(gamma=3, cost_table=str(e.tmp / "nope.json")),
-                              drafter=e.drafter)),
+         engine=lambda e: dspark_run(e, str(e.tmp / "nope.json"))),
+    Case("cost-table-not-json", r"cost_table='[^']*cost\.json' is invalid: could not be read \(Expecting value",
+         cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{badcost}"],
+         app={"strategy": "dspark"}, sidebar=lambda at, e: upload_cost(at, e.paths["badcost"]),
+         engine=lambda e: dspark_run(e, str(e.paths["badcost"]))),
+    Case("cost-table-too-short", r"cost_table='[^']*short\.json' is invalid: covers 2 tokens; this run verifies up to 4",
+         cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{shortcost}"],
+         app={"strategy": "dspark", "gamma": "3"}, sidebar=lambda at, e: upload_cost(at, e.paths["shortcost"]),
+         engine=lambda e: dspark_run(e, str(e.paths["shortcost"]))),
+    Case("cost-table-link-malformed", r"cost_table='fast' is invalid: give 'auto', 'none' or the verify milliseconds",
+         app={"strategy": "dspark", "cost_table": "fast"}),
     # ---- models, drafts and drafters
     Case("draft-other-vocabulary", r"draft='[^']*' is invalid: has a vocabulary of \d+ tokens, the target has \d+",
          cli=SPEC + ["--draft", "{word80}"], app={"strategy": "speculative", "draft": "{word}"},
@@ -246,7 +276,16 @@ CASES = [
     Case("gguf-corrupt", r"gguf_file='[^']*corrupt\.gguf' is invalid: could not be loaded",
          cli=["--model", "{corrupt}"], engine=lambda e: load(ModelSpec(str(e.paths["corrupt"])))),
     Case("gguf-file-missing", r"gguf_file='nope\.gguf' is invalid: no such file", cli=["--gguf-file", "nope.gguf"],
-         engine=lambda e: load(ModelSpec(str(e.paths["word"]), gguf_file="nope.gguf"))),
+         app={"gguf_file": "nope.gguf"}, engine=lambda e: load(ModelSpec(str(e.paths["word"]), gguf_file="nope.gguf"))),
+    Case("device-map-unknown", r"device_map='everywhere' is invalid: choose one of auto, balanced",
+         app={"device_map": "everywhere"}, engine=lambda e: ModelSpec(str(e.paths["word"]), device_map="everywhere")),
+    Case("max-memory-malformed", r"max_memory='cpu=lots' is invalid: 'lots' is not a size",
+         cli=["--device-map", "auto", "--max-memory", "cpu=lots"], app={"device_map": "auto", "max_memory": "cpu=lots"},
+         engine=lambda e: ModelSpec(str(e.paths["word"]), device_map="auto", max_memory="cpu=lots")),
+    Case("offload-folder-without-device-map", r"offload_folder='[^']*off' is invalid: applies only with device_map",
+         cli=["--offload-folder", "{tmp}/off"], app={},
+         sidebar=lambda at, e: at.text_input(key="w.offload_folder").set_value(str(e.tmp / "off")).run(),
+         engine=lambda e: ModelSpec(str(e.paths["word"]), offload_folder=str(e.tmp / "off"))),
     Case("device-unavailable", r"device='cuda' is invalid: CUDA is not available", cli=["--device", "cuda"],
          app={"device": "cuda"}, engine=lambda e: resolve_device("cuda"), needs_no_cuda=True),
     Case("out-of-memory-loading", r"model='[^']*word' is invalid: does not fit in cpu memory \(CUDA out of memory.*\); "
@@ -301,13 +340,16 @@ def env(tmp_path_factory):
              "word80": build_word_model_dir(tmp / "word80", vocab=80),
              "vword": build_word_model_dir(tmp / "vword", prefix="v"),
              "empty": tmp / "empty", "notes": tmp / "notes.txt", "broken": tmp / "broken.gguf",
-             "corrupt": tmp / "corrupt.gguf", "drafter": tmp / "drafter.safetensors"}
+             "corrupt": tmp / "corrupt.gguf", "drafter": tmp / "drafter.safetensors",
+             "badcost": tmp / "cost.json", "shortcost": tmp / "short.json"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
     paths["nan"] = nan_dir
     paths["empty"].mkdir()
     paths["notes"].write_text("not a model\n")
     paths["broken"].write_bytes(b"not a gguf at all")
     paths["corrupt"].write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
+    paths["badcost"].write_text("not json\n")
+    CostTable(verify_ms=(1.0, 2.0)).save(paths["shortcost"])
     lm = load(ModelSpec(str(paths["word"])))
     drafter = random_drafter(lm, gamma_max=4)
     drafter.save(paths["drafter"])
@@ -518,6 +560,8 @@ def test_app(case, env, app_model, monkeypatch):
         at = upload(new_app({}), case.upload(env))
     else:
         at = new_app({k: fill(v, env) for k, v in case.app.items()})
+        if case.sidebar:
+            case.sidebar(at, env)
         if case.action == "step":
             at.button(key="pg.step").click().run()
         elif case.action == "run_end":

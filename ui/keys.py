@@ -4,6 +4,7 @@
 SETTINGS = "ds.settings"          # ui.params.Settings of the current sidebar
 QP_LOADED = "ds.qp_loaded"        # query params were copied into the widgets once
 QP_BAD = "ds.qp_bad"              # names of link parameters that did not parse
+QP_LINK_ERRORS = "ds.qp_link_errors"  # messages for link values that are none of a widget's choices
 RUN = "ds.run"                    # ui.live.LiveRun of the playground
 RUN_SIGNATURE = "ds.run_signature"
 BRANCH = "ds.branch"              # a LiveRun branched by forcing a candidate
@@ -24,6 +25,10 @@ STRATEGY = "w.strategy"
 SEED = "w.seed"
 MAX_NEW = "w.max_new"
 TOP_N = "w.top_n"
+GGUF_FILE = "w.gguf_file"         # model options (the sidebar's "Advanced model options")
+DEVICE_MAP = "w.device_map"
+MAX_MEMORY = "w.max_memory"
+OFFLOAD_FOLDER = "w.offload_folder"
 
 # playground widgets
 STEP = "pg.step"
@@ -54,6 +59,16 @@ COMPARE_RUN = "cmp.run"
 def param_key(scope: str, strategy: str, name: str) -> str:
     """Widget key of one strategy parameter; `scope` is 'w' for the sidebar, 'cmp0'.. for lanes."""
     return f"{scope}.param.{strategy}.{name}"
+
+
+def cost_file_key(param_key_: str) -> str:
+    """The uploader of a cost table, beside the cost-table mode widget `param_key_`."""
+    return f"{param_key_}.file"
+
+
+def cost_link_key(param_key_: str) -> str:
+    """Session state: the cost table a link gave (its milliseconds, comma-separated)."""
+    return f"{param_key_}.link"
 
 
 def lane_strategy(lane: int) -> str:

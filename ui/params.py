@@ -12,6 +12,7 @@ from typing import Any
 from decoding.config import BaseConfig
 from decoding.errors import ConfigError
 from decoding.runner import STRATEGIES
+from ui.advanced import COST_FIELD, LINK_MODEL_OPTIONS, CostPick, optional_fields
 
 SHARED_FIELDS = {f.name for f in dataclasses.fields(BaseConfig)}   # max_new_tokens, seed, top_n
 EDITABLE_TYPES = (bool, int, float, str)
@@ -39,11 +40,19 @@ def param_fields(strategy: str) -> list[ParamField]:
 
 def build_config(strategy: str, params: Mapping[str, Any], *, seed: Any, max_new_tokens: Any,
                  top_n: Any) -> BaseConfig:
-    """A validated config; raises ConfigError naming the parameter (also for an unknown strategy)."""
+    """A validated config; raises ConfigError naming the parameter (also for an unknown strategy).
+    A cost table picked in the sidebar (advanced.CostPick) becomes its config value and must cover
+    the config's largest verification."""
     if strategy not in STRATEGIES:
         raise ConfigError("strategy", strategy, f"choose one of {', '.join(STRATEGIES)}")
-    return STRATEGIES[strategy].config_cls(max_new_tokens=max_new_tokens, seed=seed, top_n=top_n,
-                                           **dict(params))
+    kwargs = dict(params)
+    pick = kwargs.get(COST_FIELD)
+    if isinstance(pick, CostPick):
+        kwargs[COST_FIELD] = pick.config_value()
+    config = STRATEGIES[strategy].config_cls(max_new_tokens=max_new_tokens, seed=seed, top_n=top_n, **kwargs)
+    if isinstance(pick, CostPick):
+        pick.check_covers(config)
+    return config
 
 
 @dataclass(frozen=True)
@@ -62,15 +71,17 @@ class Settings:
     top_n: int = 10
     config: BaseConfig | None = None
     error: str | None = None
+    model_options: dict = field(default_factory=dict)   # gguf_file, device_map, max_memory, offload_folder
 
-    def model_key(self) -> tuple[str, str, str]:
-        return (self.model, self.device, self.dtype)
+    def model_key(self) -> tuple:
+        """(model, device, dtype), then the set model options as (name, value) pairs."""
+        return (self.model, self.device, self.dtype, *sorted(self.model_options.items()))
 
 
 # ------------------------------------------------------------------ URL form
 
 QP_SCALARS = {"model": str, "device": str, "dtype": str, "prompt": str, "chat": bool, "strategy": str,
-              "seed": int, "max_new": int, "top_n": int}
+              "seed": int, "max_new": int, "top_n": int, **{name: str for name in LINK_MODEL_OPTIONS}}
 
 
 def parse_value(text: str, tp: type) -> Any:
@@ -89,13 +100,18 @@ def to_query(settings: Settings) -> dict[str, str]:
            "prompt": settings.prompt, "chat": "1" if settings.chat_template else "0",
            "strategy": settings.strategy, "seed": str(settings.seed),
            "max_new": str(settings.max_new_tokens), "top_n": str(settings.top_n)}
-    out.update({name: str(value) for name, value in settings.params.items()})
+    out.update({name: value for name, value in settings.model_options.items() if name in LINK_MODEL_OPTIONS})
+    for name, value in settings.params.items():
+        text = value.link() if isinstance(value, CostPick) else value
+        if text is not None:                       # None: an optional parameter that is off
+            out[name] = str(text)
     return out
 
 
 def from_query(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Split query parameters into (shared values, strategy params, names that did not parse).
-    Unknown names are ignored; strategy params are typed by the chosen strategy's fields."""
+    Unknown names are ignored; strategy params are typed by the chosen strategy's fields; optional
+    (Advanced) params stay text, for their widgets to read."""
     shared, params, bad = {}, {}, []
     for name, tp in QP_SCALARS.items():
         if name in query:
@@ -111,4 +127,5 @@ def from_query(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
                     params[f.name] = parse_value(str(query[f.name]), f.type)
                 except ValueError:
                     bad.append(f.name)
+        params.update({f.name: str(query[f.name]) for f in optional_fields(strategy) if f.name in query})
     return shared, params, bad

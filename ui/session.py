@@ -13,16 +13,24 @@ from ui.params import Settings
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
-def load_lm(name: str, device: str, dtype: str):
-    """One LM per (model, device, dtype), shared by all sessions (its .lock guards each forward)."""
-    return load(ModelSpec(name=name, device=device, dtype=dtype))
+def load_lm(name: str, device: str, dtype: str, **options):
+    """One LM per (model, device, dtype, model options), shared by all sessions (its .lock guards each
+    forward). `options`: ModelSpec's gguf_file, device_map, max_memory, offload_folder when set."""
+    return load(ModelSpec(name=name, device=device, dtype=dtype, **options))
+
+
+def load_lm_for(model_key: tuple):
+    """load_lm for a Settings.model_key(): the options go as keywords only when set, so a plain model
+    has the same cache entry as load_lm(name, device, dtype)."""
+    name, device, dtype, *options = model_key
+    return load_lm(name, device, dtype, **dict(options))
 
 
 def lm_or_stop(settings: Settings):
     """The settings' model, or an st.error naming what to fix and a stopped page."""
     try:
         with st.spinner(f"Loading model {settings.model!r}…"):
-            return load_lm(*settings.model_key())
+            return load_lm_for(settings.model_key())
     except ConfigError as err:
         st.error(str(err))
     except (OSError, RuntimeError, ValueError) as err:
@@ -31,9 +39,9 @@ def lm_or_stop(settings: Settings):
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
-def load_draft_lm(name: str, device: str, dtype: str, target_key: tuple[str, str, str]):
+def load_draft_lm(name: str, device: str, dtype: str, target_key: tuple):
     """A draft model for speculative decoding, checked against the target's vocabulary and tokenizer."""
-    return load_draft(name, load_lm(*target_key), device=device, dtype=dtype)
+    return load_draft(name, load_lm_for(target_key), device=device, dtype=dtype)
 
 
 def strategy_kwargs_or_stop(config, settings: Settings) -> dict:

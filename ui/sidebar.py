@@ -7,15 +7,27 @@ import os
 import streamlit as st
 
 from decoding.errors import ConfigError
-from decoding.models import DEVICES, DTYPES
+from decoding.models import DEVICES, DTYPES, ModelSpec
 from decoding.runner import STRATEGIES
 from ui import keys
+from ui.advanced import (COST_FIELD, COST_LABELS, COST_MODES, DEVICE_MAP_CHOICES, NO_DEVICE_MAP, CostPick,
+                         OptionalField, device_map_link_error, link_mode, model_options, optional_fields,
+                         optional_value, pick_cost)
 from ui.params import ParamField, Settings, build_config, from_query, param_fields, to_query
 
 MODEL_ENV = "DECODESCOPE_MODEL"
 QP_WIDGETS = {"model": keys.MODEL, "device": keys.DEVICE, "dtype": keys.DTYPE, "prompt": keys.PROMPT,
               "chat": keys.CHAT, "strategy": keys.STRATEGY, "seed": keys.SEED, "max_new": keys.MAX_NEW,
-              "top_n": keys.TOP_N}
+              "top_n": keys.TOP_N, "gguf_file": keys.GGUF_FILE, "device_map": keys.DEVICE_MAP,
+              "max_memory": keys.MAX_MEMORY}
+OPTION_HELP = {
+    "lossy_threshold": "LOSSY mode: accept a drafted token outright when p_target exceeds this, in (0, 1]; "
+                       "changes the output distribution; needs temperature > 0. Empty: exact.",
+    COST_FIELD: "Pick the draft length (or tree budget) per round that maximizes expected tokens per ms of "
+                "verification. none: fixed length; auto: profile this model on this device at the first "
+                "step and cache the table; file: a JSON table {\"version\": 1, \"verify_ms\": [...]} "
+                "(ms of one target forward over 1, 2, ... tokens), the format decoding/cost.py saves.",
+}
 PAGE_QUERY_PARAMS = (keys.QP_TOUR_STOP,)   # owned by a page; kept when the settings rewrite the URL
 
 
@@ -29,17 +41,29 @@ def _load_query_params_once() -> None:
         return
     st.session_state[keys.QP_LOADED] = True
     shared, params, bad = from_query(st.query_params.to_dict())
+    link_errors = []
     for name, value in shared.items():
         choices = {"device": DEVICES, "dtype": DTYPES, "strategy": STRATEGIES}.get(name)
         if choices is not None and value not in choices:
             bad.append(name)
             continue
+        if name == "device_map" and device_map_link_error(value):
+            link_errors.append(device_map_link_error(value))
+            continue
         st.session_state[QP_WIDGETS[name]] = value
     strategy = shared.get("strategy")
     for name, value in params.items():
-        st.session_state[keys.param_key("w", strategy, name)] = value
+        key = keys.param_key("w", strategy, name)
+        if name == COST_FIELD:
+            st.session_state[key] = link_mode(value)
+            if link_mode(value) == "file":
+                st.session_state[keys.cost_link_key(key)] = value
+        else:
+            st.session_state[key] = value
     if bad:
         st.session_state[keys.QP_BAD] = bad
+    if link_errors:
+        st.session_state[keys.QP_LINK_ERRORS] = link_errors
 
 
 def _key(key: str, default):
@@ -60,9 +84,72 @@ def param_widget(scope: str, strategy: str, f: ParamField):
     return st.text_input(label, key=key)
 
 
+def optional_widget(scope: str, strategy: str, f: OptionalField):
+    """A text field for an optional parameter: empty is off (None)."""
+    key = _key(keys.param_key(scope, strategy, f.name), "")
+    text = st.text_input(f"{f.name.replace('_', ' ')} (empty: off)", key=key, help=OPTION_HELP.get(f.name))
+    return optional_value(text, f.type)
+
+
+def cost_widget(scope: str, strategy: str) -> CostPick:
+    """DSpark's cost table: none, auto (profiled on first use) or an uploaded JSON file (or the table a
+    link gave, until a file is uploaded)."""
+    key = _key(keys.param_key(scope, strategy, COST_FIELD), "none")
+    mode = st.radio("cost table", COST_MODES, format_func=COST_LABELS.get, key=key, help=OPTION_HELP[COST_FIELD])
+    upload = None
+    if mode == "file":
+        file = st.file_uploader("cost table JSON", type=["json"], key=keys.cost_file_key(key))
+        upload = (file.name, file.getvalue()) if file is not None else None
+    pick = pick_cost(mode, upload, st.session_state.get(keys.cost_link_key(key)))
+    if pick.table is not None:
+        ms = pick.table.verify_ms
+        st.caption(f"{pick.name}: {len(ms)} entries, {ms[0]:.3g} ms for 1 token … {ms[-1]:.3g} ms for {len(ms)}")
+    return pick
+
+
 def strategy_params(scope: str, strategy: str) -> dict:
-    """Widgets for the strategy's own parameters (one per config field); returns their values."""
-    return {f.name: param_widget(scope, strategy, f) for f in param_fields(strategy)}
+    """Widgets for the strategy's own parameters (one per config field), the optional ones in an
+    "Advanced" expander; returns their values (a cost table as an advanced.CostPick)."""
+    params = {f.name: param_widget(scope, strategy, f) for f in param_fields(strategy)}
+    optional = optional_fields(strategy)
+    if optional:
+        with st.expander("Advanced"):
+            for f in optional:
+                params[f.name] = cost_widget(scope, strategy) if f.name == COST_FIELD else \
+                    optional_widget(scope, strategy, f)
+    return params
+
+
+def model_option_widgets() -> dict[str, str]:
+    """The model's GGUF file and accelerate placement (device_map, max_memory, offload_folder)."""
+    with st.expander("Advanced model options"):
+        gguf_file = st.text_input("GGUF file (inside the model directory)", key=_key(keys.GGUF_FILE, ""))
+        device_map = st.selectbox("device map (accelerate)", DEVICE_MAP_CHOICES,
+                                  key=_key(keys.DEVICE_MAP, NO_DEVICE_MAP),
+                                  help="Place a model too large for one device: GPUs, then CPU, then disk. "
+                                       "Leave Device at auto.")
+        max_memory = st.text_input("max memory (with a device map)", key=_key(keys.MAX_MEMORY, ""),
+                                   placeholder="0=20GiB,cpu=64GiB", help="Per-device budget; the rest goes to disk.")
+        offload_folder = st.text_input("offload folder (with a device map)", key=_key(keys.OFFLOAD_FOLDER, ""),
+                                       help="Where weights offloaded to disk go (default: the cache). "
+                                            "Not kept in the link.")
+    return model_options(gguf_file=gguf_file, device_map=device_map, max_memory=max_memory,
+                         offload_folder=offload_folder)
+
+
+def _validate(model: str, device: str, dtype: str, options: dict, build) -> tuple[object, list[str]]:
+    """Validate the model options, then build the config; (config or None, one-line messages)."""
+    messages = []
+    try:
+        ModelSpec(name=model, device=device, dtype=dtype, **options)
+    except ConfigError as err:
+        messages.append(str(err))
+    config = None
+    try:
+        config = build()
+    except ConfigError as err:
+        messages.append(str(err))
+    return (None if messages else config), messages
 
 
 def render() -> Settings:
@@ -72,11 +159,14 @@ def render() -> Settings:
         st.header("DecodeScope")
         if st.session_state.get(keys.QP_BAD):
             st.warning(f"Ignored unreadable link parameter(s): {', '.join(st.session_state[keys.QP_BAD])}")
+        for message in st.session_state.get(keys.QP_LINK_ERRORS, ()):
+            st.error(f"{message} (ignored)")
         model = st.text_input("Model", key=_key(keys.MODEL, default_model()),
                               help="'default' (embedded SmolLM2-135M-Instruct), a local path or an HF id")
         c1, c2 = st.columns(2)
         device = c1.selectbox("Device", DEVICES, key=keys.DEVICE)
         dtype = c2.selectbox("Dtype", list(DTYPES), key=keys.DTYPE)
+        options = model_option_widgets()
         prompt = st.text_area("Prompt", key=_key(keys.PROMPT, Settings.prompt), height=90)
         chat = st.checkbox("Use the chat template", key=_key(keys.CHAT, True))
         strategy = st.selectbox("Strategy", list(STRATEGIES), key=_key(keys.STRATEGY, "greedy"))
@@ -85,15 +175,14 @@ def render() -> Settings:
         seed = c3.number_input("Seed", step=1, key=_key(keys.SEED, 0))
         max_new = c4.number_input("Max new tokens", step=1, key=_key(keys.MAX_NEW, Settings.max_new_tokens))
         top_n = st.number_input("Top-N candidates recorded", step=1, key=_key(keys.TOP_N, Settings.top_n))
-        config, error = None, None
-        try:
-            config = build_config(strategy, params, seed=seed, max_new_tokens=max_new, top_n=top_n)
-        except ConfigError as err:
-            error = str(err)
-            st.error(error)
-    settings = Settings(model=model.strip() or "default", device=device, dtype=dtype, prompt=prompt,
-                        chat_template=chat, strategy=strategy, params=params, seed=seed,
-                        max_new_tokens=max_new, top_n=top_n, config=config, error=error)
+        model = model.strip() or "default"
+        config, messages = _validate(model, device, dtype, options, lambda: build_config(
+            strategy, params, seed=seed, max_new_tokens=max_new, top_n=top_n))
+        for message in messages:
+            st.error(message)
+    settings = Settings(model=model, device=device, dtype=dtype, prompt=prompt, chat_template=chat,
+                        strategy=strategy, params=params, seed=seed, max_new_tokens=max_new, top_n=top_n,
+                        config=config, error=messages[0] if messages else None, model_options=options)
     kept = {name: st.query_params[name] for name in PAGE_QUERY_PARAMS if name in st.query_params}
     st.query_params.from_dict({**to_query(settings), **kept})
     return settings

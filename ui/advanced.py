@@ -1,0 +1,191 @@
+"""Optional engine parameters for the sidebar's "Advanced" expanders, without streamlit: the config
+fields that are off when None (their text form: empty = off), DSpark's cost table picked as none /
+auto / an uploaded JSON file (and its URL form), and the model's placement options."""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import re
+import types
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from decoding.config import AUTO_COST
+from decoding.cost import CostTable
+from decoding.errors import ConfigError, check
+from decoding.models import cache_root
+from decoding.placement import DEVICE_MAPS
+from decoding.runner import STRATEGIES
+
+COST_FIELD = "cost_table"              # a file, not a text field: its own widget (none / auto / upload)
+OPTIONAL_TYPES = (int, float, str)
+MAX_COST_BYTES = 1 << 20              # an uploaded cost table larger than this is refused
+MAX_SHOWN = 60                        # characters of a bad link value quoted in a message
+
+
+@dataclass(frozen=True)
+class OptionalField:
+    name: str
+    type: type         # the type when set: int | float | str
+
+
+def optional_fields(strategy: str) -> list[OptionalField]:
+    """The strategy's config fields typed `X | None` with a default (None: off), e.g. DSpark's
+    cost_table and lossy_threshold. These are what the Advanced expander edits."""
+    config_cls = STRATEGIES[strategy].config_cls
+    hints = typing.get_type_hints(config_cls)
+    out = []
+    for f in dataclasses.fields(config_cls):
+        args = typing.get_args(hints.get(f.name)) if isinstance(hints.get(f.name), types.UnionType) else ()
+        inner = [a for a in args if a is not type(None)]
+        if type(None) in args and len(inner) == 1 and inner[0] in OPTIONAL_TYPES and f.default is None:
+            out.append(OptionalField(f.name, inner[0]))
+    return out
+
+
+def optional_value(text: Any, tp: type) -> Any:
+    """The config value of an optional field's text: None when empty, the parsed value when it parses,
+    else the text itself (the config then refuses it, naming the parameter and the value)."""
+    if text is None or str(text).strip() == "":
+        return None
+    try:
+        return tp(str(text).strip())
+    except ValueError:
+        return str(text)
+
+
+def shorten(text: str) -> str:
+    return text if len(text) <= MAX_SHOWN else text[:MAX_SHOWN] + "…"
+
+
+# ------------------------------------------------------------------ DSpark's cost table
+
+COST_MODES = ("none", "auto", "file")
+COST_LABELS = {"none": "none (fixed length)", "auto": "auto (profile on first use)",
+               "file": "file (upload a JSON cost table)"}
+LINK_HINT = "give 'auto', 'none' or the verify milliseconds per token count, comma-separated (e.g. 5.1,9.8,14.2)"
+
+
+def cost_from_json(data: bytes, name: str) -> CostTable:
+    """An uploaded cost table (the JSON of decoding.cost: version 1, verify_ms from 1 token)."""
+    check(len(data) <= MAX_COST_BYTES, "cost_table", name, f"is over {MAX_COST_BYTES} bytes")
+    try:
+        parsed = json.loads(data)
+    except (ValueError, RecursionError) as err:
+        raise ConfigError("cost_table", name, f"could not be read ({err})") from None
+    try:
+        return CostTable.from_dict(parsed, source=name)
+    except ConfigError as err:                 # name the file, not the entries
+        raise ConfigError("cost_table", name, err.expected) from None
+
+
+def cost_to_link(table: CostTable) -> str:
+    """The table in a URL: its milliseconds, exact (shortest round-trip float form)."""
+    return ",".join(repr(float(v)) for v in table.verify_ms)
+
+
+def cost_from_link(text: str) -> CostTable:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise ConfigError("cost_table", shorten(text), LINK_HINT) from None
+    try:
+        return CostTable(verify_ms=values, source="link")
+    except ConfigError as err:
+        raise ConfigError("cost_table", shorten(text), err.expected) from None
+
+
+def link_mode(text: str) -> str:
+    """The cost-table mode a link value asks for: none, auto, or file (a table in the link)."""
+    return text if text in ("none", AUTO_COST) else "file"
+
+
+def store_cost(table: CostTable, name: str) -> str:
+    """Save a table under the cache (one file per content and name) for the config to point at."""
+    digest = hashlib.sha256(cost_to_link(table).encode()).hexdigest()[:12]
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name).strip("._")[:60] or "cost"
+    path = cache_root() / "cost" / "uploads" / digest / (safe if safe.endswith(".json") else safe + ".json")
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        dataclasses.replace(table, source=name).save(path)
+    return str(path)
+
+
+@dataclass(frozen=True)
+class CostPick:
+    """The cost table chosen in the sidebar. `error` is why a file pick cannot be used."""
+
+    mode: str = "none"                 # none | auto | file
+    table: CostTable | None = None     # mode file: the table uploaded or read from the link
+    name: str = ""                     # its file name ("link" when read from the URL)
+    path: str | None = None            # where it was stored for the config
+    error: str | None = None
+
+    def config_value(self) -> str | None:
+        """The config's cost_table: None, 'auto' or the stored file; raises the pick's error."""
+        if self.error is not None:
+            raise ConfigError.from_line(self.error)
+        return {"none": None, "auto": AUTO_COST}.get(self.mode, self.path)
+
+    def check_covers(self, config) -> None:
+        """A file's table must cover the largest verification of the config (as the engine requires)."""
+        from decoding.dspark import cost_need
+
+        if self.table is not None:
+            need = cost_need(config)
+            check(self.table.max_tokens >= need, "cost_table", self.name,
+                  f"covers {self.table.max_tokens} tokens; this run verifies up to {need}")
+
+    def link(self) -> str | None:
+        """The URL form: absent for none, 'auto', or the table's milliseconds."""
+        if self.mode == "none":
+            return None
+        if self.mode == "auto":
+            return AUTO_COST
+        return cost_to_link(self.table) if self.table is not None else None
+
+
+def pick_cost(mode: str, upload: tuple[str, bytes] | None, link_text: str | None) -> CostPick:
+    """The pick for a mode: for 'file', the uploaded file (name, bytes), else the table in the link."""
+    if mode != "file":
+        return CostPick(mode=mode)
+    try:
+        if upload is not None:
+            name, table = upload[0], cost_from_json(upload[1], upload[0])
+        elif link_text:
+            name, table = "link", cost_from_link(link_text)
+        else:
+            raise ConfigError("cost_table", None, "upload a JSON cost table (version 1 with verify_ms), "
+                                                  "or choose none or auto")
+    except ConfigError as err:
+        return CostPick(mode=mode, error=str(err))
+    return CostPick(mode=mode, table=table, name=name, path=store_cost(table, name))
+
+
+# ------------------------------------------------------------------ model placement
+
+MODEL_OPTIONS = ("gguf_file", "device_map", "max_memory", "offload_folder")
+LINK_MODEL_OPTIONS = ("gguf_file", "device_map", "max_memory")   # offload_folder: typed only, see README
+NO_DEVICE_MAP = "none"
+DEVICE_MAP_CHOICES = (NO_DEVICE_MAP, *DEVICE_MAPS)
+
+
+def model_options(**values: Any) -> dict[str, str]:
+    """The options that are set (non-empty text; device_map other than 'none'), for ModelSpec."""
+    out = {}
+    for name in MODEL_OPTIONS:
+        value = values.get(name)
+        if value is None or str(value).strip() in ("", NO_DEVICE_MAP):
+            continue
+        out[name] = str(value).strip()
+    return out
+
+
+def device_map_link_error(value: str) -> str | None:
+    """The message for a link's device_map that is none of the choices (None when it is one)."""
+    if value in DEVICE_MAP_CHOICES:
+        return None
+    return str(ConfigError("device_map", shorten(value), f"choose one of {', '.join(DEVICE_MAPS)} (or none)"))
