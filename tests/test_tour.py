@@ -293,7 +293,7 @@ def test_assert_same_bites():
 
 
 @pytest.mark.real
-@pytest.mark.parametrize("stop_id", ["greedy", "speculative"])
+@pytest.mark.parametrize("stop_id", ["greedy", "speculative", "dspark"])
 def test_recording_reproduces_on_the_embedded_model(real_lm, stop_id):
     stop = tour.stop_by_id(stop_id)
     again = without_timings(from_json(to_json(tour.record_stop(real_lm, stop))))
