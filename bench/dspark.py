@@ -21,6 +21,8 @@ from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.models import ModelSpec, load
+from decoding.dspark import DEFAULT_WEIGHTS
+from decoding.parallel import load_drafter
 from decoding.shallow import DEFAULT_SHALLOW, load_shallow
 
 PHASES = ("drafter", "dp", "verification", "acceptance", "cache", "other")
@@ -43,17 +45,20 @@ def _generate(lm, ids, max_new):
 
 
 def contenders(lm, args) -> dict:
+    """Every contender as ids -> (tokens, seconds, trace). Drafters are loaded once, outside the timed
+    runs (the shallow draft likewise)."""
     n = args.max_new_tokens
+    drafter = load_drafter(DEFAULT_WEIGHTS, lm)
     runs = {"greedy (ours)": lambda ids: _ours(lm, ids, GreedyConfig(max_new_tokens=n)),
             "greedy (generate)": lambda ids: _generate(lm, ids, n)}
     for g in args.gammas:
         runs[f"dspark chain γ={g}"] = (lambda g: lambda ids: _ours(
-            lm, ids, DSparkConfig(max_new_tokens=n, gamma=g)))(g)
+            lm, ids, DSparkConfig(max_new_tokens=n, gamma=g), drafter=drafter))(g)
     g_tree = max(g for g in args.gammas if g <= 16)
     runs[f"dspark tree γ={g_tree} K=2 budget={args.budget}"] = lambda ids: _ours(
-        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget))
+        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget), drafter=drafter)
     runs[f"dspark chain γ≤{g_tree} cost-aware (auto table)"] = lambda ids: _ours(
-        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, cost_table="auto"))
+        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, cost_table="auto"), drafter=drafter)
     runs["speculative lookup γ=10"] = lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10))
     if DEFAULT_SHALLOW.is_file():
         shallow = load_shallow(lm)
