@@ -456,15 +456,18 @@ def data_split(data: DistillData, every: int) -> tuple[list[int], list[int]]:
 POOLS = ("templates", "mixed")
 
 
-def distill_set(lm, settings, progress: bool = True) -> tuple[list[list[int]], DistillData, str]:
-    """(prompts as token ids, data, description) for settings.prompt_pool. "mixed" adds varied prompts
-    (decoding.prompt_pool) whose passages are the target's answers to the training templated prompts;
-    each part is generated and cached on its own."""
+def distill_set(lm, settings, progress: bool = True, prompts: Sequence[Sequence[int]] | None = None
+                ) -> tuple[list[list[int]], DistillData, str]:
+    """(prompts as token ids, data, description): the given prompts, or settings.prompt_pool's. "mixed"
+    adds varied prompts (decoding.prompt_pool) whose passages are the target's answers to the training
+    templated prompts; each part is generated and cached on its own."""
     from decoding.prompt_pool import passage, varied_prompts
 
-    check(lm.tokenizer is not None, "prompts", None, "a model without a tokenizer needs token-id prompts")
     gen = dict(answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
                temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed, progress=progress)
+    if prompts is not None:
+        return [list(p) for p in prompts], generate_distill(lm, prompts, **gen), "given as token ids"
+    check(lm.tokenizer is not None, "prompts", None, "a model without a tokenizer needs token-id prompts")
     first = [lm.encode(text) for text in distill_prompts(settings.n_prompts, settings.seed)]
     data = generate_distill(lm, first, **gen)
     source = f"{len(first)} templates x topics (decoding.train.distill_prompts, seed {settings.seed})"
@@ -572,13 +575,7 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
                    progress: bool = True, title: str | None = None) -> TrainReport:
     """Whole pipeline: prompts -> cached distillation data -> training -> calibration -> weights at
     `out` (float16 safetensors) and the model card next to it (same name, .md)."""
-    if prompts is None:
-        prompts, data, source = distill_set(lm, settings, progress)
-    else:
-        source = "given as token ids"
-        data = generate_distill(lm, prompts, answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
-                                temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed,
-                                progress=progress)
+    prompts, data, source = distill_set(lm, settings, progress, prompts)
     drafter, report = train_drafter(lm, data, settings, progress=progress)
     report.data["prompt_source"] = source
     report.data["target_display"] = display_name(lm)

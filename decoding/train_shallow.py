@@ -28,8 +28,8 @@ import torch.nn.functional as F
 
 from decoding.errors import check
 from decoding.shallow import DEFAULT_SHALLOW, build_shallow, save_shallow, trainable
-from decoding.train import (POOLS, DistillData, data_split, display_name, distill_set, generate_distill,
-                            run_trainer, settings_parser)
+from decoding.train import (POOLS, DistillData, data_split, display_name, distill_set, run_trainer,
+                            settings_parser)
 
 
 @dataclass(frozen=True)
@@ -277,12 +277,7 @@ def model_card(report: DraftReport, title: str) -> str:
 def train_shallow(lm, settings: DraftSettings, out: str | Path, *, prompts=None, progress: bool = True,
                   title: str | None = None) -> DraftReport:
     """Prompts -> cached distillation data -> training -> weights at `out` and the model card (.md)."""
-    if prompts is None:
-        prompts, data, _ = distill_set(lm, settings, progress)
-    else:
-        data = generate_distill(lm, prompts, answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
-                                temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed,
-                                progress=progress)
+    prompts, data, _ = distill_set(lm, settings, progress, prompts)
     draft, report = train_draft(lm, settings, prompts, data, progress=progress)
     report.target = display_name(lm)
     out = Path(out)
