@@ -24,6 +24,11 @@ from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig
 from decoding.drafters import truncated_draft
 from decoding.models import LM, resolve_device, resolve_dtype
 from decoding.parallel import DrafterShape, ParallelDrafter
+from decoding.shallow import build_shallow
+
+REPEATS = 3          # timed runs per strategy after the warm-up; the table shows the median
+GREEDY_EXACT = ("greedy", "speculative", "dspark")
+GENERATE = "transformers generate (greedy)"
 
 EMBEDDED_SHAPES = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
                        num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
@@ -41,6 +46,7 @@ class Row:
     events_ms_per_step: float
     tau: float | None
     peak_mib: float | None
+    same_as_greedy: bool | None = None      # its tokens equal our greedy's (None: not a greedy-exact strategy)
 
 
 def random_model(shapes: dict, device: torch.device, dtype: torch.dtype, seed: int = 0) -> LM:
@@ -62,37 +68,79 @@ def prompt_ids(vocab: int, length: int = 48, seed: int = 1) -> list[int]:
 
 
 def contenders(lm: LM, n: int, draft_layers: int) -> dict:
-    """Strategy label -> (config, extra run arguments): every registered strategy, speculative twice."""
+    """Strategy label -> (config, extra run arguments): every registered strategy, speculative with three
+    drafts (lookup, the target's first layers, a shallow self-draft of the shipped shape, untrained) and
+    DSpark in both selection modes (a random drafter: its acceptances mean nothing, its costs are real)."""
     hidden = lm.model.config.hidden_size
-    drafter = ParallelDrafter(DrafterShape(hidden, lm.vocab_size, gamma_max=8), seed=0).eval().attach(lm)
+    drafter = ParallelDrafter(DrafterShape(hidden, lm.vocab_size, gamma_max=16), seed=0).eval().attach(lm)
     draft = truncated_draft(lm, draft_layers)
+    shallow = build_shallow(lm, min(2, draft_layers), 1, vocab_ids=range(min(lm.vocab_size, 12964)))
+    plural = "s" if draft_layers > 1 else ""
     return {
         "greedy": (GreedyConfig(max_new_tokens=n), {}),
         "sample (T=0.8, top-p 0.9)": (SampleConfig(max_new_tokens=n, temperature=0.8, top_p=0.9, seed=1), {}),
         "beam (4 beams)": (BeamConfig(max_new_tokens=n, num_beams=4), {}),
         "speculative, lookup (γ=5)": (SpeculativeConfig(max_new_tokens=n, gamma=5), {}),
-        f"speculative, draft = first {draft_layers} layer{'s' if draft_layers > 1 else ''} (γ=4)": (
+        f"speculative, draft = first {draft_layers} layer{plural} (γ=4)": (
             SpeculativeConfig(max_new_tokens=n, gamma=4, draft="truncated"), {"draft_lm": draft}),
-        "dspark, random drafter (chain γ=4, K=2)": (
-            DSparkConfig(max_new_tokens=n, gamma=4, top_k_candidates=2), {"drafter": drafter}),
+        "speculative, shallow self-draft shape (γ=5)": (
+            SpeculativeConfig(max_new_tokens=n, gamma=5, draft="shallow"), {"draft_lm": shallow}),
+        "dspark, random drafter (chain γ=8, K=2)": (
+            DSparkConfig(max_new_tokens=n, gamma=8, top_k_candidates=2), {"drafter": drafter}),
+        "dspark, random drafter (tree γ=16, K=2, budget 16)": (
+            DSparkConfig(max_new_tokens=n, gamma=16, top_k_candidates=2, select="tree", budget=16),
+            {"drafter": drafter}),
     }
 
 
-def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str) -> Row:
+def _timed(lm: LM, fn) -> tuple[float, object]:
+    lm.sync()
+    start = time.perf_counter()
+    out = fn()
+    lm.sync()
+    return time.perf_counter() - start, out
+
+
+def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str, greedy_ids: list[int] | None) -> Row:
     runner.run(lm, ids, config, **kwargs)                      # warm-up (kernels, allocator)
     if lm.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(lm.device)
-    lm.sync()
-    start = time.perf_counter()
-    trace = runner.run(lm, ids, config, **kwargs)
-    lm.sync()
-    wall = time.perf_counter() - start
+    runs = [_timed(lm, lambda: runner.run(lm, ids, config, **kwargs)) for _ in range(REPEATS)]
+    wall, trace = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
     if trace.error:
         raise RuntimeError(f"{label}: {trace.error}")
     events_ms = sum(sum(step.timings_ms.values()) for step in trace.steps) / max(1, len(trace.steps))
     peak = torch.cuda.max_memory_allocated(lm.device) / 2**20 if lm.device.type == "cuda" else None
+    same = (list(trace.output_ids) == greedy_ids if greedy_ids is not None and label.startswith(GREEDY_EXACT)
+            else None)
     return Row(label, len(trace.output_ids), len(trace.output_ids) / wall, events_ms,
-               trace.stats.mean_accepted_length, peak)
+               trace.stats.mean_accepted_length, peak, same)
+
+
+def measure_generate(lm: LM, ids: list[int], n: int, greedy_ids: list[int]) -> Row:
+    """transformers' own greedy `generate` on the same model and prompt: the baseline for our engine."""
+    x = torch.tensor([ids], device=lm.device)
+    kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, num_beams=1, pad_token_id=0)
+    with torch.inference_mode():
+        lm.model.generate(x, **kwargs)
+        if lm.device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(lm.device)
+        runs = [_timed(lm, lambda: lm.model.generate(x, **kwargs)) for _ in range(REPEATS)]
+    wall, out = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    tokens = out[0, len(ids):].tolist()
+    peak = torch.cuda.max_memory_allocated(lm.device) / 2**20 if lm.device.type == "cuda" else None
+    return Row(GENERATE, len(tokens), len(tokens) / wall, float("nan"), None, peak, tokens == greedy_ids)
+
+
+def measure_all(lm: LM, ids: list[int], n: int, draft_layers: int) -> list[Row]:
+    rows, greedy_ids = [], None
+    for label, (cfg, kw) in contenders(lm, n, draft_layers).items():
+        rows.append(measure(lm, ids, cfg, kw, label, greedy_ids))
+        if label == "greedy":
+            greedy_ids = list(runner.run(lm, ids, cfg, **kw).output_ids)
+            rows[-1] = Row(**{**rows[-1].__dict__, "same_as_greedy": True})
+    rows.insert(1, measure_generate(lm, ids, n, greedy_ids))
+    return rows
 
 
 def render(rows: list[Row], lm: LM, n: int) -> str:
@@ -102,11 +150,18 @@ def render(rows: list[Row], lm: LM, n: int) -> str:
     lines = [f"Random model, {lm.model.config.num_hidden_layers} layers, hidden {lm.model.config.hidden_size}, "
              f"vocab {lm.vocab_size}; {str(lm.dtype).replace('torch.', '')} on {gpu}; {n} new tokens; torch "
              f"{torch.__version__}, transformers {transformers.__version__}.", "",
-             "| strategy | tokens | tokens/s | events ms/step | τ | peak MiB |", "|---|---:|---:|---:|---:|---:|"]
+             f"Median of {REPEATS} timed runs after a warm-up; × greedy = tokens/s over our greedy's; same tokens = "
+             "equal to our greedy's output (for the strategies that claim it).", "",
+             "| strategy | tokens | tokens/s | × greedy | events ms/step | τ | peak MiB | same tokens |",
+             "|---|---:|---:|---:|---:|---:|---:|:-:|"]
+    base = next(r.tokens_per_s for r in rows if r.strategy == "greedy")
     for r in rows:
         tau = f"{r.tau:.2f}" if r.tau is not None else "–"
         peak = f"{r.peak_mib:.0f}" if r.peak_mib is not None else "–"
-        lines.append(f"| {r.strategy} | {r.tokens} | {r.tokens_per_s:.1f} | {r.events_ms_per_step:.2f} | {tau} | {peak} |")
+        events = "–" if r.events_ms_per_step != r.events_ms_per_step else f"{r.events_ms_per_step:.2f}"
+        same = {True: "yes", False: "**no**", None: "–"}[r.same_as_greedy]
+        lines.append(f"| {r.strategy} | {r.tokens} | {r.tokens_per_s:.1f} | {r.tokens_per_s / base:.2f} | {events} "
+                     f"| {tau} | {peak} | {same} |")
     return "\n".join(lines)
 
 
@@ -125,8 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     lm = random_model(shapes, device, dtype)
     ids = prompt_ids(lm.vocab_size)
     n = args.max_new_tokens
-    rows = [measure(lm, ids, cfg, kw, label) for label, (cfg, kw) in
-            contenders(lm, n, max(1, min(args.draft_layers, shapes["num_hidden_layers"] - 1))).items()]
+    rows = measure_all(lm, ids, n, max(1, min(args.draft_layers, shapes["num_hidden_layers"] - 1)))
     table = render(rows, lm, n)
     print(table, flush=True)
     if args.md:

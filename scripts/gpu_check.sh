@@ -2,7 +2,9 @@
 # GPU check for a machine with an NVIDIA GPU and no network (about 5 minutes; installs nothing):
 #   1. the exactness tests on tiny models, on CUDA in float32 (the CPU suite's claims and tolerances);
 #   2. the logit-agreement tests in float16 and bfloat16 (tolerances in tests/conftest.py);
-#   3. every strategy timed on a random model of the embedded model's shapes (bench/shapes.py).
+#   3. the GPU-only tests: a model split between GPU and CPU by accelerate, CUDA-event timing, peak memory;
+#   4. every strategy and transformers' generate timed on a random model of the embedded model's shapes
+#      (bench/shapes.py), each strategy's tokens checked against greedy's.
 #
 #   scripts/gpu_check.sh            on the GPU
 #   scripts/gpu_check.sh --cpu      the same on the CPU, with a 2-layer timing model (tries the script)
@@ -10,7 +12,7 @@
 # PYTHON picks the interpreter (default: .venv/bin/python if there, else python3). It needs torch,
 # transformers, accelerate, pytest and scipy; not gguf, the embedded model or streamlit. RESULTS=DIR
 # also writes the timing table to DIR/gpu-check.md and each step's log to DIR. Each step has a time
-# limit (300 s in all on a GPU; ten times that with --cpu; LIMIT_SCALE=N multiplies them).
+# limit (360 s in all on a GPU; ten times that with --cpu; LIMIT_SCALE=N multiplies them).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,7 +22,7 @@ SCALE="${LIMIT_SCALE:-1}"          # multiplies every step's time limit
 for arg in "$@"; do
   case "$arg" in
     --cpu) DEVICE=cpu; TIMING=(--tiny --max-new-tokens 16); SCALE="${LIMIT_SCALE:-10}" ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     *) echo "error: unknown option $arg (use --cpu)" >&2; exit 2 ;;
   esac
 done
@@ -76,12 +78,15 @@ for dtype in float16 bfloat16; do
   step "logits-$dtype" 30 env DECODESCOPE_TEST_DTYPE="$dtype" "${PYTEST[@]}" "${LOGITS[@]}"
 done
 
+# on the CPU these tests skip their CUDA cases and run the rest
+step cuda-paths 30 env DECODESCOPE_TEST_DTYPE=float32 "${PYTEST[@]}" -rs tests/test_devices.py tests/test_bench_memory.py
+
 MD=()
 [[ -n "$RESULTS" ]] && MD=(--md "$RESULTS/gpu-check.md")
 for dtype in float16 bfloat16; do
   [[ "$DEVICE" == cpu && "$dtype" != float16 ]] && continue
   dt="$dtype"; [[ "$DEVICE" == cpu ]] && dt=float32
-  step "timing-$dt" 45 "$PYTHON" -m bench.shapes --device "$DEVICE" --dtype "$dt" "${TIMING[@]}" "${MD[@]}"
+  step "timing-$dt" 60 "$PYTHON" -m bench.shapes --device "$DEVICE" --dtype "$dt" "${TIMING[@]}" "${MD[@]}"
 done
 
 echo; echo "=== summary ==="

@@ -205,5 +205,49 @@ def test_the_cache_keyword_follows_the_installed_transformers():
         def forward(self, input_ids=None, past_key_values=None, use_cache=None):
             return None
 
-    assert cache_keyword(make_tiny_llama()) == "cache"      # transformers 5.24 (this environment)
+    class NewerForward(torch.nn.Module):     # a forward that takes `cache` (transformers 5.24 does)
+        def forward(self, input_ids=None, cache=None, use_cache=None):
+            return None
+
+    assert cache_keyword(NewerForward()) == "cache"
     assert cache_keyword(OlderForward()) == "past_key_values"
+    # the installed release's llama: whichever name its forward takes (5.24 'cache', 5.17 'past_key_values')
+    import inspect
+
+    named = inspect.signature(make_tiny_llama().forward).parameters
+    assert cache_keyword(make_tiny_llama()) == ("cache" if "cache" in named else "past_key_values")
+
+
+needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@needs_cuda
+@pytest.mark.parametrize("config", [GreedyConfig(max_new_tokens=12), SpeculativeConfig(max_new_tokens=12, gamma=3)],
+                         ids=["greedy", "speculative"])
+def test_a_model_split_between_gpu_and_cpu_decodes_like_the_plain_one(plain, model_dir, config):
+    """On a GPU machine: half the weights on the GPU, the rest on the CPU (float32, no TF32), token for
+    token like the whole model on the CPU, timed with CUDA events on the GPU's part."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    size = sum(p.numel() * p.element_size() for p in plain.model.parameters())
+    split = load(ModelSpec(name=model_dir, dtype="float32", device_map="auto",
+                           max_memory=f"0={size // 2}B,cpu={4 * size}B"))
+    assert set(split.placement) == {"cuda:0", "cpu"}, split.placement
+    assert torch.device("cuda", 0) in split.cuda_devices
+    ids = plain.encode(PROMPT, chat_template=False)
+    got, want = runner.run(split, ids, config), runner.run(plain, ids, config)
+    assert got.error is None and got.output_ids == want.output_ids
+    model_ms = [sum(step.timings_ms.get(k, 0.0) for k in ("prefill", "forward", "verify")) for step in got.steps]
+    assert all(ms > 0 for ms in model_ms)
+
+
+@needs_cuda
+def test_timer_with_real_cuda_events_measures_gpu_work():
+    lm = LM(make_tiny_llama(), None, "tiny")
+    lm.cuda_devices = [torch.device("cuda", 0)]
+    a = torch.randn(2048, 2048, device="cuda")
+    timer = Timer(lm)
+    for _ in range(20):
+        a = a @ a / 2048 ** 0.5
+    timer.lap("forward")
+    phases = timer.done()
+    assert phases["forward"] > 0.05 and phases["forward"] > 10 * phases["other"]
