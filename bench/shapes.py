@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import platform
+import sys
 import time
 from dataclasses import dataclass
 
@@ -133,14 +134,24 @@ def measure_generate(lm: LM, ids: list[int], n: int, greedy_ids: list[int]) -> R
 
 
 def measure_all(lm: LM, ids: list[int], n: int, draft_layers: int) -> list[Row]:
+    """Every contender in turn, each announced on stderr with the seconds it took (a slow one shows)."""
     rows, greedy_ids = [], None
     for label, (cfg, kw) in contenders(lm, n, draft_layers).items():
+        start = time.perf_counter()
         rows.append(measure(lm, ids, cfg, kw, label, greedy_ids))
+        _announce(rows[-1], start)
         if label == "greedy":
             greedy_ids = list(runner.run(lm, ids, cfg, **kw).output_ids)
             rows[-1] = Row(**{**rows[-1].__dict__, "same_as_greedy": True})
-    rows.insert(1, measure_generate(lm, ids, n, greedy_ids))
+            start = time.perf_counter()
+            rows.append(measure_generate(lm, ids, n, greedy_ids))
+            _announce(rows[-1], start)
     return rows
+
+
+def _announce(row: Row, start: float) -> None:
+    print(f"  timed {row.strategy}: {row.tokens_per_s:.1f} tokens/s, τ {row.tau}, same as greedy {row.same_as_greedy} "
+          f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
 
 
 def render(rows: list[Row], lm: LM, n: int) -> str:
@@ -177,7 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     device = resolve_device(args.device)
     dtype = resolve_dtype(args.dtype, device)
     shapes = TINY_SHAPES if args.tiny else EMBEDDED_SHAPES
+    start = time.perf_counter()
     lm = random_model(shapes, device, dtype)
+    print(f"  built the random model in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     ids = prompt_ids(lm.vocab_size)
     n = args.max_new_tokens
     rows = measure_all(lm, ids, n, max(1, min(args.draft_layers, shapes["num_hidden_layers"] - 1)))

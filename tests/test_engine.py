@@ -32,7 +32,7 @@ def _chi2_pvalue(counts, probs, n):
     support = probs > 0
     assert counts[~support].sum() == 0, "sampled a token with probability 0"
     expected = probs[support].double() / probs[support].double().sum() * counts.sum().double()
-    return chisquare(counts[support].double().numpy(), expected.numpy()).pvalue
+    return chisquare(counts[support].double().cpu().numpy(), expected.cpu().numpy()).pvalue
 
 
 PARAMS = dict(temperature=1.5, top_k=20, top_p=0.9, min_p=0.02)
