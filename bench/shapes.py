@@ -133,47 +133,43 @@ def measure_generate(lm: LM, ids: list[int], n: int, greedy_ids: list[int]) -> R
     return Row(GENERATE, len(tokens), len(tokens) / wall, float("nan"), None, peak, tokens == greedy_ids)
 
 
-def measure_all(lm: LM, ids: list[int], n: int, draft_layers: int) -> list[Row]:
-    """Every contender in turn, each announced on stderr with the seconds it took (a slow one shows)."""
+def measure_all(lm: LM, ids: list[int], n: int, draft_layers: int, emit=print) -> list[Row]:
+    """Every contender in turn; `emit` gets the table's header, then each row as soon as it is measured
+    (a run stopped at a time limit keeps the rows it finished)."""
+    for line in header(lm, n):
+        emit(line)
     rows, greedy_ids = [], None
     for label, (cfg, kw) in contenders(lm, n, draft_layers).items():
-        start = time.perf_counter()
         rows.append(measure(lm, ids, cfg, kw, label, greedy_ids))
-        _announce(rows[-1], start)
         if label == "greedy":
             greedy_ids = list(runner.run(lm, ids, cfg, **kw).output_ids)
             rows[-1] = Row(**{**rows[-1].__dict__, "same_as_greedy": True})
-            start = time.perf_counter()
+            emit(row_line(rows[-1], rows[0].tokens_per_s))
             rows.append(measure_generate(lm, ids, n, greedy_ids))
-            _announce(rows[-1], start)
+        emit(row_line(rows[-1], rows[0].tokens_per_s))
     return rows
 
 
-def _announce(row: Row, start: float) -> None:
-    print(f"  timed {row.strategy}: {row.tokens_per_s:.1f} tokens/s, τ {row.tau}, same as greedy {row.same_as_greedy} "
-          f"({time.perf_counter() - start:.1f} s)", file=sys.stderr, flush=True)
-
-
-def render(rows: list[Row], lm: LM, n: int) -> str:
+def header(lm: LM, n: int) -> list[str]:
     gpu = torch.cuda.get_device_name(lm.device) if lm.device.type == "cuda" else platform.processor() or "CPU"
     import transformers
 
-    lines = [f"Random model, {lm.model.config.num_hidden_layers} layers, hidden {lm.model.config.hidden_size}, "
-             f"vocab {lm.vocab_size}; {str(lm.dtype).replace('torch.', '')} on {gpu}; {n} new tokens; torch "
-             f"{torch.__version__}, transformers {transformers.__version__}.", "",
-             f"Median of {REPEATS} timed runs after a warm-up; × greedy = tokens/s over our greedy's; same tokens = "
-             "equal to our greedy's output (for the strategies that claim it).", "",
-             "| strategy | tokens | tokens/s | × greedy | events ms/step | τ | peak MiB | same tokens |",
-             "|---|---:|---:|---:|---:|---:|---:|:-:|"]
-    base = next(r.tokens_per_s for r in rows if r.strategy == "greedy")
-    for r in rows:
-        tau = f"{r.tau:.2f}" if r.tau is not None else "–"
-        peak = f"{r.peak_mib:.0f}" if r.peak_mib is not None else "–"
-        events = "–" if r.events_ms_per_step != r.events_ms_per_step else f"{r.events_ms_per_step:.2f}"
-        same = {True: "yes", False: "**no**", None: "–"}[r.same_as_greedy]
-        lines.append(f"| {r.strategy} | {r.tokens} | {r.tokens_per_s:.1f} | {r.tokens_per_s / base:.2f} | {events} "
-                     f"| {tau} | {peak} | {same} |")
-    return "\n".join(lines)
+    return [f"Random model, {lm.model.config.num_hidden_layers} layers, hidden {lm.model.config.hidden_size}, "
+            f"vocab {lm.vocab_size}; {str(lm.dtype).replace('torch.', '')} on {gpu}; {n} new tokens; torch "
+            f"{torch.__version__}, transformers {transformers.__version__}.", "",
+            f"Median of {REPEATS} timed runs after a warm-up; × greedy = tokens/s over our greedy's; same tokens = "
+            "equal to our greedy's output (for the strategies that claim it).", "",
+            "| strategy | tokens | tokens/s | × greedy | events ms/step | τ | peak MiB | same tokens |",
+            "|---|---:|---:|---:|---:|---:|---:|:-:|"]
+
+
+def row_line(r: Row, greedy_tokens_per_s: float) -> str:
+    tau = f"{r.tau:.2f}" if r.tau is not None else "–"
+    peak = f"{r.peak_mib:.0f}" if r.peak_mib is not None else "–"
+    events = "–" if r.events_ms_per_step != r.events_ms_per_step else f"{r.events_ms_per_step:.2f}"
+    same = {True: "yes", False: "**no**", None: "–"}[r.same_as_greedy]
+    return (f"| {r.strategy} | {r.tokens} | {r.tokens_per_s:.1f} | {r.tokens_per_s / greedy_tokens_per_s:.2f} "
+            f"| {events} | {tau} | {peak} | {same} |")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -193,12 +189,20 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  built the random model in {time.perf_counter() - start:.1f} s", file=sys.stderr, flush=True)
     ids = prompt_ids(lm.vocab_size)
     n = args.max_new_tokens
-    rows = measure_all(lm, ids, n, max(1, min(args.draft_layers, shapes["num_hidden_layers"] - 1)))
-    table = render(rows, lm, n)
-    print(table, flush=True)
-    if args.md:
-        with open(args.md, "a", encoding="utf-8") as fh:
-            fh.write(table + "\n\n")
+    md = open(args.md, "a", encoding="utf-8") if args.md else None
+
+    def emit(line: str) -> None:
+        print(line, flush=True)
+        if md:
+            md.write(line + "\n")
+            md.flush()
+
+    try:
+        measure_all(lm, ids, n, max(1, min(args.draft_layers, shapes["num_hidden_layers"] - 1)), emit)
+    finally:
+        if md:
+            md.write("\n")
+            md.close()
     return 0
 
 

@@ -121,7 +121,7 @@ def test_tiny_negative_controls_break_parity(sharp_lm, tiny_generated, private):
 
 # ---------------------------------------------------------------- tiny model: trace structure
 
-def _check_step(event, previous_beams, config, pool_size):
+def _check_step(event, previous_beams, config, pool_size, device=torch.device("cpu")):
     assert len(event.pool) == pool_size
     scores = [c.score for c in event.pool]
     assert scores == sorted(scores, reverse=True)
@@ -143,7 +143,8 @@ def _check_step(event, previous_beams, config, pool_size):
     norm = [h.normalized_score for h in event.finished]
     assert norm == sorted(norm, reverse=True) and len(norm) <= config.num_beams
     for hyp in event.finished:
-        expected = torch.tensor(hyp.score) / (len(hyp.token_ids) ** config.length_penalty)
+        # the engine's own operation on the model's device (a GPU divides by a scalar through its reciprocal)
+        expected = torch.tensor(hyp.score, device=device) / (len(hyp.token_ids) ** config.length_penalty)
         assert hyp.normalized_score == float(expected)
 
 
@@ -153,7 +154,7 @@ def test_trace_structure(sharp_lm, case):
     events = list(beam._decode(sharp_lm, TINY_PROMPT, config))
     previous = ()
     for event in events:
-        _check_step(event, previous, config, pool_size=2 * config.num_beams)
+        _check_step(event, previous, config, pool_size=2 * config.num_beams, device=sharp_lm.device)
         assert event.target_forwards == 1 and event.position == len(TINY_PROMPT) + event.index
         assert {"processing", "cache", "other"} <= set(event.timings_ms)
         previous = event.beams

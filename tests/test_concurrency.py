@@ -167,7 +167,7 @@ def test_control_an_unlocked_forward_is_recorded(shared):
     lm, _, unlocked = shared
     before = len(unlocked)
     with torch.inference_mode():
-        lm.model(input_ids=torch.tensor([PROMPT]))
+        lm.model(input_ids=torch.tensor([PROMPT], device=lm.device))
     assert len(unlocked) == before + 1
     del unlocked[before:]
 

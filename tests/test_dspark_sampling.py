@@ -34,14 +34,14 @@ def exact_marginals(lm, depth: int) -> list[torch.Tensor]:
     """P(t_1), P(t_2), ... under the processed target, by enumerating every prefix (batched)."""
     pipeline = build_pipeline(**PROCESSING)
     seqs = torch.tensor([PROMPT], device=lm.device)                                   # (S, L)
-    weights = torch.ones(1, dtype=torch.float64)                    # (S,)
+    weights = torch.ones(1, dtype=torch.float64, device=lm.device)  # (S,)
     out = []
     for _ in range(depth):
         logits = lm.model(input_ids=seqs).logits[:, -1].float()     # (S, V)
         probs = torch.softmax(pipeline(logits), -1).double()        # (S, V)
         joint = weights[:, None] * probs                            # (S, V)
-        out.append(joint.sum(0))
-        seqs = torch.cat([seqs.repeat_interleave(VOCAB, 0), torch.arange(VOCAB).repeat(len(seqs))[:, None]], 1)
+        out.append(joint.sum(0).cpu())
+        seqs = torch.cat([seqs.repeat_interleave(VOCAB, 0), torch.arange(VOCAB, device=lm.device).repeat(len(seqs))[:, None]], 1)
         weights = joint.flatten()
     return out
 
