@@ -5,20 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from test_browser import ARTIFACTS, browser, click, idle, page, server, shot, sync_api  # noqa: F401  (fixtures)
+from test_browser import ARTIFACTS, ROOT, browser, click, idle, page, server, shot, sync_api  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.flaky(reruns=3, reruns_delay=2)]
 
 
 def test_tour_link_draws_the_recorded_speculative_trace_and_next_moves_on(server, page):  # noqa: F811
-    # The first session of a fresh server that opens a deep link gets Streamlit's "Page not found" modal
-    # (the pages are known only after a first script run); a real server has had visitors. Warm it up.
-    page.goto(server)
-    page.get_by_role("button", name="Step", exact=True).wait_for(timeout=60_000)
-    idle(page)
+    # The link is the fresh server's first visit: a shared link must open its page, not "Page not found".
+    # (A `pages/` directory beside app.py, even an empty one, makes Streamlit look for pages there before
+    # st.navigation has run, and a first visit to a deep link then fails.)
+    assert not (ROOT / "pages").exists(), "remove the pages/ directory beside app.py (see the comment above)"
     page.goto(f"{server}/tour?stop=speculative")
     page.get_by_role("heading", name="5. Speculative decoding").wait_for(timeout=60_000)
     idle(page)
+    assert page.get_by_text("Page not found").count() == 0 and "/tour" in page.url
     page.locator(".ds-chips span.ds-chip.ds-origin-accepted").first.wait_for(timeout=30_000)
     assert page.locator(".ds-chips span.ds-chip.ds-origin-rejected").count() > 0
     page.locator(".js-plotly-plot").first.wait_for(timeout=30_000)   # the round's draft bars
