@@ -24,4 +24,4 @@ def test_every_contender_runs_and_the_exact_ones_match_greedy():
 
 def test_a_row_whose_tokens_differ_is_flagged():
     row = shapes.Row("speculative, x", 12, 100.0, 1.0, 2.0, None, same_as_greedy=False)
-    assert shapes.row_line(row, 50.0).endswith("| 2.00 | 1.00 | 2.00 | – | **no** |")
+    assert shapes.row_line(row, 50.0).endswith("| 2.00 | 1.00 | 2.00 | 1.00 | – | **no** |")   # step cost τ / 2.0
