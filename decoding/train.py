@@ -346,6 +346,34 @@ def evaluate(drafter: ParallelDrafter, data: DistillData, gamma: int, slice_of: 
     return {"hits": torch.cat(hits), "conf": torch.cat(conf), "valid": torch.cat(valid)}
 
 
+def slice_index(drafter: ParallelDrafter) -> torch.Tensor:
+    """(V,) each vocabulary id's index in the drafter's slice, −1 outside it."""
+    slice_of = torch.full((drafter.shape.vocab_size,), -1, dtype=torch.long)
+    slice_of[drafter.vocab_ids] = torch.arange(len(drafter.vocab_ids))
+    return slice_of
+
+
+def leading_hits(drafter: ParallelDrafter, data: DistillData, gamma: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per anchor: how many drafted tokens a greedy chain of γ would have accepted there (teacher forced,
+    as `evaluate`), and whether its whole window lies inside the answer. -> ((N,) long, (N,) bool)."""
+    ev = evaluate(drafter, data, drafter.shape.gamma_max, slice_index(drafter), max_rows=data.positions)
+    hits = ev["hits"][:, :gamma].int()
+    return torch.cumprod(hits, 1).sum(1), ev["valid"][:, :gamma].all(1)
+
+
+def chain_rounds(drafter: ParallelDrafter, data: DistillData, gamma: int) -> list[tuple[int, int]]:
+    """The rounds a greedy chain decode (γ, one candidate per position) makes over one answer, predicted
+    offline: [(anchor, accepted drafted tokens)], the first anchor the answer's first token (emitted by
+    the prefill), each next one past the accepted tokens and the round's own target token."""
+    check(len(data.offsets) == 2, "data", len(data.offsets) - 1, "must hold exactly one answer")
+    lead = leading_hits(drafter, data, gamma)[0].tolist()
+    rounds, anchor = [], 0
+    while anchor < len(lead):
+        rounds.append((anchor, lead[anchor]))
+        anchor += lead[anchor] + 1
+    return rounds
+
+
 def _window(data: DistillData, rows: torch.Tensor, gamma: int) -> torch.Tensor:
     seq_end = data.offsets[torch.searchsorted(data.offsets, rows, right=True)]
     return rows[:, None] + torch.arange(1, gamma + 1) < seq_end[:, None]     # (B, γ)
@@ -497,8 +525,7 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     shape = DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, settings.gamma_max, settings.rank,
                          settings.trunk, settings.width)
     drafter = ParallelDrafter(shape, vocab_slice(train, lm, settings.vocab), seed=settings.seed).attach(lm)
-    slice_of = torch.full((lm.vocab_size,), -1, dtype=torch.long)
-    slice_of[drafter.vocab_ids] = torch.arange(len(drafter.vocab_ids))
+    slice_of = slice_index(drafter)
     rows = anchors(train)
     check(len(rows) >= 1, "data", train.positions, "has no training anchors (answers too short)")
     params = [p for p in drafter.parameters() if p.requires_grad]

@@ -66,26 +66,10 @@ def test_shipped_drafter_equals_greedy_and_accepts(real_lm, select):
     assert held > 1.8 and new > 1.2, (held, new)
 
 
-def offline_rounds(drafter, data, gamma: int) -> list[tuple[int, int]]:
-    """The rounds a greedy chain decode would make, computed offline the way training evaluates the
-    drafter (decoding.train.evaluate: teacher-forced, from the distillation data): (anchor, accepted)."""
-    from decoding import train
-
-    slice_of = torch.full((drafter.shape.vocab_size,), -1, dtype=torch.long)
-    slice_of[drafter.vocab_ids] = torch.arange(len(drafter.vocab_ids))
-    hits = train.evaluate(drafter, data, drafter.shape.gamma_max, slice_of)["hits"][:, :gamma]
-    lead = torch.cumprod(hits.int(), 1).sum(1).tolist()
-    rounds, anchor = [], 0
-    while anchor < len(lead):
-        rounds.append((anchor, lead[anchor]))
-        anchor += lead[anchor] + 1
-    return rounds
-
-
 def test_offline_evaluation_predicts_every_runtime_round(real_lm):
     """Training's held-out numbers (the model card's τ) and the runtime measure the same drafter: a
     greedy chain (K = 1, γ = 8) run accepts, round by round, exactly what the offline teacher-forced
-    evaluation on the same answer predicts (all rounds but the last, which the token budget cuts).
+    evaluation on the same answer predicts (decoding.train.chain_rounds) (all rounds but the last, which the token budget cuts).
     Control: the offline side fed the hidden state one position late (the state at the root token
     rather than the one that predicted it, a plausible tapping mistake) does not."""
     import dataclasses
@@ -102,8 +86,8 @@ def test_offline_evaluation_predicts_every_runtime_round(real_lm):
     runtime = [(s.position - len(prompt) - 1, len(s.accepted_path)) for s in trace.steps if not s.prefill]
     data = train.generate_distill(real_lm, [prompt], answer_tokens=n, use_cache=False, progress=False)
     assert data.tokens.tolist() == list(trace.output_ids)                 # the same answer (greedy)
-    offline = offline_rounds(drafter, data, gamma)
+    offline = train.chain_rounds(drafter, data, gamma)
     assert sum(a for _, a in runtime) >= 5                                 # a drafter that accepts something
     assert runtime[:-1] == offline[:len(runtime) - 1]
     late = dataclasses.replace(data, hidden=torch.cat([data.hidden[1:], data.hidden[-1:]]))
-    assert offline_rounds(drafter, late, gamma)[:len(runtime) - 1] != runtime[:-1]
+    assert train.chain_rounds(drafter, late, gamma)[:len(runtime) - 1] != runtime[:-1]
