@@ -59,6 +59,9 @@ def contenders(lm, args) -> dict:
         lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget), drafter=drafter)
     runs[f"dspark chain γ≤{g_tree} cost-aware (auto table)"] = lambda ids: _ours(
         lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, cost_table="auto"), drafter=drafter)
+    runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware (auto table)"] = lambda ids: _ours(
+        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto"),
+        drafter=drafter)
     runs["speculative lookup γ=10"] = lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10))
     if DEFAULT_SHALLOW.is_file():
         shallow = load_shallow(lm)
