@@ -1,7 +1,10 @@
-"""App benchmark: how long a Step takes in a real browser beyond the model's own time. `streamlit run app.py`
-on the tiny test model (tests/tiny_app_model.py), driven by Debian's Chromium through Playwright: click Step,
-wait for the new token chip, subtract the model time the page reports. A trivial Streamlit button app is
-measured the same way as the floor (Streamlit's own round-trip).
+"""App benchmark, in a real browser (Debian's Chromium through Playwright):
+1. the first page with the embedded model loaded: from `streamlit run app.py` to a Playground ready to
+   Step (the prompt tokenized by the loaded model), on a new machine (empty cache: the GGUF is converted
+   once), on a cold server (converted copy on disk), and for a second browser session (model in memory);
+2. how long a Step takes beyond the model's own time, on the tiny test model (tests/tiny_app_model.py):
+   click Step, wait for the new token chip, subtract the model time the page reports. A trivial
+   Streamlit button app is measured the same way as the floor (Streamlit's own round-trip).
 
     python -m bench app [--steps N]
 """
@@ -125,6 +128,40 @@ def measure_playground(browser, url: str, query: str, steps: int) -> list[dict]:
         context.close()
 
 
+READY = re.compile(r"Prompt as the model sees it")
+
+
+def _open_ready(browser, url: str) -> float:
+    """Seconds from opening the Playground in a new browser session until it is ready to Step."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1200})
+    try:
+        page = context.new_page()
+        start = time.perf_counter()
+        page.goto(url)
+        page.get_by_text(READY).wait_for(timeout=300_000)
+        page.get_by_role("button", name="Step", exact=True).wait_for(timeout=60_000)
+        return time.perf_counter() - start
+    finally:
+        context.close()
+
+
+def measure_first_page(browser, tmp: Path) -> dict:
+    """Seconds to a ready Playground on the embedded model: 'new machine' (an empty cache, so the GGUF
+    is converted), 'cold server' (server start with the converted copy on disk), 'warm' (another
+    browser session on that server); server start counted from launching `streamlit run`."""
+    out = {}
+    env = {k: v for k, v in os.environ.items() if k != "DECODESCOPE_MODEL"}
+    for name, cache in (("new machine", tmp / "empty-cache"), ("cold server", None)):
+        run_env = dict(env, DECODESCOPE_CACHE=str(cache)) if cache else env
+        start = time.perf_counter()
+        with streamlit_server(ROOT / "app.py", run_env, tmp / f"first-{len(out)}.log", cwd=ROOT) as url:
+            server_s = time.perf_counter() - start
+            out[name] = server_s + _open_ready(browser, url)
+            if cache is None:
+                out["warm (second session)"] = _open_ready(browser, url)
+    return out
+
+
 def measure_floor(browser, url: str, steps: int) -> list[float]:
     """click→new text ms of a bare Streamlit button app (no model, one st.write)."""
     context = browser.new_context()
@@ -144,8 +181,15 @@ def measure_floor(browser, url: str, steps: int) -> list[float]:
         context.close()
 
 
-def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_version: str) -> str:
-    lines = ["## App: Step render time in the browser", "",
+def render_first_page(first: dict) -> list[str]:
+    return ["", "First page with the embedded model (Playground ready to Step), in seconds; goal of issue 5: "
+            "≤ 20 s cold, ≤ 5 s warm:", "", "| start | seconds |", "|---|---|"] + [
+        f"| {name} | {seconds:.1f} |" for name, seconds in first.items()]
+
+
+def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_version: str,
+           first: dict | None = None) -> str:
+    lines = ["## App: first page and Step render time in the browser", "",
              f"Command: `python -m bench app --steps {steps}`  ",
              f"Machine: {machine()}; {os.cpu_count()} CPUs; Chromium {browser_version} headless (Playwright).  ",
              load_note(*loads, os.cpu_count() or 1) + "  ",
@@ -163,10 +207,12 @@ def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_
         lines.append(f"| Playground Step, {name} | {cell(col['click_to_chip_ms'])} | {cell(col['model_ms'])} | "
                      f"{cell(col['beyond_model_ms'])} | {cell(col['server_ms'])} |")
     lines.append(f"| floor: bare Streamlit button | {cell(floor)} | — | {cell(floor)} | — |")
+    if first:
+        lines += render_first_page(first)
     return "\n".join(lines)
 
 
-def run(steps: int) -> tuple[dict, list[float], str]:
+def run(steps: int) -> tuple[dict, list[float], str, dict]:
     from playwright.sync_api import sync_playwright
     with tempfile.TemporaryDirectory(prefix="bench_app_") as tmp_name:
         tmp = Path(tmp_name)
@@ -175,13 +221,14 @@ def run(steps: int) -> tuple[dict, list[float], str]:
         with sync_playwright() as p:
             browser = launch_chromium(p)
             try:
+                first = measure_first_page(browser, tmp)
                 env = {**os.environ, "DECODESCOPE_MODEL": str(model_dir)}
                 with streamlit_server(ROOT / "app.py", env, tmp / "app.log", cwd=ROOT) as url:
                     results = {name: measure_playground(browser, url, query, steps)
                                for name, query in STRATEGIES.items()}
                 with streamlit_server(tmp / "floor.py", dict(os.environ), tmp / "floor.log") as url:
                     floor = measure_floor(browser, url, steps)
-                return results, floor, browser.version
+                return results, floor, browser.version, first
             finally:
                 browser.close()
 
@@ -195,7 +242,7 @@ def main(argv=None) -> None:
     if not os.path.exists(CHROMIUM):
         sys.exit(f"bench app needs Chromium at {CHROMIUM} (Debian's chromium package); not found")
     before = os.getloadavg()
-    results, floor, version = run(args.steps)
-    body = render(results, floor, args.steps, (before, os.getloadavg()), version)
+    results, floor, version, first = run(args.steps)
+    body = render(results, floor, args.steps, (before, os.getloadavg()), version, first)
     write_section("app", body)
     print(body)

@@ -40,3 +40,12 @@ def test_render_has_one_row_per_strategy_and_the_floor():
     assert "| Playground Step, greedy | 250 [200–300] | 15 [10–20] | 235 [190–280] | 80 [70–90] |" in text
     assert "| floor: bare Streamlit button | 120 [110–130] | — | 120 [110–130] | — |" in text
     assert "`python -m bench app --steps 2`" in text
+
+
+def test_render_lists_the_first_page_times():
+    rows = [{"click_to_chip_ms": 300.0, "model_ms": 20.0, "server_ms": 90.0, "beyond_model_ms": 280.0}]
+    first = {"new machine": 31.24, "cold server": 12.06, "warm (second session)": 1.5}
+    text = render({"greedy": rows}, [110.0], 1, ((1.0, 1.0, 1.0), (1.0, 1.0, 1.0)), "1.0", first)
+    assert "| new machine | 31.2 |" in text and "| cold server | 12.1 |" in text
+    assert "| warm (second session) | 1.5 |" in text and "≤ 20 s cold, ≤ 5 s warm" in text
+    assert "First page" not in render({"greedy": rows}, [110.0], 1, ((1.0,) * 3, (1.0,) * 3), "1.0")
