@@ -215,3 +215,26 @@ def test_saved_drafter_reloads_identically(lm, drafter, tmp_path):
     tr_a = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=16, gamma=6), drafter=drafter)
     tr_b = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=16, gamma=6, drafter=str(path)))
     assert tr_a.output_ids == tr_b.output_ids
+
+
+def _head_rows(lm, call) -> list[int]:
+    """Rows the target's LM head produced in each of its calls during call()."""
+    rows = []
+    hook = lm.model.get_output_embeddings().register_forward_hook(lambda m, a, out: rows.append(out.shape[-2]))
+    try:
+        call()
+    finally:
+        hook.remove()
+    return rows
+
+
+def test_prefill_computes_the_last_row_of_logits_only(lm, drafter):
+    """The prefill needs one row of logits (the first free token) and the head input at the last
+    position: a (prompt, vocabulary) logits block would be the run's largest allocation."""
+    prompt = PROMPTS[0]
+    rows = _head_rows(lm, lambda: run(lm, prompt, DSparkConfig(max_new_tokens=6, gamma=2), drafter=drafter))
+    assert rows[0] == 1 and len(rows) >= 2
+    # negative control: the probe sees every row when all positions' logits are asked for
+    with torch.inference_mode():
+        assert _head_rows(lm, lambda: lm.forward(prompt, lm.new_cache())) == [len(prompt)]
+
