@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from decoding import dspark, trace
 from decoding.config import DSparkConfig, GreedyConfig
@@ -238,3 +239,29 @@ def test_prefill_computes_the_last_row_of_logits_only(lm, drafter):
     with torch.inference_mode():
         assert _head_rows(lm, lambda: lm.forward(prompt, lm.new_cache())) == [len(prompt)]
 
+
+def _largest_cpu_allocation(call) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call()
+    return max((ev.cpu_memory_usage for ev in prof.events()), default=0)
+
+
+def test_drafter_forward_does_not_copy_its_position_weights(lm, drafter):
+    """Every drafting round runs the drafter once; its per-position trunk weights (γ_max, D, W) are
+    read in place, not copied into another layout per call (8 MiB a round for the shipped drafter)."""
+    if drafter.w1.device.type != "cpu":
+        pytest.skip("CPU allocation probe")
+    w1_bytes = drafter.w1.numel() * drafter.w1.element_size()
+    hidden, root = torch.randn(1, drafter.shape.hidden_size), torch.tensor([3])
+    with torch.inference_mode():
+        out = drafter(hidden, root)
+        assert _largest_cpu_allocation(lambda: drafter(hidden, root)) < w1_bytes
+        u = F.silu(torch.cat([F.rms_norm(hidden, (hidden.shape[-1],)),
+                              F.rms_norm(drafter.embed_tokens(root), (hidden.shape[-1],))], -1)
+                   @ drafter.trunk_in + drafter.trunk_b)
+        mid = F.silu(torch.einsum("bd,gdw->bgw", u, drafter.w1) + drafter.b1)
+        assert torch.equal(out.z, hidden[:, None, :] + torch.einsum("bgw,gwh->bgh", mid, drafter.w2))
+        # negative control: the probe sees the copy einsum makes of w1
+        assert _largest_cpu_allocation(lambda: torch.einsum("bd,gdw->bgw", u, drafter.w1)) >= w1_bytes
