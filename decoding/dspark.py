@@ -157,8 +157,8 @@ def prefill(lm: LM, cache, prompt_ids, forced, config: DSparkConfig, pipeline, g
     """Forward over prompt + forced tokens; choose the first free token. -> (event, hidden (H,))."""
     timer = Timer(lm)
     with tap_head_input(lm) as tap:
-        row = lm.forward(list(prompt_ids) + list(forced), cache)[-1]  # (V,)
-    hidden = tap.hidden[0, -1]                                          # (H,)
+        row = lm.forward(list(prompt_ids) + list(forced), cache, logits_to_keep=1)[-1]  # (V,)
+    hidden = tap.hidden[0, -1]                                          # (H,) the head reads the last position only
     timer.lap("prefill")
     if pipeline is None:
         token, draw = int(torch.argmax(row)), None

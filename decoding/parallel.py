@@ -118,7 +118,8 @@ class ParallelDrafter(nn.Module):
         feats = torch.cat([F.rms_norm(hidden, hidden.shape[-1:]),
                            F.rms_norm(self.embed_tokens(root), hidden.shape[-1:])], -1)   # (B, 2H)
         u = F.silu(feats @ self.trunk_in + self.trunk_b)                                   # (B, D)
-        mid = F.silu(torch.einsum("bd,gdw->bgw", u, self.w1) + self.b1)                    # (B, γ, W)
+        # (γ, B, W) batched over γ: einsum would copy w1 into a (D, γ·W) layout on every call
+        mid = F.silu(torch.matmul(u, self.w1).transpose(0, 1) + self.b1)                 # (B, γ, W)
         z = hidden[:, None, :] + torch.einsum("bgw,gwh->bgh", mid, self.w2)                # (B, γ, H)
         base = z @ self.head.T                                                              # (B, γ, V_s)
         if self.head_bias is not None:

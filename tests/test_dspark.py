@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from decoding import dspark, trace
 from decoding.config import DSparkConfig, GreedyConfig
@@ -215,3 +216,52 @@ def test_saved_drafter_reloads_identically(lm, drafter, tmp_path):
     tr_a = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=16, gamma=6), drafter=drafter)
     tr_b = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=16, gamma=6, drafter=str(path)))
     assert tr_a.output_ids == tr_b.output_ids
+
+
+def _head_rows(lm, call) -> list[int]:
+    """Rows the target's LM head produced in each of its calls during call()."""
+    rows = []
+    hook = lm.model.get_output_embeddings().register_forward_hook(lambda m, a, out: rows.append(out.shape[-2]))
+    try:
+        call()
+    finally:
+        hook.remove()
+    return rows
+
+
+def test_prefill_computes_the_last_row_of_logits_only(lm, drafter):
+    """The prefill needs one row of logits (the first free token) and the head input at the last
+    position: a (prompt, vocabulary) logits block would be the run's largest allocation."""
+    prompt = PROMPTS[0]
+    rows = _head_rows(lm, lambda: run(lm, prompt, DSparkConfig(max_new_tokens=6, gamma=2), drafter=drafter))
+    assert rows[0] == 1 and len(rows) >= 2
+    # negative control: the probe sees every row when all positions' logits are asked for
+    with torch.inference_mode():
+        assert _head_rows(lm, lambda: lm.forward(prompt, lm.new_cache())) == [len(prompt)]
+
+
+def _largest_cpu_allocation(call) -> int:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        call()
+    return max((ev.cpu_memory_usage for ev in prof.events()), default=0)
+
+
+def test_drafter_forward_does_not_copy_its_position_weights(lm, drafter):
+    """Every drafting round runs the drafter once; its per-position trunk weights (γ_max, D, W) are
+    read in place, not copied into another layout per call (8 MiB a round for the shipped drafter)."""
+    if drafter.w1.device.type != "cpu":
+        pytest.skip("CPU allocation probe")
+    w1_bytes = drafter.w1.numel() * drafter.w1.element_size()
+    hidden, root = torch.randn(1, drafter.shape.hidden_size), torch.tensor([3])
+    with torch.inference_mode():
+        out = drafter(hidden, root)
+        assert _largest_cpu_allocation(lambda: drafter(hidden, root)) < w1_bytes
+        u = F.silu(torch.cat([F.rms_norm(hidden, (hidden.shape[-1],)),
+                              F.rms_norm(drafter.embed_tokens(root), (hidden.shape[-1],))], -1)
+                   @ drafter.trunk_in + drafter.trunk_b)
+        mid = F.silu(torch.einsum("bd,gdw->bgw", u, drafter.w1) + drafter.b1)
+        assert torch.equal(out.z, hidden[:, None, :] + torch.einsum("bgw,gwh->bgh", mid, drafter.w2))
+        # negative control: the probe sees the copy einsum makes of w1
+        assert _largest_cpu_allocation(lambda: torch.einsum("bd,gdw->bgw", u, drafter.w1)) >= w1_bytes
