@@ -13,6 +13,7 @@ timings (CUDA events on a GPU), a check that the two clocks agree.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import platform
 import sys
 import time
@@ -102,7 +103,8 @@ def _timed(lm: LM, fn) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str, greedy_ids: list[int] | None) -> Row:
+def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str,
+            greedy_ids: list[int] | None) -> tuple[Row, list[int]]:
     runner.run(lm, ids, config, **kwargs)                      # warm-up (kernels, allocator)
     if lm.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(lm.device)
@@ -115,7 +117,7 @@ def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str, greedy_ids
     same = (list(trace.output_ids) == greedy_ids if greedy_ids is not None and label.startswith(GREEDY_EXACT)
             else None)
     return Row(label, len(trace.output_ids), len(trace.output_ids) / wall, events_ms,
-               trace.stats.mean_accepted_length, peak, same)
+               trace.stats.mean_accepted_length, peak, same), list(trace.output_ids)
 
 
 def measure_generate(lm: LM, ids: list[int], n: int, greedy_ids: list[int]) -> Row:
@@ -140,10 +142,11 @@ def measure_all(lm: LM, ids: list[int], n: int, draft_layers: int, emit=print) -
         emit(line)
     rows, greedy_ids = [], None
     for label, (cfg, kw) in contenders(lm, n, draft_layers).items():
-        rows.append(measure(lm, ids, cfg, kw, label, greedy_ids))
+        row, out_ids = measure(lm, ids, cfg, kw, label, greedy_ids)
+        rows.append(row)
         if label == "greedy":
-            greedy_ids = list(runner.run(lm, ids, cfg, **kw).output_ids)
-            rows[-1] = Row(**{**rows[-1].__dict__, "same_as_greedy": True})
+            greedy_ids = out_ids
+            rows[-1] = dataclasses.replace(row, same_as_greedy=True)
             emit(row_line(rows[-1], rows[0].tokens_per_s))
             rows.append(measure_generate(lm, ids, n, greedy_ids))
         emit(row_line(rows[-1], rows[0].tokens_per_s))
