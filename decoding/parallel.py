@@ -61,6 +61,7 @@ class ParallelDrafter(nn.Module):
     def __init__(self, shape: DrafterShape, vocab_ids: Sequence[int] | None = None, seed: int = 0):
         super().__init__()
         self.shape = shape
+        self.dropout = 0.0              # training-time dropout rate (decoding.train sets it); not saved
         g, h, d, w, r = shape.gamma_max, shape.hidden_size, shape.trunk, shape.width, shape.rank
         ids = torch.arange(shape.vocab_size) if vocab_ids is None else torch.as_tensor(list(vocab_ids))
         check(ids.ndim == 1 and len(ids) >= 1 and int(ids.min()) >= 0 and int(ids.max()) < shape.vocab_size
@@ -117,9 +118,10 @@ class ParallelDrafter(nn.Module):
         hidden = hidden.to(self.trunk_in.dtype)
         feats = torch.cat([F.rms_norm(hidden, hidden.shape[-1:]),
                            F.rms_norm(self.embed_tokens(root), hidden.shape[-1:])], -1)   # (B, 2H)
-        u = F.silu(feats @ self.trunk_in + self.trunk_b)                                   # (B, D)
+        u = F.dropout(F.silu(feats @ self.trunk_in + self.trunk_b), self.dropout, self.training)  # (B, D)
         # (γ, B, W) batched over γ: einsum would copy w1 into a (D, γ·W) layout on every call
         mid = F.silu(torch.matmul(u, self.w1).transpose(0, 1) + self.b1)                 # (B, γ, W)
+        mid = F.dropout(mid, self.dropout, self.training)
         z = hidden[:, None, :] + torch.einsum("bgw,gwh->bgh", mid, self.w2)                # (B, γ, H)
         base = z @ self.head.T                                                              # (B, γ, V_s)
         if self.head_bias is not None:

@@ -286,6 +286,8 @@ class TrainSettings:
     lr: float = 2e-3
     soft_weight: float = 0.5
     conf_weight: float = 0.2
+    dropout: float = 0.0         # on the trunk and per-position activations, training only
+    weight_decay: float = 0.01
     vocab: str = "seen"          # seen (tokens of the answers) | full
     heldout_every: int = 16      # every 16th prompt is held out
     n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
@@ -305,6 +307,9 @@ class TrainSettings:
         check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
         check(self.heldout_every >= 2, "heldout_every", self.heldout_every, "must be >= 2")
+        check(isinstance(self.dropout, float) and 0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
+        check(isinstance(self.weight_decay, float) and self.weight_decay >= 0.0, "weight_decay", self.weight_decay,
+              "must be >= 0")
 
 
 def losses(drafter: ParallelDrafter, batch: Batch, settings: TrainSettings):
@@ -525,11 +530,12 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     shape = DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, settings.gamma_max, settings.rank,
                          settings.trunk, settings.width)
     drafter = ParallelDrafter(shape, vocab_slice(train, lm, settings.vocab), seed=settings.seed).attach(lm)
+    drafter.dropout = settings.dropout
     slice_of = slice_index(drafter)
     rows = anchors(train)
     check(len(rows) >= 1, "data", train.positions, "has no training anchors (answers too short)")
     params = [p for p in drafter.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=settings.lr, total_steps=settings.steps, pct_start=0.05)
     gen = torch.Generator().manual_seed(settings.seed)
     start, loss_avg = time.perf_counter(), None

@@ -147,3 +147,26 @@ def test_batch_alignment():
     assert batch.labels.tolist() == [[2, -1, -2], [4, 5, -2]]
     assert batch.parents[:, :2].tolist() == [[11, 12], [20, 21]]
     assert batch.soft_ids[0, 0].tolist() == [2, 2] and batch.soft_ids[0, 2].tolist() == [-1, -1]
+
+
+def test_dropout_acts_in_training_only_and_is_checked():
+    from decoding.errors import ConfigError
+    from tests.dspark_helpers import random_drafter
+
+    lm = varied_llama(seed=3)
+    drafter = random_drafter(lm, gamma_max=4, seed=1)
+    hidden, root = torch.randn(5, lm.model.config.hidden_size), torch.tensor([1, 2, 3, 4, 5])
+    drafter.dropout = 0.5
+    drafter.train()
+    torch.manual_seed(0)
+    a, b = drafter(hidden, root).z, drafter(hidden, root).z
+    assert not torch.equal(a, b)                                  # dropout draws differ while training
+    drafter.eval()
+    assert torch.equal(drafter(hidden, root).z, drafter(hidden, root).z)
+    drafter.dropout = 0.0
+    trained_mode = drafter.train()(hidden, root).z
+    assert torch.equal(trained_mode, drafter.eval()(hidden, root).z)       # dropout is the only difference
+    for field, bad in (("dropout", 1.0), ("dropout", -0.1), ("weight_decay", -1.0)):
+        with pytest.raises(ConfigError) as err:
+            TrainSettings(**{field: bad})
+        assert err.value.param == field
