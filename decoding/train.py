@@ -582,7 +582,8 @@ def model_card(report: TrainReport, title: str) -> str:
              "## Model and training", "",
              f"- shape: {json.dumps(report.shape)}; {report.params:,} trainable parameters; "
              f"file {report.size_bytes / 1e6:.1f} MB (float16)",
-             f"- {report.steps} steps of {s['batch_size']}, AdamW lr {s['lr']} one-cycle, loss = CE + {s['soft_weight']}·soft CE "
+             f"- {report.steps} steps of {s['batch_size']}, AdamW lr {s['lr']} one-cycle, weight decay "
+             f"{s.get('weight_decay', 0.01)}, dropout {s.get('dropout', 0.0)}, loss = CE + {s['soft_weight']}·soft CE "
              f"+ {s['conf_weight']}·confidence BCE; {report.seconds} s; final loss {report.final_loss}", "",
              f"## Held-out results ({m['heldout_anchors']} anchors)", "",
              "| position | top-1 | P(accept \\| prefix accepted) | mean confidence | ECE raw | ECE calibrated |",

@@ -87,6 +87,7 @@ def test_training_fits_and_writes_weights_and_card(lm, prompts, trained):
     assert not torch.equal(drafter.platt_a, torch.ones(6)) or not torch.equal(drafter.platt_b, torch.zeros(6))
     card = out.with_suffix(".md").read_text()
     assert "| position | top-1 |" in card and "Held-out results" in card and "120 steps" in card
+    assert "weight decay 0.01, dropout 0.0" in card
     assert drafter.meta["metrics"]["tau_chain"]["1"] >= 1.0
     assert len(anchors(data)) == data.positions - 16
 
