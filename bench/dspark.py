@@ -44,11 +44,10 @@ def _generate(lm, ids, max_new):
     return out.shape[1] - len(ids), time.perf_counter() - start, None
 
 
-def contenders(lm, args) -> dict:
+def contenders(lm, drafter, args) -> dict:
     """Every contender as ids -> (tokens, seconds, trace). Drafters are loaded once, outside the timed
     runs (the shallow draft likewise)."""
     n = args.max_new_tokens
-    drafter = load_drafter(DEFAULT_WEIGHTS, lm)
     runs = {"greedy (ours)": lambda ids: _ours(lm, ids, GreedyConfig(max_new_tokens=n)),
             "greedy (generate)": lambda ids: _generate(lm, ids, n)}
     for g in args.gammas:
@@ -70,8 +69,8 @@ def contenders(lm, args) -> dict:
     return runs
 
 
-def measure(lm, args):
-    runs = contenders(lm, args)
+def measure(lm, drafter, args):
+    runs = contenders(lm, drafter, args)
     rows = {name: {"tps": [], "tau": [], "acc": [], "peak": [], "phases": defaultdict(float)} for name in runs}
     encoded = [lm.encode(p) for p in PROMPTS.values()]
     for name in runs:                       # warm-up (and the cost table's first-use profiling)
@@ -128,13 +127,13 @@ def render(rows, args) -> str:
     return "\n".join(lines)
 
 
-def offline_vs_runtime(lm, args, gamma: int = 8) -> list[dict]:
+def offline_vs_runtime(lm, drafter, args, gamma: int = 8) -> list[dict]:
     """Per prompt: the drafter's τ as training's offline evaluation estimates it (teacher forced, every
     anchor of the prompt's greedy answer, as the model card's held-out τ), the same over the anchors a
     decode visits (decoding.train.chain_rounds), and a greedy chain run's τ (one candidate per position)."""
     from decoding import train
 
-    drafter, n, out = load_drafter(DEFAULT_WEIGHTS, lm), args.max_new_tokens, []
+    n, out = args.max_new_tokens, []
     for name, text in PROMPTS.items():
         ids = lm.encode(text)
         data = train.generate_distill(lm, [ids], answer_tokens=n, use_cache=False, progress=False)
@@ -181,8 +180,9 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     args.gammas = [int(g) for g in args.gammas.split(",")]
     lm = load(ModelSpec())
-    rows = measure(lm, args)
-    body = render(rows, args) + "\n" + render_offline(offline_vs_runtime(lm, args))
+    drafter = load_drafter(DEFAULT_WEIGHTS, lm)            # once, outside the timed runs
+    rows = measure(lm, drafter, args)
+    body = render(rows, args) + "\n" + render_offline(offline_vs_runtime(lm, drafter, args))
     image = plot(rows, args)
     body += f"\n\n{image}" if image else ""
     write_section("dspark", body)
