@@ -80,9 +80,10 @@ def _idle(page) -> None:
         pass
 
 
-ARM = """(cond) => {
+ARM = """(probe) => {
   window.__dsT0 = null; window.__dsT1 = null;
-  const done = new Function('return (' + cond + ')();');
+  const done = () => probe.selector ? !!document.querySelector(probe.selector)
+                                    : document.body.innerText.includes(probe.text);
   document.addEventListener('click', () => { if (window.__dsT0 === null) window.__dsT0 = performance.now(); },
                             {capture: true, once: true});
   const painted = () => {            // after the next frame is drawn: a rAF, then a message after it
@@ -97,11 +98,11 @@ ARM = """(cond) => {
 }"""
 
 
-def _timed_click(page, appeared_js: str, locator) -> float:
-    """ms from the click event until the frame that shows the DOM change making `appeared_js` true has
+def _timed_click(page, probe: dict, locator) -> float:
+    """ms from the click event until the frame that shows `probe` (a CSS selector, or a text) has
     been drawn, both read in the page's own clock (so Playwright's wait for the button to be stable and
     idle is not counted; work the page does before that frame, such as drawing charts, is)."""
-    page.evaluate(ARM, appeared_js)
+    page.evaluate(ARM, probe)
     page.get_by_role("button", name="Step", exact=True).click()
     locator.wait_for(timeout=30_000)
     page.wait_for_function("() => window.__dsT1 !== null", timeout=30_000)
@@ -144,7 +145,7 @@ def measure_playground(browser, url: str, query: str, steps: int) -> list[dict]:
         rows = []
         for i in range(1, steps + 1):
             before = timing.inner_text()
-            wall = _timed_click(page, f"() => !!document.querySelector('{_chip(i)}')", page.locator(_chip(i)))
+            wall = _timed_click(page, {"selector": _chip(i)}, page.locator(_chip(i)))
             _idle(page)
             model, server = parse_timing(_caption_after(timing, before, page))
             rows.append({"click_to_chip_ms": wall, "model_ms": model, "server_ms": server,
@@ -198,8 +199,7 @@ def measure_floor(browser, url: str, steps: int) -> list[float]:
         _idle(page)
         walls = []
         for i in range(1, steps + 1):
-            walls.append(_timed_click(page, f"() => document.body.innerText.includes('count {i}')",
-                                      page.get_by_text(f"count {i}", exact=True)))
+            walls.append(_timed_click(page, {"text": f"count {i}"}, page.get_by_text(f"count {i}", exact=True)))
             _idle(page)
         return walls
     finally:

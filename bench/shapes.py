@@ -103,17 +103,22 @@ def _timed(lm: LM, fn) -> tuple[float, object]:
     return time.perf_counter() - start, out
 
 
-def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str,
-            greedy_ids: list[int] | None) -> tuple[Row, list[int]]:
-    runner.run(lm, ids, config, **kwargs)                      # warm-up (kernels, allocator)
+def _median_run(lm: LM, fn) -> tuple[float, object, float | None]:
+    """fn warmed up once, then timed REPEATS times: (median seconds, that run's output, CUDA peak MiB)."""
+    fn()
     if lm.device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(lm.device)
-    runs = [_timed(lm, lambda: runner.run(lm, ids, config, **kwargs)) for _ in range(REPEATS)]
-    wall, trace = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+    runs = sorted((_timed(lm, fn) for _ in range(REPEATS)), key=lambda r: r[0])
+    peak = torch.cuda.max_memory_allocated(lm.device) / 2**20 if lm.device.type == "cuda" else None
+    return *runs[len(runs) // 2], peak
+
+
+def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str,
+            greedy_ids: list[int] | None) -> tuple[Row, list[int]]:
+    wall, trace, peak = _median_run(lm, lambda: runner.run(lm, ids, config, **kwargs))
     if trace.error:
         raise RuntimeError(f"{label}: {trace.error}")
     events_ms = sum(sum(step.timings_ms.values()) for step in trace.steps) / max(1, len(trace.steps))
-    peak = torch.cuda.max_memory_allocated(lm.device) / 2**20 if lm.device.type == "cuda" else None
     same = (list(trace.output_ids) == greedy_ids if greedy_ids is not None and label.startswith(GREEDY_EXACT)
             else None)
     return Row(label, len(trace.output_ids), len(trace.output_ids) / wall, events_ms,
@@ -125,13 +130,8 @@ def measure_generate(lm: LM, ids: list[int], n: int, greedy_ids: list[int]) -> R
     x = torch.tensor([ids], device=lm.device)
     kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, num_beams=1, pad_token_id=0)
     with torch.inference_mode():
-        lm.model.generate(x, **kwargs)
-        if lm.device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(lm.device)
-        runs = [_timed(lm, lambda: lm.model.generate(x, **kwargs)) for _ in range(REPEATS)]
-    wall, out = sorted(runs, key=lambda r: r[0])[len(runs) // 2]
+        wall, out, peak = _median_run(lm, lambda: lm.model.generate(x, **kwargs))
     tokens = out[0, len(ids):].tolist()
-    peak = torch.cuda.max_memory_allocated(lm.device) / 2**20 if lm.device.type == "cuda" else None
     return Row(GENERATE, len(tokens), len(tokens) / wall, float("nan"), None, peak, tokens == greedy_ids)
 
 
