@@ -139,7 +139,7 @@ def test_contender_tables_have_a_peak_column(bench, monkeypatch):
     args = types.SimpleNamespace(repeats=2, gammas=[4], budget=4, max_new_tokens=4, gamma=5, draft_layers=4)
     with fake_peaks([5, 7, 9, 3]) as fake:                            # rep 0 in order, rep 1 reversed
         monkeypatch.setattr(bench, "peak_memory", fake)
-        rows = bench.measure(fake_lm(), args) if bench is dspark else bench.measure(fake_lm(), fake_lm(), args)
+        rows = bench.measure(fake_lm(), fake_lm(), args)      # (lm, draft or drafter, args)
     assert rows["greedy (ours)"]["peak"] == [5, 3] and rows["other"]["peak"] == [7, 9]
     table = bench.render(rows, args) if bench is dspark else bench.render(rows, args, "m")
     assert "peak MiB |" in table.splitlines()[-4]
