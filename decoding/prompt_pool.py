@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 from typing import Sequence
 
-from decoding.errors import check
+from decoding.errors import ConfigError, check
 
 _TEXT_TASKS = (
     "Summarize the following text in one sentence.\n\n{x}",
@@ -143,6 +143,19 @@ def varied_prompts(n: int, texts: Sequence[str], seed: int = 0) -> list[str]:
     rng.shuffle(out)
     return out
 
+
+
+def more_varied_prompts(n: int, after: int, texts: Sequence[str], seed: int = 0) -> list[str]:
+    """The n prompts that varied_prompts(after + n) adds to varied_prompts(after): distinct from those,
+    so a data set can grow by a part of its own (each part cached alone) instead of regenerating."""
+    check(n >= 1, "n_extra", n, "must be >= 1")
+    try:
+        grown = varied_prompts(after + n, texts, seed)
+    except ConfigError:
+        raise ConfigError("n_extra", n, f"the pool has fewer than {after + n} prompts for these "
+                          f"{len(texts)} passages") from None
+    first = set(varied_prompts(after, texts, seed))
+    return [p for p in grown if p not in first]
 
 def passage(text: str, max_chars: int = 420) -> str | None:
     """The leading sentences of an answer (at most max_chars, cut at a sentence end), or None when the

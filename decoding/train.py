@@ -293,6 +293,7 @@ class TrainSettings:
     n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
     prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
     n_varied: int = 1024
+    n_extra: int = 0             # mixed only: a third part, the next n_extra varied prompts (cached on its own)
     answer_tokens: int = 128
     gen_batch: int = 32
     gen_temperature: float = 0.0
@@ -304,6 +305,7 @@ class TrainSettings:
                      "n_varied"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
         check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
         check(self.heldout_every >= 2, "heldout_every", self.heldout_every, "must be >= 2")
@@ -494,7 +496,7 @@ def distill_set(lm, settings, progress: bool = True, prompts: Sequence[Sequence[
     """(prompts as token ids, data, description): the given prompts, or settings.prompt_pool's. "mixed"
     adds varied prompts (decoding.prompt_pool) whose passages are the target's answers to the training
     templated prompts; each part is generated and cached on its own."""
-    from decoding.prompt_pool import passage, varied_prompts
+    from decoding.prompt_pool import more_varied_prompts, passage, varied_prompts
 
     gen = dict(answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
                temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed, progress=progress)
@@ -509,9 +511,12 @@ def distill_set(lm, settings, progress: bool = True, prompts: Sequence[Sequence[
     train_seqs, _ = split_sequences(len(first), settings.heldout_every)
     texts = [p for p in (passage(lm.decode(data.answer(s))) for s in train_seqs) if p is not None]
     second = [lm.encode(text) for text in varied_prompts(settings.n_varied, texts, settings.seed)]
-    data = DistillData.concat([data, generate_distill(lm, second, **gen)])
-    return first + second, data, (source + f" + {len(second)} varied prompts (decoding.prompt_pool: text tasks on "
-                                  "the target's own answers, advice, code, other writing), chat template")
+    third = [lm.encode(text) for text in more_varied_prompts(settings.n_extra, settings.n_varied, texts,
+                                                             settings.seed)] if settings.n_extra else []
+    data = DistillData.concat([data] + [generate_distill(lm, part, **gen) for part in (second, third) if part])
+    return first + second + third, data, (
+        source + f" + {len(second) + len(third)} varied prompts (decoding.prompt_pool: text tasks on the target's "
+        "own answers, advice, code, other writing), chat template")
 
 
 def vocab_slice(data: DistillData, lm, vocab: str) -> list[int] | None:

@@ -11,7 +11,7 @@ import torch
 
 from bench.prompts import PROMPTS, SUMMARY_SOURCE
 from decoding.errors import ConfigError
-from decoding.prompt_pool import FAMILIES, _family, passage, varied_prompts
+from decoding.prompt_pool import FAMILIES, _family, more_varied_prompts, passage, varied_prompts
 from decoding.train import DistillData, TrainSettings, data_split, split_parts, split_sequences
 
 TEXTS = [f"Passage {i}: the river rises in spring and falls in autumn. Farmers plan around it every year. "
@@ -98,3 +98,22 @@ def test_mixed_split_keeps_the_templated_split_and_holds_out_every_kth_varied_pr
     assert data_split(_data([1] * 40), 4) == split_sequences(40, 4)
     # negative control: the plain split over the concatenation holds out other varied prompts
     assert [s for s in split_sequences(1088, 16)[1] if s >= 1024] != [s for s in held if s >= 1024]
+
+
+def test_more_prompts_are_new_and_complete_the_grown_pool():
+    first = varied_prompts(60, TEXTS, seed=2)
+    more = more_varied_prompts(50, 60, TEXTS, seed=2)
+    assert len(more) == len(set(more)) == 50
+    assert not set(first) & set(more)
+    assert set(first) | set(more) == set(varied_prompts(110, TEXTS, seed=2))
+    assert more == more_varied_prompts(50, 60, TEXTS, seed=2)
+    # control: a different seed's first part is not what the grown pool started from
+    assert set(varied_prompts(60, TEXTS, seed=5)) & set(more)
+
+
+def test_more_prompts_than_the_pool_holds_names_n_extra():
+    total = sum(len(_family(name, TEXTS, random.Random(0))) for name in FAMILIES)
+    with pytest.raises(ConfigError, match=f"n_extra={total}"):
+        more_varied_prompts(total, 60, TEXTS)
+    with pytest.raises(ConfigError, match="n_extra=-1"):
+        TrainSettings(n_extra=-1)
