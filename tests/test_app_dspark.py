@@ -68,6 +68,9 @@ def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
     assert any(m.label.startswith("τ") for m in at.metric)
     chart_titled(at, "Share of the drafting rounds' time")
     assert {"pg.lattice.svg", "pg.timing.svg"} <= _keys(at)
+    for chart in charts(at):       # margins fixed on the server: no automargin pass in the browser
+        axes = [v for k, v in chart["layout"].items() if k.startswith(("xaxis", "yaxis"))]
+        assert axes and all(a.get("automargin") is False for a in axes), chart["layout"].get("title")
 
     at.radio(key="pg.ds_value").set_value("q_draft").run()
     ok(at)

@@ -142,6 +142,26 @@ def test_timing_waterfall_stacks_phases():
     assert "total 44.0 ms" in fig.layout.title.text
 
 
+def test_fixed_margins_leave_room_for_the_labels_and_turn_automargin_off(tiny_lm):
+    short = figures.fixed_margins(figures.timing_waterfall({"a": 1.0, "b": 2.0}))
+    long_name = "verification (target forward over the chain)"
+    wide = figures.fixed_margins(figures.timing_waterfall({"a": 1.0, long_name: 2.0}))
+    assert wide.layout.margin.l >= len(long_name) * figures.CHAR_PX > short.layout.margin.l
+    assert wide.layout.margin.t == 50                       # the title's room is kept
+    for fig in (short, wide):
+        assert fig.layout.xaxis.automargin is False and fig.layout.yaxis.automargin is False
+    # category labels on x that may be turned by 30°: room below them grows with the longest label
+    few = figures.fixed_margins(figures.tokens_per_forward_bars([("greedy", 1.0), ("lookup", 2.0)]))
+    many = figures.fixed_margins(figures.tokens_per_forward_bars([(f"lane {i}: " + "x" * 30, 1.0) for i in range(12)]))
+    assert many.layout.margin.b > few.layout.margin.b + 40
+    # a right axis (top-p's cumulative line) gets its own margin; without one the right margin stays
+    step, _, _ = make_step(tiny_lm, top_p=0.8)
+    bars = figures.fixed_margins(figures.probability_bars(step))
+    assert bars.layout.yaxis2.automargin is False and bars.layout.margin.r > 40
+    plain, _, _ = make_step(tiny_lm)
+    assert figures.fixed_margins(figures.probability_bars(plain)).layout.margin.r == 10
+
+
 def test_tokens_vs_time_one_line_per_lane(tiny_lm):
     a = run(tiny_lm, [1, 2, 3], GreedyConfig(max_new_tokens=5)).steps
     b = run(tiny_lm, [1, 2, 3], SampleConfig(max_new_tokens=3)).steps

@@ -28,6 +28,57 @@ def plot_text(text: str) -> str:
     return html.escape(text, quote=False)
 
 
+
+# ---------------------------------------------------------------- margins without plotly's automargin
+CHAR_PX = 7.2          # average glyph width of plotly's default 12 px font
+LINE_PX = 18           # one line of tick labels or an axis title
+NUMBER_CHARS = 6       # a numeric tick label ("0.0001", "1.25k")
+MAY_TURN_ABOVE_PX = 400  # category labels wider than this in all may be turned by plotly (30°): room is kept
+TURN_DEGREES = 30
+
+
+def _category_labels(fig: go.Figure, axis: str) -> list[str]:
+    """The string values the figure's traces put on `axis` ("x", "y", "y2"); empty when numeric."""
+    letter = axis[0]
+    labels = []
+    for trace in fig.data:
+        if (getattr(trace, letter + "axis", None) or letter) != axis:
+            continue
+        labels += [html.unescape(v) for v in (getattr(trace, letter, None) or ()) if isinstance(v, str)]
+    return labels
+
+
+def _side_px(fig: go.Figure, axis: str, name: str) -> int:
+    """Width needed beside a vertical axis: its longest tick label plus its title."""
+    layout_axis = fig.layout[name]
+    if layout_axis.showticklabels is False:
+        return 10
+    labels = _category_labels(fig, axis)
+    chars = max((len(t) for t in labels), default=NUMBER_CHARS)
+    return int(chars * CHAR_PX + 14 + (LINE_PX + 6 if layout_axis.title.text else 0))
+
+
+def fixed_margins(fig: go.Figure) -> go.Figure:
+    """Margins computed from the labels, and automargin off on every axis. Plotly's automargin (on in
+    its default template) measures the tick labels in the page and draws the chart a second time with
+    the margins found: on a Step, about a quarter of the charts' drawing time (measured with the
+    browser's profiler; the app section of BENCHMARKS.md has the Step times). Room is kept below for category labels on x turned by 30°, as plotly does where
+    they would overlap at the chart's width."""
+    margin = fig.layout.margin
+    left = _side_px(fig, "y", "yaxis")
+    overlaid = fig.layout.to_plotly_json().get("yaxis2", {}).get("overlaying")
+    right = _side_px(fig, "y2", "yaxis2") if overlaid else (margin.r if margin.r is not None else 10)
+    labels = _category_labels(fig, "x")
+    chars = max((len(t) for t in labels), default=NUMBER_CHARS)
+    bottom = LINE_PX + 6
+    if labels and len(set(labels)) * (chars * CHAR_PX + 12) > MAY_TURN_ABOVE_PX:
+        bottom = max(bottom, int(chars * CHAR_PX * math.sin(math.radians(TURN_DEGREES)) + LINE_PX))
+    bottom += LINE_PX + 6 if fig.layout.xaxis.title.text else 0
+    fig.update_layout(margin=dict(l=left, r=right, b=bottom + 6))
+    fig.update_xaxes(automargin=False)
+    fig.update_yaxes(automargin=False)
+    return fig
+
 def _label(rank: int, piece: str) -> str:
     return plot_text(f"{rank}: {visible(piece)!r}")
 

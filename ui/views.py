@@ -31,9 +31,10 @@ def _slug(text: str) -> str:
 
 
 def plot(fig, key: str, filename: str) -> None:
-    """A plotly chart: its modebar's camera saves PNG; the button under it saves SVG, drawn by
-    ui/svg.py only when clicked (kaleido is not installed, so plotly cannot export offline)."""
-    st.plotly_chart(fig, key=key, config={"displaylogo": False,
+    """A plotly chart with margins fixed here (figures.fixed_margins): its modebar's camera saves PNG;
+    the button under it saves SVG, drawn by ui/svg.py only when clicked (kaleido is not installed, so
+    plotly cannot export offline)."""
+    st.plotly_chart(figures.fixed_margins(fig), key=key, config={"displaylogo": False,
                                           "toImageButtonOptions": {"format": "png", "filename": _slug(filename),
                                                                    "scale": 2}})
     st.download_button("SVG", lambda: figure_svg(fig), file_name=f"{_slug(filename)}.svg", mime="image/svg+xml",
