@@ -1,0 +1,40 @@
+"""The mixed distillation set grows by a part of its own: --n-extra adds the next varied prompts
+(disjoint from the first part's) without regenerating the cached parts, and the held-out split of the
+grown set keeps the earlier parts' split."""
+from __future__ import annotations
+
+import pytest
+
+from decoding.models import ModelSpec, load
+from decoding.train import TrainSettings, data_split, distill_set
+from tiny_app_model import build_tiny_model_dir
+
+SMALL = dict(n_prompts=24, n_varied=12, answer_tokens=40, gen_batch=12, heldout_every=4)
+
+
+@pytest.fixture(scope="module")
+def lm(tmp_path_factory):
+    return load(ModelSpec(str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))))
+
+
+def test_extra_part_reuses_the_cached_parts_and_holds_new_prompts(lm, tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    prompts, data, _ = distill_set(lm, TrainSettings(**SMALL), progress=False)
+    cached = sorted((tmp_path / "distill").iterdir())
+    stamps = [p.stat().st_mtime_ns for p in cached]
+    assert data.info["parts"] == [24, 12] and len(cached) == 2
+
+    grown_prompts, grown, source = distill_set(lm, TrainSettings(**SMALL, n_extra=6), progress=False)
+    after = sorted((tmp_path / "distill").iterdir())
+    assert grown.info["parts"] == [24, 12, 6] and "18 varied prompts" in source
+    assert len(after) == 3 and set(cached) < set(after)                  # one new file: the extra part
+    assert [p.stat().st_mtime_ns for p in cached] == stamps              # not written again
+    assert grown_prompts[:36] == prompts                                   # the first two parts unchanged
+    extra = grown_prompts[36:]
+    assert len({tuple(p) for p in extra}) == 6 and not {tuple(p) for p in extra} & {tuple(p) for p in prompts}
+    n = int(data.offsets[-1])
+    assert grown.tokens[:n].tolist() == data.tokens[:n].tolist()
+    train, held = data_split(data, 4)
+    grown_train, grown_held = data_split(grown, 4)
+    assert grown_held[:len(held)] == held and grown_train[:len(train)] == train
+    assert [s for s in grown_held if s >= 36] == [36 + 3]                 # every 4th prompt of the extra part
