@@ -45,6 +45,7 @@ class DraftSettings:
     n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
     prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
     n_varied: int = 1024
+    n_extra: int = 0             # mixed only: a third part, the next n_extra varied prompts (cached on its own)
     answer_tokens: int = 128
     gen_batch: int = 32
     gen_temperature: float = 0.0
@@ -56,6 +57,7 @@ class DraftSettings:
         for name in ("steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "n_varied"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
         check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(isinstance(self.heldout_every, int) and self.heldout_every >= 2, "heldout_every",
               self.heldout_every, "must be an integer >= 2")

@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 
 from decoding.models import ModelSpec, load
+from decoding.errors import ConfigError
 from decoding.train import TrainSettings, data_split, distill_set
+from decoding.train_shallow import DraftSettings
 from tiny_app_model import build_tiny_model_dir
 
 SMALL = dict(n_prompts=24, n_varied=12, answer_tokens=40, gen_batch=12, heldout_every=4)
@@ -38,3 +40,14 @@ def test_extra_part_reuses_the_cached_parts_and_holds_new_prompts(lm, tmp_path, 
     grown_train, grown_held = data_split(grown, 4)
     assert grown_held[:len(held)] == held and grown_train[:len(train)] == train
     assert [s for s in grown_held if s >= 36] == [36 + 3]                 # every 4th prompt of the extra part
+
+    # the shallow draft's trainer reads the same grown set from the same cache
+    shallow_prompts, shallow, _ = distill_set(lm, DraftSettings(**SMALL, n_extra=6), progress=False)
+    assert shallow_prompts == grown_prompts and shallow.tokens.tolist() == grown.tokens.tolist()
+    assert sorted((tmp_path / "distill").iterdir()) == after
+
+
+@pytest.mark.parametrize("settings_type", [TrainSettings, DraftSettings])
+def test_negative_extra_names_the_parameter(settings_type):
+    with pytest.raises(ConfigError, match="n_extra=-1"):
+        settings_type(n_extra=-1)
