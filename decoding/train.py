@@ -293,7 +293,7 @@ class TrainSettings:
     n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
     prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
     n_varied: int = 1024
-    n_extra: int = 0             # mixed only: a third part, the next n_extra varied prompts (cached on its own)
+    n_extra: int = 1024          # mixed only: a third part, the next n_extra varied prompts (cached on its own)
     answer_tokens: int = 128
     gen_batch: int = 32
     gen_temperature: float = 0.0

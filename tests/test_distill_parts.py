@@ -21,7 +21,7 @@ def lm(tmp_path_factory):
 
 def test_extra_part_reuses_the_cached_parts_and_holds_new_prompts(lm, tmp_path, monkeypatch):
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
-    prompts, data, _ = distill_set(lm, TrainSettings(**SMALL), progress=False)
+    prompts, data, _ = distill_set(lm, TrainSettings(**SMALL, n_extra=0), progress=False)
     cached = sorted((tmp_path / "distill").iterdir())
     stamps = [p.stat().st_mtime_ns for p in cached]
     assert data.info["parts"] == [24, 12] and len(cached) == 2
