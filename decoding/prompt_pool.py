@@ -144,7 +144,6 @@ def varied_prompts(n: int, texts: Sequence[str], seed: int = 0) -> list[str]:
     return out
 
 
-
 def more_varied_prompts(n: int, after: int, texts: Sequence[str], seed: int = 0) -> list[str]:
     """The n prompts that varied_prompts(after + n) adds to varied_prompts(after): distinct from those,
     so a data set can grow by a part of its own (each part cached alone) instead of regenerating."""
@@ -156,6 +155,7 @@ def more_varied_prompts(n: int, after: int, texts: Sequence[str], seed: int = 0)
                           f"{len(texts)} passages") from None
     first = set(varied_prompts(after, texts, seed))
     return [p for p in grown if p not in first]
+
 
 def passage(text: str, max_chars: int = 420) -> str | None:
     """The leading sentences of an answer (at most max_chars, cut at a sentence end), or None when the

@@ -28,7 +28,6 @@ def plot_text(text: str) -> str:
     return html.escape(text, quote=False)
 
 
-
 # ---------------------------------------------------------------- margins without plotly's automargin
 CHAR_PX = 7.2          # average glyph width of plotly's default 12 px font
 LINE_PX = 18           # one line of tick labels or an axis title
@@ -61,9 +60,9 @@ def _side_px(fig: go.Figure, axis: str, name: str) -> int:
 def fixed_margins(fig: go.Figure) -> go.Figure:
     """Margins computed from the labels, and automargin off on every axis. Plotly's automargin (on in
     its default template) measures the tick labels in the page and draws the chart a second time with
-    the margins found: on a Step, about a quarter of the charts' drawing time (measured with the
-    browser's profiler; the app section of BENCHMARKS.md has the Step times). Room is kept below for category labels on x turned by 30°, as plotly does where
-    they would overlap at the chart's width."""
+    the margins found: 15-30 % of plotly's time on a Step (measured with the browser's profiler; the
+    app section of BENCHMARKS.md has the Step times). Room is kept below category labels on x for
+    plotly turning them by 30°, as it does where they would overlap at the chart's width."""
     margin = fig.layout.margin
     left = _side_px(fig, "y", "yaxis")
     overlaid = fig.layout.to_plotly_json().get("yaxis2", {}).get("overlaying")
