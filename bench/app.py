@@ -50,13 +50,15 @@ def summarize(values: list[float]) -> dict:
 
 
 def load_note(before: tuple, after: tuple, cpus: int) -> str:
-    """The 1/5/15-minute load averages before and after the run, and whether the machine was busy."""
+    """The 1/5/15-minute load averages before and after the run, and whether the machine was busy before
+    it (the load after it includes the benchmark's own server, browser and driver, so it cannot tell)."""
     fmt = "/".join
     text = (f"Load average (1/5/15 min) before: {fmt(f'{x:.2f}' for x in before)}, "
-            f"after: {fmt(f'{x:.2f}' for x in after)}, on {cpus} CPUs (this benchmark counts too): ")
-    if max(before[0], after[0]) > cpus:
-        return text + "the machine was busy with other work, so these figures are upper bounds."
-    return text + "no more runnable work than CPUs (fairly quiet)."
+            f"after: {fmt(f'{x:.2f}' for x in after)}, on {cpus} CPUs: ")
+    if before[0] > cpus:
+        return text + "the machine was busy with other work before the run, so these figures are upper bounds."
+    return (text + "no more runnable work than CPUs before the run (fairly quiet); the load after it includes "
+            "this benchmark's own server, browser and driver.")
 
 
 def cell(values: list[float]) -> str:

@@ -31,6 +31,9 @@ def test_load_note_says_whether_the_machine_was_busy():
     assert "7.50/6.00/5.00" in busy and "upper bounds" in busy
     quiet = load_note((0.5, 0.4, 0.3), (1.9, 0.5, 0.3), 2)
     assert "1.90/0.50/0.30" in quiet and "upper bounds" not in quiet and "quiet" in quiet
+    # the load after the run is the benchmark's own (server, browser, driver): it does not make a run busy
+    loaded_by_itself = load_note((0.5, 0.4, 0.3), (2.4, 1.8, 1.8), 2)
+    assert "upper bounds" not in loaded_by_itself and "own server, browser and driver" in loaded_by_itself
 
 
 def test_render_has_one_row_per_strategy_and_the_floor():
