@@ -111,13 +111,6 @@ def _timed_click(page, probe: dict, locator) -> float:
     return float(page.evaluate("() => window.__dsT1 - window.__dsT0"))
 
 
-def _click_step(page) -> float:
-    """Click Step and return the perf_counter time just before the click."""
-    start = time.perf_counter()
-    page.get_by_role("button", name="Step", exact=True).click()
-    return start
-
-
 def _chip(step: int) -> str:
     return f'.ds-chips span.ds-chip[data-step="{step}"]'
 
@@ -139,7 +132,7 @@ def measure_playground(browser, url: str, query: str, steps: int) -> list[dict]:
         page.goto(f"{url}/?max_new={steps + 2}{query}")
         page.get_by_role("button", name="Step", exact=True).wait_for(timeout=60_000)
         _idle(page)
-        _click_step(page)
+        page.get_by_role("button", name="Step", exact=True).click()                # warm-up Step
         page.locator(_chip(0)).wait_for(timeout=30_000)
         page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)   # warm-up: plotly.js loaded
         _idle(page)
