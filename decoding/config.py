@@ -151,7 +151,9 @@ class DSparkConfig(SamplingParams):
     the draft side picks a chain or a tree (cost-aware when a cost table is given); one target forward
     verifies it with the exact rules. `drafter` is a weights file ("default": the shipped one for the
     embedded model); a run may also pass a loaded drafter as `drafter=`. lossy_threshold (LOSSY, off
-    by default) accepts a candidate outright when p_target(x) exceeds it."""
+    by default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram > 0 adds
+    prompt lookup's continuation (longest n-gram matched) to the lattice as one more candidate per
+    position, scored by its acceptance rate so far in the run (0: off)."""
 
     strategy: ClassVar[str] = "dspark"
     gamma: int = 8
@@ -161,6 +163,7 @@ class DSparkConfig(SamplingParams):
     cost_table: str | None = None         # JSON file of verify ms per token count, or "auto" (adaptive γ)
     lossy_threshold: float | None = None
     drafter: str = DEFAULT_DRAFTER
+    lookup_max_ngram: int = 0             # prompt-lookup candidates in the lattice (0: off)
     temperature: float = 0.0
 
     def __post_init__(self):
@@ -180,6 +183,8 @@ class DSparkConfig(SamplingParams):
               "applies to temperature > 0 only (temperature 0 accepts by argmax)")
         check(isinstance(self.drafter, str) and self.drafter.strip() != "", "drafter", self.drafter,
               "give 'default' or a drafter weights file")
+        check(_is_int(self.lookup_max_ngram) and 0 <= self.lookup_max_ngram <= 16, "lookup_max_ngram",
+              self.lookup_max_ngram, "must be an integer in [0, 16] (0: no prompt-lookup candidates)")
 
     @property
     def is_lossy(self) -> bool:

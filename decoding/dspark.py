@@ -17,6 +17,7 @@ import torch
 from decoding.config import AUTO_COST, DEFAULT_DRAFTER, DSparkConfig
 from decoding.cost import CostTable, profile_verify_cost
 from decoding.errors import check
+from decoding.lattice_lookup import LookupInput, LookupRate, boost_chain, continuation, hits, lookup_nodes
 from decoding.models import LM, Timer, cache_root
 from decoding.parallel import LatticeDraft, ParallelDrafter, build_lattice, load_drafter, tap_head_input
 from decoding.processors import build_pipeline
@@ -106,8 +107,9 @@ def select_plan(lattice, config: DSparkConfig, cost: CostTable | None):
 def lattice_columns(lm: LM, draft: LatticeDraft) -> tuple[LatticeColumn, ...]:
     lat, cols = draft.lattice, []
     for k in range(lat.gamma):
+        extra = draft.extra[k] if k < len(draft.extra) else None
         cells = tuple(LatticeCell(k + 1, j, tok, lm.piece(tok), float(lat.q_draft[k][j]),
-                                  tuple(float(row[j]) for row in lat.scores[k]))
+                                  tuple(float(row[j]) for row in lat.scores[k]), lookup=j == extra)
                       for j, tok in enumerate(lat.token_ids[k]))
         cols.append(LatticeColumn(k + 1, draft.confidence[k], cells))
     return tuple(cols)
@@ -120,8 +122,10 @@ def chain_dp(plan) -> ChainDP | None:
     return ChainDP(values, plan.back, plan.path)
 
 
-def plan_nodes(lm: LM, plan, tokens, parents, p_rows: torch.Tensor, outcome: RoundOutcome) -> tuple[PlanNode, ...]:
-    """Every verified draft node with its score, the target's probability and its verdict."""
+def plan_nodes(lm: LM, plan, tokens, parents, p_rows: torch.Tensor, outcome: RoundOutcome,
+               extra: Sequence[int] = ()) -> tuple[PlanNode, ...]:
+    """Every verified draft node with its score, the target's probability, its verdict and whether
+    it lies on prompt lookup's chain (`extra`: the lookup candidate's index per position)."""
     checks = {c.node: c for c in outcome.checks}
     accepted = set(outcome.accepted)
     depth = depths(parents)
@@ -135,13 +139,15 @@ def plan_nodes(lm: LM, plan, tokens, parents, p_rows: torch.Tensor, outcome: Rou
         scores = [n.score for n in plan.nodes]
         survival = [float(n.survival) for n in plan.nodes]
         cands = [n.cand for n in plan.nodes]
+    on_chain = lookup_nodes(cands, [p - 1 for p in parents[1:]], extra)
     out = []
     for i in range(1, len(tokens)):
         chk = checks.get(i)
         verdict = "accepted" if i in accepted else ("rejected" if chk else "not_reached")
         out.append(PlanNode(i, parents[i], depth[i], cands[i - 1], tokens[i], lm.piece(tokens[i]),
                             float(scores[i - 1]), survival[i - 1], float(p_rows[parents[i], tokens[i]]),
-                            chk.p_accept if chk else None, chk.draw if chk else None, verdict))
+                            chk.p_accept if chk else None, chk.draw if chk else None, verdict,
+                            lookup=on_chain[i - 1]))
     return tuple(out)
 
 
@@ -175,13 +181,24 @@ def prefill(lm: LM, cache, prompt_ids, forced, config: DSparkConfig, pipeline, g
     return event, hidden
 
 
+def draft_lattice(drafter, hidden, root: int, gamma: int, config: DSparkConfig,
+                  lookup: LookupInput | None) -> LatticeDraft:
+    """The drafter's lattice, with prompt lookup's chain added and scored when there is one."""
+    extra = lookup.tokens if lookup else ()
+    draft = build_lattice(drafter, hidden, root, gamma, config.top_k_candidates, config.temperature, extra)
+    if not draft.extra:
+        return draft
+    return dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
+
+
 def draft_round(lm: LM, cache, drafter, hidden, root: int, gamma: int, config: DSparkConfig,
-                cost, pipeline, generator, index: int, position: int, room: int):
+                cost, pipeline, generator, index: int, position: int, room: int,
+                lookup: LookupInput | None = None):
     """One round with up to `gamma` draft positions (0: a plain step). -> (event, next hidden)."""
     timer = Timer(lm)
     draft = plan = choice = None
     if gamma >= 1:
-        draft = build_lattice(drafter, hidden, root, gamma, config.top_k_candidates, config.temperature)
+        draft = draft_lattice(drafter, hidden, root, gamma, config, lookup)
         timer.lap("drafter")
         plan, choice = select_plan(draft.lattice, config, cost)
         tokens, parents = flat_tree(root, plan)
@@ -205,13 +222,26 @@ def draft_round(lm: LM, cache, drafter, hidden, root: int, gamma: int, config: D
     event = DSparkRound(
         index=index, position=position, prefill=False, select=config.select,
         lattice=lattice_columns(lm, draft) if draft else (), dp=chain_dp(plan),
-        nodes=plan_nodes(lm, plan, tokens, parents, p_rows, outcome) if plan else (),
+        nodes=plan_nodes(lm, plan, tokens, parents, p_rows, outcome, draft.extra) if plan else (),
         expected_accepted=float(plan.expected_accepted) if plan else 0.0, size=size_info(cost, choice),
         accepted_path=outcome.accepted, next_token=outcome.next_token, next_from=outcome.next_from,
         next_draw=outcome.next_draw, emitted=truncate(outcome.emitted, room, lm.eos_ids),
         lossy=config.is_lossy, fed_tokens=len(tokens), timings_ms=timer.done(),
-        next_piece=lm.piece(outcome.next_token))
+        next_piece=lm.piece(outcome.next_token), lookup=lookup.match if lookup else None,
+        lookup_scores=lookup.scores if lookup else None)
     return event, rows_hidden[last]
+
+
+def round_lookup(config: DSparkConfig, context: Sequence[int], gamma: int, rate: LookupRate,
+                 eos_ids) -> LookupInput | None:
+    """This round's prompt-lookup input (None when lookup is off or there are no drafts)."""
+    if config.lookup_max_ngram < 1 or gamma < 1:
+        return None
+    tokens, match = continuation(context, config.lookup_max_ngram, gamma, eos_ids)
+    return LookupInput(tokens, match, rate.scores())
+
+
+
 
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
@@ -225,17 +255,19 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
     cache = lm.new_cache()
     event, hidden = prefill(lm, cache, prompt_ids, forced, config, pipeline, generator)
     yield event
-    produced, index = len(event.emitted), 1
-    while produced < config.max_new_tokens and event.emitted[-1] not in lm.eos_ids:
-        position = len(prompt_ids) + produced
+    context, index, rate = list(prompt_ids) + list(event.emitted), 1, LookupRate()
+    while len(context) - len(prompt_ids) < config.max_new_tokens and event.emitted[-1] not in lm.eos_ids:
+        position = len(context)
         if position >= lm.context_length:
             return
-        room = config.max_new_tokens - produced
+        room = config.max_new_tokens - (position - len(prompt_ids))
         gamma = max(0, min(config.gamma, room - 1, lm.context_length - position - 1))
+        lookup = round_lookup(config, context, gamma, rate, lm.eos_ids)
         event, hidden = draft_round(lm, cache, drafter, hidden, event.emitted[-1], gamma, config, cost,
-                                    pipeline, generator, index, position, room)
+                                    pipeline, generator, index, position, room, lookup)
         yield event
-        produced += len(event.emitted)
+        context.extend(event.emitted)
+        rate = rate.updated(hits(lookup.tokens, event.emitted)) if lookup else rate
         index += 1
 
 

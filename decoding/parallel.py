@@ -223,27 +223,51 @@ def tap_head_input(lm):
 # ---------------------------------------------------------------------- lattice
 @dataclass(frozen=True)
 class LatticeDraft:
-    """The lattice plus what the trace shows: per position and parent, the confidence c_k(parent)."""
+    """The lattice plus what the trace shows: per position and parent, the confidence c_k(parent);
+    per position given an extra token (prompt lookup's), that token's candidate index."""
 
     lattice: Lattice
     confidence: tuple[tuple[float, ...], ...]     # (γ, K_{k-1} or 1)
+    extra: tuple[int, ...] = ()                   # candidate index of extra[k] at position k+1
+
+
+def _slice_column(drafter: ParallelDrafter, token: int) -> int | None:
+    """Index of `token` in the drafter's vocabulary slice (None: the drafter cannot propose it)."""
+    hit = (drafter.vocab_ids == int(token)).nonzero()
+    return int(hit[0, 0]) if len(hit) else None
+
+
+def _with_extra(drafter, token: int, ids: list, q_cond: torch.Tensor, mix: torch.Tensor, cols: torch.Tensor,
+                q_top: torch.Tensor):
+    """Candidates at one position with `token` added when missing. -> (ids, q_cols (P, K'), q_top, index)."""
+    q_cols = q_cond[:, cols]                                                         # (P, K)
+    if token in ids:
+        return ids, q_cols, q_top, ids.index(token)
+    col = _slice_column(drafter, token)
+    extra_q = q_cond[:, col] if col is not None else torch.zeros_like(q_cond[:, 0])  # (P,)
+    extra_mix = mix[col] if col is not None else torch.zeros_like(mix[0])
+    return (ids + [int(token)], torch.cat([q_cols, extra_q[:, None]], 1),
+            torch.cat([q_top, extra_mix[None]]), len(ids))
 
 
 @torch.inference_mode()
 def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int, gamma: int, top_k: int,
-                  temperature: float = 0.0) -> LatticeDraft:
+                  temperature: float = 0.0, extra: Sequence[int] = ()) -> LatticeDraft:
     """γ positions of top-K candidates. Candidates at k are the top-K of the drafter's marginal
     (parents weighted by their own marginal); q_draft is that marginal; ŝ_k(x | y): at temperature 0
     c_k(y)·q_k(x|y)/max q_k(·|y) (the calibrated chance the top-1 is the target's argmax, scaled
     for lower candidates), at temperature T > 0 q_k(x|y) at temperature T (the point-mass rule
-    accepts x with p_target(x)). Draft side only."""
+    accepts x with p_target(x)). `extra` (at most γ tokens, e.g. prompt lookup's continuation) adds
+    extra[k] at position k+1 when it is not a candidate already, scored by the drafter like any
+    other (0 outside its vocabulary slice) and a parent of the next position. Draft side only."""
     check(isinstance(gamma, int) and 1 <= gamma <= drafter.shape.gamma_max, "gamma", gamma,
           f"must be an integer in [1, {drafter.shape.gamma_max}] (the drafter's gamma_max)")
+    check(len(extra) <= gamma, "extra", len(extra), f"must hold at most gamma ({gamma}) tokens")
     device = drafter.trunk_in.device
     out = drafter(hidden.reshape(1, -1).to(device), torch.tensor([root], device=device))
     parents = torch.tensor([root], device=device)                       # (P,)
     weight = torch.ones(1, device=device, dtype=torch.float32)          # (P,)
-    tokens, q_rows, score_rows, conf_rows = [], [], [], []
+    tokens, q_rows, score_rows, conf_rows, extra_at = [], [], [], [], []
     k = min(top_k, len(drafter.vocab_ids))
     for pos in range(gamma):
         logits = (out.base[0, pos] + drafter.parent_bias(pos, parents)).float()   # (P, V_s)
@@ -251,16 +275,20 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int, gam
         q_cond = torch.softmax(scaled, -1)                                          # (P, V_s)
         mix = (weight[:, None] * q_cond).sum(0) / weight.sum()                      # (V_s,)
         q_top, idx = torch.topk(mix, k)                                             # (K,)
+        ids = drafter.vocab_ids[idx].tolist()
+        q_cols = q_cond[:, idx]                                                     # (P, K)
+        if pos < len(extra):
+            ids, q_cols, q_top, at = _with_extra(drafter, extra[pos], ids, q_cond, mix, idx, q_top)
+            extra_at.append(at)
         conf = drafter.calibrated(pos, drafter.confidence_logit(pos, out.z[0, pos].expand(len(parents), -1), logits))
         if temperature > 0:
-            scores = q_cond[:, idx]                                                 # (P, K)
+            scores = q_cols                                                         # (P, K')
         else:
-            ratio = q_cond[:, idx] / q_cond.amax(-1, keepdim=True)                  # (P, K)
-            scores = conf.float()[:, None] * ratio
-        tokens.append(drafter.vocab_ids[idx].tolist())
+            scores = conf.float()[:, None] * q_cols / q_cond.amax(-1, keepdim=True)  # (P, K')
+        tokens.append(ids)
         q_rows.append(q_top.clamp(0, 1).tolist())
         score_rows.append(scores.clamp(0, 1).tolist())
         conf_rows.append(tuple(conf.float().tolist()))
-        parents, weight = drafter.vocab_ids[idx], q_top
+        parents, weight = torch.tensor(ids, device=device), q_top
     lattice = Lattice(tokens, q_rows, score_rows)
-    return LatticeDraft(lattice, tuple(conf_rows))
+    return LatticeDraft(lattice, tuple(conf_rows), tuple(extra_at))

@@ -265,6 +265,7 @@ class LatticeCell:
     piece: str
     q_draft: float                 # drafter's marginal probability at this position
     scores: tuple[float, ...]      # ŝ_k(x | parent) for each candidate of position k−1 (one at k = 1)
+    lookup: bool = False           # prompt lookup's token at this position (lookup_max_ngram > 0)
 
 
 @dataclass(frozen=True)
@@ -299,6 +300,7 @@ class PlanNode:
     p_accept: float | None         # probability it was accepted with (after earlier siblings)
     draw: float | None             # the uniform compared with p_accept; None at temperature 0
     verdict: str                   # accepted | rejected | not_reached
+    lookup: bool = False           # on prompt lookup's chain (scored by its acceptance rate)
 
 
 @dataclass(frozen=True)
@@ -338,6 +340,8 @@ class DSparkRound:
     target_forwards: int = 1
     timings_ms: dict[str, float] = field(default_factory=dict)
     next_piece: str = ""           # the next token's text (for views; "" in older traces)
+    lookup: LookupMatch | None = None              # where prompt lookup matched (lookup_max_ngram > 0)
+    lookup_scores: tuple[float, float] | None = None  # (λ_first, λ_continuation) used this round
 
     def emitted_ids(self) -> list[int]:
         return list(self.emitted)

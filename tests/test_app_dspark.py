@@ -112,6 +112,25 @@ def test_dspark_tree_round_panel(tiny_dir, drafter_file):
     assert summary["tree nodes verified"] == "5" and summary["mode"] == "tree (best-first)"
 
 
+def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
+    """The tiny model repeats one token, so lookup matches from the second round on: its cells are
+    marked on the lattice, its nodes in the verdicts table, its match and rates in the summary."""
+    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
+                  "lookup_max_ngram": "2", "max_new": "12"})
+    for _ in range(4):
+        at.button(key="pg.step").click().run()
+    ok(at)
+    event = run_state(at).events[-1]
+    assert event.lookup is not None and event.lookup_scores is not None
+    names = {t.get("name") for t in chart_titled(at, "lattice")["data"]}
+    assert "▢ prompt lookup's token" in names
+    verdicts = frame_with(at, "p_accept")
+    assert list(verdicts["source"])[:-1] == ["prompt lookup" if n.lookup else "drafter" for n in event.nodes]
+    assert "prompt lookup" in set(verdicts["source"])
+    summary = frame_with(at, "quantity").set_index("quantity")["value"]
+    assert summary["prompt lookup"].startswith("n-gram [") and "λ_first" in summary["prompt lookup"]
+
+
 def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file):
     at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "max_new": "6"})
     data = json.loads(_trace_json(at))

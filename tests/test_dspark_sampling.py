@@ -1,5 +1,6 @@
 """Temperature > 0: the first tokens dspark emits follow the target's processed distribution (χ²
-against exact marginals computed from the model, over many seeds; chain and tree, random drafter).
+against exact marginals computed from the model, over many seeds; chain and tree, random drafter, and
+with prompt-lookup candidates in the lattice).
 Negative control: the lossy threshold mode must fail the same test."""
 from __future__ import annotations
 
@@ -74,3 +75,15 @@ def test_lossy_mode_fails_the_same_test(lm, drafter):
     values = pvalues(lm, drafter, select="tree", top_k_candidates=3, budget=5, lossy_threshold=0.05)
     assert values[0] > 1e-3                # the prefill token is plain sampling
     assert min(values[1:]) < 1e-6, values  # the drafted positions are biased
+
+
+def test_lookup_candidates_keep_the_target_distribution(lm, drafter):
+    """Prompt lookup's continuation in the lattice (the prompt repeats a token, so it matches often)."""
+    config = dict(select="tree", top_k_candidates=1, budget=4, lookup_max_ngram=1)
+    values = pvalues(lm, drafter, **config)
+    assert min(values) > 1e-3, values
+    verified = sum(n.lookup for seed in range(50)
+                   for e in run(lm, PROMPT, DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING,
+                                                         **config), drafter=drafter).steps
+                   for n in e.nodes)
+    assert verified >= 10, verified

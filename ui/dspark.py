@@ -114,8 +114,9 @@ def _cell_hover(c, column, parent: int | None) -> str:
     given = "root" if c.position == 1 else ("max over parents" if parent is None else f"parent cand {parent}")
     scores = ", ".join(_num(s) for s in c.scores)
     confs = ", ".join(_num(x) for x in column.confidence)
+    source = " | prompt lookup's token (ŝ after its lookup parent: the run's lookup acceptance rate)" if c.lookup else ""
     return (f"k={c.position} cand {c.cand}: {visible(c.piece)!r} (id {c.token_id}) | q_draft {_num(c.q_draft)} | "
-            f"ŝ per parent [{scores}] (shown: {given}) | c_k per parent [{confs}]")
+            f"ŝ per parent [{scores}] (shown: {given}) | c_k per parent [{confs}]{source}")
 
 
 def node_points(event) -> list[dict]:
@@ -144,6 +145,7 @@ def lattice_figure(event, value: str = "score") -> go.Figure:
                                colorscale=HEAT_SCALE, zmin=0, zmax=1, xgap=2, ygap=2, name=value,
                                colorbar=dict(title=dict(text=value), len=0.8)))
     _add_pieces(fig, grid)
+    _add_lookup_cells(fig, event)
     _add_edges(fig, event)
     _add_nodes(fig, event)
     mode = "chain (DP)" if event.select == "chain" else "tree (best-first)"
@@ -171,6 +173,28 @@ def _add_pieces(fig: go.Figure, grid: dict) -> None:
             colors.append(palette.BLACK if z >= TEXT_DARK_FROM else "#FFFFFF")
     fig.add_scatter(name="pieces", x=xs, y=ys, text=texts, mode="text", textfont=dict(color=colors, size=13),
                     hoverinfo="skip", showlegend=False)
+
+
+def _add_lookup_cells(fig: go.Figure, event) -> None:
+    """An open square around each cell prompt lookup proposed (lookup_max_ngram > 0)."""
+    cells = [c for column in event.lattice for c in column.cells if c.lookup]
+    if cells:
+        fig.add_scatter(name="▢ prompt lookup's token", x=[c.position for c in cells], y=[c.cand for c in cells],
+                        mode="markers", hoverinfo="skip",
+                        marker=dict(symbol="square-open", size=40, color=palette.ORANGE, line=dict(width=3)))
+
+
+def lookup_text(event) -> str:
+    """Where prompt lookup matched this round and the acceptance rates its chain was scored with."""
+    if event.lookup_scores is None:
+        return "off"
+    first, later = event.lookup_scores
+    rates = f"scored λ_first {first:.3f}, λ_continuation {later:.3f}"
+    m = event.lookup
+    if m is None:
+        return f"no match ({rates})"
+    return (f"n-gram {list(m.ngram)} found at position {m.match_position}; proposed the tokens from "
+            f"position {m.continuation_start}; {rates}")
 
 
 def _edges(event) -> tuple[list, list]:
@@ -254,6 +278,7 @@ def selection_summary(event) -> dict:
             "expected tokens this forward": round(1.0 + event.expected_accepted, 4),
             "accepted drafts (measured)": len(event.accepted_path), "tokens emitted": len(event.emitted),
             "tokens fed to the target": event.fed_tokens,
+            "prompt lookup": lookup_text(event),
             "acceptance": "LOSSY (threshold shortcut)" if event.lossy else "exact"}
 
 
@@ -265,7 +290,7 @@ def summary_table(event) -> pd.DataFrame:
 # ---------------------------------------------------------------- stage 2: verification
 
 VERDICT_COLUMNS = ["node", "parent", "depth", "cand", "token_id", "piece", "q_draft", "score", "survival",
-                   "p_target", "p_accept", "u", "verdict"]
+                   "p_target", "p_accept", "u", "verdict", "source"]
 
 
 def verdicts_table(event) -> pd.DataFrame:
@@ -277,12 +302,12 @@ def verdicts_table(event) -> pd.DataFrame:
         rows.append({"node": n.node, "parent": n.parent, "depth": n.depth, "cand": n.cand, "token_id": n.token_id,
                      "piece": visible(n.piece), "q_draft": c.q_draft if c else None, "score": n.score,
                      "survival": n.survival, "p_target": n.p_target, "p_accept": n.p_accept, "u": n.draw,
-                     "verdict": n.verdict})
+                     "verdict": n.verdict, "source": "prompt lookup" if n.lookup else "drafter"})
     depth = len(event.accepted_path) + 1
     rows.append({"node": None, "parent": event.accepted_path[-1] if event.accepted_path else 0, "depth": depth,
                  "cand": None, "token_id": event.next_token, "piece": visible(piece_of(event, event.next_token)),
                  "q_draft": None, "score": None, "survival": None, "p_target": None, "p_accept": None,
-                 "u": event.next_draw, "verdict": f"next: {event.next_from}"})
+                 "u": event.next_draw, "verdict": f"next: {event.next_from}", "source": "target"})
     return pd.DataFrame(rows, columns=VERDICT_COLUMNS).astype({"node": "Int64", "cand": "Int64"})
 
 
@@ -298,6 +323,8 @@ def node_tooltip(n, event) -> str:
     parts = [f"id {n.token_id}", f"ŝ {_num(n.score)}", f"q_draft {_num(c.q_draft if c else None)}",
              f"survival {_num(n.survival)}", f"p_target {_num(n.p_target)}", f"p_accept {_num(n.p_accept)}",
              f"u {_num(n.draw)}", f"node {n.node} depth {n.depth}", f"round {event.index}"]
+    if n.lookup:
+        parts.insert(1, "prompt lookup")
     return " · ".join(parts)
 
 

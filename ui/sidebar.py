@@ -28,6 +28,13 @@ OPTION_HELP = {
                 "step and cache the table; file: a JSON table {\"version\": 1, \"verify_ms\": [...]} "
                 "(ms of one target forward over 1, 2, ... tokens), the format decoding/cost.py saves.",
 }
+PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
+    ("dspark", "lookup_max_ngram"): "Prompt-lookup candidates: add the tokens that followed an earlier occurrence of "
+                                    "the context's last n-gram (n up to this) as one more candidate per position, "
+                                    "scored by how often lookup's tokens matched the output so far. 0: off. "
+                                    "Helps when the answer copies from the prompt; stays exact.",
+    ("speculative", "lookup_max_ngram"): "Prompt lookup (draft 'lookup'): the longest n-gram matched.",
+}
 PAGE_QUERY_PARAMS = (keys.QP_TOUR_STOP,)   # owned by a page; kept when the settings rewrite the URL
 
 
@@ -74,11 +81,11 @@ def _key(key: str, default):
 
 def param_widget(scope: str, strategy: str, f: ParamField):
     key = _key(keys.param_key(scope, strategy, f.name), float(f.default) if f.type is float else f.default)
-    label = f.name.replace("_", " ")
+    label, tip = f.name.replace("_", " "), PARAM_HELP.get((strategy, f.name))
     if f.type is bool:
-        return st.checkbox(label, key=key)
+        return st.checkbox(label, key=key, help=tip)
     if f.type is int:
-        return st.number_input(label, step=1, key=key)
+        return st.number_input(label, step=1, key=key, help=tip)
     if f.type is float:
         return st.number_input(label, step=0.05, format="%.3f", key=key)
     return st.text_input(label, key=key)
