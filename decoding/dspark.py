@@ -241,7 +241,6 @@ def round_lookup(config: DSparkConfig, context: Sequence[int], gamma: int, rate:
     return LookupInput(tokens, match, rate.scores())
 
 
-
 def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
            forced: Sequence[int] = (), drafter: ParallelDrafter | None = None) -> Iterator[DSparkRound]:
     """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
