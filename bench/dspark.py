@@ -1,9 +1,9 @@
 """DSpark benchmark: the shipped parallel drafter on the embedded model, temperature 0, against plain
 greedy (ours and transformers' generate) and speculative decoding (prompt lookup; the shallow draft when
 its weights are shipped), interleaved in one process. Sweeps γ for the chain, compares chain and tree,
-the cost-aware adaptive size, and reports where a round's time goes (from the trace's timing fields).
+the cost-aware adaptive size, with and without prompt-lookup candidates in the lattice, and reports where a round's time goes (from the trace's timing fields).
 
-    python -m bench dspark [--repeats R] [--max-new-tokens N] [--gammas 4,8,12,16] [--budget B]
+    python -m bench dspark [--repeats R] [--max-new-tokens N] [--gammas 4,8,12,16] [--budget B] [--lookup N]
 """
 from __future__ import annotations
 
@@ -61,6 +61,15 @@ def contenders(lm, drafter, args) -> dict:
     runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware (auto table)"] = lambda ids: _ours(
         lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto"),
         drafter=drafter)
+    lk = dict(lookup_max_ngram=args.lookup)
+    runs[f"dspark chain γ=8 + lookup (n≤{args.lookup})"] = lambda ids: _ours(
+        lm, ids, DSparkConfig(max_new_tokens=n, gamma=8, **lk), drafter=drafter)
+    runs[f"dspark tree γ={g_tree} K=2 budget={args.budget} + lookup"] = lambda ids: _ours(
+        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, **lk),
+        drafter=drafter)
+    runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware + lookup"] = lambda ids: _ours(
+        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto",
+                              **lk), drafter=drafter)
     runs["speculative lookup γ=10"] = lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10))
     if DEFAULT_SHALLOW.is_file():
         shallow = load_shallow(lm)
@@ -109,14 +118,16 @@ def render(rows, args) -> str:
     gammas = ",".join(str(g) for g in args.gammas)
     lines = ["## DSpark (parallel drafting + DP selection) on the embedded model", "",
              f"Command: `python -m bench dspark --repeats {args.repeats} --max-new-tokens {args.max_new_tokens} "
-             f"--gammas {gammas} --budget {args.budget}`  ",
+             f"--gammas {gammas} --budget {args.budget} --lookup {args.lookup}`  ",
              f"Model: SmolLM2-135M-Instruct (embedded), fp32, shipped drafter assets/dspark-smollm2-135m.safetensors; "
              f"prompts: bench/prompts.py (chat template, none used in training); machine: {machine()}.  ",
              "Temperature 0 (every contender's output equals plain greedy's). Speed is tokens/s relative to our "
              "plain greedy on the same prompt in the same repeat (contenders interleaved, order alternating). "
              "τ = tokens per verification forward (prefill excluded). Time shares: summed over the run's rounds "
              "from the trace's timing fields (`other` = trace bookkeeping). Values: median [min–max] over "
-             f"prompts × repeats. {MEMORY_NOTE}", "",
+             f"prompts × repeats. `+ lookup`: prompt lookup's continuation (n-grams up to {args.lookup}) joins the "
+             "lattice as one more candidate per position (`--lookup-max-ngram`). "
+             f"{MEMORY_NOTE}", "",
              "| contender | speed vs our greedy | τ | acceptance rate | peak MiB | where the time goes |",
              "|---|---|---|---|---|---|"]
     for name, r in rows.items():
@@ -177,6 +188,7 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--gammas", default="4,8,12,16")
     parser.add_argument("--budget", type=int, default=16)
+    parser.add_argument("--lookup", type=int, default=2, help="lookup_max_ngram of the '+ lookup' contenders")
     args = parser.parse_args(argv)
     args.gammas = [int(g) for g in args.gammas.split(",")]
     lm = load(ModelSpec())

@@ -136,7 +136,7 @@ def test_contender_tables_have_a_peak_column(bench, monkeypatch):
     runs = {"greedy (ours)": lambda ids: result, "other": lambda ids: result}
     monkeypatch.setattr(bench, "PROMPTS", {"a": "x"})
     monkeypatch.setattr(bench, "contenders", lambda *a: runs)
-    args = types.SimpleNamespace(repeats=2, gammas=[4], budget=4, max_new_tokens=4, gamma=5, draft_layers=4)
+    args = types.SimpleNamespace(repeats=2, gammas=[4], budget=4, max_new_tokens=4, gamma=5, draft_layers=4, lookup=2)
     with fake_peaks([5, 7, 9, 3]) as fake:                            # rep 0 in order, rep 1 reversed
         monkeypatch.setattr(bench, "peak_memory", fake)
         rows = bench.measure(fake_lm(), fake_lm(), args)      # (lm, draft or drafter, args)
