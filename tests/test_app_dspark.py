@@ -123,7 +123,7 @@ def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     event = run_state(at).events[-1]
     assert event.lookup is not None and event.lookup_scores is not None
     names = {t.get("name") for t in chart_titled(at, "lattice")["data"]}
-    assert "▢ prompt lookup's token" in names
+    assert "prompt lookup's token (framed)" in names
     verdicts = frame_with(at, "p_accept")
     assert list(verdicts["source"])[:-1] == ["prompt lookup" if n.lookup else "drafter" for n in event.nodes]
     assert "prompt lookup" in set(verdicts["source"])

@@ -30,6 +30,8 @@ MARK_SHIFT = 0.32         # node markers sit left of the cell centre, where the 
 ROOT_X = 0.3              # the root (the last emitted token) sits just left of position 1
 HEAT_SCALE = "Cividis"       # perceptually uniform, readable with the common colour-vision deficiencies
 TEXT_DARK_FROM = 0.55     # Cividis is light from about here up: cell text turns black
+LOOKUP_FRAME = 0.44       # half-width of the frame drawn around a prompt-lookup cell (cells are 1 wide)
+LOOKUP_LEGEND = "prompt lookup's token (framed)"
 
 
 def _num(x: float | None) -> str:
@@ -176,12 +178,16 @@ def _add_pieces(fig: go.Figure, grid: dict) -> None:
 
 
 def _add_lookup_cells(fig: go.Figure, event) -> None:
-    """An open square around each cell prompt lookup proposed (lookup_max_ngram > 0)."""
+    """An orange frame around each cell prompt lookup proposed (lookup_max_ngram > 0)."""
     cells = [c for column in event.lattice for c in column.cells if c.lookup]
+    xs, ys = [], []
+    for c in cells:
+        x0, x1, y0, y1 = c.position - LOOKUP_FRAME, c.position + LOOKUP_FRAME, c.cand - LOOKUP_FRAME, c.cand + LOOKUP_FRAME
+        xs += [x0, x1, x1, x0, x0, None]
+        ys += [y0, y0, y1, y1, y0, None]
     if cells:
-        fig.add_scatter(name="▢ prompt lookup's token", x=[c.position for c in cells], y=[c.cand for c in cells],
-                        mode="markers", hoverinfo="skip",
-                        marker=dict(symbol="square-open", size=40, color=palette.ORANGE, line=dict(width=3)))
+        fig.add_scatter(name=LOOKUP_LEGEND, x=xs, y=ys, mode="lines", hoverinfo="skip",
+                        line=dict(color=palette.ORANGE, width=3))
 
 
 def lookup_text(event) -> str:
