@@ -21,7 +21,8 @@ from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.models import ModelSpec, load
-from decoding.dspark import DEFAULT_WEIGHTS
+from decoding.cost import CostTable
+from decoding.dspark import DEFAULT_WEIGHTS, auto_cost_path
 from decoding.parallel import load_drafter
 from decoding.shallow import DEFAULT_SHALLOW, load_shallow
 
@@ -114,6 +115,16 @@ def _shares(phases: dict) -> str:
     return ", ".join(f"{k} {100 * v / total:.0f}%" for k, v in sorted(named.items(), key=lambda kv: -kv[1]))
 
 
+def _non_monotone(cost_ms) -> str:
+    """A sentence naming the most inverted pair of a cost table (fewer tokens, more ms), or ""."""
+    pairs = [(cost_ms[i] / cost_ms[j], i + 1, j + 1) for i in range(len(cost_ms)) for j in range(i + 1, len(cost_ms))]
+    ratio, fewer, more = max(pairs, default=(1.0, 0, 0))
+    if ratio <= 1.05:
+        return ""
+    return (f" It is not monotone here: {fewer} tokens took {ratio:.2f}× as long as {more}, which the "
+            "cost-aware size choice takes into account.")
+
+
 def render(rows, args) -> str:
     gammas = ",".join(str(g) for g in args.gammas)
     lines = ["## DSpark (parallel drafting + DP selection) on the embedded model", "",
@@ -130,6 +141,11 @@ def render(rows, args) -> str:
              f"{MEMORY_NOTE}", "",
              "| contender | speed vs our greedy | τ | acceptance rate | peak MiB | where the time goes |",
              "|---|---|---|---|---|---|"]
+    cost_ms = getattr(args, "cost_ms", None)
+    if cost_ms:
+        lines[-2:-2] = [f"The auto contenders' verify-cost table (profiled once at the warm-up, ms per target forward "
+                        f"over 1, 2, … tokens after a cached prefix): {', '.join(f'{v:.0f}' for v in cost_ms)}."
+                        + _non_monotone(cost_ms), ""]
     for name, r in rows.items():
         tau = spread(r["tau"]) if r["tau"] else "—"
         acc = f"{statistics.median(r['acc']):.3f}" if r["acc"] else "—"
@@ -194,6 +210,8 @@ def main(argv=None) -> None:
     lm = load(ModelSpec())
     drafter = load_drafter(DEFAULT_WEIGHTS, lm)            # once, outside the timed runs
     rows = measure(lm, drafter, args)
+    cost_file = auto_cost_path(lm)
+    args.cost_ms = CostTable.load(cost_file).verify_ms if cost_file.is_file() else None
     body = render(rows, args) + "\n" + render_offline(offline_vs_runtime(lm, drafter, args))
     image = plot(rows, args)
     body += f"\n\n{image}" if image else ""

@@ -119,6 +119,23 @@ def test_training_raises_agreement_and_weights_round_trip(lm, tmp_path):
     assert data.positions == 48 * 24
 
 
+def test_card_names_the_flags_and_a_budget_stop():
+    """The card's command reproduces the run (flags that differ from the defaults) and says when the
+    time budget, not the step count, ended training."""
+    from dataclasses import asdict, replace
+
+    from decoding.train_shallow import DraftReport, budget_note, changed_flags
+
+    settings = asdict(replace(DraftSettings(), max_minutes=29.0, lr=1e-3))
+    assert changed_flags(settings) == " --lr 0.001 --max-minutes 29.0"
+    assert changed_flags(asdict(DraftSettings())) == ""
+    report = DraftReport(settings=settings, data={}, shape={}, params=1, steps=1697, seconds=1.0, final_loss=1.0,
+                         before={}, after={})
+    assert budget_note(report) == " (2000 planned; stopped by the 29.0-minute budget)"
+    report.steps = 2000
+    assert budget_note(report) == ""
+
+
 def test_speculative_with_shallow_draft_is_greedy(lm):
     draft = build_shallow(lm, 2, 1, list(range(0, 64, 3)))
     prompt = [1, 2, 3, 4]

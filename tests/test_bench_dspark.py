@@ -1,0 +1,27 @@
+"""The DSpark benchmark's report: the verify-cost table line and its non-monotone note."""
+from __future__ import annotations
+
+import types
+
+from bench import dspark
+
+
+def test_non_monotone_names_the_most_inverted_pair():
+    assert dspark._non_monotone([50.0, 90.0, 110.0, 80.0, 75.0]) == (
+        " It is not monotone here: 3 tokens took 1.47× as long as 5, which the cost-aware size choice takes "
+        "into account.")
+    assert dspark._non_monotone([50.0, 60.0, 70.0]) == ""
+    assert dspark._non_monotone([50.0, 49.0]) == ""          # within 5 %: noise, not worth a sentence
+    assert dspark._non_monotone([50.0]) == ""
+
+
+def test_render_shows_the_cost_table_above_the_contenders():
+    rows = {"greedy (ours)": {"tps": [1.0], "tau": [], "acc": [], "peak": [1.0], "phases": {}}}
+    args = types.SimpleNamespace(repeats=1, gammas=[4], budget=4, max_new_tokens=4, lookup=2,
+                                 cost_ms=(50.0, 90.0, 80.0))
+    lines = dspark.render(rows, args).splitlines()
+    table = lines.index("| contender | speed vs our greedy | τ | acceptance rate | peak MiB | where the time goes |")
+    assert lines[table - 2].startswith("The auto contenders' verify-cost table") and "50, 90, 80." in lines[table - 2]
+    assert "2 tokens took 1.12× as long as 3" in lines[table - 2]
+    args.cost_ms = None
+    assert not any("verify-cost table" in line for line in dspark.render(rows, args).splitlines())
