@@ -187,18 +187,20 @@ def truncated_draft(target: LM, num_layers: int, name: str | None = None) -> LM:
 
 # ---------------------------------------------------------------- prompt lookup
 
-def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int) -> LookupMatch | None:
+def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int, latest: bool = False) -> LookupMatch | None:
     """transformers' PromptLookupCandidateGenerator search: n-gram sizes from the largest down; for
-    each, the leftmost earlier occurrence of the context's last n tokens that has a continuation."""
+    each, the leftmost earlier occurrence of the context's last n tokens that has a continuation.
+    latest=True prefers the most recent occurrence whose continuation has max_tokens tokens (falling
+    back to the leftmost): the text being copied is usually the nearest one."""
     length = len(context)
     for n in range(min(max_ngram, length - 1), 0, -1):
         ngram = tuple(context[length - n:])
-        for idx in range(length - n + 1):
-            if tuple(context[idx:idx + n]) != ngram:
-                continue
-            start = idx + n
-            if start < min(start + max_tokens, length):
-                return LookupMatch(ngram=ngram, match_position=idx, continuation_start=start)
+        found = [idx for idx in range(length - n) if tuple(context[idx:idx + n]) == ngram]
+        if not found:
+            continue
+        full = [idx for idx in found if length - (idx + n) >= max_tokens]
+        idx = full[-1] if latest and full else found[0]
+        return LookupMatch(ngram=ngram, match_position=idx, continuation_start=idx + n)
     return None
 
 

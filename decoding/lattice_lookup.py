@@ -71,10 +71,13 @@ class LookupInput:
 
 def continuation(context: Sequence[int], max_ngram: int, max_tokens: int,
                  eos_ids=frozenset()) -> tuple[tuple[int, ...], LookupMatch | None]:
-    """Prompt lookup's proposal (at most max_tokens, cut before an EOS) and where it matched."""
+    """Prompt lookup's proposal (at most max_tokens, cut before an EOS) and where it matched: the most
+    recent earlier occurrence of the longest n-gram with max_tokens tokens after it, else the leftmost
+    (the text being copied is usually the nearest; on the benchmark and tour prompts this beat
+    transformers' leftmost choice)."""
     if max_ngram < 1 or max_tokens < 1:
         return (), None
-    match = find_lookup(context, max_ngram, max_tokens)
+    match = find_lookup(context, max_ngram, max_tokens, latest=True)
     if match is None:
         return (), None
     start = match.continuation_start

@@ -20,6 +20,7 @@ import torch
 
 from decoding import trace
 from decoding.config import DSparkConfig, GreedyConfig
+from decoding.drafters import find_lookup
 from decoding.errors import ConfigError
 from decoding.lattice_lookup import LookupRate, boost_chain, continuation, hits, lookup_nodes
 from decoding.parallel import build_lattice
@@ -56,6 +57,12 @@ def test_continuation_cuts_at_eos_and_reports_the_match():
     tokens, match = continuation([5, 6, 7, 8, 5, 6], 2, 8)          # the 2-gram (5, 6) wins
     assert tokens == (7, 8, 5, 6) and match.ngram == (5, 6)
     assert continuation([5, 6, 9, 8, 5], 2, 3, eos_ids={9}) == ((6,), match_at(0, 1))
+    # the most recent occurrence with a full continuation, not transformers' leftmost one (which the
+    # speculative lookup drafter keeps); the leftmost when no recent one has max_tokens after it
+    tokens, match = continuation([5, 6, 5, 7, 5], 2, 2)
+    assert tokens == (7, 5) and match == match_at(2, 3)
+    assert find_lookup([5, 6, 5, 7, 5], 2, 2).match_position == 0
+    assert continuation([5, 6, 5, 7, 5], 2, 3) == ((6, 5, 7), match_at(0, 1))
     assert continuation([5, 9, 5], 2, 3, eos_ids={9}) == ((), None)   # nothing before the EOS
     assert continuation([1, 2, 3], 2, 3) == ((), None)
     assert continuation([5, 6, 5], 0, 3) == ((), None)

@@ -173,7 +173,7 @@ STOPS: tuple[Stop, ...] = (
             "This drafter sees only the target's last hidden state, so it cannot copy: on this prompt, "
             "which repeats a given text, it gets 1.25 tokens per target forward. On the Playground, "
             "*lookup max ngram* = 2 adds prompt lookup's continuation to the lattice as one more candidate "
-            "per position: 26 tokens then take 9 forwards instead of 21 (3.1 per forward), and the output "
+            "per position: 26 tokens then take 8 forwards instead of 21 (3.6 per forward), and the output "
             "is the same."),
         look_for=(
             "The lattice as a heatmap with the DP's chosen path drawn over it, the verdict on each "
