@@ -143,8 +143,8 @@ def render(rows, args) -> str:
              "|---|---|---|---|---|---|"]
     cost_ms = getattr(args, "cost_ms", None)
     if cost_ms:
-        lines[-2:-2] = [f"The auto contenders' verify-cost table (profiled once at the warm-up, ms per target forward "
-                        f"over 1, 2, … tokens after a cached prefix): {', '.join(f'{v:.0f}' for v in cost_ms)}."
+        lines[-2:-2] = [f"The auto contenders' verify-cost table (profiled on this machine on first use and cached; ms "
+                        f"per target forward over 1, 2, … tokens after a cached prefix): {', '.join(f'{v:.0f}' for v in cost_ms)}."
                         + _non_monotone(cost_ms), ""]
     for name, r in rows.items():
         tau = spread(r["tau"]) if r["tau"] else "—"
