@@ -15,8 +15,9 @@ from bench.browser import CHROMIUM, launch_chromium, streamlit_server
 from tiny_app_model import build_tiny_model_dir
 
 # Browser timing is asynchronous; a test that fails is rerun up to three times (the summary shows reruns). The
-# Stop test's reruns came from a stale element handle and from counting chips before they were drawn (both fixed:
-# 31 runs in a row without reruns).
+# Stop test's reruns came mostly from a stale element handle and from counting chips before they were drawn (both
+# fixed: 16 runs in a row pass). Once in about 40 runs its status line did not show within 30 s; not explained
+# yet: tests/artifacts/stop-status-failure.png keeps what the page showed when it happens.
 pytestmark = [pytest.mark.browser, pytest.mark.flaky(reruns=3, reruns_delay=2)]
 
 ROOT = Path(__file__).resolve().parents[1]
