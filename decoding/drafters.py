@@ -195,13 +195,23 @@ def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int, latest:
     length = len(context)
     for n in range(min(max_ngram, length - 1), 0, -1):
         ngram = tuple(context[length - n:])
-        found = [idx for idx in range(length - n) if tuple(context[idx:idx + n]) == ngram]
-        if not found:
-            continue
-        full = [idx for idx in found if length - (idx + n) >= max_tokens]
-        idx = full[-1] if latest and full else found[0]
-        return LookupMatch(ngram=ngram, match_position=idx, continuation_start=idx + n)
+        recent = range(length - n - max_tokens, -1, -1) if latest else ()   # full continuations, newest first
+        for idx in (*recent, *range(length - n)):
+            if tuple(context[idx:idx + n]) == ngram:
+                return LookupMatch(ngram=ngram, match_position=idx, continuation_start=idx + n)
     return None
+
+
+def lookup_continuation(context: Sequence[int], max_ngram: int, max_tokens: int, eos_ids=frozenset(),
+                        latest: bool = False) -> tuple[tuple[int, ...], LookupMatch | None]:
+    """(tokens, match): up to max_tokens tokens after find_lookup's match, cut before an EOS."""
+    match = find_lookup(context, max_ngram, max_tokens, latest) if max_tokens >= 1 else None
+    if match is None:
+        return (), None
+    start = match.continuation_start
+    tokens = [int(t) for t in context[start:start + max_tokens]]
+    cut = next((i for i, t in enumerate(tokens) if t in eos_ids), len(tokens))
+    return tuple(tokens[:cut]), match
 
 
 class PromptLookupDrafter(Drafter):
@@ -217,15 +227,10 @@ class PromptLookupDrafter(Drafter):
         self.eos_ids = eos_ids
 
     def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
-        if request.max_tokens < 1:
-            return Proposal(())
-        match = find_lookup(context, self.max_ngram, request.max_tokens)
+        tokens, match = lookup_continuation(context, self.max_ngram, request.max_tokens, self.eos_ids)
         if match is None:
             return Proposal(())
-        start = match.continuation_start
-        tokens = list(context[start:min(start + request.max_tokens, len(context))])
-        cut = next((i for i, t in enumerate(tokens) if t in self.eos_ids), len(tokens))
-        return Proposal(tuple(int(t) for t in tokens[:cut]), None, (None,) * cut, match)
+        return Proposal(tokens, None, (None,) * len(tokens), match)
 
 
 def make_drafter(draft: str, target: LM, *, draft_lm: LM | None = None, max_ngram: int = 2) -> Drafter:

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from decoding.drafters import find_lookup
+from decoding.drafters import lookup_continuation
 from decoding.select import Lattice
 from decoding.trace import LookupMatch
 
@@ -71,19 +71,14 @@ class LookupInput:
 
 def continuation(context: Sequence[int], max_ngram: int, max_tokens: int,
                  eos_ids=frozenset()) -> tuple[tuple[int, ...], LookupMatch | None]:
-    """Prompt lookup's proposal (at most max_tokens, cut before an EOS) and where it matched: the most
-    recent earlier occurrence of the longest n-gram with max_tokens tokens after it, else the leftmost
-    (the text being copied is usually the nearest; on the benchmark and tour prompts this beat
-    transformers' leftmost choice)."""
-    if max_ngram < 1 or max_tokens < 1:
+    """Prompt lookup's proposal (at most max_tokens, cut before an EOS; no match when nothing is left)
+    from the most recent earlier occurrence of the longest n-gram with max_tokens tokens after it, else
+    the leftmost (the text being copied is usually the nearest; on the benchmark and tour prompts this
+    beat transformers' leftmost choice)."""
+    if max_ngram < 1:
         return (), None
-    match = find_lookup(context, max_ngram, max_tokens, latest=True)
-    if match is None:
-        return (), None
-    start = match.continuation_start
-    tokens = [int(t) for t in context[start:start + max_tokens]]
-    cut = next((i for i, t in enumerate(tokens) if t in eos_ids), len(tokens))
-    return tuple(tokens[:cut]), (match if cut else None)
+    tokens, match = lookup_continuation(context, max_ngram, max_tokens, eos_ids, latest=True)
+    return tokens, (match if tokens else None)
 
 
 def boost_chain(lattice: Lattice, at: Sequence[int], first: float, later: float) -> Lattice:
