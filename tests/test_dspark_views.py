@@ -177,6 +177,18 @@ def test_selection_summary(chain_trace, tree_trace):
     tree = rounds_of(tree_trace)[0]
     assert dspark.selection_summary(tree)["tree nodes verified"] == len(tree.nodes) == 10
     assert list(dspark.summary_table(event)["quantity"]) == list(s)
+    assert s["prompt lookup"] == "off"
+
+
+def test_a_round_without_drafts_does_not_call_lookup_off(lm, drafter):
+    """The last round of a run has no room to draft: lookup was on but not used, and says so."""
+    trace = run(lm, PROMPT, DSparkConfig(max_new_tokens=7, gamma=5, lookup_max_ngram=2), drafter=drafter)
+    rounds = [e for e in trace.steps if not e.prefill]
+    bare = [e for e in rounds if not e.lattice]
+    assert bare, "the run should end on a round with no room to draft"
+    assert dspark.selection_summary(bare[-1])["prompt lookup"] == "not used (no drafts this round)"
+    drafted = [e for e in rounds if e.lattice]
+    assert drafted and all(dspark.selection_summary(e)["prompt lookup"] != "off" for e in drafted)
 
 
 def test_size_table_recomputes_the_recorded_rates(cost_trace):

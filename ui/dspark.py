@@ -192,6 +192,8 @@ def _add_lookup_cells(fig: go.Figure, event) -> None:
 
 def lookup_text(event) -> str:
     """Where prompt lookup matched this round and the acceptance rates its chain was scored with."""
+    if not event.lattice:
+        return "not used (no drafts this round)"
     if event.lookup_scores is None:
         return "off"
     first, later = event.lookup_scores
