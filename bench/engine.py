@@ -15,68 +15,101 @@ from bench.memory import mib_cell, peak_memory
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
-from decoding.config import GreedyConfig, SampleConfig
+from decoding.config import BeamConfig, GreedyConfig, SampleConfig
 from decoding.models import ModelSpec, load
 
 SAMPLING = dict(temperature=0.8, top_p=0.9)
+BEAMS = 4
+MODES = ("greedy", "sample", "beam")          # beam: num_beams=4, length_penalty 1, no early stopping
 
 
-def _generate(lm, ids, max_new: int, sample: bool, seed: int) -> tuple[int, float]:
-    kwargs = dict(do_sample=True, top_k=0, **SAMPLING) if sample else dict(do_sample=False)
+def _generate(lm, ids, max_new: int, mode: str, seed: int) -> tuple[list[int], float]:
+    """generate's new tokens and seconds. Greedy and sampling are forced to max_new tokens with
+    min_new_tokens; beam search runs the same search as ours (it may end early on EOS)."""
+    kwargs = {"greedy": dict(do_sample=False, min_new_tokens=max_new),
+              "sample": dict(do_sample=True, top_k=0, min_new_tokens=max_new, **SAMPLING),
+              "beam": dict(do_sample=False, num_beams=BEAMS, length_penalty=1.0, early_stopping=False)}[mode]
     torch.manual_seed(seed)
     x = torch.tensor([ids], device=lm.device)
     start = time.perf_counter()
     with torch.inference_mode():
-        out = lm.model.generate(x, max_new_tokens=max_new, min_new_tokens=max_new, **kwargs)
+        out = lm.model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=max_new, **kwargs)
     lm.sync()
-    return out.shape[1] - len(ids), time.perf_counter() - start
+    return out[0, len(ids):].tolist(), time.perf_counter() - start
 
 
-def _ours(lm, ids, max_new: int, sample: bool, seed: int) -> tuple[int, float]:
-    cfg = (SampleConfig(max_new_tokens=max_new, seed=seed, **SAMPLING) if sample
-           else GreedyConfig(max_new_tokens=max_new))
+def _ours(lm, ids, max_new: int, mode: str, seed: int) -> tuple[list[int], float]:
+    cfg = {"greedy": lambda: GreedyConfig(max_new_tokens=max_new),
+           "sample": lambda: SampleConfig(max_new_tokens=max_new, seed=seed, **SAMPLING),
+           "beam": lambda: BeamConfig(max_new_tokens=max_new, num_beams=BEAMS)}[mode]()
     start = time.perf_counter()
     tr = runner.run(lm, ids, cfg)
-    return len(tr.output_ids), time.perf_counter() - start
+    return list(tr.output_ids), time.perf_counter() - start
 
 
 def measure(lm, repeats: int, max_new: int) -> dict:
     """rates[mode]: tok/s of ours and generate and their ratio, one per prompt x repeat, interleaved;
-    peak_ours / peak_generate: each call's peak memory above its start (MiB, bench/memory.py)."""
+    peak_ours / peak_generate: each call's peak memory above its start (MiB, bench/memory.py); same:
+    whether the two outputs were equal (greedy and beam; sampled outputs use different generators)."""
     encoded = {k: lm.encode(v) for k, v in PROMPTS.items()}
-    rates = {m: {"ours": [], "generate": [], "ratio": [], "peak_ours": [], "peak_generate": []}
-             for m in ("greedy", "sample")}
+    rates = {m: {"ours": [], "generate": [], "ratio": [], "peak_ours": [], "peak_generate": [], "same": []}
+             for m in MODES}
     for rep in range(repeats):
         for name, ids in encoded.items():
-            for mode in ("greedy", "sample"):
-                sample = mode == "sample"
+            for mode in MODES:
                 order = (_ours, _generate) if rep % 2 == 0 else (_generate, _ours)
                 res = {}
                 for fn in order:
                     with peak_memory(lm.device) as mem:
-                        res[fn] = fn(lm, ids, max_new, sample, rep)
+                        res[fn] = fn(lm, ids, max_new, mode, rep)
                     rates[mode]["peak_ours" if fn is _ours else "peak_generate"].append(mem.above_mib)
-                ours = res[_ours][0] / res[_ours][1]
-                theirs = res[_generate][0] / res[_generate][1]
+                ours = len(res[_ours][0]) / res[_ours][1]
+                theirs = len(res[_generate][0]) / res[_generate][1]
                 rates[mode]["ours"].append(ours)
                 rates[mode]["generate"].append(theirs)
                 rates[mode]["ratio"].append(ours / theirs)
+                if mode != "sample":
+                    rates[mode]["same"].append(agrees(res[_ours][0], res[_generate][0], mode,
+                                                      getattr(lm, "eos_ids", frozenset())))
     return rates
+
+
+def agrees(ours: list[int], theirs: list[int], mode: str, eos_ids) -> bool:
+    """Whether the two outputs are the same search's. Greedy: generate was forced past EOS by
+    min_new_tokens, so where ours stopped at EOS the two agree on every token before it."""
+    if mode == "greedy" and ours and ours[-1] in eos_ids:
+        return ours[:-1] == theirs[:len(ours) - 1]
+    return ours == theirs
+
+
+def same_cell(same: list[bool]) -> str:
+    """'yes' / 'no' / 'k of n' for the runs whose outputs were compared; '—' when none were."""
+    if not same:
+        return "—"
+    if all(same):
+        return "yes"
+    return "no" if not any(same) else f"{sum(same)} of {len(same)}"
 
 
 def render(rates: dict, repeats: int, max_new: int, model: str) -> str:
     lines = ["## Engine loop vs transformers `generate`", "",
              f"Command: `python -m bench engine --repeats {repeats} --max-new-tokens {max_new}`  ",
              f"Model: {model}; prompts: bench/prompts.py ({len(PROMPTS)}); machine: {machine()}.  ",
-             "Ours runs with the full trace on (top-10 candidates, filter cuts, timings). Calls are "
-             "interleaved (order alternates per repeat); generate is forced to the same length "
-             "with min_new_tokens; sampling passes top_k=0 to generate. Values: median [min–max] over "
-             f"prompts × repeats. {MEMORY_NOTE}", "",
-             "| mode | ours tok/s | generate tok/s | ratio ours/generate | ours peak MiB | generate peak MiB |",
-             "|---|---|---|---|---|---|"]
+             "Ours runs with the full trace on (top-10 candidates, filter cuts, timings; beam search: "
+             "every step's pool, kept and pruned candidates). Calls are interleaved (order alternates "
+             "per repeat); greedy and sampling: generate is forced to the same length with "
+             "min_new_tokens, and sampling passes top_k=0 to generate; beam: num_beams=4, "
+             "length_penalty 1, early_stopping False on both sides, tokens/s counts the output's new "
+             "tokens. Same output: ours equals generate's token for token (greedy: up to ours' EOS, past which "
+             "min_new_tokens forces generate on; beam; sampled outputs come from different random "
+             f"streams). Values: median [min–max] over prompts × "
+             f"repeats. {MEMORY_NOTE}", "",
+             "| mode | ours tok/s | generate tok/s | ratio ours/generate | same output | ours peak MiB | "
+             "generate peak MiB |",
+             "|---|---|---|---|---|---|---|"]
     for mode, r in rates.items():
         lines.append(f"| {mode} | {spread(r['ours'])} | {spread(r['generate'])} | {spread(r['ratio'])} | "
-                     f"{mib_cell(r['peak_ours'])} | {mib_cell(r['peak_generate'])} |")
+                     f"{same_cell(r['same'])} | {mib_cell(r['peak_ours'])} | {mib_cell(r['peak_generate'])} |")
     return "\n".join(lines)
 
 
@@ -86,8 +119,9 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     args = parser.parse_args(argv)
     lm = load(ModelSpec())
-    _ours(lm, lm.encode("warm up"), 4, False, 0)
-    _generate(lm, lm.encode("warm up"), 4, False, 0)
+    for mode in MODES:
+        _ours(lm, lm.encode("warm up"), 4, mode, 0)
+        _generate(lm, lm.encode("warm up"), 4, mode, 0)
     rates = measure(lm, args.repeats, args.max_new_tokens)
     body = render(rates, args.repeats, args.max_new_tokens, lm.name + " (SmolLM2-135M-Instruct, fp32)")
     write_section("engine", body)

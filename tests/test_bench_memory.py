@@ -116,16 +116,33 @@ def fake_lm():
 
 def test_engine_table_has_a_peak_per_contender(monkeypatch):
     monkeypatch.setattr(engine, "PROMPTS", {"a": "x"})
-    monkeypatch.setattr(engine, "_ours", lambda lm, ids, n, sample, seed: (4, 1.0))
-    monkeypatch.setattr(engine, "_generate", lambda lm, ids, n, sample, seed: (4, 2.0))
-    with fake_peaks([10, 20, 30, 40]) as fake:                        # rep 0: greedy ours, generate; sample ...
+    monkeypatch.setattr(engine, "_ours", lambda lm, ids, n, mode, seed: ([5, 6, 7, 8], 1.0))
+    theirs = {"greedy": [5, 6, 7, 8], "sample": [1, 1, 1, 1], "beam": [5, 6, 7, 9]}
+    monkeypatch.setattr(engine, "_generate", lambda lm, ids, n, mode, seed: (theirs[mode], 2.0))
+    with fake_peaks([10, 20, 30, 40, 50, 60]) as fake:       # rep 0: greedy ours, generate; sample ...; beam ...
         monkeypatch.setattr(engine, "peak_memory", fake)
         rates = engine.measure(fake_lm(), repeats=1, max_new=4)
     assert rates["greedy"]["peak_ours"] == [10] and rates["greedy"]["peak_generate"] == [20]
     assert rates["sample"]["peak_ours"] == [30] and rates["sample"]["peak_generate"] == [40]
+    assert rates["beam"]["peak_ours"] == [50] and rates["beam"]["peak_generate"] == [60]
+    assert rates["greedy"]["same"] == [True] and rates["beam"]["same"] == [False] and rates["sample"]["same"] == []
     table = engine.render(rates, 1, 4, "m")
-    assert "| ours peak MiB | generate peak MiB |" in table and "| 10.0 | 20.0 |" in table
+    assert "| same output | ours peak MiB | generate peak MiB |" in table and "| yes | 10.0 | 20.0 |" in table
+    assert "| — | 30.0 | 40.0 |" in table and "| no | 50.0 | 60.0 |" in table
     assert "Peak MiB" in table
+
+
+def test_engine_agreement_allows_generate_forced_past_our_eos():
+    eos = frozenset({2})
+    assert engine.agrees([5, 6, 2], [5, 6, 7, 8], "greedy", eos)        # generate went on past EOS
+    assert not engine.agrees([5, 6, 2], [5, 9, 7, 8], "greedy", eos)    # a real divergence before it
+    assert not engine.agrees([5, 6, 7], [5, 6, 8], "greedy", eos)
+    assert not engine.agrees([5, 6, 2], [5, 6, 7], "beam", eos)         # beam runs the same search: all of it
+
+
+def test_engine_same_cell_counts_partial_agreement():
+    assert engine.same_cell([True, False, True]) == "2 of 3"
+    assert engine.same_cell([]) == "—" and engine.same_cell([True]) == "yes" and engine.same_cell([False]) == "no"
 
 
 @pytest.mark.parametrize("bench", [speculative, dspark])
