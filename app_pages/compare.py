@@ -3,13 +3,14 @@ metrics with the speedup vs greedy, tokens vs time, tokens per target forward, p
 import streamlit as st
 
 from decoding.errors import ConfigError
-from decoding.runner import STRATEGIES, run
+from decoding.runner import STRATEGIES, run_lockstep
 from ui import figures, keys, session, sidebar, tables, views
 from ui.params import build_config
 
 settings = sidebar.current()
 st.title("Compare")
-st.caption("Each lane runs on the sidebar's model, prompt, seed and max new tokens.")
+st.caption("Each lane runs on the sidebar's model, prompt, seed and max new tokens. The lanes run in lockstep "
+           "(one step of each in turn, after a warm-up forward), so the machine's slow spells fall on all alike.")
 
 n_lanes = st.columns(4)[0].number_input("Lanes", min_value=2, max_value=4, value=2, step=1, key=keys.LANES)
 names = list(STRATEGIES)
@@ -32,23 +33,26 @@ for i, col in enumerate(cols):
 if st.button("Run the comparison", key=keys.COMPARE_RUN, type="primary", disabled=bool(errors)):
     lm = session.lm_or_stop(settings)
     prompt_ids = session.prompt_ids_or_stop(lm, settings)
-    traces = {}
-    progress = st.progress(0.0, text="Running…")
-    for i, (label, config) in enumerate(lanes.items()):
-        try:
-            traces[label] = run(lm, prompt_ids, config, prompt_text=settings.prompt,
-                                **session.strategy_kwargs_or_stop(config, settings))
-        except ConfigError as err:                       # refused before its first step
-            st.error(f"{label}: {err}")
-        progress.progress((i + 1) / len(lanes), text=f"{label} done")
+    jobs = {label: (config, session.strategy_kwargs_or_stop(config, settings)) for label, config in lanes.items()}
+    progress = st.progress(0.0, text="Running the lanes in lockstep…")
+    events = [0]
+
+    def on_event(_label, _event) -> None:
+        events[0] += 1
+        turn = events[0] // len(jobs)
+        progress.progress(min(1.0, turn / max(1, settings.max_new_tokens)), text=f"Lockstep turn {turn}")
+
+    st.session_state[keys.COMPARE] = run_lockstep(lm, prompt_ids, jobs, prompt_text=settings.prompt,
+                                                  on_event=on_event)
     progress.empty()
-    st.session_state[keys.COMPARE] = traces
 
 traces = st.session_state.get(keys.COMPARE)
 if traces:
     for label, trace in traces.items():
         if trace.error:
             st.error(f"{label}: {trace.error}")
+    traces = {label: trace for label, trace in traces.items() if trace.steps}   # refused lanes: message only
+if traces:
     views.show_streams({label: trace.steps for label, trace in traces.items()})
     st.subheader("Metrics")
     metrics = tables.metrics_table(traces)

@@ -13,7 +13,7 @@ from decoding import trace as trace_mod
 from decoding.errors import ConfigError, check
 from decoding.models import DEVICES, DTYPES, ModelSpec, load
 from decoding.placement import DEVICE_MAPS
-from decoding.runner import STRATEGIES, run, strategy_for
+from decoding.runner import STRATEGIES, run, run_lockstep, strategy_for
 
 
 class _Parser(argparse.ArgumentParser):
@@ -126,7 +126,11 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     configs = [make_config(s, args) for s in args.strategy]
     lm, ids = _prepare(args)
-    traces = [run(lm, ids, c, prompt_text=args.prompt, **_strategy_kwargs(c, args, lm)) for c in configs]
+    lanes = {f"{i}: {c.strategy}": (c, _strategy_kwargs(c, args, lm)) for i, c in enumerate(configs)}
+    traces = list(run_lockstep(lm, ids, lanes, prompt_text=args.prompt).values())
+    refused = [t for t in traces if t.error and not t.steps]
+    if refused:                        # refused before the first step: bad input, one line
+        raise ConfigError.from_line(refused[0].error)
     print(f"{'strategy':<12} {'tokens':>6} {'fwd':>5} {'tok/s':>7} {'tau':>5}  text")
     for tr in traces:
         tau = tr.stats.mean_accepted_length

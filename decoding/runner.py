@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -116,6 +116,79 @@ def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: s
 
 RUN_ERRORS = (ConfigError, RuntimeError, ValueError)   # a run that fails mid-way keeps its trace so far
 OOM_KNOBS = ("max_new_tokens", "num_beams", "gamma", "gamma_max", "budget", "top_k_candidates")
+
+
+# ------------------------------------------------------------------ several strategies in lockstep
+@dataclass
+class _Lane:
+    config: BaseConfig
+    gen: Iterator | None
+    events: list = field(default_factory=list)
+    busy_s: float = 0.0                    # time spent in this lane's own steps
+    stop_reason: str = "max_new_tokens"
+    error: str | None = None
+    live: bool = True
+
+
+def run_lockstep(lm: LM, prompt_ids: Sequence[int], lanes: Mapping[str, tuple[BaseConfig, dict]], *,
+                 prompt_text: str = "", forced: Sequence[int] = (), should_stop: Callable[[], bool] | None = None,
+                 on_event: Callable[[str, object], None] | None = None, warm: bool = True) -> dict[str, Trace]:
+    """Several strategies on one prompt, advanced in lockstep: each turn every live lane takes one step
+    (one event: a token, a beam step, a speculative or DSpark round) in the lanes' order, so that a slow
+    spell of the machine falls on all of them alike. `lanes` maps a label to (config, strategy kwargs).
+    A lane's wall_s is the time of its own steps. A lane refused before its first step (bad input) gets
+    a trace with no steps and the error; one that fails mid-way keeps its steps; the others go on."""
+    state = {label: _start(lm, prompt_ids, config, forced, kwargs) for label, (config, kwargs) in lanes.items()}
+    if warm and any(lane.live for lane in state.values()):
+        warm_up(lm, prompt_ids)
+    while any(lane.live for lane in state.values()):
+        for label, lane in state.items():
+            event = _advance(lane) if lane.live else None
+            if event is not None and on_event is not None:
+                on_event(label, event)
+        if should_stop is not None and should_stop():
+            for lane in (lane for lane in state.values() if lane.live):
+                lane.live, lane.stop_reason = False, "stopped"
+    forced = until_eos(forced, lm.eos_ids)
+    return {label: assemble(lm, prompt_ids, lane.config, lane.events, prompt_text=prompt_text, forced=forced,
+                            wall_s=lane.busy_s, stop_reason=lane.stop_reason, error=lane.error)
+            for label, lane in state.items()}
+
+
+def warm_up(lm: LM, prompt_ids: Sequence[int]) -> None:
+    """A throwaway forward over the prompt, then over one token, on a cache of its own, so that the
+    first lane timed does not pay the first calls' one-time costs. A failure is left to the lanes."""
+    try:
+        cache = lm.new_cache()
+        lm.forward(list(prompt_ids), cache, logits_to_keep=1)
+        lm.forward(list(prompt_ids[-1:]), cache, logits_to_keep=1)
+    except RUN_ERRORS:
+        pass
+
+
+def _start(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, forced: Sequence[int], kwargs: dict) -> _Lane:
+    try:
+        return _Lane(config, iterate(lm, prompt_ids, config, forced=forced, **kwargs))
+    except ConfigError as err:
+        return _Lane(config, None, stop_reason="error", error=str(err), live=False)
+
+
+def _advance(lane: _Lane):
+    """The lane's next event (None when it has ended: done, or failed with its error recorded)."""
+    start = time.perf_counter()
+    try:
+        event = next(lane.gen)
+    except StopIteration:
+        lane.live = False
+        return None
+    except RUN_ERRORS as err:
+        lane.live, lane.stop_reason = False, "error"
+        lane.error = error_line(err, lane.config, step=len(lane.events))
+        return None
+    finally:
+        lane.busy_s += time.perf_counter() - start
+    lane.events.append(event)
+    return event
 
 
 def error_line(err: Exception, config: BaseConfig, step: int) -> str:
