@@ -9,6 +9,7 @@ import os
 import re
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -171,7 +172,7 @@ def load(spec: ModelSpec) -> "LM":
         free_device_memory()
         raise ConfigError("model", spec.name, f"does not fit in {device.type} memory ({_one_line(err)[:120]}); "
                           "use dtype float16 or bfloat16, device cpu, or a smaller model") from None
-    return LM(model, tok, name=spec.name, device=device)
+    return LM(model, tok, name=spec.name, device=device).warm_up()
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -190,7 +191,7 @@ def _load_placed(spec: ModelSpec) -> "LM":
     dtype = resolve_dtype(spec.dtype, placement.compute_device(spec.max_memory))
     model, tok = _load_any(spec, dtype, spec.placement_kwargs())
     model.eval()
-    return LM(model, tok, name=spec.name, device=placement.input_device(model))
+    return LM(model, tok, name=spec.name, device=placement.input_device(model)).warm_up()
 
 
 def _load_any(spec: ModelSpec, dtype: torch.dtype, placed: dict | None = None):
@@ -333,6 +334,19 @@ class LM:
             out = self.model(input_ids=x, **{self.cache_kw: cache}, use_cache=True, position_ids=position_ids,
                              logits_to_keep=logits_to_keep)
         return self.check_logits(out.logits[0].float())  # (T, V)
+
+    def warm_up(self, ids: Sequence[int] = ()) -> "LM":
+        """Throwaway forwards (over `ids`, or 8 tokens, then over one more) on a cache of their
+        own, so that the first step timed does not pay the first calls' one-time costs (weights paged
+        in, buffers allocated). Its errors are left to the run that meets them. Returns self."""
+        ids = list(ids) or [i % self.vocab_size for i in range(8)]
+        try:
+            cache = self.new_cache()
+            self.forward(ids, cache, logits_to_keep=1)
+            self.forward(ids[-1:], cache, logits_to_keep=1)
+        except (RuntimeError, ValueError):          # ConfigError and StepError among them
+            pass
+        return self
 
     def check_logits(self, logits: torch.Tensor) -> torch.Tensor:
         """Return `logits` (..., V) unchanged, or raise StepError when they hold NaN or +inf, or a row

@@ -140,7 +140,7 @@ def run_lockstep(lm: LM, prompt_ids: Sequence[int], lanes: Mapping[str, tuple[Ba
     a trace with no steps and the error; one that fails mid-way keeps its steps; the others go on."""
     state = {label: _start(lm, prompt_ids, config, forced, kwargs) for label, (config, kwargs) in lanes.items()}
     if warm and any(lane.live for lane in state.values()):
-        warm_up(lm, prompt_ids)
+        lm.warm_up(prompt_ids)
     while any(lane.live for lane in state.values()):
         for label, lane in state.items():
             event = _advance(lane) if lane.live else None
@@ -153,17 +153,6 @@ def run_lockstep(lm: LM, prompt_ids: Sequence[int], lanes: Mapping[str, tuple[Ba
     return {label: assemble(lm, prompt_ids, lane.config, lane.events, prompt_text=prompt_text, forced=forced,
                             wall_s=lane.busy_s, stop_reason=lane.stop_reason, error=lane.error)
             for label, lane in state.items()}
-
-
-def warm_up(lm: LM, prompt_ids: Sequence[int]) -> None:
-    """A throwaway forward over the prompt, then over one token, on a cache of its own, so that the
-    first lane timed does not pay the first calls' one-time costs. A failure is left to the lanes."""
-    try:
-        cache = lm.new_cache()
-        lm.forward(list(prompt_ids), cache, logits_to_keep=1)
-        lm.forward(list(prompt_ids[-1:]), cache, logits_to_keep=1)
-    except RUN_ERRORS:
-        pass
 
 
 def _start(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, forced: Sequence[int], kwargs: dict) -> _Lane:

@@ -35,10 +35,20 @@ OOM_TEXT = "CUDA out of memory. Tried to allocate 2.00 GiB (simulated)"
 
 # ------------------------------------------------------------------------------ patches
 
+def no_warm_up(mp: pytest.MonkeyPatch) -> None:
+    """Switch off the load-time warm-up forwards (LM.warm_up), so that a patch's `calls_ok` counts the
+    run's own forwards whether the model is loaded before or after the patch."""
+    from decoding.models import LM
+
+    mp.setattr(LM, "warm_up", lambda self, ids=(): self)
+
+
 def oom_after(calls_ok: int) -> Callable:
     """A patch: every llama forward after the first `calls_ok` raises CUDA's OutOfMemoryError."""
     def patch(mp: pytest.MonkeyPatch) -> None:
         from transformers import LlamaForCausalLM
+
+        no_warm_up(mp)
 
         original, calls = LlamaForCausalLM.forward, [0]
 
@@ -58,6 +68,7 @@ def bad_logits_after(calls_ok: int, value: float, entries=slice(None), only=None
     def patch(mp: pytest.MonkeyPatch) -> None:
         from transformers import LlamaForCausalLM
 
+        no_warm_up(mp)
         original, calls = LlamaForCausalLM.forward, [0]
 
         def forward(self, *args, **kwargs):

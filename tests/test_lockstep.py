@@ -111,3 +111,37 @@ def test_each_lane_is_timed_by_its_own_steps_after_a_warm_up(lm_and_drafter, mon
     cold = runner.run_lockstep(lm, PROMPT, lanes_of(drafter, ("greedy",)), warm=False,
                                on_event=lambda label, _e: calls.append(label))
     assert cold["1: greedy"].output_ids == greedy.output_ids
+
+
+def test_load_warms_the_model_up(tmp_path, monkeypatch):
+    """decoding.models.load runs two throwaway forwards before returning, on a cache of their own."""
+    from decoding import models
+    from tiny_app_model import build_tiny_model_dir
+
+    directory = build_tiny_model_dir(tmp_path / "tiny")
+    calls = []
+    forward = models.LM.forward
+
+    def counted(self, ids, cache, *args, **kwargs):
+        calls.append((len(ids), id(cache)))
+        return forward(self, ids, cache, *args, **kwargs)
+
+    monkeypatch.setattr(models.LM, "forward", counted)
+    lm = models.load(models.ModelSpec(name=str(directory)))
+    assert [n for n, _ in calls] == [8, 1] and calls[0][1] == calls[1][1]
+    runner.run(lm, [1, 2, 3], GreedyConfig(max_new_tokens=3))
+    assert len(calls) == 2 + 3 and calls[2][1] != calls[0][1]       # the run uses a cache of its own
+
+
+def test_warm_up_leaves_errors_to_the_run(lm_and_drafter, monkeypatch):
+    from decoding.errors import StepError
+
+    lm, _ = lm_and_drafter
+
+    def broken(*args, **kwargs):
+        raise StepError("logits", "NaN", "(test)")
+
+    monkeypatch.setattr(lm, "forward", broken)
+    assert lm.warm_up([1, 2, 3]) is lm
+    trace = runner.run(lm, [1, 2, 3], GreedyConfig(max_new_tokens=3))
+    assert trace.stop_reason == "error" and "NaN" in trace.error and trace.steps == ()
