@@ -1,9 +1,12 @@
 """DecodeScope: page config, the shared sidebar, and the router over the pages."""
 import streamlit as st
 
+from decoding.engine_thread import ENGINE
 from ui import keys, sidebar, strategy_views  # noqa: F401  (registers the beam, speculative and dspark views)
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
+ENGINE.enable()     # every rerun runs in a thread of its own: the tensor work goes to one engine thread
+
 
 st.session_state[keys.SETTINGS] = sidebar.render()
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from decoding.engine_thread import ENGINE
 from decoding.errors import ConfigError, check
 from decoding.models import LM
 from decoding.processors import Pipeline
@@ -76,7 +77,7 @@ def load_draft(name: str, target: LM, **spec) -> LM:
     from decoding.shallow import SHALLOW, load_shallow
 
     if name == SHALLOW or name.startswith(SHALLOW + ":"):
-        return load_shallow(target, name[len(SHALLOW) + 1:] or None)
+        return ENGINE.call(load_shallow, target, name[len(SHALLOW) + 1:] or None)
     try:
         draft = load(ModelSpec(name=name, **spec))
     except ConfigError as err:

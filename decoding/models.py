@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from decoding import placement
+from decoding.engine_thread import ENGINE
 from decoding.errors import ConfigError, StepError, check
 
 DEFAULT_MODEL = "default"
@@ -153,8 +154,13 @@ def _one_line(err: Exception) -> str:
 
 
 def load(spec: ModelSpec) -> "LM":
-    """Load the model named by `spec` onto its device; raise ConfigError with one line on failure.
-    Only local files are read unless DECODESCOPE_ALLOW_DOWNLOAD=1 (then an HF id may download)."""
+    """Load the model named by `spec` onto its device (on the engine thread when it is enabled), warmed
+    up; raise ConfigError with one line on failure. Only local files are read unless
+    DECODESCOPE_ALLOW_DOWNLOAD=1 (then an HF id may download)."""
+    return ENGINE.call(_load, spec)
+
+
+def _load(spec: ModelSpec) -> "LM":
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

@@ -9,6 +9,7 @@ import torch
 
 from decoding import beam, dspark, greedy, sampling, speculative
 from decoding.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.engine_thread import ENGINE
 from decoding.errors import ConfigError, StepError, check
 from decoding.models import LM, free_device_memory, is_out_of_memory
 from decoding.trace import SCHEMA_VERSION, Stats, Trace
@@ -76,8 +77,8 @@ def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Se
     `strategy_kwargs` go to the strategy's decode (e.g. speculative's draft_lm= or drafter=)."""
     check_inputs(lm, prompt_ids, config.max_new_tokens, forced)
     generator = torch.Generator(device="cpu").manual_seed(config.seed)
-    return strategy_for(config).decode(lm, list(prompt_ids), config, generator=generator,
-                                       forced=until_eos(forced, lm.eos_ids), **strategy_kwargs)
+    return ENGINE.steps(strategy_for(config).decode(lm, list(prompt_ids), config, generator=generator,
+                                                    forced=until_eos(forced, lm.eos_ids), **strategy_kwargs))
 
 
 def until_eos(forced: Sequence[int], eos_ids) -> list[int]:
@@ -140,7 +141,7 @@ def run_lockstep(lm: LM, prompt_ids: Sequence[int], lanes: Mapping[str, tuple[Ba
     a trace with no steps and the error; one that fails mid-way keeps its steps; the others go on."""
     state = {label: _start(lm, prompt_ids, config, forced, kwargs) for label, (config, kwargs) in lanes.items()}
     if warm and any(lane.live for lane in state.values()):
-        lm.warm_up(prompt_ids)
+        ENGINE.call(lm.warm_up, prompt_ids)
     while any(lane.live for lane in state.values()):
         for label, lane in state.items():
             event = _advance(lane) if lane.live else None

@@ -66,3 +66,13 @@ def real_lm():
     from decoding.models import ModelSpec, load
 
     return load(ModelSpec())
+
+
+@pytest.fixture(autouse=True)
+def _engine_thread_off_after_each_test():
+    """app.py enables the engine thread (decoding/engine_thread.py); an AppTest that ran it must not
+    leave it on for the tests after it."""
+    yield
+    from decoding.engine_thread import ENGINE
+
+    ENGINE.disable()

@@ -65,32 +65,35 @@ def engine_alone(live) -> dict:
     return without_timings(trace)
 
 
-def session_of_forward(lm) -> list[str]:
-    """Record which app session calls each forward of the shared model (a hook; removed by the caller)."""
-    from streamlit.runtime.scriptrunner import get_script_run_ctx
-
+def session_of_forward(lm):
+    """Record which app session each forward of the shared model serves (a hook; removed by the caller).
+    The sessions are driven one rerun at a time, so it is the session whose rerun is under way, set in
+    `current` before each rerun: the forwards themselves run on the engine thread the app enables
+    (decoding/engine_thread.py), outside the session's script thread."""
     calls: list[str] = []
+    current = ["?"]
 
     def hook(module, args):
-        ctx = get_script_run_ctx(suppress_warning=True)       # AppTest gives all one session_id
-        calls.append(ctx.session_state[keys.SETTINGS].strategy if ctx else "?")
+        calls.append(current[0])
 
-    return calls, lm.model.register_forward_pre_hook(hook)
+    return calls, current, lm.model.register_forward_pre_hook(hook)
 
 
 def test_five_sessions_at_once_share_the_model_and_nothing_else(tiny_dir, sessions):
     from ui.session import load_lm
 
     shared = load_lm(str(tiny_dir), "auto", "auto")       # the object st.cache_resource hands every session
-    calls, hook = session_of_forward(shared)
+    calls, current, hook = session_of_forward(shared)
     apps = {}
     try:
         for name, query in sessions.items():                  # all five open before any runs
+            current[0] = name
             apps[name] = new_app({"max_new": "10", **query})
             ok(apps[name])
         for _ in range(40):                                   # one Step per session in turn
-            for at in apps.values():
+            for name, at in apps.items():
                 if not finished(at):
+                    current[0] = name
                     at.button(key="pg.step").click().run()
                     ok(at)
             if all(finished(at) for at in apps.values()):

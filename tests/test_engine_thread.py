@@ -1,0 +1,110 @@
+"""The engine thread (decoding/engine_thread.py): when enabled, loading and every step of a run happen on
+one thread whichever thread asks, with the same traces; calls from many threads queue one step at a
+time; errors and the end of a generator reach the caller; disabled, everything runs in the caller."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from decoding import runner
+from decoding.config import GreedyConfig
+from decoding.engine_thread import ENGINE, EngineThread
+from decoding.trace import without_timings
+
+from dspark_helpers import one_thread, random_drafter, varied_llama
+from test_concurrency import CONFIGS, PROMPT, kwargs_for
+
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+
+
+@pytest.fixture
+def engine():
+    worker = EngineThread("test-engine")
+    worker.enable()
+    yield worker
+    worker.disable()
+
+
+def test_call_runs_on_the_engine_thread_and_raises_there(engine):
+    here = threading.get_ident()
+    assert engine.call(threading.get_ident) != here
+    assert engine.call(lambda: engine.on_it()) and not engine.on_it()
+    assert engine.call(lambda: engine.call(threading.get_ident)) == engine.call(threading.get_ident)  # re-entrant
+    with pytest.raises(ValueError, match="bad"):
+        engine.call(lambda: (_ for _ in ()).throw(ValueError("bad")))
+    with pytest.raises(StopIteration):
+        engine.call(next, iter(()))
+
+
+def test_disabled_calls_run_in_the_caller():
+    worker = EngineThread("off")
+    assert not worker.enabled and worker.call(threading.get_ident) == threading.get_ident()
+    gen = iter([1, 2])
+    assert worker.steps(gen) is gen
+    worker.enable()
+    assert worker.call(threading.get_ident) != threading.get_ident()
+    worker.disable()
+    assert not worker.enabled and worker.call(threading.get_ident) == threading.get_ident()
+
+
+def test_steps_advance_the_generator_on_the_engine_thread(engine):
+    where = []
+
+    def gen():
+        for i in range(3):
+            where.append(threading.get_ident())
+            yield i
+
+    assert list(engine.steps(gen())) == [0, 1, 2]
+    assert len(set(where)) == 1 and where[0] == engine.call(threading.get_ident)
+
+
+@pytest.fixture(scope="module")
+def lm_and_drafter():
+    lm = varied_llama(seed=0)
+    return lm, random_drafter(lm, gamma_max=8)
+
+
+def test_every_strategy_runs_on_the_engine_thread_with_the_same_trace(lm_and_drafter):
+    """Enabled (as the app enables it), each strategy's forwards all happen on one thread, not the
+    caller's, and its trace equals the trace of the run in the caller's thread."""
+    lm, drafter = lm_and_drafter
+    alone = {name: without_timings(runner.run(lm, PROMPT, cfg, **kwargs_for(name, drafter)))
+             for name, cfg in CONFIGS.items()}
+    threads: set[int] = set()
+    hook = lm.model.register_forward_pre_hook(lambda module, args: threads.add(threading.get_ident()))
+    ENGINE.enable()
+    try:
+        for name, cfg in CONFIGS.items():
+            assert without_timings(runner.run(lm, PROMPT, cfg, **kwargs_for(name, drafter))) == alone[name], name
+        engine_ident = ENGINE.call(threading.get_ident)
+    finally:
+        ENGINE.disable()
+        hook.remove()
+    assert threads == {engine_ident} and threading.get_ident() not in threads
+
+
+def test_sessions_in_many_threads_take_turns_step_by_step(lm_and_drafter):
+    """Four threads stepping at once: their steps interleave on the one engine thread and each run
+    gives its trace alone."""
+    lm, _ = lm_and_drafter
+    config = GreedyConfig(max_new_tokens=12)
+    alone = without_timings(runner.run(lm, PROMPT, config))
+    order, results = [], {}
+    barrier = threading.Barrier(4)
+
+    def session(name: str) -> None:
+        barrier.wait()
+        results[name] = runner.run(lm, PROMPT, config, on_event=lambda _e: order.append(name))
+
+    ENGINE.enable()
+    try:
+        workers = [threading.Thread(target=session, args=(f"s{i}",)) for i in range(4)]
+        [w.start() for w in workers]
+        [w.join() for w in workers]
+    finally:
+        ENGINE.disable()
+    assert all(without_timings(t) == alone for t in results.values())
+    switches = sum(1 for a, b in zip(order, order[1:]) if a != b)
+    assert switches >= 8, order                     # not one session after another (that is 3 switches)
