@@ -19,9 +19,9 @@ def embedded_tokenizer():
     return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
 
 
-def build_tiny_model_dir(target: Path) -> Path:
+def build_tiny_model_dir(target: Path, context: int = 1024) -> Path:
     tok = embedded_tokenizer()
-    model = make_tiny_llama(vocab_size=49152, hidden=32, layers=2, eos_token_id=tok.eos_token_id, context=1024)
+    model = make_tiny_llama(vocab_size=49152, hidden=32, layers=2, eos_token_id=tok.eos_token_id, context=context)
     model.save_pretrained(target)
     tok.save_pretrained(target)
     return target
