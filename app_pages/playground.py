@@ -38,7 +38,7 @@ def step_through() -> None:
     if not run.events:
         st.info("Press **Step** to generate the first token, or **Run to end**.")
     else:
-        views.show_chips(run.events, current_step=cursor)
+        views.show_chips(run.events, current_step=cursor, keep=stepper.LIVE_CHIPS if more_to_come else None)
         views.show_metrics(run.events[: cursor + 1])
         stepper.show_flash()
         view = stepper.chosen_view()

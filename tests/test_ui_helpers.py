@@ -16,7 +16,8 @@ from decoding.runner import run
 from decoding.steps import sample_inverse_cdf, token_step
 from decoding.trace import TokenStep, without_timings
 from ui import figures, tables
-from ui.chips import Chip, chip_html, chips_for, chips_html, first_divergence, legend_html, token_box_html
+from ui.chips import (Chip, chip_html, chips_for, chips_html, first_divergence, last_chips, legend_html,
+                      token_box_html)
 from ui.live import LiveRun
 from ui.params import Settings, build_config, from_query, param_fields, to_query
 
@@ -227,6 +228,15 @@ def test_figure_labels_escape_trace_strings(tiny_lm):
     assert all("&" not in x and "'s" in x for x in shown)
     waterfall = figures.timing_waterfall({"<b>x</b>": 1.0})
     assert list(waterfall.data[0].y) == ["&lt;b&gt;x&lt;/b&gt;"]
+
+
+def test_a_long_run_in_progress_draws_its_last_chips_with_a_note():
+    chips = [Chip(f"t{i}", "target", "", i) for i in range(10)]
+    kept, note = last_chips(chips, 4)
+    assert [c.step for c in kept] == [6, 7, 8, 9] and note.startswith("… 6 earlier chips")
+    assert last_chips(chips, None) == (chips, "") and last_chips(chips, 10) == (chips, "")
+    html = chips_html(kept, prefix=note)
+    assert html.count('data-step=') == 4 and 'data-step="6"' in html and 'data-step="5"' not in html
 
 
 def test_chips_origin_colour_has_a_text_twin():

@@ -125,6 +125,13 @@ def chips_html(chips: Sequence[Chip], current_step: int | None = None, diverge_a
     return CSS + f'<div class="ds-chips">{"".join(body)}</div>'
 
 
+def last_chips(chips: Sequence[Chip], keep: int | None) -> tuple[list[Chip], str]:
+    """The last `keep` chips and a note of how many come before them ("" when all are kept)."""
+    if keep is None or len(chips) <= keep:
+        return list(chips), ""
+    return list(chips[-keep:]), f"… {len(chips) - keep} earlier chips, all shown when the run stops "
+
+
 def token_box_html(piece: str, token_id: int, note: str = "") -> str:
     """A token shown large, with its id (st.metric would render Markdown from the piece)."""
     extra = f" · {html.escape(note)}" if note else ""

@@ -15,6 +15,7 @@ from ui import keys, views
 
 VIEWS = ["This step", "All steps", "Branch"]
 CHUNK_S = 0.5
+LIVE_CHIPS = 400     # chips drawn while a long run goes on (all of them once it ends or stops)
 
 
 def stop_running() -> None:

@@ -13,8 +13,8 @@ from decoding.errors import ConfigError
 from ui import figures, forcing, tables
 from ui.keys import FLASH
 from ui.svg import figure_svg
-from ui.chips import (chips_for, chips_html, first_divergence, legend_html, name_forced, origins_present,
-                      token_box_html, visible)
+from ui.chips import (chips_for, chips_html, first_divergence, last_chips, legend_html, name_forced,
+                      origins_present, token_box_html, visible)
 
 
 @dataclass(frozen=True)
@@ -49,11 +49,13 @@ def table(df, key: str, filename: str, label: str = "Download CSV") -> None:
 
 
 def show_chips(events: Sequence, current_step: int | None = None, diverge_at: int | None = None,
-               legend: Sequence[str] | None = None) -> None:
-    """The output as chips; the legend lists the origins present unless `legend` names them."""
+               legend: Sequence[str] | None = None, keep: int | None = None) -> None:
+    """The output as chips; the legend lists the origins present unless `legend` names them. `keep`:
+    only the last chips (a long run in progress redraws them every chunk), with a note of the rest."""
     chips = chips_for(events)
     st.html(legend_html(legend if legend is not None else origins_present(chips, ("target", "forced"))))
-    st.html(chips_html(chips, current_step=current_step, diverge_at=diverge_at))
+    shown, note = last_chips(chips, keep if diverge_at is None else None)
+    st.html(chips_html(shown, current_step=current_step, diverge_at=diverge_at, prefix=note))
 
 
 def show_metrics(events: Sequence) -> None:
