@@ -7,7 +7,6 @@ from ui import keys, sidebar, strategy_views  # noqa: F401  (registers the beam,
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
 ENGINE.enable()     # every rerun runs in a thread of its own: the tensor work goes to one engine thread
 
-
 st.session_state[keys.SETTINGS] = sidebar.render()
 
 pages = st.navigation([
