@@ -7,7 +7,9 @@ Prompts use the chat template. transformers' assisted generation gives the assis
 so it hides every token equal to the pad id; SmolLM2's pad id is <|im_end|>, which the chat template
 uses, so the benchmark sets the pad id to <|endoftext|> (id 0, absent from the prompts) for generate.
 The draft model is the shipped shallow self-draft (decoding/shallow.py) when its weights exist, else
-the target's first L layers, untrained (`--draft-layers`).
+the target's first L layers, untrained (`--draft-layers`); it runs alone and behind prompt lookup
+(`lookup+`), at γ and at γ = 2. After the runs, the target's and the draft's forwards are timed to
+give the τ each γ needs to match (and to beat by 1.2×) plain greedy on this machine.
 """
 from __future__ import annotations
 
@@ -23,6 +25,7 @@ from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.config import GreedyConfig, SpeculativeConfig
+from decoding.cost import profile_verify_cost
 from decoding.drafters import truncated_draft
 from decoding.shallow import DEFAULT_SHALLOW, load_shallow
 from decoding.models import ModelSpec, load
@@ -59,8 +62,40 @@ def contenders(lm, draft, args) -> dict:
             lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="model"), draft_lm=draft),
         f"{draft.name} γ={g} (generate assisted)": lambda ids: _generate(
             lm, ids, n, assistant_model=draft.model),
+        f"lookup + {draft.name} γ={g} (ours)": lambda ids: _ours(
+            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="lookup+model"), draft_lm=draft),
+        **({} if g == SMALL_GAMMA else {
+            f"{draft.name} γ={SMALL_GAMMA} (ours)": lambda ids: _ours(
+                lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=SMALL_GAMMA, draft="model"), draft_lm=draft),
+            f"lookup + {draft.name} γ={SMALL_GAMMA} (ours)": lambda ids: _ours(
+                lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=SMALL_GAMMA, draft="lookup+model"),
+                draft_lm=draft)}),
         "greedy (generate)": lambda ids: _generate(lm, ids, n),
     }
+
+
+def break_even(verify_ms, draft_ms: float, gammas) -> list[dict]:
+    """Per γ: the τ at which a round (γ draft tokens, one forward over γ + 1) costs as much per token
+    as plain greedy (one 1-token forward each), and the τ that 1.2× greedy's speed needs. Bookkeeping
+    outside the forwards is left out, so these are lower bounds."""
+    greedy_ms = verify_ms[0]
+    rows = []
+    for g in gammas:
+        round_ms = verify_ms[g] + g * draft_ms
+        rows.append({"gamma": g, "verify_ms": verify_ms[g], "round_ms": round_ms,
+                     "tau_parity": round_ms / greedy_ms, "tau_1_2": 1.2 * round_ms / greedy_ms, "tau_max": g + 1})
+    return rows
+
+
+def cost_rows(lm, draft, max_gamma: int = 8) -> tuple[list[dict], float, float]:
+    """break_even rows from measured forwards (the target's over 1..max_gamma + 1 new tokens, the
+    draft's over one), with the draft's and the target's 1-token ms."""
+    verify = profile_verify_cost(lm, max_gamma + 1, repeats=7).verify_ms
+    draft_ms = profile_verify_cost(draft, 1, repeats=15).verify_ms[0]
+    return break_even(verify, draft_ms, range(1, max_gamma + 1)), draft_ms, verify[0]
+
+
+SMALL_GAMMA = 2   # also run: a 3-token verify costs little more than 1 token where 4+ tokens jump (CPU)
 
 
 def measure(lm, draft, args) -> dict:
@@ -94,7 +129,7 @@ def draft_note(args) -> str:
     return f"the target's first {args.draft_layers} layers, untrained (no shallow-draft weights found)"
 
 
-def render(rows, args, model) -> str:
+def render(rows, args, model, costs=None) -> str:
     lines = ["## Speculative decoding vs plain greedy and transformers", "",
              f"Command: `python -m bench speculative --repeats {args.repeats} --max-new-tokens "
              f"{args.max_new_tokens} --gamma {args.gamma} --draft-layers {args.draft_layers}`  ",
@@ -108,7 +143,20 @@ def render(rows, args, model) -> str:
         tau = spread(r["tau"]) if r["tau"] else "—"
         acc = f"{statistics.median(r['acc']):.3f}" if r["acc"] else "—"
         lines.append(f"| {name} | {spread(r['tps'])} | {tau} | {acc} | {mib_cell(r['peak'])} |")
-    return "\n".join(lines)
+    return "\n".join(lines + (render_break_even(*costs) if costs else []))
+
+
+def render_break_even(rows, draft_ms: float, greedy_ms: float) -> list[str]:
+    lines = ["", "What τ a draft needs on this machine, measured after the runs above (median ms of a target "
+                 f"forward over n new tokens after a cached prefix: 1 token {greedy_ms:.1f} ms; one draft-token "
+                 f"forward {draft_ms:.1f} ms). A round costs verify(γ + 1) + γ × draft; greedy costs verify(1) "
+                 "per token. Bookkeeping is left out, so the τ columns are lower bounds.", "",
+             "| γ | verify(γ + 1) ms | round ms | τ for greedy's speed | τ for 1.2× greedy | τ at most |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['gamma']} | {r['verify_ms']:.1f} | {r['round_ms']:.1f} | {r['tau_parity']:.2f} | "
+                     f"{r['tau_1_2']:.2f} | {r['tau_max']} |")
+    return lines
 
 
 def main(argv=None) -> None:
@@ -123,6 +171,7 @@ def main(argv=None) -> None:
         lm, args.draft_layers, name=f"untrained early exit L={args.draft_layers}")
     draft.name = "shallow draft" if DEFAULT_SHALLOW.is_file() else draft.name
     rows = measure(lm, draft, args)
-    body = render(rows, args, "SmolLM2-135M-Instruct (embedded), fp32")
+    costs = cost_rows(lm, draft)
+    body = render(rows, args, "SmolLM2-135M-Instruct (embedded), fp32", costs)
     write_section("speculative", body)
     print(body)

@@ -45,7 +45,7 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--length-penalty", type=float)
     p.add_argument("--early-stopping", action="store_true", default=None)
     p.add_argument("--gamma", type=int, help="draft length (speculative: 1..32; dspark: 1..16)")
-    p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup), 'shallow' (trained self-draft; 'shallow:FILE' for other weights) or a draft model id/path")
+    p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup), 'shallow' (trained self-draft; 'shallow:FILE' for other weights), a draft model id/path, or 'lookup+' one of those (prompt lookup where it matches, else the draft model)")
     p.add_argument("--gamma-policy", choices=["fixed", "heuristic", "confidence"], help="speculative γ policy")
     p.add_argument("--confidence-threshold", type=float, help="speculative confidence policy: stop below this q_draft")
     p.add_argument("--gamma-max", type=int, help="speculative: draft and record up to this many (what-if)")
@@ -90,8 +90,8 @@ def _summary(tr) -> str:
 
 def _strategy_kwargs(config, args, lm) -> dict:
     """Extra inputs a strategy needs: the loaded draft model of speculative decoding."""
-    draft = getattr(config, "draft", None)
-    if config.strategy != "speculative" or draft in (None, "lookup"):
+    draft = getattr(config, "draft_model", None)
+    if config.strategy != "speculative" or draft is None:
         return {}
     from decoding.drafters import load_draft
 

@@ -98,6 +98,8 @@ class BeamConfig(BaseConfig):
 
 
 MAX_GAMMA = 32
+LOOKUP = "lookup"
+LOOKUP_THEN = "lookup+"                # "lookup+MODEL": prompt lookup, else the draft model MODEL
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence")
 
 
@@ -105,8 +107,10 @@ GAMMA_POLICIES = ("fixed", "heuristic", "confidence")
 class SpeculativeConfig(SamplingParams):
     """Speculative decoding: a drafter proposes up to `gamma` tokens, one target forward verifies them.
 
-    `draft` names the drafter: "lookup" (prompt lookup) or a draft model (an id or a path that the
-    caller loads and passes to the run as `drafter=`/`draft_lm=`). Temperature 0 verifies by argmax.
+    `draft` names the drafter: "lookup" (prompt lookup), a draft model (an id or a path that the
+    caller loads and passes to the run as `drafter=`/`draft_lm=`), or "lookup+MODEL": prompt lookup
+    where the context has an n-gram match, the draft model MODEL in the other rounds (`draft_model`
+    names what to load). Temperature 0 verifies by argmax.
     """
 
     strategy: ClassVar[str] = "speculative"
@@ -122,6 +126,8 @@ class SpeculativeConfig(SamplingParams):
         super().__post_init__()
         check(isinstance(self.draft, str) and self.draft.strip() != "", "draft", self.draft,
               "give 'lookup' or a draft model id or path")
+        check(self.draft_model is None or self.draft_model.strip() not in ("", LOOKUP), "draft", self.draft,
+              f"give a draft model after '{LOOKUP_THEN}' (e.g. '{LOOKUP_THEN}shallow')")
         check(_is_int(self.gamma) and 1 <= self.gamma <= MAX_GAMMA, "gamma", self.gamma,
               f"must be an integer in [1, {MAX_GAMMA}]")
         check(self.gamma_policy in GAMMA_POLICIES, "gamma_policy", self.gamma_policy,
@@ -135,7 +141,14 @@ class SpeculativeConfig(SamplingParams):
 
     @property
     def is_lookup(self) -> bool:
-        return self.draft == "lookup"
+        return self.draft == LOOKUP
+
+    @property
+    def draft_model(self) -> str | None:
+        """The draft model a run must load: None for prompt lookup alone."""
+        if self.draft == LOOKUP:
+            return None
+        return self.draft[len(LOOKUP_THEN):] if self.draft.startswith(LOOKUP_THEN) else self.draft
 
 
 DSPARK_SELECT = ("chain", "tree")

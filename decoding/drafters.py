@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import torch
 
+from decoding.config import LOOKUP, LOOKUP_THEN
 from decoding.engine_thread import ENGINE
 from decoding.errors import ConfigError, check
 from decoding.models import LM
@@ -23,6 +24,7 @@ class Proposal:
     q_draft: torch.Tensor | None = None        # (n, V) processed draft probabilities; None: point mass
     draft_draws: tuple[float | None, ...] = ()  # u that sampled each token (None for argmax)
     lookup: LookupMatch | None = None
+    source: str = ""                            # which drafter proposed it ("" = the run's drafter)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -117,7 +119,7 @@ class DraftModelDrafter(Drafter):
                 break
             logits = self._feed([token])
         q = torch.stack(rows) if rows else None  # (n, V)
-        return Proposal(tuple(tokens), q, tuple(draws))
+        return Proposal(tuple(tokens), q, tuple(draws), source=self.name)
 
     def rollback(self, context: Sequence[int]) -> int:
         keep = _common_prefix(self.fed, context)
@@ -231,13 +233,43 @@ class PromptLookupDrafter(Drafter):
         tokens, match = lookup_continuation(context, self.max_ngram, request.max_tokens, self.eos_ids)
         if match is None:
             return Proposal(())
-        return Proposal(tokens, None, (None,) * len(tokens), match)
+        return Proposal(tokens, None, (None,) * len(tokens), match, source=self.name)
+
+
+class LookupThenDraftDrafter(Drafter):
+    """Prompt lookup in the rounds where the context has an n-gram match (free, point-mass drafts),
+    the draft model in the others. Which one drafts depends on the context alone, so each round stays
+    exact under its own rule; the draft model catches up on the tokens of lookup rounds when next used."""
+
+    has_distributions = True
+
+    def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
+        self.lookup, self.model = lookup, model
+        self.name = f"{lookup.name}+{model.name}"
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.lookup.start(prompt_ids)
+        self.model.start(prompt_ids)
+
+    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
+        proposal = self.lookup.propose(context, request)
+        if proposal.tokens:
+            return proposal
+        drafted = self.model.propose(context, request)
+        return Proposal(drafted.tokens, drafted.q_draft, drafted.draft_draws, source=self.model.name)
+
+    def rollback(self, context: Sequence[int]) -> int:
+        return self.model.rollback(context)
 
 
 def make_drafter(draft: str, target: LM, *, draft_lm: LM | None = None, max_ngram: int = 2) -> Drafter:
-    """The drafter a config names: 'lookup', or the draft model the caller loaded (`draft_lm`)."""
-    if draft == "lookup":
+    """The drafter a config names: 'lookup', the draft model the caller loaded (`draft_lm`), or
+    'lookup+MODEL' (prompt lookup, else that draft model)."""
+    if draft == LOOKUP:
         return PromptLookupDrafter(max_ngram, target.eos_ids)
     if draft_lm is None:
         raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass draft_lm=")
-    return DraftModelDrafter(draft_lm, target)
+    model = DraftModelDrafter(draft_lm, target)
+    if draft.startswith(LOOKUP_THEN):
+        return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
+    return model

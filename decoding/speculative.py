@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding.config import MAX_GAMMA, SpeculativeConfig
+from decoding.config import LOOKUP, MAX_GAMMA, SpeculativeConfig
 from decoding.drafters import Drafter, DraftRequest, Proposal, make_drafter
 from decoding.models import LM, Timer
 from decoding.processors import Pipeline, build_pipeline
@@ -155,7 +155,7 @@ class Speculator:
             reason += f"; capped to {n_verify} by the token budget/context"
         if len(proposal) < n_verify:
             reason += f"; the drafter proposed {len(proposal)}" + (" (no n-gram match)" if (
-                self.drafter.name == "lookup" and not proposal.tokens) else "")
+                self.drafter.name == LOOKUP and not proposal.tokens) else "")
         n_verify = min(n_verify, len(proposal))
         if self.config.gamma_policy != "confidence" or proposal.q_draft is None or n_verify == 0:
             return n_verify, reason
@@ -245,7 +245,7 @@ class Speculator:
         final_row = verdicts.accepted
         kind = verdicts.final_kind if verdicts.final_id in new[verdicts.accepted:] else "none"
         return SpecRound(
-            index=index, position=len(context) - len(forced_now), drafter=self.drafter.name,
+            index=index, position=len(context) - len(forced_now), drafter=proposal.source or self.drafter.name,
             gamma=n_verify, gamma_policy=self.config.gamma_policy, gamma_reason=reason, drafts=drafts,
             accepted=verdicts.accepted, final_kind=kind,
             final_id=verdicts.final_id if kind != "none" else None, final_draw=verdicts.final_draw,

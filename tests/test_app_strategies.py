@@ -81,6 +81,23 @@ def test_speculative_with_a_draft_model(tiny_dir):
     assert "q_draft 0." in html or "q_draft 1." in html      # tooltips carry the numbers
 
 
+def test_speculative_lookup_then_draft_model(tiny_dir):
+    """draft 'lookup+PATH': lookup rounds where the context repeats, the draft model's elsewhere; the
+    round view names the drafter of the round shown."""
+    at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": "one two three four five",
+                  "chat": "0"})
+    at.sidebar.text_input(key="w.param.speculative.draft").set_value(f"lookup+{tiny_dir}").run()
+    ok(at)
+    assert not at.error
+    run_to_end(at)
+    ok(at)
+    live = run_state(at)
+    sources = [e.drafter for e in live.events]
+    assert live.done and "lookup" in sources and any(not s.startswith("lookup") for s in sources), sources
+    last = live.events[-1]
+    assert any(t.value.startswith(f"Drafter: {last.drafter}") for t in at.text)
+
+
 def test_speculative_unloadable_draft_is_an_error(tiny_dir, tmp_path):
     at = new_app({"strategy": "speculative"})
     at.sidebar.text_input(key="w.param.speculative.draft").set_value(str(tmp_path / "no-draft")).run()

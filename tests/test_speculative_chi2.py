@@ -17,7 +17,7 @@ from scipy import stats
 
 from decoding import speculative
 from decoding.config import SpeculativeConfig
-from decoding.drafters import DraftModelDrafter, PromptLookupDrafter
+from decoding.drafters import DraftModelDrafter, LookupThenDraftDrafter, PromptLookupDrafter
 from decoding.processors import build_pipeline
 from spec_helpers import peaked_lm
 
@@ -146,3 +146,18 @@ def test_lookup_without_zeroing_fails(target, reference, monkeypatch):
     assert power_lambda(p_target, p_wrong, N_RUNS) >= 60
     monkeypatch.setattr(speculative, "point_mass_residual", lambda p_target, token: p_target)
     assert chi2_pvalue(sample_first(target, PromptLookupDrafter(2)), marginal(reference), N_RUNS) < ALPHA
+
+
+def test_lookup_then_model_matches_plain_sampling(target, draft, reference):
+    """Prompt lookup where the context has a match, the draft model elsewhere (both used here)."""
+    hybrid = LookupThenDraftDrafter(PromptLookupDrafter(2), draft)
+    sources: Counter = Counter()
+    counts: Counter = Counter()
+    for seed in range(N_RUNS):
+        events = list(speculative.decode(target, PROMPT, CONFIG, generator=torch.Generator().manual_seed(seed),
+                                         drafter=hybrid))
+        sources.update(e.drafter for e in events)
+        counts[tuple([t for e in events for t in e.emitted][:2])] += 1
+    assert sources["lookup"] > 0 and sources[draft.name] > 0
+    assert chi2_pvalue(first_token(counts), marginal(reference), N_RUNS) > ALPHA
+    assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA

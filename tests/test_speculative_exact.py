@@ -12,6 +12,7 @@ from itertools import product
 import pytest
 import torch
 
+from decoding.drafters import lookup_continuation
 from decoding.speculative import (accepted_mass, acceptance_probability, confidence_cut, heuristic_next,
                                   point_mass_residual, residual_distribution)
 
@@ -55,8 +56,14 @@ class Procedure:
             level = nxt
         return self.result
 
+    def _plan(self, emitted, k):
+        """(drafts at position i, k): the round's drafter as a function of (i, last, p_target) giving
+        (x, q_x, residual) branches, and how many drafts it proposes (the budget-capped k here)."""
+        return (lambda i, last, p_target: self._drafts(last, p_target)), k
+
     def _round(self, emitted, gamma, k, mass, nxt) -> None:
         """Expand one round over all draft/accept/residual branches; k = drafts (budget-capped)."""
+        drafts, k = self._plan(emitted, k)
         stack = [(emitted, 0, False, mass)]   # (emitted, accepted drafts so far, stopped, mass)
         while stack:
             w, i, stopped, m = stack.pop()
@@ -66,8 +73,8 @@ class Procedure:
                 for t in range(V):  # bonus token from p_target
                     self._finish(nxt, w + (t,), heuristic_next(gamma, i, i), m * p_target[t])
                 continue
-            for x, q_x, residual in self._drafts(last, p_target):
-                accept = acceptance_probability(p_target[x], q_x)
+            for x, q_x, residual, *rule_q in drafts(i, last, p_target):   # rule_q: q the verifier uses
+                accept = acceptance_probability(p_target[x], rule_q[0] if rule_q else q_x)
                 if accept > 0:
                     stop = self.policy == "confidence" and q_x < THRESHOLD  # stop after this draft
                     stack.append((w + (x,), i + 1, stop, m * q_x * accept))
@@ -162,3 +169,50 @@ def test_torch_branch_matches_exact_branch():
         assert torch.allclose(pm, torch.tensor([float(x) for x in point_mass_residual(exact_p, 3)],
                                                dtype=torch.float64), atol=1e-12)
         assert abs(float(accepted_mass(p_target, q_draft)) - float(accepted_mass(exact_p, exact_q))) < 1e-12
+
+
+# ---------------------------------------------------------------- prompt lookup, else the draft model
+
+PROMPT = (2, 1, START)  # the toy prompt: its last token START occurs nowhere earlier (first round: model)
+
+
+class LookupThenModel(Procedure):
+    """decoding.drafters.LookupThenDraftDrafter: each round drafts prompt lookup's continuation of
+    the context (point mass) when the context's last n-gram occurred earlier, else Q_DRAFT.
+    `lookup_rule(p_target, x, last)` gives a lookup token's (q_x, residual)."""
+
+    def __init__(self, length, gamma, policy, lookup_rule=None):
+        super().__init__(length, gamma, policy)
+        self.lookup_rule = lookup_rule or (lambda p_target, x, last: (F(1), point_mass_residual(p_target, x)))
+        self.rounds = {"lookup": 0, "model": 0}
+
+    def _plan(self, emitted, k):
+        cont, _ = lookup_continuation(PROMPT + emitted, 2, k)
+        self.rounds["lookup" if cont else "model"] += 1
+        if not cont:
+            return super()._plan(emitted, k)
+        return (lambda i, last, p_target: [(cont[i], *self.lookup_rule(p_target, cont[i], last))]), len(cont)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("gamma", range(1, 9))
+def test_lookup_then_model_is_exact(gamma, policy):
+    length = length_for(gamma)
+    procedure = LookupThenModel(length, gamma, policy)
+    got = procedure.distribution()
+    assert procedure.rounds["lookup"] > 0 and procedure.rounds["model"] > 0   # both drafters were used
+    assert got == {s: m for s, m in target_distribution(length).items() if m}
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_lookup_tokens_under_the_ratio_rule_fail(gamma):
+    """Negative control: lookup's tokens (proposed with certainty) verified as if the draft model had
+    sampled them — ratio rule and residual with the model's q_draft — is not exact."""
+    length = length_for(gamma)
+
+    def ratio_rule(p_target, x, last):
+        q_model = Q_DRAFT[last][x] or p_target[x]       # q_draft 0: the ratio is infinite, accept
+        return F(1), residual_distribution(p_target, Q_DRAFT[last]), q_model
+
+    wrong = LookupThenModel(length, gamma, "fixed", lookup_rule=ratio_rule)
+    assert wrong.distribution() != {s: m for s, m in target_distribution(length).items() if m}

@@ -153,3 +153,19 @@ def test_parity_assisted_generation_shallow(real_lm, shallow):
                                       assistant_model=constant_assistant(shallow.model, 5))
     assert list(trace.output_ids) == hf_ids, divergence(real_lm, ids, hf_ids, trace.output_ids)
     assert trace.stats.target_forwards == hf_forwards
+
+
+@pytest.mark.parametrize("text", PROMPTS)
+def test_lookup_then_shallow_is_greedy(real_lm, greedy_runs, shallow, text):
+    """Prompt lookup where it matches, the shipped shallow draft elsewhere: identical to greedy; both
+    drafters draft on every prompt here, lookup's drafts are accepted on the repeat-this prompt and
+    the shallow draft's on the code prompt."""
+    ids, expected = greedy_runs[text]
+    trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="lookup+shallow", gamma=5),
+                       draft_lm=shallow)
+    assert trace.error is None
+    assert not divergence(real_lm, ids, expected, trace.output_ids), \
+        divergence(real_lm, ids, expected, trace.output_ids)
+    accepted = {name: sum(r.accepted for r in trace.steps if r.drafter == name) for name in ("lookup", shallow.name)}
+    assert {"lookup", shallow.name} <= {r.drafter for r in trace.steps}
+    assert accepted[{PROMPTS[0]: "lookup", PROMPTS[1]: shallow.name}.get(text, "lookup")] > 0, accepted

@@ -46,16 +46,17 @@ def load_draft_lm(name: str, device: str, dtype: str, target_key: tuple):
 
 def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
     """What the strategy's decode needs besides the config: a loaded draft model for a speculative
-    config whose `draft` names one ('lookup' needs nothing)."""
-    if getattr(config, "draft", "lookup") == "lookup":
+    config whose `draft` names one ('lookup' needs nothing; 'lookup+MODEL' needs MODEL)."""
+    name = getattr(config, "draft_model", None)
+    if name is None:
         return {}
     try:
-        with st.spinner(f"Loading draft model {config.draft!r}…"):
-            return {"draft_lm": load_draft_lm(config.draft, settings.device, settings.dtype, settings.model_key())}
+        with st.spinner(f"Loading draft model {name!r}…"):
+            return {"draft_lm": load_draft_lm(name, settings.device, settings.dtype, settings.model_key())}
     except ConfigError as err:
         st.error(str(err))
     except (OSError, RuntimeError, ValueError) as err:
-        st.error(f"draft={config.draft!r} could not be loaded: {str(err).splitlines()[0][:200]}")
+        st.error(f"draft={name!r} could not be loaded: {str(err).splitlines()[0][:200]}")
     st.stop()
 
 

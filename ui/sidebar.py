@@ -33,7 +33,11 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                                     "the context's last n-gram (n up to this) as one more candidate per position, "
                                     "scored by how often lookup's tokens matched the output so far. 0: off. "
                                     "Helps when the answer copies from the prompt; stays exact.",
-    ("speculative", "lookup_max_ngram"): "Prompt lookup (draft 'lookup'): the longest n-gram matched.",
+    ("speculative", "lookup_max_ngram"): "Prompt lookup (draft 'lookup' or 'lookup+…'): the longest n-gram matched.",
+    ("speculative", "draft"): "lookup: prompt lookup (copies from the context). shallow: the trained self-draft "
+                              "(shallow:FILE for other weights). Or a draft model id or path with the target's "
+                              "vocabulary. lookup+MODEL: prompt lookup where the context has an n-gram match, "
+                              "MODEL in the other rounds.",
 }
 PAGE_QUERY_PARAMS = (keys.QP_TOUR_STOP,)   # owned by a page; kept when the settings rewrite the URL
 

@@ -1,0 +1,113 @@
+"""Speculative decoding with `draft="lookup+MODEL"`: prompt lookup in the rounds where the context has
+an n-gram match, the draft model in the others. Greedy identity, which drafter each round used and
+why, the draft model's cache after lookup rounds, the trace, and bad input. (Exactness by enumeration
+and the chi-square check live with the other strategies': test_speculative_exact, _chi2.)"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from decoding import runner
+from decoding.config import GreedyConfig, SpeculativeConfig
+from decoding.drafters import (DraftModelDrafter, DraftRequest, LookupThenDraftDrafter, PromptLookupDrafter,
+                               lookup_continuation, make_drafter)
+from decoding.errors import ConfigError
+from decoding.processors import Pipeline
+from decoding.trace import from_json, to_json, without_timings
+from spec_helpers import divergence, peaked_lm
+
+PROMPTS = ([1, 2, 3, 4, 5, 1, 2, 3], [9, 3, 12, 5, 9, 3, 12, 5, 9, 3], [0, 15, 2], [7, 7, 7, 7])
+N = 24
+
+
+@pytest.fixture(scope="module")
+def target():
+    return peaked_lm(0, eos_token_id=None)
+
+
+@pytest.fixture(scope="module")
+def draft():
+    return peaked_lm(1, eos_token_id=None)
+
+
+def hybrid_config(**kw) -> SpeculativeConfig:
+    return SpeculativeConfig(**{"max_new_tokens": N, "draft": "lookup+d", "gamma": 3, **kw})
+
+
+@pytest.mark.parametrize("policy", ["fixed", "heuristic", "confidence"])
+def test_greedy_identity(target, draft, policy):
+    sources = set()
+    for prompt in PROMPTS:
+        expected = runner.run(target, prompt, GreedyConfig(max_new_tokens=N)).output_ids
+        trace = runner.run(target, prompt, hybrid_config(gamma_policy=policy, confidence_threshold=0.5),
+                           draft_lm=draft)
+        assert trace.error is None
+        assert not divergence(target, prompt, expected, trace.output_ids)
+        sources |= {r.drafter for r in trace.steps}
+    assert {"lookup", draft.name} <= sources
+
+
+def test_lookup_drafts_exactly_where_it_matches(target, draft):
+    """Each round's drafter is lookup iff the context at the round's start has an n-gram match (a
+    round with no room to draft, at the token budget's end, names the hybrid)."""
+    for prompt in PROMPTS:
+        trace = runner.run(target, prompt, hybrid_config(), draft_lm=draft)
+        context = list(prompt)
+        for r in trace.steps:
+            if r.index == len(trace.steps) - 1 and not r.drafts:
+                assert r.drafter == f"lookup+{draft.name}"
+                continue
+            cont, match = lookup_continuation(context, 2, 3)
+            assert (r.drafter == "lookup") == bool(cont)
+            if cont:
+                assert r.lookup == match and [d.token_id for d in r.drafts] == list(cont)
+                assert all(d.q_draft is None for d in r.drafts)
+            else:
+                assert r.lookup is None and all(d.q_draft is not None for d in r.drafts)
+            context += list(r.emitted)
+
+
+def test_model_catches_up_after_lookup_rounds(target, draft):
+    """After lookup rounds the draft model's proposal equals a fresh draft model's on that context."""
+    request = DraftRequest(3, Pipeline(()), True, torch.Generator().manual_seed(0))
+    hybrid = LookupThenDraftDrafter(PromptLookupDrafter(2), DraftModelDrafter(draft))
+    prompt = PROMPTS[0]
+    hybrid.start(prompt)
+    first = hybrid.propose(prompt, request)            # (2, 3) occurred earlier: lookup
+    assert first.source == "lookup" and first.tokens == (4, 5, 1)
+    context = prompt + [4, 5, 1, 2, 3, 11]             # 11 never occurred: the model drafts
+    got = hybrid.propose(context, request)
+    fresh = DraftModelDrafter(draft)
+    fresh.start(context)
+    want = fresh.propose(context, request)
+    assert got.source == draft.name and got.tokens == want.tokens
+    assert torch.allclose(got.q_draft, want.q_draft, atol=1e-5)
+
+
+def test_trace_round_trip_and_stats(target, draft):
+    trace = runner.run(target, PROMPTS[1], hybrid_config(), draft_lm=draft)
+    assert without_timings(from_json(to_json(trace))) == without_timings(trace)
+    emitted = sum(len(r.emitted) for r in trace.steps)
+    assert trace.stats.mean_accepted_length == pytest.approx(emitted / len(trace.steps))
+
+
+def test_names():
+    lookup, model = PromptLookupDrafter(2), DraftModelDrafter(peaked_lm(1))
+    assert LookupThenDraftDrafter(lookup, model).name == f"lookup+{model.name}"
+    config = SpeculativeConfig(draft="lookup+shallow")
+    assert config.draft_model == "shallow" and not config.is_lookup
+    assert SpeculativeConfig(draft="lookup").draft_model is None
+    assert SpeculativeConfig(draft="shallow:x.safetensors").draft_model == "shallow:x.safetensors"
+
+
+@pytest.mark.parametrize("value", ["lookup+", "lookup+ ", "lookup+lookup"])
+def test_bad_draft(value):
+    with pytest.raises(ConfigError) as err:
+        SpeculativeConfig(draft=value)
+    assert err.value.param == "draft" and repr(value) in str(err.value) and "\n" not in str(err.value)
+
+
+def test_needs_a_loaded_model(target):
+    with pytest.raises(ConfigError) as err:
+        make_drafter("lookup+d", target)
+    assert err.value.param == "draft" and "\n" not in str(err.value)
