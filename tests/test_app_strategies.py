@@ -86,7 +86,9 @@ def test_speculative_lookup_then_draft_model(tiny_dir):
     round view names the drafter of the round shown."""
     at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": "one two three four five",
                   "chat": "0"})
-    at.sidebar.text_input(key="w.param.speculative.draft").set_value(f"lookup+{tiny_dir}").run()
+    field = at.sidebar.text_input(key="w.param.speculative.draft")
+    assert "lookup+MODEL" in field.help                    # the field's tooltip says what it takes
+    field.set_value(f"lookup+{tiny_dir}").run()
     ok(at)
     assert not at.error
     run_to_end(at)

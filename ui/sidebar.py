@@ -91,8 +91,8 @@ def param_widget(scope: str, strategy: str, f: ParamField):
     if f.type is int:
         return st.number_input(label, step=1, key=key, help=tip)
     if f.type is float:
-        return st.number_input(label, step=0.05, format="%.3f", key=key)
-    return st.text_input(label, key=key)
+        return st.number_input(label, step=0.05, format="%.3f", key=key, help=tip)
+    return st.text_input(label, key=key, help=tip)
 
 
 def optional_widget(scope: str, strategy: str, f: OptionalField):
