@@ -1,9 +1,9 @@
-"""python -m bench {engine,speculative,dspark,lossy,app,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+"""python -m bench {engine,speculative,matmul,dspark,lossy,app,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
-from bench import app, dspark, engine, lossy, speculative
+from bench import app, dspark, engine, lossy, matmul, speculative
 
-BENCHES = {"engine": engine.main, "speculative": speculative.main, "dspark": dspark.main,
+BENCHES = {"engine": engine.main, "speculative": speculative.main, "matmul": matmul.main, "dspark": dspark.main,
            "lossy": lossy.main, "app": app.main}
 
 
