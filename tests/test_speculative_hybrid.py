@@ -15,19 +15,7 @@ from decoding.errors import ConfigError
 from decoding.processors import Pipeline
 from decoding.trace import from_json, to_json, without_timings
 from spec_helpers import divergence, peaked_lm
-
-PROMPTS = ([1, 2, 3, 4, 5, 1, 2, 3], [9, 3, 12, 5, 9, 3, 12, 5, 9, 3], [0, 15, 2], [7, 7, 7, 7])
-N = 24
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_lm(0, eos_token_id=None)
-
-
-@pytest.fixture(scope="module")
-def draft():
-    return peaked_lm(1, eos_token_id=None)
+from test_speculative import N, PROMPTS, draft, target  # noqa: F401  (draft, target: fixtures)
 
 
 def hybrid_config(**kw) -> SpeculativeConfig:
