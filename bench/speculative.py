@@ -8,7 +8,7 @@ so it hides every token equal to the pad id; SmolLM2's pad id is <|im_end|>, whi
 uses, so the benchmark sets the pad id to <|endoftext|> (id 0, absent from the prompts) for generate.
 The draft model is the shipped shallow self-draft (decoding/shallow.py) when its weights exist, else
 the target's first L layers, untrained (`--draft-layers`); it runs alone and behind prompt lookup
-(`lookup+`), at γ and at γ = 2. After the runs, the target's and the draft's forwards are timed to
+(`lookup+`), at γ, at γ = 2 and with the cost-aware γ policy (γ ≤ 8, the auto verify-cost table). After the runs, the target's and the draft's forwards are timed to
 give the τ each γ needs to match (and to beat by 1.2×) plain greedy on this machine.
 """
 from __future__ import annotations
@@ -70,6 +70,12 @@ def contenders(lm, draft, args) -> dict:
             f"lookup + {draft.name} γ={SMALL_GAMMA} (ours)": lambda ids: _ours(
                 lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=SMALL_GAMMA, draft="lookup+model"),
                 draft_lm=draft)}),
+        f"{draft.name} cost-aware γ≤{COST_MAX_GAMMA} (ours)": lambda ids: _ours(
+            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=COST_MAX_GAMMA, draft="model", gamma_policy="cost"),
+            draft_lm=draft),
+        f"lookup + {draft.name} cost-aware γ≤{COST_MAX_GAMMA} (ours)": lambda ids: _ours(
+            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=COST_MAX_GAMMA, draft="lookup+model",
+                                       gamma_policy="cost"), draft_lm=draft),
         "greedy (generate)": lambda ids: _generate(lm, ids, n),
     }
 
@@ -95,6 +101,7 @@ def cost_rows(lm, draft, max_gamma: int = 8) -> tuple[list[dict], float, float]:
     return break_even(verify, draft_ms, range(1, max_gamma + 1)), draft_ms, verify[0]
 
 
+COST_MAX_GAMMA = 8  # the cost policy's largest γ (its table: the auto one, profiled once and cached)
 SMALL_GAMMA = 2   # also run: a 3-token verify costs little more than 1 token where 4+ tokens jump (CPU)
 
 
@@ -170,6 +177,8 @@ def main(argv=None) -> None:
     draft = load_shallow(lm) if DEFAULT_SHALLOW.is_file() else truncated_draft(
         lm, args.draft_layers, name=f"untrained early exit L={args.draft_layers}")
     draft.name = "shallow draft" if DEFAULT_SHALLOW.is_file() else draft.name
+    warm = SpeculativeConfig(max_new_tokens=2, gamma=COST_MAX_GAMMA, draft="model", gamma_policy="cost")
+    _ours(lm, lm.encode(PROMPTS["chat"]), warm, draft_lm=draft)      # profiles and caches the cost tables first
     rows = measure(lm, draft, args)
     costs = cost_rows(lm, draft)
     body = render(rows, args, "SmolLM2-135M-Instruct (embedded), fp32", costs)

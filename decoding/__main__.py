@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from decoding import trace as trace_mod
+from decoding.config import GAMMA_POLICIES
 from decoding.errors import ConfigError, check
 from decoding.models import DEVICES, DTYPES, ModelSpec, load
 from decoding.placement import DEVICE_MAPS
@@ -46,14 +47,16 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--early-stopping", action="store_true", default=None)
     p.add_argument("--gamma", type=int, help="draft length (speculative: 1..32; dspark: 1..16)")
     p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup), 'shallow' (trained self-draft; 'shallow:FILE' for other weights), a draft model id/path, or 'lookup+' one of those (prompt lookup where it matches, else the draft model)")
-    p.add_argument("--gamma-policy", choices=["fixed", "heuristic", "confidence"], help="speculative γ policy")
+    p.add_argument("--gamma-policy", choices=list(GAMMA_POLICIES),
+                   help="speculative γ policy (cost: per round the γ with the most expected tokens per ms)")
     p.add_argument("--confidence-threshold", type=float, help="speculative confidence policy: stop below this q_draft")
     p.add_argument("--gamma-max", type=int, help="speculative: draft and record up to this many (what-if)")
     p.add_argument("--lookup-max-ngram", type=int, help="prompt lookup: longest n-gram matched")
     p.add_argument("--top-k-candidates", type=int, help="dspark: candidates per drafted position")
     p.add_argument("--select", choices=["chain", "tree"], help="dspark: verify a chain or a tree")
     p.add_argument("--budget", type=int, help="dspark tree: nodes verified")
-    p.add_argument("--cost-table", help="dspark: verify-cost JSON file, or 'auto' (adaptive length)")
+    p.add_argument("--cost-table", help="verify-cost JSON file, or 'auto' (profiled once); dspark: adaptive size; "
+                                        "speculative: the cost policy's table (default auto)")
     p.add_argument("--lossy-threshold", type=float, help="dspark: LOSSY acceptance above this p_target")
     p.add_argument("--drafter", help="dspark: drafter weights file ('default' = shipped)")
 

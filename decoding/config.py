@@ -100,7 +100,8 @@ class BeamConfig(BaseConfig):
 MAX_GAMMA = 32
 LOOKUP = "lookup"
 LOOKUP_THEN = "lookup+"                # "lookup+MODEL": prompt lookup, else the draft model MODEL
-GAMMA_POLICIES = ("fixed", "heuristic", "confidence")
+GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")
+COST_POLICY = "cost"                   # γ per round maximizing expected tokens per ms (a verify-cost table)
 
 
 @dataclass(frozen=True)
@@ -116,14 +117,19 @@ class SpeculativeConfig(SamplingParams):
     strategy: ClassVar[str] = "speculative"
     draft: str = "lookup"
     gamma: int = 5
-    gamma_policy: str = "fixed"          # fixed | heuristic | confidence
+    gamma_policy: str = "fixed"          # fixed | heuristic | confidence | cost
     confidence_threshold: float = 0.4    # confidence policy: stop drafting below this q_draft
     gamma_max: int = 0                   # >gamma: draft (and record) up to gamma_max, verify gamma
     lookup_max_ngram: int = 2            # prompt lookup: longest n-gram matched
+    cost_table: str | None = None        # cost policy: JSON file of verify ms per token count, or "auto" (None: auto)
     temperature: float = 0.0
 
     def __post_init__(self):
         super().__post_init__()
+        check(self.cost_table is None or (isinstance(self.cost_table, str) and self.cost_table.strip() != ""),
+              "cost_table", self.cost_table, "must be a JSON file path, 'auto' (profile once) or None")
+        check(self.cost_table is None or self.gamma_policy == COST_POLICY, "cost_table", self.cost_table,
+              f"is used by gamma_policy '{COST_POLICY}' only (this run's is {self.gamma_policy!r})")
         check(isinstance(self.draft, str) and self.draft.strip() != "", "draft", self.draft,
               "give 'lookup' or a draft model id or path")
         check(self.draft_model is None or self.draft_model.strip() not in ("", LOOKUP), "draft", self.draft,
@@ -142,6 +148,10 @@ class SpeculativeConfig(SamplingParams):
     @property
     def is_lookup(self) -> bool:
         return self.draft == LOOKUP
+
+    def cost_need(self) -> int:
+        """Tokens a cost table must cover: the longest verification (γ drafts + the pending token)."""
+        return self.gamma + 1
 
     @property
     def draft_model(self) -> str | None:
@@ -198,6 +208,10 @@ class DSparkConfig(SamplingParams):
               "give 'default' or a drafter weights file")
         check(_is_int(self.lookup_max_ngram) and 0 <= self.lookup_max_ngram <= 16, "lookup_max_ngram",
               self.lookup_max_ngram, "must be an integer in [0, 16] (0: no prompt-lookup candidates)")
+
+    def cost_need(self) -> int:
+        """Tokens a cost table must cover for this config: the largest chain or tree verified, plus one."""
+        return (self.gamma if self.select == "chain" else self.budget) + 1
 
     @property
     def is_lossy(self) -> bool:

@@ -3,7 +3,9 @@ cached prefix), for n = 1..N. Profiled on the device (`profile_verify_cost`) or 
 file so seeded runs are reproducible."""
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 import statistics
 import time
 from dataclasses import asdict, dataclass
@@ -86,3 +88,48 @@ def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: in
             cache.crop(-n)
         table.append(statistics.median(times))
     return CostTable(verify_ms=tuple(table), source="profiled", device=str(lm.device), model=lm.name)
+
+
+AUTO = "auto"                       # profile on this device once, then cache (config.AUTO_COST)
+AUTO_MIN_TOKENS = 17                # an auto table covers at least this many tokens
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
+
+
+def auto_cost_path(lm) -> Path:
+    """Where the auto table of this model, device and dtype is cached."""
+    from decoding.models import cache_root
+
+    dtype = str(lm.dtype).replace("torch.", "")
+    return cache_root() / "cost" / f"{_safe(f'{lm.name}-{lm.device}-{dtype}')}.json"
+
+
+def load_table(lm, cost_table: str, need: int) -> CostTable:
+    """The table a config names: "auto" (profiled on this device on first use and cached; profiled
+    again when it covers fewer than `need` tokens) or a JSON file that must cover `need` tokens."""
+    if cost_table == AUTO:
+        path = auto_cost_path(lm)
+        cost = CostTable.load(path) if path.is_file() else None
+        if cost is None or cost.max_tokens < need:
+            cost = profile_verify_cost(lm, max(need, AUTO_MIN_TOKENS))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cost.save(path)
+        return dataclasses.replace(cost, source=str(path))
+    cost = CostTable.load(cost_table)
+    check(cost.max_tokens >= need, "cost_table", cost_table,
+          f"covers {cost.max_tokens} tokens; this run verifies up to {need}")
+    return cost
+
+
+def draft_token_ms(target, draft) -> tuple[float, str]:
+    """(ms, where it is cached): one draft-model token (a 1-token forward after a cached prefix), profiled
+    on this device on first use and cached per target and draft."""
+    path = auto_cost_path(target).with_name(f"{auto_cost_path(target).stem}--draft-{_safe(draft.name)}.json")
+    if path.is_file():
+        return CostTable.load(path).ms(1), str(path)
+    table = profile_verify_cost(draft, 1, repeats=15)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.save(path)
+    return table.ms(1), str(path)

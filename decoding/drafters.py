@@ -56,6 +56,14 @@ class Drafter(ABC):
         """Drop state beyond the longest prefix of `context` it holds; return positions removed."""
         return 0
 
+    def source_for(self, context: Sequence[int]) -> str:
+        """The name of the drafter that will draft after `context` (Proposal.source)."""
+        return self.name
+
+    def draft_models(self) -> dict[str, LM]:
+        """The draft models it drafts with, by source name (none for prompt lookup)."""
+        return {}
+
 
 # ---------------------------------------------------------------- draft model
 
@@ -124,6 +132,9 @@ class DraftModelDrafter(Drafter):
     def rollback(self, context: Sequence[int]) -> int:
         keep = _common_prefix(self.fed, context)
         return self._crop_to(keep)
+
+    def draft_models(self) -> dict[str, LM]:
+        return {self.name: self.lm}
 
     def _catch_up(self, context: list[int]) -> torch.Tensor:
         keep = min(_common_prefix(self.fed, context), len(context) - 1)
@@ -260,6 +271,13 @@ class LookupThenDraftDrafter(Drafter):
 
     def rollback(self, context: Sequence[int]) -> int:
         return self.model.rollback(context)
+
+    def source_for(self, context: Sequence[int]) -> str:
+        matched = lookup_continuation(context, self.lookup.max_ngram, 1, self.lookup.eos_ids)[0]
+        return self.lookup.name if matched else self.model.name
+
+    def draft_models(self) -> dict[str, LM]:
+        return self.model.draft_models()
 
 
 def make_drafter(draft: str, target: LM, *, draft_lm: LM | None = None, max_ngram: int = 2) -> Drafter:

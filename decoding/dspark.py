@@ -8,17 +8,16 @@ Round r's tree: node 0 is the last emitted token (not yet in the cache), nodes 1
 from __future__ import annotations
 
 import dataclasses
-import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import torch
 
-from decoding.config import AUTO_COST, DEFAULT_DRAFTER, DSparkConfig
-from decoding.cost import CostTable, profile_verify_cost
+from decoding.config import DEFAULT_DRAFTER, DSparkConfig
+from decoding.cost import CostTable, auto_cost_path, load_table  # noqa: F401  (auto_cost_path: re-exported)
 from decoding.errors import check
 from decoding.lattice_lookup import LookupInput, LookupRate, boost_chain, continuation, hits, lookup_nodes
-from decoding.models import LM, Timer, cache_root
+from decoding.models import LM, Timer
 from decoding.parallel import LatticeDraft, ParallelDrafter, build_lattice, load_drafter, tap_head_input
 from decoding.processors import build_pipeline
 from decoding.select import ChainPlan, best_chain, best_tree, choose_chain, choose_tree, flat_tree
@@ -46,14 +45,9 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: ParallelDrafter | Non
     return drafter
 
 
-def auto_cost_path(lm: LM) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{lm.name}-{lm.device}-{str(lm.dtype).replace('torch.', '')}")
-    return cache_root() / "cost" / f"{safe}.json"
-
-
 def cost_need(config: DSparkConfig) -> int:
     """Tokens a cost table must cover for this config: the largest chain or tree verified, plus one."""
-    return (config.gamma if config.select == "chain" else config.budget) + 1
+    return config.cost_need()
 
 
 def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
@@ -61,19 +55,7 @@ def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
     device on first use and cached (profiled again when it covers too few tokens)."""
     if config.cost_table is None:
         return None
-    need = cost_need(config)
-    if config.cost_table == AUTO_COST:
-        path = auto_cost_path(lm)
-        cost = CostTable.load(path) if path.is_file() else None
-        if cost is None or cost.max_tokens < need:
-            cost = profile_verify_cost(lm, max(need, 17))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            cost.save(path)
-        return dataclasses.replace(cost, source=str(path))
-    cost = CostTable.load(config.cost_table)
-    check(cost.max_tokens >= need, "cost_table", config.cost_table,
-          f"covers {cost.max_tokens} tokens; this run verifies up to {need}")
-    return cost
+    return load_table(lm, config.cost_table, cost_need(config))
 
 
 def target_probs(logits: torch.Tensor, pipeline) -> torch.Tensor:

@@ -7,12 +7,15 @@ fractions, or torch tensors) so tests can check it with exact arithmetic.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
-from decoding.config import LOOKUP, MAX_GAMMA, SpeculativeConfig
+from decoding import spec_cost
+from decoding.config import COST_POLICY, LOOKUP, MAX_GAMMA, SpeculativeConfig
+from decoding.cost import AUTO, draft_token_ms, load_table
 from decoding.drafters import Drafter, DraftRequest, Proposal, make_drafter
 from decoding.models import LM, Timer
 from decoding.processors import Pipeline, build_pipeline
@@ -73,6 +76,14 @@ def confidence_cut(q_own: Sequence[float], threshold: float) -> int:
     return len(q_own)
 
 
+def cost_policy(lm: LM, config: SpeculativeConfig, drafter: Drafter) -> spec_cost.CostPolicy:
+    """gamma_policy "cost": the verify table (config.cost_table; None = auto) and each draft model's
+    token cost (profiled once per device and cached; prompt lookup costs nothing)."""
+    cost = load_table(lm, config.cost_table or AUTO, config.cost_need())
+    draft_ms = {name: draft_token_ms(lm, model)[0] for name, model in drafter.draft_models().items()}
+    return spec_cost.CostPolicy(cost, draft_ms, config.gamma)
+
+
 # ---------------------------------------------------------------- one round
 
 @dataclass(frozen=True)
@@ -98,6 +109,7 @@ class Speculator:
         self.last_fed = 0                         # tokens in the latest target forward
         self.gamma = config.gamma
         self.reason = f"{config.gamma_policy}: start at gamma={config.gamma}"
+        self.cost_policy = cost_policy(lm, config, drafter) if config.gamma_policy == COST_POLICY else None
 
     def rounds(self, prompt_ids: list[int], forced: list[int]) -> Iterator[SpecRound]:
         self.drafter.start(prompt_ids)
@@ -117,11 +129,11 @@ class Speculator:
 
     def round(self, index: int, context: list[int], forced_now: tuple[int, ...], budget: int) -> SpecRound:
         timer = Timer(self.lm)
-        gamma, reason = self.gamma, self.reason
+        gamma, reason, choice = self._gamma_for(context)
         cap = max(0, min(budget - 1, self.lm.context_length - len(context) - 1))
         proposal = self._draft(context, min(gamma, cap), cap)
         timer.lap("draft")
-        n_verify, reason = self._verified_count(proposal, min(gamma, cap), reason)
+        n_verify, reason = self._verified_count(proposal, gamma, min(gamma, cap), reason)
         raw = self._verify(context, proposal)                     # (n+1, V)
         timer.lap("verify")
         processed = self.pipeline(raw)                            # (n+1, V)
@@ -133,9 +145,17 @@ class Speculator:
         cropped = self._rollback(kept_context)
         cropped_draft = self.drafter.rollback(kept_context)
         timer.lap("rollback")
-        self._update_gamma(verdicts.accepted, n_verify)
-        return self._event(index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
-                           p_target, verdicts, new, (cropped, cropped_draft), timer)
+        self._update_gamma(verdicts.accepted, n_verify, proposal.source or self.drafter.name)
+        event = self._event(index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
+                            p_target, verdicts, new, (cropped, cropped_draft), timer)
+        return dataclasses.replace(event, gamma_choice=choice) if choice is not None else event
+
+    def _gamma_for(self, context: list[int]):
+        """(γ, why, cost-aware choice or None) for the round after `context`."""
+        if self.cost_policy is None:
+            return self.gamma, self.reason, None
+        choice = self.cost_policy.choose(self.drafter.source_for(context))
+        return choice.gamma, spec_cost.reason(choice), choice
 
     # -- drafting
     def _draft(self, context: list[int], n_verify: int, cap: int) -> Proposal:
@@ -149,9 +169,9 @@ class Speculator:
     def _stops_early(self, n_total: int, n_verify: int) -> bool:
         return self.config.gamma_policy == "confidence" and n_total == n_verify
 
-    def _verified_count(self, proposal: Proposal, n_verify: int, reason: str) -> tuple[int, str]:
+    def _verified_count(self, proposal: Proposal, gamma: int, n_verify: int, reason: str) -> tuple[int, str]:
         """Drafts to verify after the budget cap, what the drafter had, and the confidence stop."""
-        if n_verify < self.gamma:
+        if n_verify < gamma:
             reason += f"; capped to {n_verify} by the token budget/context"
         if len(proposal) < n_verify:
             reason += f"; the drafter proposed {len(proposal)}" + (" (no n-gram match)" if (
@@ -224,9 +244,11 @@ class Speculator:
             self.cached -= removed
         return max(removed, 0)
 
-    def _update_gamma(self, accepted: int, drafted: int) -> None:
+    def _update_gamma(self, accepted: int, drafted: int, source: str) -> None:
         policy, gamma = self.config.gamma_policy, self.gamma
-        if policy == "heuristic":
+        if self.cost_policy is not None:
+            self.cost_policy.update(source, drafted, accepted)
+        elif policy == "heuristic":
             self.gamma = heuristic_next(gamma, accepted, drafted)
             how = f"all {drafted} drafts accepted: {gamma}+2" if accepted == drafted \
                 else f"{accepted}/{drafted} accepted: {gamma}-1"

@@ -15,7 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-SCHEMA_VERSION = "1.1"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
+SCHEMA_VERSION = "1.2"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
+#                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
 MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
 
 
@@ -218,6 +219,20 @@ class LookupMatch:
 
 
 @dataclass(frozen=True)
+class GammaChoiceInfo:
+    """Speculative cost-aware γ: per γ = 1..N, what the round was expected to give and cost."""
+
+    source: str                          # the drafter that drafts this round
+    cost_source: str                     # where the verify-cost table came from
+    verify_ms: tuple[float, ...]         # the table's ms for 1..N + 1 tokens
+    draft_ms: float                      # one draft token (0 for prompt lookup)
+    acceptance: tuple[float, ...]        # estimated P(position k accepted | reached), k = 1..N
+    expected_tokens: tuple[float, ...]   # 1 + E[accepted drafts] per γ
+    ms_per_token: tuple[float, ...]      # (verify(γ + 1) + γ · draft_ms) / expected tokens, per γ
+    gamma: int                           # the γ chosen (fewest ms per expected token)
+
+
+@dataclass(frozen=True)
 class SpecRound:
     """One speculative round: draft -> one target forward -> exact acceptance -> rollback.
     The first round's forward also prefills the prompt (the prefill is fused, as in transformers)."""
@@ -245,6 +260,7 @@ class SpecRound:
     target_forwards: int = 1
     timings_ms: dict[str, float] = field(default_factory=dict)
     final_piece: str = ""           # the final token's text (for views; "" in older traces)
+    gamma_choice: GammaChoiceInfo | None = None   # gamma_policy "cost": how this round's γ was chosen
 
     def emitted_ids(self) -> list[int]:
         return list(self.emitted)

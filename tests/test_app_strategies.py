@@ -100,6 +100,30 @@ def test_speculative_lookup_then_draft_model(tiny_dir):
     assert any(t.value.startswith(f"Drafter: {last.drafter}") for t in at.text)
 
 
+def test_speculative_cost_policy(tiny_dir, tmp_path, monkeypatch):
+    """gamma policy 'cost' (the Advanced cost table at none = auto): each round records its choice and
+    the round view has the table of ms per expected token for every γ."""
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    at = new_app({"strategy": "speculative", "gamma": "4", "max_new": "8", "prompt": REPEAT, "chat": "0",
+                  "gamma_policy": "cost"})
+    ok(at)
+    assert not at.error
+    run_to_end(at)
+    ok(at)
+    live = run_state(at)
+    assert live.done and all(e.gamma_choice is not None for e in live.events)
+    assert any(e.label.startswith("Cost-aware γ: why") for e in at.expander)
+    shown = [d.value for d in at.dataframe if "ms_per_token" in d.value.columns]
+    assert shown and int(shown[0]["chosen"].sum()) == 1 and list(shown[0]["gamma"]) == [1, 2, 3, 4]
+
+
+def test_speculative_cost_table_needs_the_cost_policy(tiny_dir):
+    at = new_app({"strategy": "speculative", "cost_table": "auto"})
+    ok(at)
+    assert any(e.value.startswith("cost_table='auto' is invalid: is used by gamma_policy 'cost' only")
+               for e in at.error)
+
+
 def test_speculative_unloadable_draft_is_an_error(tiny_dir, tmp_path):
     at = new_app({"strategy": "speculative"})
     at.sidebar.text_input(key="w.param.speculative.draft").set_value(str(tmp_path / "no-draft")).run()

@@ -252,6 +252,10 @@ CASES = [
          cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{shortcost}"],
          app={"strategy": "dspark", "gamma": "3"}, sidebar=lambda at, e: upload_cost(at, e.paths["shortcost"]),
          engine=lambda e: dspark_run(e, str(e.paths["shortcost"]))),
+    Case("cost-table-without-cost-policy", r"cost_table='auto' is invalid: is used by gamma_policy 'cost' only "
+         r"\(this run's is 'fixed'\)", cli=SPEC + ["--cost-table", "auto"],
+         app={"strategy": "speculative", "cost_table": "auto"},
+         engine=lambda e: SpeculativeConfig(cost_table="auto")),
     Case("cost-table-link-malformed", r"cost_table='fast' is invalid: give 'auto', 'none' or the verify milliseconds",
          app={"strategy": "dspark", "cost_table": "fast"}),
     # ---- models, drafts and drafters

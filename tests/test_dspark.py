@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from decoding import cost as cost_module
 from decoding import dspark, trace
 from decoding.config import DSparkConfig, GreedyConfig
 from decoding.cost import CostTable
@@ -159,8 +160,8 @@ def test_cost_aware_chain_length(lm, drafter, tmp_path):
 def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monkeypatch):
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
     calls = []
-    real = dspark.profile_verify_cost
-    monkeypatch.setattr(dspark, "profile_verify_cost", lambda *a, **kw: calls.append(a) or real(*a, **kw))
+    real = cost_module.profile_verify_cost
+    monkeypatch.setattr(cost_module, "profile_verify_cost", lambda *a, **kw: calls.append(a) or real(*a, **kw))
     config = DSparkConfig(max_new_tokens=12, gamma=4, top_k_candidates=2, cost_table="auto")
     first = run(lm, PROMPTS[0], config, drafter=drafter)
     second = run(lm, PROMPTS[0], config, drafter=drafter)

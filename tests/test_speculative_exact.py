@@ -12,7 +12,9 @@ from itertools import product
 import pytest
 import torch
 
+from decoding.cost import CostTable
 from decoding.drafters import lookup_continuation
+from decoding.spec_cost import AcceptanceCounts, choose_gamma
 from decoding.speculative import (accepted_mass, acceptance_probability, confidence_cut, heuristic_next,
                                   point_mass_residual, residual_distribution)
 
@@ -22,7 +24,7 @@ P_TARGET = {0: [F(1, 2), F(1, 3), F(1, 6)], 1: [F(1, 5), F(0), F(4, 5)], 2: [F(3
 Q_DRAFT = {0: [F(1, 4), F(1, 4), F(1, 2)], 1: [F(1, 3), F(1, 3), F(1, 3)], 2: [F(0), F(9, 10), F(1, 10)]}
 POINT_DRAFT = {0: 2, 1: 1, 2: 0}  # a deterministic drafter (token 1 after 1 has p_target = 0)
 THRESHOLD = F(2, 5)
-POLICIES = ("fixed", "heuristic", "confidence")
+POLICIES = ("fixed", "heuristic", "confidence", "cost")
 
 
 @functools.cache
@@ -36,34 +38,65 @@ def target_distribution(length: int) -> dict[tuple[int, ...], F]:
     return out
 
 
+TOY_COST = CostTable(verify_ms=(10.0, 11.0, 12.0, 19.0, 20.0, 21.0, 22.0, 23.0, 24.0), source="toy")
+TOY_DRAFT_MS = {"model": 1.0, "lookup": 0.0}
+
+
 class Procedure:
-    """The speculative procedure as a branching process over exact masses."""
+    """The speculative procedure as a branching process over exact masses. Between rounds the state
+    is (emitted, policy state): γ for heuristic, every drafter's acceptance counts for cost."""
 
     def __init__(self, length, gamma, policy, point_mass=False, residual=None, pm_residual=None):
         self.length, self.gamma0, self.policy, self.point_mass = length, gamma, policy, point_mass
         self.residual = residual or residual_distribution
         self.pm_residual = pm_residual or point_mass_residual
+        self.gammas_chosen: set = set()
 
     def distribution(self) -> dict[tuple[int, ...], F]:
         """Mass of every emitted sequence of `length` tokens, over all random branches."""
         self.result: dict = {}
-        level = {((), self.gamma0): F(1)}  # between rounds: (emitted, gamma) -> mass
+        first = () if self.policy == "cost" else self.gamma0
+        level = {((), first): F(1)}  # between rounds: (emitted, policy state) -> mass
         while level:
             nxt: dict = {}
-            for (emitted, gamma), mass in level.items():
+            for (emitted, state), mass in level.items():
                 rem = self.length - len(emitted)
-                self._round(emitted, gamma, min(gamma, rem - 1), mass, nxt)
+                self._round(emitted, state, rem - 1, mass, nxt)
             level = nxt
         return self.result
 
     def _plan(self, emitted, k):
-        """(drafts at position i, k): the round's drafter as a function of (i, last, p_target) giving
-        (x, q_x, residual) branches, and how many drafts it proposes (the budget-capped k here)."""
-        return (lambda i, last, p_target: self._drafts(last, p_target)), k
+        """(drafts at position i, k, source): the round's drafter as a function of (i, last, p_target)
+        giving (x, q_x, residual) branches, how many drafts it proposes (at most k), and its name."""
+        return (lambda i, last, p_target: self._drafts(last, p_target)), k, "model"
 
-    def _round(self, emitted, gamma, k, mass, nxt) -> None:
-        """Expand one round over all draft/accept/residual branches; k = drafts (budget-capped)."""
-        drafts, k = self._plan(emitted, k)
+    def _gamma(self, state, source) -> int:
+        if self.policy != "cost":
+            return state
+        counts = dict(state).get(source, ((), ()))
+        choice = choose_gamma(AcceptanceCounts(list(counts[0]), list(counts[1])), TOY_COST,
+                              TOY_DRAFT_MS[source], self.gamma0, source)
+        self.gammas_chosen.add(choice.gamma)
+        return choice.gamma
+
+    def _next(self, state, gamma, drafted, accepted, source):
+        """The policy state after a round that verified `drafted` drafts and accepted `accepted`."""
+        if self.policy == "heuristic":
+            return heuristic_next(gamma, accepted, drafted)
+        if self.policy != "cost":
+            return self.gamma0
+        table = dict(state)
+        reached, acc = table.get(source, ((), ()))
+        counts = AcceptanceCounts(list(reached), list(acc))
+        counts.update(drafted, accepted)
+        table[source] = counts.key()
+        return tuple(sorted(table.items()))
+
+    def _round(self, emitted, state, room, mass, nxt) -> None:
+        """Expand one round over all draft/accept/residual branches; room = drafts the budget allows."""
+        source = self._plan(emitted, room)[2]
+        gamma = self._gamma(state, source)
+        drafts, k, _ = self._plan(emitted, min(gamma, room))
         stack = [(emitted, 0, False, mass)]   # (emitted, accepted drafts so far, stopped, mass)
         while stack:
             w, i, stopped, m = stack.pop()
@@ -71,7 +104,7 @@ class Procedure:
             p_target = P_TARGET[last]
             if i == k or stopped:
                 for t in range(V):  # bonus token from p_target
-                    self._finish(nxt, w + (t,), heuristic_next(gamma, i, i), m * p_target[t])
+                    self._finish(nxt, w + (t,), self._next(state, gamma, i, i, source), m * p_target[t])
                 continue
             for x, q_x, residual, *rule_q in drafts(i, last, p_target):   # rule_q: q the verifier uses
                 accept = acceptance_probability(p_target[x], rule_q[0] if rule_q else q_x)
@@ -80,7 +113,7 @@ class Procedure:
                     stack.append((w + (x,), i + 1, stop, m * q_x * accept))
                 if accept < 1:
                     for t in range(V):
-                        self._finish(nxt, w + (t,), heuristic_next(gamma, i, i + 1),
+                        self._finish(nxt, w + (t,), self._next(state, gamma, k, i, source),
                                      m * q_x * (1 - accept) * residual[t])
 
     def _drafts(self, last, p_target):
@@ -94,14 +127,14 @@ class Procedure:
             if q_draft[x] > 0:
                 yield x, q_draft[x], residual
 
-    def _finish(self, nxt, emitted, gamma_next, mass) -> None:
+    def _finish(self, nxt, emitted, state_next, mass) -> None:
         if mass == 0:
             return
         assert len(emitted) <= self.length
         if len(emitted) == self.length:
             self.result[emitted] = self.result.get(emitted, 0) + mass
             return
-        key = (emitted, gamma_next if self.policy == "heuristic" else self.gamma0)
+        key = (emitted, state_next)
         nxt[key] = nxt.get(key, 0) + mass
 
 
@@ -188,10 +221,14 @@ class LookupThenModel(Procedure):
 
     def _plan(self, emitted, k):
         cont, _ = lookup_continuation(PROMPT + emitted, 2, k)
-        self.rounds["lookup" if cont else "model"] += 1
         if not cont:
             return super()._plan(emitted, k)
-        return (lambda i, last, p_target: [(cont[i], *self.lookup_rule(p_target, cont[i], last))]), len(cont)
+        rule = self.lookup_rule
+        return (lambda i, last, p_target: [(cont[i], *rule(p_target, cont[i], last))]), len(cont), "lookup"
+
+    def _round(self, emitted, state, room, mass, nxt) -> None:
+        self.rounds[self._plan(emitted, room)[2]] += 1
+        super()._round(emitted, state, room, mass, nxt)
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -216,3 +253,12 @@ def test_lookup_tokens_under_the_ratio_rule_fail(gamma):
 
     wrong = LookupThenModel(length, gamma, "fixed", lookup_rule=ratio_rule)
     assert wrong.distribution() != {s: m for s, m in target_distribution(length).items() if m}
+
+
+@pytest.mark.parametrize("procedure", [Procedure, LookupThenModel])
+def test_cost_policy_changes_gamma_between_rounds(procedure):
+    """The cost policy's enumeration above is not a fixed γ in disguise: its choice moves with the
+    acceptance counts of earlier rounds (toy table: 1-3 tokens cheap, 4+ dear)."""
+    run = procedure(length_for(6), 6, "cost")
+    assert run.distribution() == {s: m for s, m in target_distribution(length_for(6)).items() if m}
+    assert len(run.gammas_chosen) >= 2, run.gammas_chosen

@@ -169,3 +169,23 @@ def test_lookup_then_shallow_is_greedy(real_lm, greedy_runs, shallow, text):
     accepted = {name: sum(r.accepted for r in trace.steps if r.drafter == name) for name in ("lookup", shallow.name)}
     assert {"lookup", shallow.name} <= {r.drafter for r in trace.steps}
     assert accepted[{PROMPTS[0]: "lookup", PROMPTS[1]: shallow.name}.get(text, "lookup")] > 0, accepted
+
+
+@pytest.mark.parametrize("draft", ["shallow", "lookup+shallow"])
+def test_cost_policy_is_greedy(real_lm, greedy_runs, shallow, draft, tmp_path, monkeypatch):
+    """gamma_policy 'cost' with a verify table where 4+ tokens are dear (as on the 2-core CPU):
+    identical to greedy, and the chosen γ stays at or below 3."""
+    from decoding.cost import CostTable
+
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))                  # the draft's cost is profiled here
+    table = tmp_path / "table.json"
+    CostTable(verify_ms=(31.0, 34.5, 36.0, 49.0, 50.0, 53.0, 56.0, 57.0, 63.0)).save(table)
+    for text in PROMPTS[:2]:
+        ids, expected = greedy_runs[text]
+        config = SpeculativeConfig(max_new_tokens=N, draft=draft, gamma=8, gamma_policy="cost", cost_table=str(table))
+        trace = runner.run(real_lm, ids, config, draft_lm=shallow)
+        assert trace.error is None
+        assert not divergence(real_lm, ids, expected, trace.output_ids), \
+            divergence(real_lm, ids, expected, trace.output_ids)
+        chosen = [r.gamma_choice.gamma for r in trace.steps if r.gamma_choice is not None]
+        assert chosen and max(chosen) <= 3, chosen

@@ -132,10 +132,8 @@ class CostPick:
 
     def check_covers(self, config) -> None:
         """A file's table must cover the largest verification of the config (as the engine requires)."""
-        from decoding.dspark import cost_need
-
         if self.table is not None:
-            need = cost_need(config)
+            need = config.cost_need()
             check(self.table.max_tokens >= need, "cost_table", self.name,
                   f"covers {self.table.max_tokens} tokens; this run verifies up to {need}")
 

@@ -24,7 +24,8 @@ OPTION_HELP = {
     "lossy_threshold": "LOSSY mode: accept a drafted token outright when p_target exceeds this, in (0, 1]; "
                        "changes the output distribution; needs temperature > 0. Empty: exact.",
     COST_FIELD: "Pick the draft length (or tree budget) per round that maximizes expected tokens per ms of "
-                "verification. none: fixed length; auto: profile this model on this device at the first "
+                "verification (speculative: used by gamma policy 'cost', where none means auto). "
+                "none: fixed length; auto: profile this model on this device at the first "
                 "step and cache the table; file: a JSON table {\"version\": 1, \"verify_ms\": [...]} "
                 "(ms of one target forward over 1, 2, ... tokens), the format decoding/cost.py saves.",
 }

@@ -120,6 +120,22 @@ def spec_row(event) -> dict:
             "gamma_reason": event.gamma_reason, "ms": sum(event.timings_ms.values())}
 
 
+GAMMA_CHOICE_COLUMNS = ["gamma", "tokens_verified", "verify_ms", "draft_ms", "acceptance_k", "expected_tokens",
+                        "round_ms", "ms_per_token", "chosen"]
+
+
+def gamma_choice_table(info) -> pd.DataFrame:
+    """Cost-aware γ: per γ, the verify cost of γ + 1 tokens, γ draft tokens, the estimated acceptance
+    of position γ, the expected tokens, the round's ms and ms per expected token; the chosen γ marked."""
+    rows = []
+    for g, (expected, per_token) in enumerate(zip(info.expected_tokens, info.ms_per_token), start=1):
+        rows.append({"gamma": g, "tokens_verified": g + 1, "verify_ms": info.verify_ms[g],
+                     "draft_ms": g * info.draft_ms, "acceptance_k": info.acceptance[g - 1],
+                     "expected_tokens": expected, "round_ms": per_token * expected, "ms_per_token": per_token,
+                     "chosen": g == info.gamma})
+    return pd.DataFrame(rows, columns=GAMMA_CHOICE_COLUMNS)
+
+
 def spec_metrics(events: Sequence) -> dict:
     """τ (tokens per verification forward), acceptance rate, per-position acceptance (vLLM's
     definitions, from the engine's own spec_stats) over the rounds so far."""

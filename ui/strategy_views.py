@@ -53,6 +53,8 @@ def spec_panel(event, ctx: views.ViewContext) -> None:
     cols[5].metric("KV rolled back (draft)", event.kv_cropped_draft)
     st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
     st.text(f"Drafter: {event.drafter}" + _lookup_text(event))
+    if event.gamma_choice is not None:
+        _gamma_choice_view(event, ctx)
     if event.drafts:
         views.plot(spec.draft_bars(event), f"{ctx.prefix}.drafts", f"round{event.index}-drafts")
         views.table(spec.drafts_table(event), f"{ctx.prefix}.draft_table", f"round{event.index}-drafts")
@@ -62,6 +64,15 @@ def spec_panel(event, ctx: views.ViewContext) -> None:
     if ctx.on_force is not None:
         force_views.spec_force(event, ctx)
     _running_metrics(ctx.events or (event,), ctx)
+
+
+def _gamma_choice_view(event, ctx: views.ViewContext) -> None:
+    info = event.gamma_choice
+    with st.expander(f"Cost-aware γ: why {info.gamma} (ms per expected token for each γ)"):
+        st.caption(f"Verify costs from {info.cost_source}; one {info.source} draft token {info.draft_ms:.2f} ms. "
+                   "acceptance_k: this run's estimate that position k is accepted once the ones before it were "
+                   "((accepted + 1) / (reached + 2) over earlier rounds of this drafter).")
+        views.table(spec.gamma_choice_table(info), f"{ctx.prefix}.gamma_choice", f"round{event.index}-gamma-choice")
 
 
 def _lookup_text(event) -> str:
