@@ -24,10 +24,11 @@ def table_json(ms, version=1) -> bytes:
     return json.dumps({"version": version, "verify_ms": list(ms)}).encode()
 
 
-def test_the_optional_fields_are_dsparks_cost_table_and_lossy_threshold():
+def test_the_optional_fields_are_the_cost_tables_and_lossy_threshold():
     assert [(f.name, f.type) for f in optional_fields("dspark")] == [("cost_table", str), ("lossy_threshold", float)]
-    assert all(optional_fields(s) == [] for s in ("greedy", "sample", "beam", "speculative"))
-    simple = {f.name for f in param_fields("dspark")}
+    assert [(f.name, f.type) for f in optional_fields("speculative")] == [("cost_table", str)]   # gamma_policy cost
+    assert all(optional_fields(s) == [] for s in ("greedy", "sample", "beam"))
+    simple = {f.name for f in param_fields("dspark")} | {f.name for f in param_fields("speculative")}
     assert not simple & {"cost_table", "lossy_threshold"}            # not plain widgets: they were unreachable
 
 
