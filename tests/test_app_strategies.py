@@ -108,6 +108,7 @@ def test_speculative_cost_policy(tiny_dir, tmp_path, monkeypatch):
                   "gamma_policy": "cost"})
     ok(at)
     assert not at.error
+    assert "cost: per round" in at.sidebar.text_input(key="w.param.speculative.gamma_policy").help
     run_to_end(at)
     ok(at)
     live = run_state(at)

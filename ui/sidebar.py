@@ -35,6 +35,10 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                                     "scored by how often lookup's tokens matched the output so far. 0: off. "
                                     "Helps when the answer copies from the prompt; stays exact.",
     ("speculative", "lookup_max_ngram"): "Prompt lookup (draft 'lookup' or 'lookup+…'): the longest n-gram matched.",
+    ("speculative", "gamma_policy"): "fixed: γ every round. heuristic: +2 after a fully accepted round, −1 "
+                                     "otherwise. confidence: stop drafting below the confidence threshold. "
+                                     "cost: per round the γ ≤ gamma with the fewest ms per expected token, from "
+                                     "the verify-cost table (Advanced; none = auto) and this run's acceptance.",
     ("speculative", "draft"): "lookup: prompt lookup (copies from the context). shallow: the trained self-draft "
                               "(shallow:FILE for other weights). Or a draft model id or path with the target's "
                               "vocabulary. lookup+MODEL: prompt lookup where the context has an n-gram match, "
