@@ -109,9 +109,11 @@ class Speculator:
         self.last_fed = 0                         # tokens in the latest target forward
         self.gamma = config.gamma
         self.reason = f"{config.gamma_policy}: start at gamma={config.gamma}"
-        self.cost_policy = cost_policy(lm, config, drafter) if config.gamma_policy == COST_POLICY else None
+        self.cost_policy: spec_cost.CostPolicy | None = None      # gamma_policy "cost": set up by rounds()
 
     def rounds(self, prompt_ids: list[int], forced: list[int]) -> Iterator[SpecRound]:
+        if self.config.gamma_policy == COST_POLICY:     # here, so that profiling runs where the steps run
+            self.cost_policy = cost_policy(self.lm, self.config, self.drafter)
         self.drafter.start(prompt_ids)
         context, produced, forced_now = list(prompt_ids) + forced, 0, tuple(forced)
         index = 0
