@@ -49,7 +49,7 @@ if trace is not None:
     recorded = whatif.max_recorded(trace.steps)
     top = st.number_input("Largest γ to show", min_value=1, max_value=32, value=max(8, recorded), step=1,
                           key=keys.WHATIF_MAX_GAMMA)
-    table = whatif.sweep(trace.steps, range(1, int(top) + 1))
+    table = whatif.with_cost(whatif.sweep(trace.steps, range(1, int(top) + 1)), trace.steps)
     cols = st.columns(4)
     cols[0].metric("Rounds", measured["rounds"])
     cols[1].metric("Measured tokens / forward", f"{measured['tokens_per_forward']:.3f}")
@@ -59,5 +59,7 @@ if trace is not None:
     if recorded < int(top):
         st.caption(f"Rounds recorded at most {recorded} drafts; for larger γ the rows count only those "
                    "(see short_rounds). Record more with the gamma_max parameter.")
+    if "expected_ms_per_token" in table:
+        whatif_view.cost_caption(table, trace.steps)
     views.plot(whatif.sweep_figure(table, measured), "wi.sweep", "whatif-sweep")
     views.table(table, "wi.table", "whatif-sweep")

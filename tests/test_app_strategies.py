@@ -116,6 +116,11 @@ def test_speculative_cost_policy(tiny_dir, tmp_path, monkeypatch):
     assert any(e.label.startswith("Cost-aware γ: why") for e in at.expander)
     shown = [d.value for d in at.dataframe if "ms_per_token" in d.value.columns]
     assert shown and int(shown[0]["chosen"].sum()) == 1 and list(shown[0]["gamma"]) == [1, 2, 3, 4]
+    at.switch_page("app_pages/whatif.py").run()                      # the What-if prices every γ with it
+    ok(at)
+    table = at.dataframe[0].value
+    assert table["expected_ms_per_token"].notna().sum() == 4           # γ 1-4: the table covers 5 tokens
+    assert any("the fastest fixed γ would be" in c.value for c in at.caption)
 
 
 def test_speculative_cost_table_needs_the_cost_policy(tiny_dir):

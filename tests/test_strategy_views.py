@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import dataclasses
+
 import pytest
 
 from decoding.config import BeamConfig, SpeculativeConfig
@@ -188,3 +190,26 @@ def test_pool_table_and_rows(beam_trace):
     table = beam.pool_table(step)
     assert list(table["rank"]) == list(range(len(step.pool))) and set(table["status"]) <= set(beam.STATUS_STYLE)
     assert beam.beam_row(step)["n_kept"] == len(step.beams)
+
+
+def test_whatif_cost_column_from_a_cost_policy_trace():
+    """Two rounds of a cost-policy trace (table 10/11/12/19 ms for 1-4 tokens, draft 1 ms, lookup 0):
+    γ=1: (11 + 1 + 11 + 0) ms over (1.5 + 2.0) tokens; γ=2: r0 drafts 2 (12 + 2 ms, 1.9 tokens), r1
+    recorded 1 (11 ms, 2.0 tokens)."""
+    from decoding.trace import GammaChoiceInfo
+
+    def choice(source, draft_ms):
+        return GammaChoiceInfo(source=source, cost_source="t", verify_ms=(10.0, 11.0, 12.0, 19.0), draft_ms=draft_ms,
+                               acceptance=(0.5, 0.5, 0.5), expected_tokens=(1.5, 1.75, 1.875),
+                               ms_per_token=(8.0, 8.0, 11.7), gamma=1)
+
+    r0 = dataclasses.replace(_round(0, [_draft(0, 1, 0.5, "accepted"), _draft(1, 2, 0.8, "rejected")], 1),
+                             drafter="m", gamma_choice=choice("m", 1.0))
+    r1 = dataclasses.replace(_round(1, [_draft(0, 3, 1.0, "accepted")], 1, final_kind="bonus"),
+                             gamma_choice=choice("lookup", 0.0))
+    table = whatif.with_cost(whatif.sweep([r0, r1], [1, 2, 3, 4]), [r0, r1])
+    ms = list(table["expected_ms_per_token"])
+    assert ms[:3] == pytest.approx([23 / 3.5, 25 / 3.9, 25 / 3.9])    # γ 3: no round recorded a third draft
+    assert ms[3] is None or ms[3] != ms[3]                            # γ 4 needs 5 tokens: beyond the table
+    plain = _round(0, [_draft(0, 1, 0.5, "accepted")], 1)
+    assert "expected_ms_per_token" not in whatif.with_cost(whatif.sweep([plain], [1]), [plain])

@@ -79,6 +79,38 @@ def measured(events: Sequence) -> dict:
             "gammas": tuple(sorted({r.gamma for r in rounds})), "gamma": max(r.gamma for r in rounds)}
 
 
+def recorded_cost(events: Sequence) -> tuple[tuple[float, ...], dict[str, float]] | None:
+    """(verify ms for 1..N tokens, draft-token ms per drafter) that a cost-policy trace recorded, or
+    None for a trace of another γ policy."""
+    choices = [e.gamma_choice for e in spec_rounds(events) if getattr(e, "gamma_choice", None) is not None]
+    if not choices:
+        return None
+    return choices[0].verify_ms, {c.source: c.draft_ms for c in choices}
+
+
+def with_cost(table: pd.DataFrame, events: Sequence) -> pd.DataFrame:
+    """The sweep with `expected_ms_per_token` per γ when the trace recorded a cost table: summed over
+    rounds, verify(drafted + 1 tokens) + drafted × that round's draft-token ms, over the expected tokens
+    (drafted = γ, or fewer where the round recorded fewer). Empty beyond the table."""
+    cost = recorded_cost(events)
+    if cost is None:
+        return table
+    verify, draft_ms = cost
+    recorded = spec_rounds(events)
+    greedy = greedy_verified(recorded)
+    rounds = [(round_accept_probs(e, greedy), draft_ms.get(e.drafter, 0.0)) for e in recorded]
+    column = []
+    for gamma in table["gamma"]:
+        if gamma >= len(verify) or not rounds:
+            column.append(None)
+            continue
+        ms = sum(verify[min(gamma, len(a))] + min(gamma, len(a)) * d for a, d in rounds)
+        column.append(ms / sum(tokens_per_verification(a, gamma) for a, _ in rounds))
+    out = table.copy()
+    out["expected_ms_per_token"] = column
+    return out
+
+
 def max_recorded(events: Sequence) -> int:
     return max((len(e.drafts) for e in spec_rounds(events)), default=0)
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui import keys, views, whatif_dspark
+from ui import keys, views, whatif, whatif_dspark
 
 
 def dspark(trace) -> None:
@@ -25,3 +25,15 @@ def dspark(trace) -> None:
     table = whatif_dspark.sweep(trace.steps, range(1, measured["gamma"] + 1), sorted(budgets))
     views.plot(whatif_dspark.sweep_figure(table, measured), "wi.ds_sweep", "whatif-dspark-sweep")
     views.table(table, "wi.ds_table", "whatif-dspark-sweep")
+
+
+def cost_caption(table, events) -> None:
+    """For a cost-policy trace: the γ the recorded cost table makes fastest, against plain greedy."""
+    priced = table.dropna(subset=["expected_ms_per_token"])
+    if priced.empty:
+        return
+    best = priced.loc[priced["expected_ms_per_token"].idxmin()]
+    greedy_ms = whatif.recorded_cost(events)[0][0]
+    st.caption(f"With the cost table this trace recorded (`expected_ms_per_token`): the fastest fixed γ would be "
+               f"{int(best['gamma'])} at {best['expected_ms_per_token']:.1f} ms per token; plain greedy costs "
+               f"{greedy_ms:.1f} ms per token (one 1-token forward). Bookkeeping outside the forwards is not counted.")
