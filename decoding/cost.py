@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import statistics
+import threading
 import time
 from dataclasses import asdict, dataclass
 from numbers import Real
@@ -61,7 +63,12 @@ class CostTable:
         return cls.from_dict(data, source=str(path))
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        """Write atomically (a temporary file renamed over `path`), so that a session reading the
+        cached table while another writes it never sees half a file."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, path)
 
 
 def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: int = 32) -> CostTable:

@@ -213,3 +213,33 @@ def test_bad_budget_and_length():
     for bad in (0, 4):
         with pytest.raises(ConfigError, match="length"):
             best_chain(lattice, bad)
+
+
+def test_cost_table_save_is_atomic_under_concurrent_writers(tmp_path):
+    """Threads saving the same cached table while others read it: every read sees a whole table."""
+    import threading
+
+    path = tmp_path / "table.json"
+    tables = [CostTable(verify_ms=tuple(float(i + n) for n in range(1, 200))) for i in range(4)]
+    tables[0].save(path)
+    errors: list = []
+
+    def write(table):
+        for _ in range(50):
+            table.save(path)
+
+    def read():
+        for _ in range(200):
+            try:
+                assert CostTable.load(path).max_tokens == 199
+            except Exception as err:            # noqa: BLE001  (any failure to read is the bug)
+                errors.append(err)
+
+    threads = [threading.Thread(target=write, args=(t,)) for t in tables] + [threading.Thread(target=read)
+                                                                             for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:1]
+    assert not list(tmp_path.glob(".*.tmp"))
