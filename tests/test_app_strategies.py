@@ -7,6 +7,7 @@ import re
 
 import pytest
 
+from ui import keys
 from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 REPEAT = "one two three one two three one two three one two"
@@ -108,7 +109,7 @@ def test_speculative_cost_policy(tiny_dir, tmp_path, monkeypatch):
                   "gamma_policy": "cost"})
     ok(at)
     assert not at.error
-    assert "cost: per round" in at.sidebar.text_input(key="w.param.speculative.gamma_policy").help
+    assert "cost: per round" in at.sidebar.selectbox(key="w.param.speculative.gamma_policy").help
     run_to_end(at)
     ok(at)
     live = run_state(at)
@@ -207,7 +208,8 @@ def test_compare_with_beam_and_speculative_lanes(tiny_dir):
     at.switch_page("app_pages/compare.py").run()
     at.number_input(key="cmp.lanes").set_value(4).run()
     ok(at)
-    assert [s.value for s in at.selectbox if s.key.startswith("cmp")] == ["greedy", "sample", "beam", "speculative"]
+    lanes = [keys.lane_strategy(i) for i in range(4)]
+    assert [at.selectbox(key=k).value for k in lanes] == ["greedy", "sample", "beam", "speculative"]
     at.button(key="cmp.run").click().run()
     ok(at)
     traces = at.session_state["ds.compare"]
@@ -254,3 +256,22 @@ def test_whatif_page_upload_of_a_dspark_trace(tiny_dir):
     assert list(table["plan"]) == ["chain"] * 4 + ["tree"] * 3
     assert table["replayed_tokens_per_forward"].notna().all()         # temperature 0: exact replay
     assert any("Forecast" in m.value for m in at.markdown)
+
+
+def test_fields_with_known_choices_are_selectboxes():
+    at = new_app({"strategy": "speculative"})
+    ok(at)
+    assert list(at.sidebar.selectbox(key="w.param.speculative.gamma_policy").options) == [
+        "fixed", "heuristic", "confidence", "cost"]
+    at = new_app({"strategy": "dspark", "select": "tree"})
+    ok(at)
+    assert at.sidebar.selectbox(key="w.param.dspark.select").value == "tree"
+
+
+def test_an_unknown_choice_from_a_link_is_named():
+    """A link with gamma_policy=x: refused with a line naming it and the choices; the field keeps its default."""
+    at = new_app({"strategy": "speculative", "gamma_policy": "x"})
+    ok(at)
+    assert any(e.value == "gamma_policy='x' is invalid: choose one of fixed, heuristic, confidence, cost (ignored)"
+               for e in at.error)
+    assert at.sidebar.selectbox(key="w.param.speculative.gamma_policy").value == "fixed"

@@ -219,6 +219,8 @@ CASES = [
     Case("gamma-max-below-gamma", r"gamma_max=3 is invalid: must be 0 \(off\) or an integer in \[gamma, 32\]",
          cli=SPEC + ["--gamma", "5", "--gamma-max", "3"], app={"strategy": "speculative", "gamma_max": "3"},
          engine=lambda e: SpeculativeConfig(gamma=5, gamma_max=3)),
+    Case("gamma-policy-unknown", r"gamma_policy='x' is invalid: choose one of fixed, heuristic, confidence, cost",
+         app={"strategy": "speculative", "gamma_policy": "x"}, engine=lambda e: SpeculativeConfig(gamma_policy="x")),
     Case("confidence-threshold-out-of-range", r"confidence_threshold=1\.5 is invalid: must be in \[0, 1\]",
          cli=SPEC + ["--confidence-threshold", "1.5"], app={"strategy": "speculative", "confidence_threshold": "1.5"},
          engine=lambda e: SpeculativeConfig(confidence_threshold=1.5)),

@@ -6,6 +6,7 @@ import os
 
 import streamlit as st
 
+from decoding.config import DSPARK_SELECT, GAMMA_POLICIES
 from decoding.errors import ConfigError
 from decoding.models import DEVICES, DTYPES, ModelSpec
 from decoding.runner import STRATEGIES
@@ -44,6 +45,7 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                               "vocabulary. lookup+MODEL: prompt lookup where the context has an n-gram match, "
                               "MODEL in the other rounds.",
 }
+PARAM_CHOICES = {("speculative", "gamma_policy"): GAMMA_POLICIES, ("dspark", "select"): DSPARK_SELECT}
 PAGE_QUERY_PARAMS = (keys.QP_TOUR_STOP,)   # owned by a page; kept when the settings rewrite the URL
 
 
@@ -70,7 +72,10 @@ def _load_query_params_once() -> None:
     strategy = shared.get("strategy")
     for name, value in params.items():
         key = keys.param_key("w", strategy, name)
-        if name == COST_FIELD:
+        options = PARAM_CHOICES.get((strategy, name))
+        if options and value not in options:
+            link_errors.append(str(ConfigError(name, value, f"choose one of {', '.join(options)}")))
+        elif name == COST_FIELD:
             st.session_state[key] = link_mode(value)
             if link_mode(value) == "file":
                 st.session_state[keys.cost_link_key(key)] = value
@@ -91,6 +96,9 @@ def _key(key: str, default):
 def param_widget(scope: str, strategy: str, f: ParamField):
     key = _key(keys.param_key(scope, strategy, f.name), float(f.default) if f.type is float else f.default)
     label, tip = f.name.replace("_", " "), PARAM_HELP.get((strategy, f.name))
+    options = PARAM_CHOICES.get((strategy, f.name))
+    if options:                                  # a link's value outside them was refused on loading
+        return st.selectbox(label, options, key=key, help=tip)
     if f.type is bool:
         return st.checkbox(label, key=key, help=tip)
     if f.type is int:
