@@ -217,10 +217,13 @@ def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int, latest:
 
 
 def lookup_continuation(context: Sequence[int], max_ngram: int, max_tokens: int, eos_ids=frozenset(),
-                        latest: bool = False) -> tuple[tuple[int, ...], LookupMatch | None]:
-    """(tokens, match): up to max_tokens tokens after find_lookup's match, cut before an EOS."""
-    match = find_lookup(context, max_ngram, max_tokens, latest) if max_tokens >= 1 else None
-    if match is None:
+                        latest: bool = False, match: LookupMatch | None = None
+                        ) -> tuple[tuple[int, ...], LookupMatch | None]:
+    """(tokens, match): up to max_tokens tokens after find_lookup's match (or the `match` given, found
+    earlier on this context), cut before an EOS."""
+    if match is None and max_tokens >= 1:
+        match = find_lookup(context, max_ngram, max_tokens, latest)
+    if match is None or max_tokens < 1:
         return (), None
     start = match.continuation_start
     tokens = [int(t) for t in context[start:start + max_tokens]]
@@ -257,24 +260,34 @@ class LookupThenDraftDrafter(Drafter):
     def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
         self.lookup, self.model = lookup, model
         self.name = f"{lookup.name}+{model.name}"
+        self._searched: tuple[int, LookupMatch | None] | None = None   # (context length, its match)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.lookup.start(prompt_ids)
         self.model.start(prompt_ids)
+        self._searched = None
 
     def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
-        proposal = self.lookup.propose(context, request)
-        if proposal.tokens:
-            return proposal
-        drafted = self.model.propose(context, request)
-        return Proposal(drafted.tokens, drafted.q_draft, drafted.draft_draws, source=self.model.name)
+        tokens, match = self._continuation(context, request.max_tokens)
+        if tokens:
+            return Proposal(tokens, None, (None,) * len(tokens), match, source=self.lookup.name)
+        return self.model.propose(context, request)
 
     def rollback(self, context: Sequence[int]) -> int:
         return self.model.rollback(context)
 
     def source_for(self, context: Sequence[int]) -> str:
-        matched = lookup_continuation(context, self.lookup.max_ngram, 1, self.lookup.eos_ids)[0]
-        return self.lookup.name if matched else self.model.name
+        return self.lookup.name if self._continuation(context, 1)[0] else self.model.name
+
+    def _continuation(self, context: Sequence[int], max_tokens: int):
+        """Prompt lookup's continuation; the n-gram search runs once per context (a run's context only
+        grows, so its length names it): source_for and propose of one round share it."""
+        if self._searched is None or self._searched[0] != len(context):
+            self._searched = (len(context), find_lookup(context, self.lookup.max_ngram, 1))
+        match = self._searched[1]
+        if match is None:
+            return (), None
+        return lookup_continuation(context, self.lookup.max_ngram, max_tokens, self.lookup.eos_ids, match=match)
 
     def draft_models(self) -> dict[str, LM]:
         return self.model.draft_models()

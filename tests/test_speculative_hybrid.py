@@ -99,3 +99,15 @@ def test_needs_a_loaded_model(target):
     with pytest.raises(ConfigError) as err:
         make_drafter("lookup+d", target)
     assert err.value.param == "draft" and "\n" not in str(err.value)
+
+
+def test_one_ngram_search_per_round(target, draft, monkeypatch, tmp_path):
+    """The cost policy asks which drafter drafts before drafting: the n-gram search runs once per round."""
+    import decoding.drafters as drafters_module
+
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))         # the auto cost table is profiled here
+    calls = []
+    real = drafters_module.find_lookup
+    monkeypatch.setattr(drafters_module, "find_lookup", lambda *a, **kw: calls.append(len(a[0])) or real(*a, **kw))
+    trace = runner.run(target, PROMPTS[0], hybrid_config(gamma_policy="cost", cost_table=None), draft_lm=draft)
+    assert trace.error is None and len(calls) == len(set(calls)) == len(trace.steps)
