@@ -21,8 +21,8 @@ from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.models import ModelSpec, load
-from decoding.cost import CostTable
-from decoding.dspark import DEFAULT_WEIGHTS, auto_cost_path
+from decoding.cost import CostTable, auto_cost_path
+from decoding.dspark import DEFAULT_WEIGHTS
 from decoding.parallel import load_drafter
 from decoding.shallow import DEFAULT_SHALLOW, load_shallow
 

@@ -8,8 +8,9 @@ so it hides every token equal to the pad id; SmolLM2's pad id is <|im_end|>, whi
 uses, so the benchmark sets the pad id to <|endoftext|> (id 0, absent from the prompts) for generate.
 The draft model is the shipped shallow self-draft (decoding/shallow.py) when its weights exist, else
 the target's first L layers, untrained (`--draft-layers`); it runs alone and behind prompt lookup
-(`lookup+`), at γ, at γ = 2 and with the cost-aware γ policy (γ ≤ 8, the auto verify-cost table). After the runs, the target's and the draft's forwards are timed to
-give the τ each γ needs to match (and to beat by 1.2×) plain greedy on this machine.
+(`lookup+`), at γ, at γ = 2 and with the cost-aware γ policy (γ ≤ 8, the auto verify-cost table).
+After the runs, the target's and the draft's forwards are timed to give the τ each γ needs to match
+(and to beat by 1.2×) plain greedy on this machine.
 """
 from __future__ import annotations
 

@@ -133,7 +133,8 @@ def load_table(lm, cost_table: str, need: int) -> CostTable:
 def draft_token_ms(target, draft) -> tuple[float, str]:
     """(ms, where it is cached): one draft-model token (a 1-token forward after a cached prefix), profiled
     on this device on first use and cached per target and draft."""
-    path = auto_cost_path(target).with_name(f"{auto_cost_path(target).stem}--draft-{_safe(draft.name)}.json")
+    table_path = auto_cost_path(target)
+    path = table_path.with_name(f"{table_path.stem}--draft-{_safe(draft.name)}.json")
     if path.is_file():
         return CostTable.load(path).ms(1), str(path)
     table = profile_verify_cost(draft, 1, repeats=15)

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 
 from decoding.config import DEFAULT_DRAFTER, DSparkConfig
-from decoding.cost import CostTable, auto_cost_path, load_table  # noqa: F401  (auto_cost_path: re-exported)
+from decoding.cost import CostTable, load_table
 from decoding.errors import check
 from decoding.lattice_lookup import LookupInput, LookupRate, boost_chain, continuation, hits, lookup_nodes
 from decoding.models import LM, Timer
@@ -45,17 +45,12 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: ParallelDrafter | Non
     return drafter
 
 
-def cost_need(config: DSparkConfig) -> int:
-    """Tokens a cost table must cover for this config: the largest chain or tree verified, plus one."""
-    return config.cost_need()
-
-
 def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
     """None (fixed size), the table in config.cost_table, or for "auto" the table profiled on this
     device on first use and cached (profiled again when it covers too few tokens)."""
     if config.cost_table is None:
         return None
-    return load_table(lm, config.cost_table, cost_need(config))
+    return load_table(lm, config.cost_table, config.cost_need())
 
 
 def target_probs(logits: torch.Tensor, pipeline) -> torch.Tensor:

@@ -165,9 +165,9 @@ def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monk
     config = DSparkConfig(max_new_tokens=12, gamma=4, top_k_candidates=2, cost_table="auto")
     first = run(lm, PROMPTS[0], config, drafter=drafter)
     second = run(lm, PROMPTS[0], config, drafter=drafter)
-    assert len(calls) == 1 and dspark.auto_cost_path(lm).is_file()
+    assert len(calls) == 1 and cost_module.auto_cost_path(lm).is_file()
     assert first.output_ids == second.output_ids == greedy_ids(lm, PROMPTS[0], 12)
-    assert second.steps[1].size.cost_source == str(dspark.auto_cost_path(lm))
+    assert second.steps[1].size.cost_source == str(cost_module.auto_cost_path(lm))
     assert first.steps[1].size.verify_ms == second.steps[1].size.verify_ms
 
 
