@@ -32,6 +32,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "with accelerate (GPUs, then CPU, then disk); leave --device at auto")
     p.add_argument("--max-memory", help="with --device-map: per-device budget, e.g. '0=20GiB,cpu=64GiB'")
     p.add_argument("--offload-folder", help="with --device-map: directory for weights offloaded to disk")
+    p.add_argument("--no-pack-gemm", action="store_true", help="CPU: keep the plain GEMM for forwards over "
+                   "many tokens (default: MKL's packed weights, a second copy of the weights in memory)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--no-chat-template", action="store_true")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -99,13 +101,14 @@ def _strategy_kwargs(config, args, lm) -> dict:
     from decoding.drafters import load_draft
 
     return {"draft_lm": load_draft(draft, lm, device=args.device, dtype=args.dtype,
-                                   trust_remote_code=args.trust_remote_code)}
+                                   trust_remote_code=args.trust_remote_code, pack_gemm=not args.no_pack_gemm)}
 
 
 def _prepare(args):
     check(args.prompt.strip() != "", "prompt", args.prompt, "must not be empty")
     lm = load(ModelSpec(args.model, args.gguf_file, args.device, args.dtype, args.trust_remote_code,
-                        device_map=args.device_map, max_memory=args.max_memory, offload_folder=args.offload_folder))
+                        device_map=args.device_map, max_memory=args.max_memory, offload_folder=args.offload_folder,
+                        pack_gemm=not args.no_pack_gemm))
     ids = lm.encode(args.prompt, chat_template=not args.no_chat_template)
     return lm, ids
 

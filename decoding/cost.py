@@ -110,7 +110,8 @@ def auto_cost_path(lm) -> Path:
     from decoding.models import cache_root
 
     dtype = str(lm.dtype).replace("torch.", "")
-    return cache_root() / "cost" / f"{_safe(f'{lm.name}-{lm.device}-{dtype}')}.json"
+    packed = "-packed" if getattr(lm, "packed_linears", 0) else ""      # another GEMM, other times
+    return cache_root() / "cost" / f"{_safe(f'{lm.name}-{lm.device}-{dtype}{packed}')}.json"
 
 
 def load_table(lm, cost_table: str, need: int) -> CostTable:

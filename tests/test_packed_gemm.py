@@ -1,0 +1,179 @@
+"""MKL packed GEMM (decoding/packed_gemm.py): same numbers as nn.Linear, never a stale pack, the plain
+path where the pack cannot serve, and a loaded model that says it is packed."""
+from __future__ import annotations
+
+import copy
+import pickle
+
+import pytest
+import torch
+from torch import nn
+
+from decoding import packed_gemm
+from decoding.cost import auto_cost_path
+from decoding.errors import ConfigError
+from decoding.models import LM, ModelSpec
+from decoding.packed_gemm import PACK_MIN_ROWS, PackedLinear, pack_linears, packed_count, unpack_linears
+from tests.conftest import make_tiny_llama
+
+pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL packed GEMM")
+
+
+def linear(in_features=48, out_features=40, bias=True, seed=0) -> nn.Linear:
+    torch.manual_seed(seed)
+    return nn.Linear(in_features, out_features, bias=bias)
+
+
+def packed_copy(module: nn.Linear) -> nn.Linear:
+    twin = linear(module.in_features, module.out_features, module.bias is not None)
+    twin.load_state_dict(module.state_dict())
+    assert pack_linears(twin) == 1 and type(twin) is PackedLinear
+    return twin
+
+
+def packed_path_calls(monkeypatch) -> list[int]:
+    """Rows of every call that reached MKL's packed op."""
+    calls: list[int] = []
+    real = torch.ops.mkl._mkl_linear
+
+    def spy(x, pack, weight, bias, rows):
+        calls.append(rows)
+        return real(x, pack, weight, bias, rows)
+
+    monkeypatch.setattr(packed_gemm, "_mkl_linear", spy)
+    return calls
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@torch.no_grad()
+def test_packed_linear_matches_nn_linear_for_every_row_count(monkeypatch, bias):
+    plain = linear(bias=bias)
+    packed = packed_copy(plain)
+    calls = packed_path_calls(monkeypatch)
+    for rows in range(1, 20):
+        x = torch.randn(rows, plain.in_features)
+        want, got = plain(x), packed(x)
+        assert got.shape == want.shape
+        if rows < PACK_MIN_ROWS:
+            assert torch.equal(got, want)                 # the plain path itself
+        else:
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert calls == list(range(PACK_MIN_ROWS, 20))       # the packed op served every count from 4 on
+
+
+@torch.no_grad()
+def test_packed_linear_keeps_leading_dimensions(monkeypatch):
+    plain = linear()
+    packed = packed_copy(plain)
+    calls = packed_path_calls(monkeypatch)
+    x = torch.randn(2, 3, plain.in_features)                                   # (B, T, in): 6 rows
+    torch.testing.assert_close(packed(x), plain(x), rtol=1e-5, atol=1e-5)
+    assert calls == [6]
+
+
+@torch.no_grad()
+def test_a_weight_changed_in_place_is_not_served_from_the_old_pack(monkeypatch):
+    packed = packed_copy(linear(seed=0))
+    other = linear(seed=1)
+    packed.load_state_dict(other.state_dict())            # copies into the same storage
+    calls = packed_path_calls(monkeypatch)
+    x = torch.randn(8, other.in_features)
+    assert torch.equal(packed(x), other(x)) and calls == []    # plain path, the new weight
+    packed.repack()
+    torch.testing.assert_close(packed(x), other(x), rtol=1e-5, atol=1e-5)
+    assert calls == [8]
+
+
+@torch.no_grad()
+def test_a_replaced_weight_is_not_served_from_the_old_pack(monkeypatch):
+    packed = packed_copy(linear(seed=0))
+    other = linear(seed=1)
+    packed.weight = nn.Parameter(other.weight.detach().clone())
+    packed.bias = nn.Parameter(other.bias.detach().clone())
+    calls = packed_path_calls(monkeypatch)
+    x = torch.randn(8, other.in_features)
+    assert torch.equal(packed(x), other(x)) and calls == []
+
+
+def test_autograd_takes_the_plain_path_and_gets_gradients(monkeypatch):
+    packed = packed_copy(linear())
+    calls = packed_path_calls(monkeypatch)
+    x = torch.randn(8, packed.in_features, requires_grad=True)
+    packed(x).sum().backward()
+    assert calls == [] and x.grad is not None and packed.weight.grad is not None
+
+
+@torch.no_grad()
+def test_other_dtypes_take_the_plain_path(monkeypatch):
+    packed = packed_copy(linear())
+    packed.double()                                        # new weight tensors: the pack no longer applies
+    calls = packed_path_calls(monkeypatch)
+    x = torch.randn(8, packed.in_features, dtype=torch.float64)
+    assert packed(x).dtype == torch.float64 and calls == []
+
+
+@pytest.mark.parametrize("copy_of", [copy.deepcopy, lambda m: pickle.loads(pickle.dumps(m))],
+                         ids=["deepcopy", "pickle"])
+@torch.no_grad()
+def test_copies_carry_the_weight_and_pack_again(monkeypatch, copy_of):
+    packed = packed_copy(linear())
+    twin = copy_of(packed)
+    assert type(twin) is PackedLinear and twin.weight.data_ptr() != packed.weight.data_ptr()
+    calls = packed_path_calls(monkeypatch)
+    x = torch.randn(8, packed.in_features)
+    assert torch.equal(twin(x), packed(x)) and calls == [8, 8]
+    with torch.no_grad():
+        twin.weight.add_(1.0)                              # the copy's own weight; the original's pack stands
+    torch.testing.assert_close(packed(x), linear()(x), rtol=1e-5, atol=1e-5)
+
+
+def test_only_fp32_cpu_linears_are_packed():
+    model = nn.Sequential(linear(), nn.Linear(40, 8).double(), nn.Embedding(10, 4))
+    assert pack_linears(model) == 1
+    assert [type(m).__name__ for m in model] == ["PackedLinear", "Linear", "Embedding"]
+
+
+@torch.no_grad()
+def test_a_packed_tiny_llama_gives_the_same_logits_and_greedy_tokens():
+    plain = make_tiny_llama(hidden=64, layers=2)
+    packed = make_tiny_llama(hidden=64, layers=2)
+    keys = list(packed.state_dict())
+    assert pack_linears(packed) == packed_count(packed) > 0
+    assert list(packed.state_dict()) == keys                # no new state: checkpoints unchanged
+    ids = torch.tensor([[3, 14, 15, 9, 26, 5, 35, 8, 9, 7]])                  # 10 rows: the packed path
+    torch.testing.assert_close(packed(ids).logits, plain(ids).logits, rtol=1e-5, atol=1e-5)
+    kwargs = dict(do_sample=False, max_new_tokens=12, attention_mask=torch.ones_like(ids))
+    assert torch.equal(packed.generate(ids, **kwargs), plain.generate(ids, **kwargs))
+    assert unpack_linears(packed) == len([m for m in plain.modules() if isinstance(m, nn.Linear)])
+    assert packed_count(packed) == 0 and all(type(m) is not PackedLinear for m in packed.modules())
+
+
+def test_the_lm_records_its_gemm_and_its_cost_table_is_its_own():
+    model = make_tiny_llama()
+    plain = LM(model, tokenizer=None, name="tiny-gemm")
+    plain_path = auto_cost_path(plain)
+    pack_linears(model)
+    packed = LM(model, tokenizer=None, name="tiny-gemm")
+    assert plain.packed_linears == 0 and packed.packed_linears == packed_count(model) > 0
+    assert packed.describe() == plain.describe()           # traces do not depend on the GEMM
+    assert auto_cost_path(packed) != plain_path            # times of one GEMM never price the other
+
+
+def test_pack_gemm_must_be_a_bool():
+    with pytest.raises(ConfigError) as err:
+        ModelSpec(pack_gemm="yes")
+    assert err.value.param == "pack_gemm" and "'yes'" in str(err.value)
+
+
+def test_the_embedded_model_loads_packed_unless_told_not_to(real_lm):
+    from decoding.models import load
+
+    assert real_lm.packed_linears == sum(isinstance(m, nn.Linear) for m in real_lm.model.modules())
+    plain = load(ModelSpec(pack_gemm=False))
+    assert plain.packed_linears == 0
+    ids = real_lm.encode("Name three colours.")
+    with torch.no_grad():
+        a = real_lm.model(torch.tensor([ids])).logits[0]
+        b = plain.model(torch.tensor([ids])).logits[0]
+    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    assert torch.equal(a.argmax(-1), b.argmax(-1))
