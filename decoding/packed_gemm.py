@@ -76,17 +76,20 @@ def _packable(module: nn.Module) -> bool:
 
 
 def pack_linears(model: nn.Module) -> int:
-    """Pack every fp32 CPU nn.Linear of `model` in place; returns how many were packed (0 when this
-    torch has no MKL packed GEMM). A module shared by two models (tied weights, a draft built on the
-    target's layers) is packed once."""
+    """Pack every fp32 CPU nn.Linear of `model` in place, and pack again those whose weight changed since
+    (e.g. trained weights loaded into a copy); returns how many were packed (0 when this torch has no MKL
+    packed GEMM). A module shared by two models (a draft built on the target's layers) is packed once."""
     if not available():
         return 0
     count = 0
     for module in model.modules():
         if _packable(module):
             module.__class__ = PackedLinear
-            module.repack()
-            count += 1
+        elif not (type(module) is PackedLinear and not module.pack_is_current()
+                  and module.weight.device.type == "cpu" and module.weight.dtype == torch.float32):
+            continue
+        module.repack()
+        count += 1
     return count
 
 

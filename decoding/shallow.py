@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from decoding import packed_gemm
 from decoding.errors import ConfigError, check
 from decoding.models import LM
 
@@ -141,6 +142,8 @@ def load_shallow(target: LM, path: str | Path | None = None) -> LM:
     draft = build_shallow(target, info["layers"], info["adapters"], state["head.vocab_ids"],
                           name=f"{target.name}[shallow {info['layers']}+{info['adapters']}]")
     _load_trained(draft, state)
+    if target.packed_linears:
+        packed_gemm.pack_linears(draft.model)       # the adapters' packs predate their trained weights
     target_name = info["meta"].get("target")
     if target_name and target_name != target.name:
         draft.name += f" (trained for {target_name})"

@@ -177,3 +177,33 @@ def test_the_embedded_model_loads_packed_unless_told_not_to(real_lm):
         b = plain.model(torch.tensor([ids])).logits[0]
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
     assert torch.equal(a.argmax(-1), b.argmax(-1))
+
+
+def test_packing_again_repacks_only_the_stale_modules():
+    model = nn.Sequential(linear(seed=0), linear(40, 40, seed=1))
+    assert pack_linears(model) == 2
+    with torch.no_grad():
+        model[1].weight.mul_(2.0)
+    assert not model[1].pack_is_current() and model[0].pack_is_current()
+    assert pack_linears(model) == 1 and model[1].pack_is_current()
+
+
+@torch.no_grad()
+def test_a_shallow_draft_on_a_packed_target_packs_its_trained_layers(tmp_path, monkeypatch):
+    from decoding.shallow import build_shallow, load_shallow, save_shallow
+
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    model = make_tiny_llama(layers=3)
+    pack_linears(model)
+    target = LM(model, tokenizer=None, name="tiny-packed")
+    trained = build_shallow(target, 1, 1)
+    for p in trained.model.model.layers[1].parameters():
+        p.add_(0.01 * torch.randn_like(p))                 # stands for training
+    save_shallow(trained, tmp_path / "draft.safetensors")
+    draft = load_shallow(target, tmp_path / "draft.safetensors")
+    adapter = [m for m in draft.model.model.layers[1].modules() if isinstance(m, nn.Linear)]
+    assert adapter and all(type(m) is PackedLinear and m.pack_is_current() for m in adapter)
+    assert draft.model.model.layers[0] is model.model.layers[0]          # shared, still the target's pack
+    ids = list(range(3, 13))
+    torch.testing.assert_close(draft.forward(ids, draft.new_cache()), trained.forward(ids, trained.new_cache()),
+                               rtol=1e-3, atol=1e-3)     # float16 weights file: same draft to that precision
