@@ -94,11 +94,16 @@ def break_even(verify_ms, draft_ms: float, gammas) -> list[dict]:
     return rows
 
 
-def cost_rows(lm, draft, max_gamma: int = 8) -> tuple[list[dict], float, float]:
+def cost_rows(lm, draft, max_gamma: int = 8, rounds: int = 3) -> tuple[list[dict], float, float]:
     """break_even rows from measured forwards (the target's over 1..max_gamma + 1 new tokens, the
-    draft's over one), with the draft's and the target's 1-token ms."""
-    verify = profile_verify_cost(lm, max_gamma + 1, repeats=7).verify_ms
-    draft_ms = profile_verify_cost(draft, 1, repeats=15).verify_ms[0]
+    draft's over one; per count the median of `rounds` alternating profiles, so that one slow spell
+    of the machine does not set a row), with the draft's and the target's 1-token ms."""
+    targets, drafts = [], []
+    for _ in range(rounds):
+        targets.append(profile_verify_cost(lm, max_gamma + 1, repeats=7).verify_ms)
+        drafts.append(profile_verify_cost(draft, 1, repeats=15).verify_ms[0])
+    verify = [statistics.median(col) for col in zip(*targets)]
+    draft_ms = statistics.median(drafts)
     return break_even(verify, draft_ms, range(1, max_gamma + 1)), draft_ms, verify[0]
 
 
@@ -155,8 +160,9 @@ def render(rows, args, model, costs=None) -> str:
 
 
 def render_break_even(rows, draft_ms: float, greedy_ms: float) -> list[str]:
-    lines = ["", "What τ a draft needs on this machine, measured after the runs above (median ms of a target "
-                 f"forward over n new tokens after a cached prefix: 1 token {greedy_ms:.1f} ms; one draft-token "
+    lines = ["", "What τ a draft needs on this machine, measured after the runs above (ms of a target "
+                 "forward over n new tokens after a cached prefix, the median of three alternating profiles "
+                 f"of 7 repeats each: 1 token {greedy_ms:.1f} ms; one draft-token "
                  f"forward {draft_ms:.1f} ms). A round costs verify(γ + 1) + γ × draft; greedy costs verify(1) "
                  "per token. Bookkeeping is left out, so the τ columns are lower bounds.", "",
              "| γ | verify(γ + 1) ms | round ms | τ for greedy's speed | τ for 1.2× greedy | τ at most |",

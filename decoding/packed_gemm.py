@@ -1,7 +1,7 @@
 """MKL packed GEMM for the CPU linears of a loaded model: the weight is reordered once into MKL's packed
 layout (`cblas_sgemm_pack`) and reused by every forward over `PACK_MIN_ROWS` or more rows. On the
-embedded model this takes the forward over 9 tokens (a γ = 8 verification) from ~72 ms to ~55 ms on
-a 2-core CPU while a 1-token forward keeps the plain path (`python -m bench matmul` measures both).
+embedded model and a 2-core CPU this makes a forward over 4-15 tokens (a verification) 10-25 % faster,
+while a 1-token forward keeps the plain path (`python -m bench matmul` measures both; BENCHMARKS.md).
 
 Only fp32 weights on the CPU in a torch built with MKL are packed; anything else keeps nn.Linear's
 forward. A packed module falls back to the plain path when autograd is recording (the packed op has no
@@ -10,12 +10,15 @@ backward) and when its weight changed after packing (in place, e.g. `load_state_
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 from torch import nn
 
 PACK_MIN_ROWS = 4     # below this MKL's plain sgemm is as fast or faster on the machines measured
 
 
+@functools.cache
 def available() -> bool:
     """Whether this torch has MKL's packed sgemm ops (x86 builds with MKL)."""
     if not torch.backends.mkl.is_available():
@@ -72,7 +75,7 @@ def _mkl_linear(x, pack, weight, bias, rows: int) -> torch.Tensor:
 def _packable(module: nn.Module) -> bool:
     weight = getattr(module, "weight", None)
     return (type(module) is nn.Linear and weight is not None and weight.device.type == "cpu"
-            and weight.dtype == torch.float32)
+            and weight.dtype == torch.float32 and not weight.is_inference())   # no version counter
 
 
 def pack_linears(model: nn.Module) -> int:
