@@ -59,9 +59,11 @@ class PackedLinear(nn.Linear):
         return self._packed_from == (self.weight.data_ptr(), self.weight._version)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.numel() < PACK_MIN_ROWS * self.in_features:      # first: a 1-token step pays one test only
+            return nn.functional.linear(x, self.weight, self.bias)
         rows = x.numel() // self.in_features
-        if (rows < PACK_MIN_ROWS or torch.is_grad_enabled() or x.dtype != torch.float32
-                or x.device.type != "cpu" or not self.pack_is_current()):
+        if (torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu"
+                or not self.pack_is_current()):
             return nn.functional.linear(x, self.weight, self.bias)
         flat = x.reshape(rows, self.in_features)                                   # (rows, in)
         out = _mkl_linear(flat, self._pack, self.weight, self.bias, rows)             # (rows, out)
