@@ -81,7 +81,8 @@ def contenders(lm, drafter, args) -> dict:
 
 def measure(lm, drafter, args):
     runs = contenders(lm, drafter, args)
-    rows = {name: {"tps": [], "tau": [], "acc": [], "peak": [], "phases": defaultdict(float)} for name in runs}
+    rows = {name: {"tps": [], "tau": [], "acc": [], "peak": [], "phases": defaultdict(float), "rounds": 0}
+            for name in runs}
     encoded = [lm.encode(p) for p in PROMPTS.values()]
     for name in runs:                       # warm-up (and the cost table's first-use profiling)
         runs[name](encoded[0][:8])
@@ -101,6 +102,7 @@ def measure(lm, drafter, args):
                 if trace.stats.mean_accepted_length is not None:
                     rows[name]["tau"].append(trace.stats.mean_accepted_length)
                     rows[name]["acc"].append(trace.stats.acceptance_rate or 0.0)
+                rows[name]["rounds"] += len(trace.steps)
                 for step in trace.steps:
                     for phase, ms in (getattr(step, "timings_ms", None) or {}).items():
                         rows[name]["phases"][phase] += ms
@@ -151,6 +153,40 @@ def render(rows, args) -> str:
         acc = f"{statistics.median(r['acc']):.3f}" if r["acc"] else "—"
         lines.append(f"| {name} | {spread(r['tps'])} | {tau} | {acc} | {mib_cell(r['peak'])} | "
                      f"{_shares(r['phases'])} |")
+    return "\n".join(lines)
+
+
+GOAL_SPEED = 1.5      # issue 4's goal at γ = 8: 1.5× plain greedy
+
+
+def break_even(rows, gammas, cost_ms) -> list[dict]:
+    """Per chain γ: a round's cost = verify(γ + 1) from the auto table + the run's mean ms per round
+    outside verification and prefill (drafter, DP, acceptance, cache, bookkeeping); the τ at which it
+    matches plain greedy (verify(1) per token, so a lower bound) and the τ that GOAL_SPEED needs."""
+    out = []
+    for g in gammas:
+        r = rows[f"dspark chain γ={g}"]
+        if g + 1 > len(cost_ms) or not r["rounds"] or not r["tau"]:
+            continue
+        side = sum(ms for phase, ms in r["phases"].items() if phase not in ("verification", "prefill"))
+        round_ms = cost_ms[g] + side / r["rounds"]
+        out.append({"gamma": g, "verify_ms": cost_ms[g], "side_ms": side / r["rounds"],
+                    "tau_parity": round_ms / cost_ms[0], "tau_goal": GOAL_SPEED * round_ms / cost_ms[0],
+                    "tau_run": statistics.median(r["tau"])})
+    return out
+
+
+def render_break_even(rows: list[dict]) -> str:
+    if not rows:
+        return ""
+    lines = ["", "What τ a chain needs here: a round costs verify(γ + 1) (the auto table above) plus the "
+             "run's mean ms per round outside verification and prefill (drafter, DP, acceptance, cache, "
+             "bookkeeping); plain greedy costs verify(1) per token, so the τ columns are lower bounds. "
+             f"Issue 4's goal is {GOAL_SPEED}× greedy at γ = 8.", "",
+             f"| γ | verify(γ + 1) ms | rest of a round ms | τ for greedy's speed | τ for {GOAL_SPEED}× greedy | "
+             "run τ (median) |", "|---|---|---|---|---|---|"]
+    lines += [f"| {r['gamma']} | {r['verify_ms']:.1f} | {r['side_ms']:.1f} | {r['tau_parity']:.2f} | "
+              f"{r['tau_goal']:.2f} | {r['tau_run']:.2f} |" for r in rows]
     return "\n".join(lines)
 
 
@@ -212,7 +248,10 @@ def main(argv=None) -> None:
     rows = measure(lm, drafter, args)
     cost_file = auto_cost_path(lm)
     args.cost_ms = CostTable.load(cost_file).verify_ms if cost_file.is_file() else None
-    body = render(rows, args) + "\n" + render_offline(offline_vs_runtime(lm, drafter, args))
+    body = render(rows, args)
+    if args.cost_ms:
+        body += "\n" + render_break_even(break_even(rows, args.gammas, args.cost_ms))
+    body += "\n" + render_offline(offline_vs_runtime(lm, drafter, args))
     image = plot(rows, args)
     body += f"\n\n{image}" if image else ""
     write_section("dspark", body)
