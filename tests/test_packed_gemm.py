@@ -16,6 +16,11 @@ from decoding.models import LM, ModelSpec
 from decoding.packed_gemm import PACK_MIN_ROWS, PackedLinear, pack_linears, packed_count, unpack_linears
 from tests.conftest import make_tiny_llama
 
+
+def cpu_llama(**kwargs):
+    """A tiny llama on the CPU in float32 whatever the test device: the packed GEMM is the CPU's."""
+    return make_tiny_llama(**kwargs).to("cpu", torch.float32)
+
 pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL packed GEMM")
 
 
@@ -134,8 +139,8 @@ def test_only_fp32_cpu_linears_are_packed():
 
 @torch.no_grad()
 def test_a_packed_tiny_llama_gives_the_same_logits_and_greedy_tokens():
-    plain = make_tiny_llama(hidden=64, layers=2)
-    packed = make_tiny_llama(hidden=64, layers=2)
+    plain = cpu_llama(hidden=64, layers=2)
+    packed = cpu_llama(hidden=64, layers=2)
     keys = list(packed.state_dict())
     assert pack_linears(packed) == packed_count(packed) > 0
     assert list(packed.state_dict()) == keys                # no new state: checkpoints unchanged
@@ -148,7 +153,7 @@ def test_a_packed_tiny_llama_gives_the_same_logits_and_greedy_tokens():
 
 
 def test_the_lm_records_its_gemm_and_its_cost_table_is_its_own():
-    model = make_tiny_llama()
+    model = cpu_llama()
     plain = LM(model, tokenizer=None, name="tiny-gemm")
     plain_path = auto_cost_path(plain)
     pack_linears(model)
@@ -192,7 +197,7 @@ def test_a_shallow_draft_on_a_packed_target_packs_its_trained_layers(tmp_path, m
     from decoding.shallow import build_shallow, load_shallow, save_shallow
 
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
-    model = make_tiny_llama(layers=3)
+    model = cpu_llama(layers=3)
     pack_linears(model)
     target = LM(model, tokenizer=None, name="tiny-packed")
     trained = build_shallow(target, 1, 1)
@@ -206,3 +211,23 @@ def test_a_shallow_draft_on_a_packed_target_packs_its_trained_layers(tmp_path, m
     ids = list(range(3, 13))
     torch.testing.assert_close(draft.forward(ids, draft.new_cache()), trained.forward(ids, trained.new_cache()),
                                rtol=1e-3, atol=1e-3)     # float16 weights file: same draft to that precision
+
+
+@pytest.mark.parametrize("flag, packed", [([], True), (["--no-pack-gemm"], False)])
+def test_the_cli_loads_packed_unless_told_not_to(monkeypatch, flag, packed):
+    import decoding.__main__ as cli
+
+    specs = []
+
+    class Loaded:
+        def encode(self, text, chat_template=True):
+            return [1, 2]
+
+    def fake_load(spec):
+        specs.append(spec)
+        return Loaded()
+
+    monkeypatch.setattr(cli, "load", fake_load)
+    args = cli.build_parser().parse_args(["run", "--prompt", "hi", *flag])
+    assert cli._prepare(args)[1] == [1, 2]
+    assert [s.pack_gemm for s in specs] == [packed]
