@@ -34,8 +34,8 @@ def plain_kernel(weight: torch.Tensor):
 
 def packed_kernel(weight: torch.Tensor):
     """MKL's packed sgemm on `weight` for any row count (what PackedLinear does from 4 rows on)."""
-    pack = torch.ops.mkl._mkl_reorder_linear_weight(weight, packed_gemm.PACK_MIN_ROWS)
-    return lambda x: torch.ops.mkl._mkl_linear(x, pack, weight, None, x.shape[0])
+    pack = packed_gemm.pack_weight(weight)
+    return lambda x: packed_gemm.packed_linear(x, pack, weight)
 
 
 @torch.inference_mode()

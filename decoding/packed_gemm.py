@@ -40,9 +40,8 @@ class PackedLinear(nn.Linear):
     _packed_from: tuple[int, int]      # (weight data pointer, weight version) when packed
 
     def repack(self) -> None:
-        weight = self.weight.detach()
-        self._pack = torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_MIN_ROWS)
-        self._packed_from = (weight.data_ptr(), self.weight._version)
+        self._pack = pack_weight(self.weight.detach())
+        self._packed_from = (self.weight.data_ptr(), self.weight._version)
 
     def __getstate__(self) -> dict:
         """Copies and pickles carry the weight, not the pack (an opaque MKL buffer); they repack."""
@@ -65,19 +64,28 @@ class PackedLinear(nn.Linear):
         if (torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu"
                 or not self.pack_is_current()):
             return nn.functional.linear(x, self.weight, self.bias)
-        flat = x.reshape(rows, self.in_features)                                   # (rows, in)
-        out = _mkl_linear(flat, self._pack, self.weight, self.bias, rows)             # (rows, out)
+        out = packed_linear(x.reshape(rows, self.in_features), self._pack, self.weight, self.bias)
         return out.reshape(*x.shape[:-1], self.out_features)
 
 
-def _mkl_linear(x, pack, weight, bias, rows: int) -> torch.Tensor:
-    return torch.ops.mkl._mkl_linear(x, pack, weight, bias, rows)
+def pack_weight(weight: torch.Tensor) -> torch.Tensor:
+    """MKL's packed copy of a (out, in) fp32 CPU weight; one pack serves every row count."""
+    return torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_MIN_ROWS)
 
 
-def _packable(module: nn.Module) -> bool:
-    weight = getattr(module, "weight", None)
-    return (type(module) is nn.Linear and weight is not None and weight.device.type == "cpu"
-            and weight.dtype == torch.float32 and not weight.is_inference())   # no version counter
+def packed_linear(x: torch.Tensor, pack: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+    """x (rows, in) @ weightᵀ (+ bias) -> (rows, out) with `pack` = pack_weight(weight)."""
+    return torch.ops.mkl._mkl_linear(x, pack, weight, bias, x.shape[0])
+
+
+def _needs_pack(module: nn.Module) -> bool:
+    """An fp32 CPU nn.Linear not packed yet, or a PackedLinear whose weight changed since packing."""
+    if type(module) not in (nn.Linear, PackedLinear):
+        return False
+    weight = module.weight
+    if weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.is_inference():  # no version counter
+        return False
+    return type(module) is nn.Linear or not module.pack_is_current()
 
 
 def pack_linears(model: nn.Module) -> int:
@@ -88,13 +96,10 @@ def pack_linears(model: nn.Module) -> int:
         return 0
     count = 0
     for module in model.modules():
-        if _packable(module):
+        if _needs_pack(module):
             module.__class__ = PackedLinear
-        elif not (type(module) is PackedLinear and not module.pack_is_current()
-                  and module.weight.device.type == "cpu" and module.weight.dtype == torch.float32):
-            continue
-        module.repack()
-        count += 1
+            module.repack()
+            count += 1
     return count
 
 
