@@ -1,8 +1,8 @@
 """Parallel drafting ("DSpark", Cheng et al. 2026), exact: per round one drafter pass over the target's
-last hidden state gives a lattice of γ positions × K candidates; stage 1 (draft side only) picks a
-chain (DP) or a tree (best-first), cost-aware when a verify-cost table is given; stage 2 verifies it
-in ONE target forward (tree mask) and applies the exact acceptance rule; the KV cache keeps the
-accepted path only. The hidden state for the next round comes from that same forward.
+hidden states at the last emitted tokens gives a lattice of γ positions × K candidates; stage 1 (draft
+side only) picks a chain (DP) or a tree (best-first), cost-aware when a verify-cost table is given;
+stage 2 verifies it in ONE target forward (tree mask) and applies the exact acceptance rule; the KV
+cache keeps the accepted path only. The hidden states for the next round come from that same forward.
 
 Round r's tree: node 0 is the last emitted token (not yet in the cache), nodes 1.. the drafts."""
 from __future__ import annotations
@@ -158,24 +158,27 @@ def prefill(lm: LM, cache, prompt_ids, forced, config: DSparkConfig, pipeline, g
     return event, hidden
 
 
-def draft_lattice(drafter, hidden, root: int, gamma: int, config: DSparkConfig,
+def draft_lattice(drafter, hidden, history: Sequence[int], gamma: int, config: DSparkConfig,
                   lookup: LookupInput | None) -> LatticeDraft:
     """The drafter's lattice, with prompt lookup's chain added and scored when there is one."""
     extra = lookup.tokens if lookup else ()
-    draft = build_lattice(drafter, hidden, root, gamma, config.top_k_candidates, config.temperature, extra)
+    draft = build_lattice(drafter, hidden, history, gamma, config.top_k_candidates, config.temperature, extra)
     if not draft.extra:
         return draft
     return dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
 
 
-def draft_round(lm: LM, cache, drafter, hidden, root: int, gamma: int, config: DSparkConfig,
+def draft_round(lm: LM, cache, drafter, hidden, history: Sequence[int], gamma: int, config: DSparkConfig,
                 cost, pipeline, generator, index: int, position: int, room: int,
                 lookup: LookupInput | None = None):
-    """One round with up to `gamma` draft positions (0: a plain step). -> (event, next hidden)."""
+    """One round with up to `gamma` draft positions (0: a plain step). `history`: the last emitted
+    tokens (the root last), `hidden` (len(history), H) the LM-head input that produced each.
+    -> (event, the LM-head inputs (m, H) that produced the round's m emitted tokens)."""
     timer = Timer(lm)
     draft = plan = choice = None
+    root = int(history[-1])
     if gamma >= 1:
-        draft = draft_lattice(drafter, hidden, root, gamma, config, lookup)
+        draft = draft_lattice(drafter, hidden, history, gamma, config, lookup)
         timer.lap("drafter")
         plan, choice = select_plan(draft.lattice, config, cost)
         tokens, parents = flat_tree(root, plan)
@@ -195,7 +198,6 @@ def draft_round(lm: LM, cache, drafter, hidden, root: int, gamma: int, config: D
     timer.lap("acceptance")
     compact_cache(cache, past, [0] + list(outcome.accepted))
     timer.lap("cache")
-    last = outcome.accepted[-1] if outcome.accepted else 0
     event = DSparkRound(
         index=index, position=position, prefill=False, select=config.select,
         lattice=lattice_columns(lm, draft) if draft else (), dp=chain_dp(plan),
@@ -206,7 +208,7 @@ def draft_round(lm: LM, cache, drafter, hidden, root: int, gamma: int, config: D
         lossy=config.is_lossy, fed_tokens=len(tokens), timings_ms=timer.done(),
         next_piece=lm.piece(outcome.next_token), lookup=lookup.match if lookup else None,
         lookup_scores=lookup.scores if lookup else None)
-    return event, rows_hidden[last]
+    return event, rows_hidden[[0] + list(outcome.accepted)]
 
 
 def round_lookup(config: DSparkConfig, context: Sequence[int], gamma: int, rate: LookupRate,
@@ -229,6 +231,7 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
     cache = lm.new_cache()
     event, hidden = prefill(lm, cache, prompt_ids, forced, config, pipeline, generator)
     yield event
+    hidden = hidden[None]                                           # (T, H): what produced each history token
     context, index, rate = list(prompt_ids) + list(event.emitted), 1, LookupRate()
     while len(context) - len(prompt_ids) < config.max_new_tokens and event.emitted[-1] not in lm.eos_ids:
         position = len(context)
@@ -237,10 +240,11 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
         room = config.max_new_tokens - (position - len(prompt_ids))
         gamma = max(0, min(config.gamma, room - 1, lm.context_length - position - 1))
         lookup = round_lookup(config, context, gamma, rate, lm.eos_ids)
-        event, hidden = draft_round(lm, cache, drafter, hidden, event.emitted[-1], gamma, config, cost,
-                                    pipeline, generator, index, position, room, lookup)
+        event, produced = draft_round(lm, cache, drafter, hidden, context[len(context) - len(hidden):], gamma,
+                                      config, cost, pipeline, generator, index, position, room, lookup)
         yield event
         context.extend(event.emitted)
+        hidden = torch.cat([hidden, produced[:len(event.emitted)]])[-drafter.span:]
         rate = rate.updated(hits(lookup.tokens, event.emitted)) if lookup else rate
         index += 1
 

@@ -1,20 +1,25 @@
-"""Parallel drafter ("DSpark" stage 0): one forward over the target's last hidden state and the last
-token yields γ positions of draft logits, a low-rank sequential bias from the token at k−1, and a
-confidence per position; `build_lattice` turns that into a select.Lattice for stage 1.
+"""Parallel drafter ("DSpark" stage 0): one forward over the target's hidden states and tokens of the
+last few emitted positions yields γ positions of draft logits, a low-rank sequential bias from the token
+at k−1, and a confidence per position; `build_lattice` turns that into a select.Lattice for stage 1.
 
-Inputs (no extra target pass): `h`, the hidden state the target's LM head read at the position that
-produced the last emitted token `root` (captured from the verification forward by `HeadInputTap`),
-and root itself, embedded with the target's frozen input embedding. Position k (1..γ) predicts the
-k-th token after root. Architecture:
+Inputs (no extra target pass): for each of the last T ≤ `window` emitted tokens t_j, the hidden state
+h_j the target's LM head read at the position that produced it (captured from the verification forward
+by `HeadInputTap`); the last pair (h, root) is the anchor. Tokens are embedded with the target's frozen
+input embedding. Position k (1..γ) predicts the k-th token after root. Architecture:
 
-    u   = silu(W_in [rms(h); rms(E[root])])                         (B, D)       shared trunk
+    x_j = silu(W_in [rms(h_j); rms(E[t_j])])                        (B, T, D)    trunk, per row
+    u   = backbone(x)[last]                                         (B, D)       `layers` causal blocks
+                                                                                 over the window (none:
+                                                                                 u = x_last)
     z_k = h + W2_k silu(W1_k u)                                     (B, γ, H)    per-position block
     base_k = z_k · W_headᵀ (all γ positions in one matmul)          (B, γ, V_s)  frozen LM head
     logits_k(· | y) = base_k + (E[y] A_k) Rᵀ                        rank-r bias from the parent y
     c_k(y) = σ(a_k · (w_k·[z_k, log max q_k(·|y), entropy]) + b_k)  confidence, Platt-calibrated
 
-V_s is an optional slice of the vocabulary (the tokens seen in training); tokens outside it get no
-draft probability. The frozen target tensors are attached with `attach(lm)` and never saved.
+A backbone block is pre-norm attention (rotary positions, each row sees the `window` rows up to itself)
+and a gated MLP, both residual. V_s is an optional slice of the vocabulary (the tokens seen in
+training); tokens outside it get no draft probability. The frozen target tensors are attached with
+`attach(lm)` and never saved.
 """
 from __future__ import annotations
 
@@ -42,11 +47,18 @@ class DrafterShape:
     rank: int = 64             # sequential (previous-token) bias
     trunk: int = 512
     width: int = 256           # per-position block
+    layers: int = 0            # backbone blocks over the window (0: the anchor row only)
+    window: int = 1            # rows of history the backbone sees, the anchor's included
+    heads: int = 8             # backbone attention heads
+    mlp: int = 1024            # backbone MLP width
 
     def __post_init__(self):
-        for name in ("hidden_size", "vocab_size", "rank", "trunk", "width"):
+        for name in ("hidden_size", "vocab_size", "rank", "trunk", "width", "window", "heads", "mlp"):
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 1, name, value, "must be an integer >= 1")
+        check(isinstance(self.layers, int) and self.layers >= 0, "layers", self.layers, "must be an integer >= 0")
+        check(self.layers == 0 or (self.trunk % self.heads == 0 and (self.trunk // self.heads) % 2 == 0), "heads",
+              self.heads, f"must divide trunk ({self.trunk}) into heads of even size")
         check(isinstance(self.gamma_max, int) and 1 <= self.gamma_max <= MAX_GAMMA, "gamma_max",
               self.gamma_max, f"must be an integer in [1, {MAX_GAMMA}]")
 
@@ -55,6 +67,48 @@ class DrafterShape:
 class DraftOut:
     z: torch.Tensor            # (B, γ, H) per-position hidden states
     base: torch.Tensor         # (B, γ, V_s) logits before the sequential bias
+
+
+def rotary(x: torch.Tensor) -> torch.Tensor:
+    """Rotary position embedding over the rows of x (..., T, d), d even; row j sits at position j."""
+    d, t = x.shape[-1], x.shape[-2]
+    inv = 1.0 / (10000 ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))   # (d/2,)
+    angle = torch.arange(t, device=x.device, dtype=torch.float32)[:, None] * inv                # (T, d/2)
+    cos, sin = angle.cos().to(x.dtype), angle.sin().to(x.dtype)
+    even, odd = x[..., ::2], x[..., 1::2]
+    return torch.stack([even * cos - odd * sin, even * sin + odd * cos], -1).flatten(-2)
+
+
+def window_mask(valid: torch.Tensor, window: int) -> torch.Tensor:
+    """Additive attention mask (B, 1, T, T): row i sees valid rows i−window+1..i (always itself)."""
+    t = valid.shape[1]
+    i = torch.arange(t, device=valid.device)
+    band = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)                      # (T, T)
+    sees = (band[None] & valid[:, None, :]) | torch.eye(t, dtype=torch.bool, device=valid.device)
+    return torch.zeros(sees.shape, device=valid.device).masked_fill(~sees, float("-inf"))[:, None]
+
+
+class ContextBlock(nn.Module):
+    """Pre-norm residual attention (rotary) + gated MLP; output projections start at zero, so an
+    untrained block is the identity."""
+
+    def __init__(self, dim: int, heads: int, mlp: int):
+        super().__init__()
+        self.heads = heads
+        self.qkv = nn.Linear(dim, 3 * dim, bias=False)
+        self.out = nn.Linear(dim, dim, bias=False)
+        self.up = nn.Linear(dim, 2 * mlp, bias=False)
+        self.down = nn.Linear(mlp, dim, bias=False)
+        nn.init.zeros_(self.out.weight)
+        nn.init.zeros_(self.down.weight)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(F.rms_norm(x, (d,))).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        att = F.scaled_dot_product_attention(rotary(q), rotary(k), v, attn_mask=mask.to(q.dtype))  # (B, nh, T, dh)
+        x = x + self.out(att.transpose(1, 2).reshape(b, t, d))
+        gate, up = self.up(F.rms_norm(x, (d,))).chunk(2, -1)
+        return x + self.down(F.silu(gate) * up)
 
 
 class ParallelDrafter(nn.Module):
@@ -78,6 +132,7 @@ class ParallelDrafter(nn.Module):
         self.seq_out = nn.Parameter(torch.randn(len(ids), r, generator=gen) * 0.02)        # (V_s, r)
         self.conf_w = nn.Parameter(torch.zeros(g, h + 2))                                   # (γ, H + 2)
         self.conf_b = nn.Parameter(torch.zeros(g))
+        self.blocks = nn.ModuleList(ContextBlock(d, shape.heads, shape.mlp) for _ in range(shape.layers))
         self.register_buffer("platt_a", torch.ones(g))     # per-position calibration of the
         self.register_buffer("platt_b", torch.zeros(g))    # confidence logit
         self.embed: torch.Tensor | None = None      # (V, H) frozen target input embedding
@@ -112,13 +167,30 @@ class ParallelDrafter(nn.Module):
         return F.embedding(ids.to(self.embed.device), self.embed).to(self.trunk_in.dtype)  # (..., H)
 
     # ------------------------------------------------------------------ forward
-    def forward(self, hidden: torch.Tensor, root: torch.Tensor) -> DraftOut:
-        """hidden (B, H) target LM-head inputs, root (B,) token ids -> γ positions of base logits."""
+    @property
+    def span(self) -> int:
+        """Rows of history the anchor's output depends on: each block looks `window` − 1 rows back."""
+        return self.shape.layers * (self.shape.window - 1) + 1
+
+    def encode(self, hidden: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
+        """hidden (B, T, H), tokens (B, T), valid (B, T) bool (None: all) -> u (B, T, D): row j's trunk
+        output after the backbone, which lets it see the `window` rows up to j."""
         self._check_attached()
         hidden = hidden.to(self.trunk_in.dtype)
         feats = torch.cat([F.rms_norm(hidden, hidden.shape[-1:]),
-                           F.rms_norm(self.embed_tokens(root), hidden.shape[-1:])], -1)   # (B, 2H)
-        u = F.dropout(F.silu(feats @ self.trunk_in + self.trunk_b), self.dropout, self.training)  # (B, D)
+                           F.rms_norm(self.embed_tokens(tokens), hidden.shape[-1:])], -1)  # (B, T, 2H)
+        x = F.dropout(F.silu(feats @ self.trunk_in + self.trunk_b), self.dropout, self.training)  # (B, T, D)
+        if self.blocks:
+            if valid is None:
+                valid = torch.ones(tokens.shape, dtype=torch.bool, device=x.device)
+            mask = window_mask(valid.to(x.device), self.shape.window)
+            for block in self.blocks:
+                x = block(x, mask)
+        return x
+
+    def draft_positions(self, u: torch.Tensor, hidden: torch.Tensor) -> DraftOut:
+        """u (B, D) encoded anchors, hidden (B, H) their LM-head inputs -> γ positions of base logits."""
+        hidden = hidden.to(self.trunk_in.dtype)
         # (γ, B, W) batched over γ: einsum would copy w1 into a (D, γ·W) layout on every call
         mid = F.silu(torch.matmul(u, self.w1).transpose(0, 1) + self.b1)                 # (B, γ, W)
         mid = F.dropout(mid, self.dropout, self.training)
@@ -127,6 +199,14 @@ class ParallelDrafter(nn.Module):
         if self.head_bias is not None:
             base = base + self.head_bias
         return DraftOut(z, base)
+
+    def forward(self, hidden: torch.Tensor, root: torch.Tensor, valid: torch.Tensor | None = None) -> DraftOut:
+        """Anchor = the last row. hidden (B, H) and root (B,): a window of one row; or hidden (B, T, H),
+        root (B, T) the window's rows (oldest first), valid (B, T) which rows exist."""
+        if hidden.ndim == 2:
+            hidden, root = hidden[:, None], root[:, None]
+        u = self.encode(hidden, root, valid)[:, -1]                                         # (B, D)
+        return self.draft_positions(u, hidden[:, -1])
 
     def parent_bias(self, position: torch.Tensor | int, parents: torch.Tensor) -> torch.Tensor:
         """Sequential bias (..., V_s) for parents (...) at 0-based position(s) (broadcastable)."""
@@ -251,7 +331,7 @@ def _with_extra(drafter, token: int, ids: list, q_cond: torch.Tensor, mix: torch
 
 
 @torch.inference_mode()
-def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int, gamma: int, top_k: int,
+def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Sequence[int], gamma: int, top_k: int,
                   temperature: float = 0.0, extra: Sequence[int] = ()) -> LatticeDraft:
     """γ positions of top-K candidates. Candidates at k are the top-K of the drafter's marginal
     (parents weighted by their own marginal); q_draft is that marginal; ŝ_k(x | y): at temperature 0
@@ -259,12 +339,18 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int, gam
     for lower candidates), at temperature T > 0 q_k(x|y) at temperature T (the point-mass rule
     accepts x with p_target(x)). `extra` (at most γ tokens, e.g. prompt lookup's continuation) adds
     extra[k] at position k+1 when it is not a candidate already, scored by the drafter like any
-    other (0 outside its vocabulary slice) and a parent of the next position. Draft side only."""
+    other (0 outside its vocabulary slice) and a parent of the next position. `hidden` (H,) with `root`
+    one token, or the last rows of history (T, H) with their T tokens (root last; the drafter reads
+    its last `span` rows). Draft side only."""
     check(isinstance(gamma, int) and 1 <= gamma <= drafter.shape.gamma_max, "gamma", gamma,
           f"must be an integer in [1, {drafter.shape.gamma_max}] (the drafter's gamma_max)")
     check(len(extra) <= gamma, "extra", len(extra), f"must hold at most gamma ({gamma}) tokens")
     device = drafter.trunk_in.device
-    out = drafter(hidden.reshape(1, -1).to(device), torch.tensor([root], device=device))
+    rows = [int(root)] if isinstance(root, int) else [int(t) for t in root][-drafter.span:]
+    hidden = hidden.reshape(-1, hidden.shape[-1])[-len(rows):]                           # (T, H)
+    check(hidden.shape[0] == len(rows), "root", len(rows), f"must give one token per hidden row ({hidden.shape[0]})")
+    out = drafter(hidden[None].to(device), torch.tensor([rows], device=device))
+    root = rows[-1]
     parents = torch.tensor([root], device=device)                       # (P,)
     weight = torch.ones(1, device=device, dtype=torch.float32)          # (P,)
     tokens, q_rows, score_rows, conf_rows, extra_at = [], [], [], [], []

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 
 from decoding.errors import ConfigError, check
 from decoding.models import cache_root
-from decoding.parallel import DrafterShape, ParallelDrafter
+from decoding.parallel import DrafterShape, DraftOut, ParallelDrafter
 
 DISTILL_VERSION = 1
 
@@ -274,6 +274,43 @@ def make_batch(data: DistillData, rows: torch.Tensor, gamma: int, slice_of: torc
                  data.soft_probs[safe].float())
 
 
+def history_rows(data: DistillData, rows: torch.Tensor, span: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per anchor row the `span` rows ending at it (oldest first), as the decoder's history holds them:
+    rows before its sequence's first are invalid (and point at the anchor). -> (rows (B, S), valid)."""
+    start = data.offsets[torch.searchsorted(data.offsets, rows, right=True) - 1]     # (B,)
+    window = rows[:, None] + torch.arange(1 - span, 1)                                 # (B, S)
+    valid = window >= start[:, None]
+    return torch.where(valid, window, rows[:, None]), valid
+
+
+def encode_rows(drafter: ParallelDrafter, data: DistillData, rows: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """The drafter's backbone over data rows (B, T) -> (B, T, D)."""
+    return drafter.encode(data.hidden[rows].float(), data.tokens[rows], valid)
+
+
+def draft_at(drafter: ParallelDrafter, data: DistillData, rows: torch.Tensor):
+    """The drafter's output at anchor rows (B,), each with its history window."""
+    window, valid = history_rows(data, rows, drafter.span)
+    return drafter.draft_positions(encode_rows(drafter, data, window, valid)[:, -1], data.hidden[rows].float())
+
+
+def training_chunks(data: DistillData, pool: torch.Tensor, gen: torch.Generator, n_chunks: int, length: int,
+                    span: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """n_chunks runs of `length` consecutive anchors, each after span − 1 rows of history, so the
+    backbone encodes every row once and each anchor sees the window it sees when decoding. A run
+    covers a random anchor at a random offset, clipped at its sequence's start.
+    -> (rows (C, T), valid (C, T), is_anchor (C, T)), T = span − 1 + length."""
+    pick = pool[torch.randint(len(pool), (n_chunks,), generator=gen)]                  # (C,)
+    seq = torch.searchsorted(data.offsets, pick, right=True) - 1
+    first, end = data.offsets[seq], data.offsets[seq + 1]                              # (C,)
+    start = torch.maximum(first, pick - torch.randint(length, (n_chunks,), generator=gen))
+    offset = torch.arange(1 - span, length)                                            # (T,)
+    rows = start[:, None] + offset                                                     # (C, T)
+    valid = (rows >= first[:, None]) & (rows < end[:, None])
+    is_anchor = valid & (offset >= 0) & (rows < end[:, None] - 1)
+    return torch.where(valid, rows, start[:, None]), valid, is_anchor
+
+
 # ------------------------------------------------------------------------------ loss
 @dataclass(frozen=True)
 class TrainSettings:
@@ -281,6 +318,10 @@ class TrainSettings:
     rank: int = 64
     trunk: int = 512
     width: int = 256
+    layers: int = 0              # backbone blocks over the history window (decoding.parallel)
+    window: int = 1              # rows each block sees, the anchor's included
+    chunk: int = 1               # anchors per run of consecutive rows (batch_size / chunk runs a step; > 1 shares
+                                 # the backbone pass over a run, 1 draws every anchor on its own)
     steps: int = 1500
     batch_size: int = 256
     lr: float = 2e-3
@@ -301,10 +342,11 @@ class TrainSettings:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "heldout_every",
+        for name in ("steps", "batch_size", "chunk", "window", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "heldout_every",
                      "n_varied"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check(isinstance(self.layers, int) and self.layers >= 0, "layers", self.layers, "must be an integer >= 0")
         check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
         check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
@@ -314,9 +356,9 @@ class TrainSettings:
               "must be >= 0")
 
 
-def losses(drafter: ParallelDrafter, batch: Batch, settings: TrainSettings):
-    """(total, token CE, confidence BCE, hits (B, γ) bool, exists (B, γ) bool)."""
-    out = drafter(batch.hidden, batch.root)
+def losses(drafter: ParallelDrafter, out: DraftOut, batch: Batch, settings: TrainSettings):
+    """out: the drafter's output at the batch's anchors. -> (total, token CE, confidence BCE, hits (B, γ)
+    bool, exists (B, γ) bool)."""
     logits = drafter.teacher_logits(out, batch.parents)                     # (B, γ, V_s)
     logq = torch.log_softmax(logits.float(), -1)                             # (B, γ, V_s)
     valid = batch.labels >= 0                                                # (B, γ)
@@ -345,7 +387,7 @@ def evaluate(drafter: ParallelDrafter, data: DistillData, gamma: int, slice_of: 
     hits, conf, valid = [], [], []
     for chunk in rows.split(256):
         batch = make_batch(data, chunk, gamma, slice_of)
-        out = drafter(batch.hidden, batch.root)
+        out = draft_at(drafter, data, chunk)
         logits = drafter.teacher_logits(out, batch.parents)
         hits.append((logits.argmax(-1) == batch.labels) & (batch.labels >= 0))
         conf.append(drafter.confidence_logit(torch.arange(gamma)[None, :], out.z, logits))
@@ -533,7 +575,7 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     train_seqs, held_seqs = data_split(data, settings.heldout_every)
     train, held = data.subset(train_seqs), data.subset(held_seqs)
     shape = DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, settings.gamma_max, settings.rank,
-                         settings.trunk, settings.width)
+                         settings.trunk, settings.width, settings.layers, settings.window)
     drafter = ParallelDrafter(shape, vocab_slice(train, lm, settings.vocab), seed=settings.seed).attach(lm)
     drafter.dropout = settings.dropout
     slice_of = slice_index(drafter)
@@ -547,8 +589,11 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     drafter.train()
     bar = tqdm(range(settings.steps), desc="train parallel", unit="step", disable=not progress)
     for _ in bar:
-        pick = rows[torch.randint(len(rows), (settings.batch_size,), generator=gen)]
-        total, ce, bce, hits, _ = losses(drafter, make_batch(train, pick, settings.gamma_max, slice_of), settings)
+        window, valid, is_anchor = training_chunks(train, rows, gen, max(1, settings.batch_size // settings.chunk),
+                                                   min(settings.chunk, settings.batch_size), drafter.span)
+        pick = window[is_anchor]                                                      # (B,) anchor rows
+        out = drafter.draft_positions(encode_rows(drafter, train, window, valid)[is_anchor], train.hidden[pick].float())
+        total, ce, bce, hits, _ = losses(drafter, out, make_batch(train, pick, settings.gamma_max, slice_of), settings)
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -573,9 +618,12 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
 def model_card(report: TrainReport, title: str) -> str:
     """Markdown describing the data, the run and the held-out results, from the report only."""
     d, s, m = report.data, report.settings, report.metrics
+    layers, window = report.shape.get("layers", 0), report.shape.get("window", 1)
+    reads = (f"the target's hidden states and tokens at the last {window} emitted positions, through {layers} "
+             f"attention block(s),") if layers else "the target's last hidden state and last token"
     lines = [f"# {title}", "",
-             "Parallel drafter for DecodeScope's `dspark` strategy (one pass over the target's last hidden",
-             "state and last token gives γ positions; low-rank previous-token bias; Platt-calibrated confidence).",
+             f"Parallel drafter for DecodeScope's `dspark` strategy (one pass over {reads}",
+             "gives γ positions; low-rank previous-token bias; Platt-calibrated confidence).",
              "Generated by `python -m decoding train parallel` from the run below.", "",
              "## Data", "",
              f"- target: `{d.get('target_display', d.get('model'))}`; self-distillation, answers {'greedy' if not d.get('temperature') else 'sampled at T=' + str(d.get('temperature'))}, "
@@ -587,7 +635,7 @@ def model_card(report: TrainReport, title: str) -> str:
              "## Model and training", "",
              f"- shape: {json.dumps(report.shape)}; {report.params:,} trainable parameters; "
              f"file {report.size_bytes / 1e6:.1f} MB (float16)",
-             f"- {report.steps} steps of {s['batch_size']}, AdamW lr {s['lr']} one-cycle, weight decay "
+             f"- {report.steps} steps of {s['batch_size']} anchors (runs of {s.get('chunk', 1)} consecutive), AdamW lr {s['lr']} one-cycle, weight decay "
              f"{s.get('weight_decay', 0.01)}, dropout {s.get('dropout', 0.0)}, loss = CE + {s['soft_weight']}·soft CE "
              f"+ {s['conf_weight']}·confidence BCE; {report.seconds} s; final loss {report.final_loss}", "",
              f"## Held-out results ({m['heldout_anchors']} anchors)", "",

@@ -105,6 +105,34 @@ def test_trained_drafter_equals_greedy(lm, prompts, trained, select, gamma, k, b
     assert accepted > 0
 
 
+def test_backbone_drafter_trains_in_chunks_and_stays_exact(lm, prompts, tmp_path):
+    """A drafter with a backbone over its history (trained in runs of consecutive anchors) fits its
+    data, says so on its card, and decodes token-identical to greedy."""
+    import dataclasses
+
+    settings = dataclasses.replace(SETTINGS, layers=1, window=4, chunk=8, trunk=32, steps=80)
+    out = tmp_path / "ctx.safetensors"
+    report = train_parallel(lm, settings, out, prompts=prompts, progress=False)
+    drafter = load_drafter(out, lm)
+    assert drafter.shape.layers == 1 and drafter.span == 4
+    data = generate_distill(lm, prompts, answer_tokens=SETTINGS.answer_tokens, batch_size=SETTINGS.gen_batch,
+                            progress=False)
+    slice_of = torch.full((lm.vocab_size,), -1, dtype=torch.long)
+    slice_of[drafter.vocab_ids] = torch.arange(len(drafter.vocab_ids))
+    untrained = load_drafter(out, lm)
+    with torch.no_grad():
+        for p in (untrained.w2, untrained.seq_in, untrained.conf_w):
+            p.zero_()
+    assert (evaluate(drafter, data, 6, slice_of)["hits"].float().mean()
+            > evaluate(untrained, data, 6, slice_of)["hits"].float().mean() + 0.1)
+    card = out.with_suffix(".md").read_text()
+    assert "last 4 emitted positions, through 1 attention block" in card and "runs of 8 consecutive" in card
+    assert report.shape["window"] == 4
+    for prompt in prompts[:3]:
+        tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, gamma=6, top_k_candidates=2), drafter=drafter)
+        assert tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+
+
 def test_train_command_line_errors(capsys):
     from decoding.__main__ import main
 
