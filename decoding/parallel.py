@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from decoding import packed_gemm
 from decoding.errors import ConfigError, check
 from decoding.select import MAX_GAMMA, Lattice
 
@@ -138,6 +139,7 @@ class ParallelDrafter(nn.Module):
         self.embed: torch.Tensor | None = None      # (V, H) frozen target input embedding
         self.head: torch.Tensor | None = None       # (V_s, H) frozen target LM head rows
         self.head_bias: torch.Tensor | None = None  # (V_s,) or None
+        self.head_pack: torch.Tensor | None = None  # MKL's packed copy of head (fp32 CPU), or None
 
     # ------------------------------------------------------------------ frozen target parts
     def attach(self, lm) -> "ParallelDrafter":
@@ -157,7 +159,20 @@ class ParallelDrafter(nn.Module):
         self.head = head.weight.detach().index_select(0, ids).to(self.trunk_in.dtype)   # (V_s, H)
         bias = getattr(head, "bias", None)
         self.head_bias = None if bias is None else bias.detach().index_select(0, ids).to(self.trunk_in.dtype)
+        self._pack_head()
         return self
+
+    def __getstate__(self) -> dict:
+        """Copies and pickles leave out the opaque packed head and pack their own (see __setstate__)."""
+        return {**super().__getstate__(), "head_pack": None}
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        self._pack_head()
+
+    def _pack_head(self) -> None:
+        cpu32 = self.head is not None and self.head.device.type == "cpu" and self.head.dtype == torch.float32
+        self.head_pack = packed_gemm.pack_weight(self.head) if cpu32 and packed_gemm.available() else None
 
     def _check_attached(self) -> None:
         if self.head is None:
@@ -188,25 +203,37 @@ class ParallelDrafter(nn.Module):
                 x = block(x, mask)
         return x
 
-    def draft_positions(self, u: torch.Tensor, hidden: torch.Tensor) -> DraftOut:
-        """u (B, D) encoded anchors, hidden (B, H) their LM-head inputs -> γ positions of base logits."""
+    def draft_positions(self, u: torch.Tensor, hidden: torch.Tensor, gamma: int | None = None) -> DraftOut:
+        """u (B, D) encoded anchors, hidden (B, H) their LM-head inputs -> the first `gamma` (default
+        gamma_max) positions of base logits."""
+        g = self.shape.gamma_max if gamma is None else gamma
         hidden = hidden.to(self.trunk_in.dtype)
         # (γ, B, W) batched over γ: einsum would copy w1 into a (D, γ·W) layout on every call
-        mid = F.silu(torch.matmul(u, self.w1).transpose(0, 1) + self.b1)                 # (B, γ, W)
+        mid = F.silu(torch.matmul(u, self.w1[:g]).transpose(0, 1) + self.b1[:g])          # (B, γ, W)
         mid = F.dropout(mid, self.dropout, self.training)
-        z = hidden[:, None, :] + torch.einsum("bgw,gwh->bgh", mid, self.w2)                # (B, γ, H)
-        base = z @ self.head.T                                                              # (B, γ, V_s)
-        if self.head_bias is not None:
-            base = base + self.head_bias
-        return DraftOut(z, base)
+        z = hidden[:, None, :] + torch.einsum("bgw,gwh->bgh", mid, self.w2[:g])            # (B, γ, H)
+        return DraftOut(z, self.project(z))
 
-    def forward(self, hidden: torch.Tensor, root: torch.Tensor, valid: torch.Tensor | None = None) -> DraftOut:
+    def project(self, z: torch.Tensor) -> torch.Tensor:
+        """All positions through the frozen LM head rows in one matrix product: (..., H) -> (..., V_s);
+        MKL's packed copy of the head when inference runs over enough rows (decoding.packed_gemm)."""
+        rows = z.reshape(-1, z.shape[-1])
+        if (self.head_pack is not None and rows.shape[0] >= packed_gemm.PACK_MIN_ROWS
+                and rows.dtype == torch.float32 and not torch.is_grad_enabled()):
+            out = packed_gemm.packed_linear(rows, self.head_pack, self.head, self.head_bias)
+            return out.view(*z.shape[:-1], -1)
+        base = z @ self.head.T
+        return base if self.head_bias is None else base + self.head_bias
+
+    def forward(self, hidden: torch.Tensor, root: torch.Tensor, valid: torch.Tensor | None = None,
+                gamma: int | None = None) -> DraftOut:
         """Anchor = the last row. hidden (B, H) and root (B,): a window of one row; or hidden (B, T, H),
-        root (B, T) the window's rows (oldest first), valid (B, T) which rows exist."""
+        root (B, T) the window's rows (oldest first), valid (B, T) which rows exist. Positions 1..gamma
+        (default gamma_max)."""
         if hidden.ndim == 2:
             hidden, root = hidden[:, None], root[:, None]
         u = self.encode(hidden, root, valid)[:, -1]                                         # (B, D)
-        return self.draft_positions(u, hidden[:, -1])
+        return self.draft_positions(u, hidden[:, -1], gamma)
 
     def parent_bias(self, position: torch.Tensor | int, parents: torch.Tensor) -> torch.Tensor:
         """Sequential bias (..., V_s) for parents (...) at 0-based position(s) (broadcastable)."""
@@ -349,7 +376,7 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Se
     rows = [int(root)] if isinstance(root, int) else [int(t) for t in root][-drafter.span:]
     hidden = hidden.reshape(-1, hidden.shape[-1])[-len(rows):]                           # (T, H)
     check(hidden.shape[0] == len(rows), "root", len(rows), f"must give one token per hidden row ({hidden.shape[0]})")
-    out = drafter(hidden[None].to(device), torch.tensor([rows], device=device))
+    out = drafter(hidden[None].to(device), torch.tensor([rows], device=device), gamma=gamma)
     root = rows[-1]
     parents = torch.tensor([root], device=device)                       # (P,)
     weight = torch.ones(1, device=device, dtype=torch.float32)          # (P,)

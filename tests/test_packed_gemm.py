@@ -231,3 +231,34 @@ def test_the_cli_loads_packed_unless_told_not_to(monkeypatch, flag, packed):
     args = cli.build_parser().parse_args(["run", "--prompt", "hi", *flag])
     assert cli._prepare(args)[1] == [1, 2]
     assert [s.pack_gemm for s in specs] == [packed]
+
+
+def test_the_parallel_drafters_head_is_packed_for_inference_only(monkeypatch):
+    """The drafter's γ-position LM-head product takes the packed op at inference (same numbers as the
+    plain product), the plain one under autograd; a copy packs its own; `gamma` computes only the
+    first positions, equal to the full computation's."""
+    from decoding.parallel import DrafterShape, ParallelDrafter
+    from tests.dspark_helpers import varied_llama
+
+    lm = varied_llama(seed=0)                                          # untied head
+    model = lm.model.to("cpu", torch.float32)                          # the packed GEMM is the CPU's
+    h = model.config.hidden_size
+    drafter = ParallelDrafter(DrafterShape(h, model.config.vocab_size, gamma_max=8, rank=4, trunk=16, width=8))
+    with torch.no_grad():
+        drafter.w2.normal_(0, 0.5, generator=torch.Generator().manual_seed(0))
+    drafter.eval().attach(lm)
+    assert drafter.head_pack is not None
+    calls = packed_path_calls(monkeypatch)
+    hidden, root = torch.randn(2, h), torch.tensor([3, 7])
+    with torch.no_grad():
+        out = drafter(hidden, root)
+        assert calls == [16]
+        torch.testing.assert_close(out.base, out.z @ drafter.head.T, rtol=1e-5, atol=1e-5)
+        first = drafter(hidden, root, gamma=3)
+        assert calls == [16, 6] and first.base.shape[1] == 3
+        torch.testing.assert_close(first.base, out.base[:, :3], rtol=1e-5, atol=1e-5)
+        twin = copy.deepcopy(drafter)
+        assert twin.head_pack is not None and twin.head_pack is not drafter.head_pack
+        torch.testing.assert_close(twin(hidden, root).base, out.base, rtol=1e-5, atol=1e-5)
+    trained = drafter(hidden, root)                     # autograd on: the plain product
+    assert len(calls) == 3 and trained.base.requires_grad
