@@ -250,12 +250,22 @@ class ParallelDrafter(nn.Module):
 
     def confidence_logit(self, position: torch.Tensor | int, z: torch.Tensor,
                          logits: torch.Tensor) -> torch.Tensor:
-        """Raw confidence logit that position k's top-1 is accepted: z (..., H), logits (..., V_s)."""
+        """Raw confidence logit that position k's top-1 is accepted: z (..., H), logits (..., V_s).
+        = w_k·[rms(z), log max q, entropy of q] + b_k, in two parts (see build_lattice)."""
         logq = torch.log_softmax(logits.float(), -1)                            # (..., V_s)
-        ent = -(logq.exp() * logq).sum(-1, keepdim=True)                        # (..., 1)
-        feats = torch.cat([F.rms_norm(z, z.shape[-1:]), logq.amax(-1, keepdim=True), ent], -1)
+        return self.confidence_from_z(position, z) + self.confidence_from_q(position, logq)
+
+    def confidence_from_z(self, position: torch.Tensor | int, z: torch.Tensor) -> torch.Tensor:
+        """The part of the confidence logit from the position's hidden state: z (..., H) -> (...)."""
         w = self.conf_w[position]                                               # (..., H + 2)
-        return (feats.to(w.dtype) * w).sum(-1) + self.conf_b[position]          # (...)
+        h = z.shape[-1]
+        return (F.rms_norm(z, (h,)).to(w.dtype) * w[..., :h]).sum(-1) + self.conf_b[position]
+
+    def confidence_from_q(self, position: torch.Tensor | int, logq: torch.Tensor) -> torch.Tensor:
+        """The part from the draft distribution: logq (..., V_s) log-probabilities -> (...)."""
+        w = self.conf_w[position]                                               # (..., H + 2)
+        ent = -(logq.exp() * logq).sum(-1)                                      # (...)
+        return w[..., -2] * logq.amax(-1).to(w.dtype) + w[..., -1] * ent.to(w.dtype)
 
     def calibrated(self, position, raw_logit: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.platt_a[position] * raw_logit + self.platt_b[position])
@@ -382,10 +392,11 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Se
     weight = torch.ones(1, device=device, dtype=torch.float32)          # (P,)
     tokens, q_rows, score_rows, conf_rows, extra_at = [], [], [], [], []
     k = min(top_k, len(drafter.vocab_ids))
+    conf_z = drafter.confidence_from_z(torch.arange(gamma, device=device), out.z[0])       # (γ,) once
     for pos in range(gamma):
         logits = (out.base[0, pos] + drafter.parent_bias(pos, parents)).float()   # (P, V_s)
-        scaled = logits / temperature if temperature > 0 else logits
-        q_cond = torch.softmax(scaled, -1)                                          # (P, V_s)
+        logq = torch.log_softmax(logits, -1)                                        # (P, V_s)
+        q_cond = torch.softmax(logits / temperature, -1) if temperature > 0 else logq.exp()  # (P, V_s)
         mix = (weight[:, None] * q_cond).sum(0) / weight.sum()                      # (V_s,)
         q_top, idx = torch.topk(mix, k)                                             # (K,)
         ids = drafter.vocab_ids[idx].tolist()
@@ -393,7 +404,7 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Se
         if pos < len(extra):
             ids, q_cols, q_top, at = _with_extra(drafter, extra[pos], ids, q_cond, mix, idx, q_top)
             extra_at.append(at)
-        conf = drafter.calibrated(pos, drafter.confidence_logit(pos, out.z[0, pos].expand(len(parents), -1), logits))
+        conf = drafter.calibrated(pos, conf_z[pos] + drafter.confidence_from_q(pos, logq))          # (P,)
         if temperature > 0:
             scores = q_cols                                                         # (P, K')
         else:

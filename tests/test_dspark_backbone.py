@@ -13,7 +13,7 @@ from decoding import dspark
 from decoding.config import DSparkConfig, GreedyConfig
 from decoding.errors import ConfigError
 from decoding.lattice_lookup import LookupInput
-from decoding.parallel import DrafterShape, ParallelDrafter, load_drafter, tap_head_input
+from decoding.parallel import DrafterShape, ParallelDrafter, build_lattice, load_drafter, tap_head_input
 from decoding.runner import run
 from decoding.train import DistillData, draft_at, encode_rows, history_rows, training_chunks
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
@@ -169,3 +169,23 @@ def test_bad_backbone_shape_is_one_line(field, bad):
     with pytest.raises(ConfigError) as err:
         DrafterShape(**{**args, field: bad})
     assert field in str(err.value) and str(bad) in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_lattice_confidences_are_trainings_definition(lm, temperature):
+    """build_lattice computes confidences in two parts (hidden-state part once per lattice); they equal
+    calibrated(confidence_logit(...)), the form training fits and calibrates, for every parent."""
+    drafter = random_drafter(lm, gamma_max=6, layers=1, window=3)
+    with torch.no_grad():
+        drafter.platt_a.uniform_(0.5, 2.0)
+        drafter.platt_b.uniform_(-1.0, 1.0)
+    hidden, history = torch.randn(3, lm.model.config.hidden_size), [5, 9, 11]
+    draft = build_lattice(drafter, hidden, history, 5, 3, temperature)
+    with torch.no_grad():
+        out = drafter(hidden[None], torch.tensor([history]))
+        parents = [history[-1]]
+        for pos, row in enumerate(draft.confidence):
+            logits = out.base[0, pos] + drafter.parent_bias(pos, torch.tensor(parents))
+            want = drafter.calibrated(pos, drafter.confidence_logit(pos, out.z[0, pos].expand(len(parents), -1), logits))
+            torch.testing.assert_close(torch.tensor(row), want.float(), rtol=1e-5, atol=1e-6)
+            parents = draft.lattice.token_ids[pos]
