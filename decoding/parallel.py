@@ -2,8 +2,8 @@
 last few emitted positions yields γ positions of draft logits, a low-rank sequential bias from the token
 at k−1, and a confidence per position; `build_lattice` turns that into a select.Lattice for stage 1.
 
-Inputs (no extra target pass): for each of the last T ≤ `window` emitted tokens t_j, the hidden state
-h_j the target's LM head read at the position that produced it (captured from the verification forward
+Inputs (no extra target pass): for each of the last T ≤ span = layers·(window − 1) + 1 emitted tokens
+t_j (one without a backbone), the hidden state h_j the target's LM head read at the position that produced it (captured from the verification forward
 by `HeadInputTap`); the last pair (h, root) is the anchor. Tokens are embedded with the target's frozen
 input embedding. Position k (1..γ) predicts the k-th token after root. Architecture:
 
@@ -13,6 +13,7 @@ input embedding. Position k (1..γ) predicts the k-th token after root. Architec
                                                                                  u = x_last)
     z_k = h + W2_k silu(W1_k u)                                     (B, γ, H)    per-position block
     base_k = z_k · W_headᵀ (all γ positions in one matmul)          (B, γ, V_s)  frozen LM head
+                                                                                 (MKL-packed on the CPU)
     logits_k(· | y) = base_k + (E[y] A_k) Rᵀ                        rank-r bias from the parent y
     c_k(y) = σ(a_k · (w_k·[z_k, log max q_k(·|y), entropy]) + b_k)  confidence, Platt-calibrated
 
