@@ -342,8 +342,8 @@ class TrainSettings:
     seed: int = 0
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "chunk", "window", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "heldout_every",
-                     "n_varied"):
+        for name in ("steps", "batch_size", "chunk", "window", "n_prompts", "answer_tokens", "gen_batch", "soft_k",
+                     "heldout_every", "n_varied"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
         check(isinstance(self.layers, int) and self.layers >= 0, "layers", self.layers, "must be an integer >= 0")
@@ -619,8 +619,11 @@ def model_card(report: TrainReport, title: str) -> str:
     """Markdown describing the data, the run and the held-out results, from the report only."""
     d, s, m = report.data, report.settings, report.metrics
     layers, window = report.shape.get("layers", 0), report.shape.get("window", 1)
-    reads = (f"the target's hidden states and tokens at the last {window} emitted positions, through {layers} "
-             f"attention block(s),") if layers else "the target's last hidden state and last token"
+    reads = (f"the target's hidden states and tokens at the last {layers * (window - 1) + 1} emitted positions, "
+             f"through {layers} attention block(s) of window {window},") if layers else \
+        "the target's last hidden state and last token"
+    chunk = s.get("chunk", 1)
+    per_step = f"{s['batch_size']}" if chunk == 1 else f"up to {s['batch_size']} anchors (runs of {chunk} consecutive)"
     lines = [f"# {title}", "",
              f"Parallel drafter for DecodeScope's `dspark` strategy (one pass over {reads}",
              "gives γ positions; low-rank previous-token bias; Platt-calibrated confidence).",
@@ -635,7 +638,7 @@ def model_card(report: TrainReport, title: str) -> str:
              "## Model and training", "",
              f"- shape: {json.dumps(report.shape)}; {report.params:,} trainable parameters; "
              f"file {report.size_bytes / 1e6:.1f} MB (float16)",
-             f"- {report.steps} steps of {s['batch_size']} anchors (runs of {s.get('chunk', 1)} consecutive), AdamW lr {s['lr']} one-cycle, weight decay "
+             f"- {report.steps} steps of {per_step}, AdamW lr {s['lr']} one-cycle, weight decay "
              f"{s.get('weight_decay', 0.01)}, dropout {s.get('dropout', 0.0)}, loss = CE + {s['soft_weight']}·soft CE "
              f"+ {s['conf_weight']}·confidence BCE; {report.seconds} s; final loss {report.final_loss}", "",
              f"## Held-out results ({m['heldout_anchors']} anchors)", "",

@@ -126,7 +126,8 @@ def test_backbone_drafter_trains_in_chunks_and_stays_exact(lm, prompts, tmp_path
     assert (evaluate(drafter, data, 6, slice_of)["hits"].float().mean()
             > evaluate(untrained, data, 6, slice_of)["hits"].float().mean() + 0.1)
     card = out.with_suffix(".md").read_text()
-    assert "last 4 emitted positions, through 1 attention block" in card and "runs of 8 consecutive" in card
+    assert "last 4 emitted positions, through 1 attention block(s) of window 4" in card
+    assert "up to 64 anchors (runs of 8 consecutive)" in card
     assert report.shape["window"] == 4
     for prompt in prompts[:3]:
         tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, gamma=6, top_k_candidates=2), drafter=drafter)
