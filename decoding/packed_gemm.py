@@ -60,12 +60,27 @@ class PackedLinear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if x.numel() < PACK_MIN_ROWS * self.in_features:      # first: a 1-token step pays one test only
             return nn.functional.linear(x, self.weight, self.bias)
-        rows = x.numel() // self.in_features
-        if (torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu"
-                or not self.pack_is_current()):
-            return nn.functional.linear(x, self.weight, self.bias)
-        out = packed_linear(x.reshape(rows, self.in_features), self._pack, self.weight, self.bias)
-        return out.reshape(*x.shape[:-1], self.out_features)
+        return linear(x, self.weight, self.bias, self._pack if self.pack_is_current() else None)
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias=None, pack: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear(x, weight, bias), through `pack` (= pack_weight(weight), None: none) where it serves:
+    PACK_MIN_ROWS or more rows of float32 CPU input outside autograd; x (..., in) -> (..., out)."""
+    in_features = weight.shape[1]
+    if (pack is None or x.numel() < PACK_MIN_ROWS * in_features or torch.is_grad_enabled()
+            or x.dtype != torch.float32 or x.device.type != "cpu"):
+        return nn.functional.linear(x, weight, bias)
+    out = packed_linear(x.reshape(-1, in_features), pack, weight, bias)
+    return out.reshape(*x.shape[:-1], weight.shape[0])
+
+
+def pack_or_none(weight: torch.Tensor) -> torch.Tensor | None:
+    """pack_weight(weight) for a float32 CPU weight when this torch has the packed GEMM, else None."""
+    return pack_weight(weight) if _cpu_fp32(weight) and available() else None
+
+
+def _cpu_fp32(weight: torch.Tensor) -> bool:
+    return weight.device.type == "cpu" and weight.dtype == torch.float32
 
 
 def pack_weight(weight: torch.Tensor) -> torch.Tensor:
@@ -83,7 +98,7 @@ def _needs_pack(module: nn.Module) -> bool:
     if type(module) not in (nn.Linear, PackedLinear):
         return False
     weight = module.weight
-    if weight.device.type != "cpu" or weight.dtype != torch.float32 or weight.is_inference():  # no version counter
+    if not _cpu_fp32(weight) or weight.is_inference():        # an inference tensor has no version counter
         return False
     return type(module) is nn.Linear or not module.pack_is_current()
 

@@ -172,8 +172,7 @@ class ParallelDrafter(nn.Module):
         self._pack_head()
 
     def _pack_head(self) -> None:
-        cpu32 = self.head is not None and self.head.device.type == "cpu" and self.head.dtype == torch.float32
-        self.head_pack = packed_gemm.pack_weight(self.head) if cpu32 and packed_gemm.available() else None
+        self.head_pack = None if self.head is None else packed_gemm.pack_or_none(self.head)
 
     def _check_attached(self) -> None:
         if self.head is None:
@@ -218,13 +217,7 @@ class ParallelDrafter(nn.Module):
     def project(self, z: torch.Tensor) -> torch.Tensor:
         """All positions through the frozen LM head rows in one matrix product: (..., H) -> (..., V_s);
         MKL's packed copy of the head when inference runs over enough rows (decoding.packed_gemm)."""
-        rows = z.reshape(-1, z.shape[-1])
-        if (self.head_pack is not None and rows.shape[0] >= packed_gemm.PACK_MIN_ROWS
-                and rows.dtype == torch.float32 and not torch.is_grad_enabled()):
-            out = packed_gemm.packed_linear(rows, self.head_pack, self.head, self.head_bias)
-            return out.view(*z.shape[:-1], -1)
-        base = z @ self.head.T
-        return base if self.head_bias is None else base + self.head_bias
+        return packed_gemm.linear(z, self.head, self.head_bias, self.head_pack)
 
     def forward(self, hidden: torch.Tensor, root: torch.Tensor, valid: torch.Tensor | None = None,
                 gamma: int | None = None) -> DraftOut:

@@ -591,9 +591,9 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     for _ in bar:
         window, valid, is_anchor = training_chunks(train, rows, gen, max(1, settings.batch_size // settings.chunk),
                                                    min(settings.chunk, settings.batch_size), drafter.span)
-        pick = window[is_anchor]                                                      # (B,) anchor rows
-        out = drafter.draft_positions(encode_rows(drafter, train, window, valid)[is_anchor], train.hidden[pick].float())
-        total, ce, bce, hits, _ = losses(drafter, out, make_batch(train, pick, settings.gamma_max, slice_of), settings)
+        batch = make_batch(train, window[is_anchor], settings.gamma_max, slice_of)
+        out = drafter.draft_positions(encode_rows(drafter, train, window, valid)[is_anchor], batch.hidden)
+        total, ce, bce, hits, _ = losses(drafter, out, batch, settings)
         opt.zero_grad(set_to_none=True)
         total.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
