@@ -200,6 +200,7 @@ def offline_vs_runtime(lm, drafter, args, gamma: int = 8) -> list[dict]:
     for name, text in PROMPTS.items():
         ids = lm.encode(text)
         data = train.generate_distill(lm, [ids], answer_tokens=n, use_cache=False, progress=False)
+        data = train.drafter_data(lm, [ids], data, drafter.shape.feature_layers, use_cache=False, progress=False)
         lead, full = train.leading_hits(drafter, data, gamma)
         visited = train.chain_rounds(drafter, data, gamma)
         trace = runner.run(lm, ids, DSparkConfig(max_new_tokens=n, gamma=gamma, top_k_candidates=1), drafter=drafter)

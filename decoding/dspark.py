@@ -136,12 +136,13 @@ def size_info(cost: CostTable | None, choice) -> SizeChoiceInfo | None:
 
 
 # ------------------------------------------------------------------------------ prefill and rounds
-def prefill(lm: LM, cache, prompt_ids, forced, config: DSparkConfig, pipeline, generator):
-    """Forward over prompt + forced tokens; choose the first free token. -> (event, hidden (H,))."""
+def prefill(lm: LM, cache, prompt_ids, forced, config: DSparkConfig, pipeline, generator, feature_layers=()):
+    """Forward over prompt + forced tokens; choose the first free token. -> (event, hidden (F,)): the
+    drafter's input row (the LM-head input, then `feature_layers`' outputs) at the last position."""
     timer = Timer(lm)
-    with tap_head_input(lm) as tap:
+    with tap_head_input(lm, feature_layers) as tap:
         row = lm.forward(list(prompt_ids) + list(forced), cache, logits_to_keep=1)[-1]  # (V,)
-    hidden = tap.hidden[0, -1]                                          # (H,) the head reads the last position only
+    hidden = tap.hidden[0, -1]                                          # (F,) the head reads the last position only
     timer.lap("prefill")
     if pipeline is None:
         token, draw = int(torch.argmax(row)), None
@@ -172,8 +173,9 @@ def draft_round(lm: LM, cache, drafter, hidden, history: Sequence[int], gamma: i
                 cost, pipeline, generator, index: int, position: int, room: int,
                 lookup: LookupInput | None = None):
     """One round with up to `gamma` draft positions (0: a plain step). `history`: the last emitted
-    tokens (the root last), `hidden` (len(history), H) the LM-head input that produced each.
-    -> (event, the LM-head inputs (m, H) that produced the round's m emitted tokens)."""
+    tokens (the root last), `hidden` (len(history), F) the drafter's input row (LM-head input first)
+    at the position that produced each. -> (event, the rows (m, F) that produced the round's m
+    emitted tokens)."""
     timer = Timer(lm)
     draft = plan = choice = None
     root = int(history[-1])
@@ -186,9 +188,9 @@ def draft_round(lm: LM, cache, drafter, hidden, history: Sequence[int], gamma: i
         tokens, parents = (root,), (-1,)
     timer.lap("dp")
     past = cache.get_seq_length()
-    with tap_head_input(lm) as tap:
+    with tap_head_input(lm, drafter.shape.feature_layers if drafter is not None else ()) as tap:
         logits = verify_tree(lm, cache, tokens, parents)              # (q, V)
-    rows_hidden = tap.hidden[0]                                         # (q, H)
+    rows_hidden = tap.hidden[0]                                         # (q, F)
     timer.lap("verification")
     p_rows = target_probs(logits, pipeline)                             # (q, V)
     if pipeline is None:
@@ -229,9 +231,9 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
     pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
                                                             config.top_p, config.min_p)
     cache = lm.new_cache()
-    event, hidden = prefill(lm, cache, prompt_ids, forced, config, pipeline, generator)
+    event, hidden = prefill(lm, cache, prompt_ids, forced, config, pipeline, generator, drafter.shape.feature_layers)
     yield event
-    hidden = hidden[None]                                           # (T, H): what produced each history token
+    hidden = hidden[None]                                           # (T, F): what produced each history token
     context, index, rate = list(prompt_ids) + list(event.emitted), 1, LookupRate()
     while len(context) - len(prompt_ids) < config.max_new_tokens and event.emitted[-1] not in lm.eos_ids:
         position = len(context)

@@ -4,10 +4,12 @@ at k−1, and a confidence per position; `build_lattice` turns that into a selec
 
 Inputs (no extra target pass): for each of the last T ≤ span = layers·(window − 1) + 1 emitted tokens
 t_j (one without a backbone), the hidden state h_j the target's LM head read at the position that produced it (captured from the verification forward
-by `HeadInputTap`); the last pair (h, root) is the anchor. Tokens are embedded with the target's frozen
-input embedding. Position k (1..γ) predicts the k-th token after root. Architecture:
+by `HeadInputTap`) and, for a drafter with `feature_layers`, the outputs f_j^1..f_j^E of those decoder
+layers at that position (same forward, forward hooks); the last pair (h, root) is the anchor. Tokens
+are embedded with the target's frozen input embedding. Position k (1..γ) predicts the k-th token after
+root. Architecture:
 
-    x_j = silu(W_in [rms(h_j); rms(E[t_j])])                        (B, T, D)    trunk, per row
+    x_j = silu(W_in [rms(h_j); rms(E[t_j]); rms(f_j^1); …])         (B, T, D)    trunk, per row
     u   = backbone(x)[last]                                         (B, D)       `layers` causal blocks
                                                                                  over the window (none:
                                                                                  u = x_last)
@@ -53,8 +55,13 @@ class DrafterShape:
     window: int = 1            # rows of history the backbone sees, the anchor's included
     heads: int = 8             # backbone attention heads
     mlp: int = 1024            # backbone MLP width
+    feature_layers: tuple[int, ...] = ()   # target decoder layers whose outputs the trunk also reads
 
     def __post_init__(self):
+        object.__setattr__(self, "feature_layers", tuple(self.feature_layers))   # JSON gives a list
+        check(all(isinstance(i, int) and i >= 0 for i in self.feature_layers)
+              and len(set(self.feature_layers)) == len(self.feature_layers), "feature_layers",
+              list(self.feature_layers), "must be distinct decoder-layer indices >= 0")
         for name in ("hidden_size", "vocab_size", "rank", "trunk", "width", "window", "heads", "mlp"):
             value = getattr(self, name)
             check(isinstance(value, int) and value >= 1, name, value, "must be an integer >= 1")
@@ -63,6 +70,11 @@ class DrafterShape:
               self.heads, f"must divide trunk ({self.trunk}) into heads of even size")
         check(isinstance(self.gamma_max, int) and 1 <= self.gamma_max <= MAX_GAMMA, "gamma_max",
               self.gamma_max, f"must be an integer in [1, {MAX_GAMMA}]")
+
+    @property
+    def row_width(self) -> int:
+        """Width of one input row: the LM-head input, then each feature layer's output."""
+        return self.hidden_size * (1 + len(self.feature_layers))
 
 
 @dataclass(frozen=True)
@@ -125,7 +137,8 @@ class ParallelDrafter(nn.Module):
               f"must be distinct token ids in [0, {shape.vocab_size})")
         self.register_buffer("vocab_ids", ids.long(), persistent=True)           # (V_s,)
         gen = torch.Generator().manual_seed(seed)
-        self.trunk_in = nn.Parameter(torch.randn(2 * h, d, generator=gen) / (2 * h) ** 0.5)   # (2H, D)
+        n_in = shape.row_width + h                     # [head input; feature layers; token embedding]
+        self.trunk_in = nn.Parameter(torch.randn(n_in, d, generator=gen) / n_in ** 0.5)        # (F + H, D)
         self.trunk_b = nn.Parameter(torch.zeros(d))
         self.w1 = nn.Parameter(torch.randn(g, d, w, generator=gen) / d ** 0.5)             # (γ, D, W)
         self.b1 = nn.Parameter(torch.zeros(g, w))
@@ -154,6 +167,10 @@ class ParallelDrafter(nn.Module):
               f"does not fit this model (hidden {embed.shape[1]}, vocab {head.weight.shape[0]})")
         check(head.weight.device.type != "meta", "drafter", "<attach>", "the target's LM head is offloaded "
               "(device_map); give max_memory room for it on a device")
+        if self.shape.feature_layers:
+            n_layers = len(model.get_decoder().layers)
+            check(max(self.shape.feature_layers) < n_layers, "drafter", f"<feature layers {list(self.shape.feature_layers)}>",
+                  f"does not fit this model ({n_layers} decoder layers)")
         self.to(head.weight.device)
         ids = self.vocab_ids.to(head.weight.device)
         self.embed = embed.detach()
@@ -188,12 +205,17 @@ class ParallelDrafter(nn.Module):
         return self.shape.layers * (self.shape.window - 1) + 1
 
     def encode(self, hidden: torch.Tensor, tokens: torch.Tensor, valid: torch.Tensor | None = None) -> torch.Tensor:
-        """hidden (B, T, H), tokens (B, T), valid (B, T) bool (None: all) -> u (B, T, D): row j's trunk
-        output after the backbone, which lets it see the `window` rows up to j."""
+        """hidden (B, T, F) input rows (F = shape.row_width), tokens (B, T), valid (B, T) bool (None: all)
+        -> u (B, T, D): row j's trunk output after the backbone, which lets it see the `window` rows up to j."""
         self._check_attached()
+        h = self.shape.hidden_size
+        check(hidden.shape[-1] == self.shape.row_width, "hidden", tuple(hidden.shape),
+              f"rows must be {self.shape.row_width} wide (LM-head input + {len(self.shape.feature_layers)} "
+              "feature layers)")
         hidden = hidden.to(self.trunk_in.dtype)
-        feats = torch.cat([F.rms_norm(hidden, hidden.shape[-1:]),
-                           F.rms_norm(self.embed_tokens(tokens), hidden.shape[-1:])], -1)  # (B, T, 2H)
+        head_in, *layer_outs = hidden.split(h, -1)
+        feats = torch.cat([F.rms_norm(head_in, (h,)), F.rms_norm(self.embed_tokens(tokens), (h,))]
+                          + [F.rms_norm(x, (h,)) for x in layer_outs], -1)             # (B, T, F + H)
         x = F.dropout(F.silu(feats @ self.trunk_in + self.trunk_b), self.dropout, self.training)  # (B, T, D)
         if self.blocks:
             if valid is None:
@@ -204,10 +226,10 @@ class ParallelDrafter(nn.Module):
         return x
 
     def draft_positions(self, u: torch.Tensor, hidden: torch.Tensor, gamma: int | None = None) -> DraftOut:
-        """u (B, D) encoded anchors, hidden (B, H) their LM-head inputs -> the first `gamma` (default
-        gamma_max) positions of base logits."""
+        """u (B, D) encoded anchors, hidden (B, F) their input rows (the LM-head input first) -> the
+        first `gamma` (default gamma_max) positions of base logits."""
         g = self.shape.gamma_max if gamma is None else gamma
-        hidden = hidden.to(self.trunk_in.dtype)
+        hidden = hidden[..., :self.shape.hidden_size].to(self.trunk_in.dtype)
         # (γ, B, W) batched over γ: einsum would copy w1 into a (D, γ·W) layout on every call
         mid = F.silu(torch.matmul(u, self.w1[:g]).transpose(0, 1) + self.b1[:g])          # (B, γ, W)
         mid = F.dropout(mid, self.dropout, self.training)
@@ -310,25 +332,52 @@ def drafter_meta(path: str | Path) -> dict:
 
 # ---------------------------------------------------------------------- hidden states, no extra pass
 class HeadInputTap:
-    """Records what the target's LM head reads (B, T, H) during a forward (a pre-hook)."""
+    """Records what the target's LM head reads (B, T, H) during a forward (a pre-hook), and the outputs
+    of the decoder layers listed in `feature_layers` (forward hooks); `hidden` is the drafter's input
+    rows (B, T, H·(1 + len(feature_layers))), the LM-head input first."""
 
-    def __init__(self):
-        self.hidden: torch.Tensor | None = None
+    def __init__(self, feature_layers: Sequence[int] = ()):
+        self.feature_layers = tuple(feature_layers)
+        self.head_input: torch.Tensor | None = None
+        self.layer_outputs: dict[int, torch.Tensor] = {}
 
     def __call__(self, module, args):
-        self.hidden = args[0].detach()
+        self.head_input = args[0].detach()
+
+    def layer_hook(self, index: int):
+        def hook(module, args, output):
+            self.layer_outputs[index] = (output[0] if isinstance(output, tuple) else output).detach()
+        return hook
+
+    @property
+    def hidden(self) -> torch.Tensor | None:
+        if self.head_input is None or not self.feature_layers:
+            return self.head_input
+        device, t = self.head_input.device, self.head_input.shape[1]   # layers may sit on other devices
+        # the head may read only the last t positions (logits_to_keep): the layers' rows for those
+        return torch.cat([self.head_input] + [self.layer_outputs[i][:, -t:].to(device) for i in self.feature_layers], -1)
+
+
+def decoder_layers(lm) -> nn.ModuleList:
+    return lm.model.get_decoder().layers
 
 
 @contextmanager
-def tap_head_input(lm):
-    """with tap_head_input(lm) as tap: logits = lm.forward(...); tap.hidden -> (1, T, H)."""
-    tap = HeadInputTap()
+def tap_head_input(lm, feature_layers: Sequence[int] = ()):
+    """with tap_head_input(lm) as tap: logits = lm.forward(...); tap.hidden -> (1, T, H), or with
+    feature layers (1, T, H·(1 + E)): the drafter's input rows, captured from a forward run anyway."""
+    tap = HeadInputTap(feature_layers)
+    layers = decoder_layers(lm) if tap.feature_layers else ()
+    check(all(i < len(layers) for i in tap.feature_layers), "feature_layers", list(tap.feature_layers),
+          f"this model has {len(layers)} decoder layers (indices 0..{len(layers) - 1})")
     with lm.lock:
-        handle = lm.model.get_output_embeddings().register_forward_pre_hook(tap)
+        handles = [lm.model.get_output_embeddings().register_forward_pre_hook(tap)]
+        handles += [layers[i].register_forward_hook(tap.layer_hook(i)) for i in tap.feature_layers]
         try:
             yield tap
         finally:
-            handle.remove()
+            for handle in handles:
+                handle.remove()
 
 
 # ---------------------------------------------------------------------- lattice

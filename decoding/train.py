@@ -3,7 +3,9 @@
 1. Data (shared with other drafters): the target's own answers (greedy, or sampled) to varied prompts,
    generated in left-padded batches, then one teacher-forced forward per batch for the LM-head inputs
    (hidden states) and the target's top-k soft labels at every answer position. Cached on disk under
-   <cache>/distill/<key>.pt, the key made of the model, the prompts and the settings.
+   <cache>/distill/<key>.pt, the key made of the model, the prompts and the settings. A drafter that
+   reads feature layers (`--feature-layers 7,15,23`) gets those decoder layers' outputs at the same
+   positions from one more teacher-forced forward over the cached answers (cached on its own).
 2. Loss at every draft position k (teacher forcing: the true token at k−1 is the parent): cross-entropy
    to the target's token + soft-label cross-entropy to its top-k + BCE of the confidence toward
    "the drafter's top-1 is the target's token" (what temperature-0 acceptance accepts).
@@ -31,7 +33,7 @@ import torch.nn.functional as F
 
 from decoding.errors import ConfigError, check
 from decoding.models import cache_root
-from decoding.parallel import DrafterShape, DraftOut, ParallelDrafter
+from decoding.parallel import DrafterShape, DraftOut, HeadInputTap, ParallelDrafter, decoder_layers
 
 DISTILL_VERSION = 1
 
@@ -241,6 +243,79 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
     return data
 
 
+@torch.inference_mode()
+def _layer_pass(lm, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], layers: Sequence[int]):
+    """One teacher-forced forward over left-padded prompts + answers: the outputs of decoder `layers` at
+    each answer row's producing position (where the LM-head input of DistillData.hidden is read)."""
+    pad = sorted(lm.eos_ids)[0] if lm.eos_ids else 0
+    ids, mask = _left_pad([list(p) for p in prompts], pad)
+    width = max(len(a) for a in answers)
+    ans = torch.full((len(answers), width), pad, dtype=torch.long)        # (B, N) padded after the end
+    for b, a in enumerate(answers):
+        ans[b, :len(a)] = torch.tensor(a)
+    full, fmask = torch.cat([ids, ans], 1), torch.cat([mask, torch.ones_like(ans)], 1)
+    positions = (fmask.cumsum(-1) - 1).clamp(min=0)
+    tap = HeadInputTap(layers)                 # the same hooks that feed the drafter when decoding
+    handles = [decoder_layers(lm)[i].register_forward_hook(tap.layer_hook(i)) for i in layers]
+    try:
+        lm.model.get_decoder()(input_ids=full.to(lm.device), attention_mask=fmask.to(lm.device),
+                               position_ids=positions.to(lm.device))
+    finally:
+        for handle in handles:
+            handle.remove()
+    start = ids.shape[1] - 1
+    outs = [tap.layer_outputs[i].to("cpu") for i in layers]                # each (B, L + N, H)
+    return torch.cat([torch.stack([o[b, start:start + len(a)] for o in outs], 1)      # (n, E, H)
+                      for b, a in enumerate(answers)]).half()
+
+
+def layer_features_path(lm, prompts: Sequence[Sequence[int]], data: DistillData, layers: Sequence[int]) -> Path:
+    """Cache file of layer_features: keyed by the model, the layers, the prompts and the answers."""
+    rows = hashlib.sha1(data.tokens.numpy().tobytes() + data.offsets.numpy().tobytes()).hexdigest()
+    key = hashlib.sha1(json.dumps({"v": DISTILL_VERSION, "model": lm.name, "layers": list(layers), "rows": rows,
+                                   "prompts": [list(p) for p in prompts]}).encode()).hexdigest()[:16]
+    return cache_root() / "distill" / f"layers-{key}.pt"
+
+
+def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, layers: Sequence[int], *,
+                   batch_size: int = 32, use_cache: bool = True, progress: bool = True) -> torch.Tensor:
+    """(N, E, H) float16: the outputs of decoder `layers` at every row of `data` (the answers to
+    `prompts`), for a drafter that reads feature layers; one forward per batch, cached."""
+    n_layers = len(lm.model.get_decoder().layers)
+    check(len(layers) >= 1 and all(0 <= i < n_layers for i in layers), "feature_layers", list(layers),
+          f"this model has {n_layers} decoder layers (indices 0..{n_layers - 1})")
+    check(len(prompts) == len(data.offsets) - 1, "prompts", len(prompts),
+          f"must be the {len(data.offsets) - 1} prompts the data answers")
+    path = layer_features_path(lm, prompts, data, layers)
+    if use_cache and path.is_file():
+        return torch.load(path, weights_only=True)
+    from tqdm import tqdm
+
+    chunks = []
+    for b0 in tqdm(range(0, len(prompts), batch_size), desc="feature layers", unit="batch", disable=not progress):
+        seqs = range(b0, min(len(prompts), b0 + batch_size))
+        chunks.append(_layer_pass(lm, [prompts[s] for s in seqs], [data.answer(s) for s in seqs], layers))
+    feats = torch.cat(chunks)                                               # (N, E, H)
+    if use_cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save(feats, path.with_suffix(".tmp"))
+        path.with_suffix(".tmp").replace(path)
+    return feats
+
+
+def with_features(data: DistillData, feats: torch.Tensor) -> DistillData:
+    """The data with each row's hidden extended by its feature-layer outputs: (N, H·(1 + E))."""
+    check(feats.shape[0] == data.positions, "features", tuple(feats.shape), f"need one row per position ({data.positions})")
+    return DistillData(data.tokens, torch.cat([data.hidden, feats.flatten(1).to(data.hidden.dtype)], 1),
+                       data.soft_ids, data.soft_probs, data.offsets, dict(data.info))
+
+
+def drafter_data(lm, prompts: Sequence[Sequence[int]], data: DistillData, feature_layers: Sequence[int], **kw
+                 ) -> DistillData:
+    """`data` as a drafter reading `feature_layers` needs it (unchanged for none)."""
+    return with_features(data, layer_features(lm, prompts, data, feature_layers, **kw)) if feature_layers else data
+
+
 # ------------------------------------------------------------------------------ batches
 @dataclass(frozen=True)
 class Batch:
@@ -318,6 +393,7 @@ class TrainSettings:
     rank: int = 64
     trunk: int = 512
     width: int = 256
+    feature_layers: str = ""     # comma-separated target decoder layers whose outputs the trunk reads too
     layers: int = 0              # backbone blocks over the history window (decoding.parallel)
     window: int = 1              # rows each block sees, the anchor's included
     chunk: int = 1               # anchors per run of consecutive rows (batch_size / chunk runs a step; > 1 shares
@@ -347,6 +423,9 @@ class TrainSettings:
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
         check(isinstance(self.layers, int) and self.layers >= 0, "layers", self.layers, "must be an integer >= 0")
+        check(isinstance(self.feature_layers, str) and all(x.strip().isdigit() for x in self.feature_layers.split(",")
+                                                           if self.feature_layers.strip()),
+              "feature_layers", self.feature_layers, "must be comma-separated layer indices, e.g. 8,16,24")
         check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
         check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
@@ -354,6 +433,11 @@ class TrainSettings:
         check(isinstance(self.dropout, float) and 0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
         check(isinstance(self.weight_decay, float) and self.weight_decay >= 0.0, "weight_decay", self.weight_decay,
               "must be >= 0")
+
+
+    @property
+    def feature_layer_ids(self) -> tuple[int, ...]:
+        return tuple(int(x) for x in self.feature_layers.split(",")) if self.feature_layers.strip() else ()
 
 
 def losses(drafter: ParallelDrafter, out: DraftOut, batch: Batch, settings: TrainSettings):
@@ -575,7 +659,10 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     train_seqs, held_seqs = data_split(data, settings.heldout_every)
     train, held = data.subset(train_seqs), data.subset(held_seqs)
     shape = DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, settings.gamma_max, settings.rank,
-                         settings.trunk, settings.width, settings.layers, settings.window)
+                         settings.trunk, settings.width, settings.layers, settings.window,
+                         feature_layers=settings.feature_layer_ids)
+    check(train.hidden.shape[1] == shape.row_width, "data", tuple(train.hidden.shape),
+          f"rows must be {shape.row_width} wide for feature layers {list(shape.feature_layers)} (see drafter_data)")
     drafter = ParallelDrafter(shape, vocab_slice(train, lm, settings.vocab), seed=settings.seed).attach(lm)
     drafter.dropout = settings.dropout
     slice_of = slice_index(drafter)
@@ -622,6 +709,10 @@ def model_card(report: TrainReport, title: str) -> str:
     reads = (f"the target's hidden states and tokens at the last {layers * (window - 1) + 1} emitted positions, "
              f"through {layers} attention block(s) of window {window},") if layers else \
         "the target's last hidden state and last token"
+    feature_layers = report.shape.get("feature_layers") or []
+    if feature_layers:
+        reads += (f" and, at each of those positions, the outputs of the target's decoder layers "
+                  f"{', '.join(str(i) for i in feature_layers)} (0-based)")
     chunk = s.get("chunk", 1)
     per_step = f"{s['batch_size']}" if chunk == 1 else f"up to {s['batch_size']} anchors (runs of {chunk} consecutive)"
     lines = [f"# {title}", "",
@@ -666,6 +757,7 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
     """Whole pipeline: prompts -> cached distillation data -> training -> calibration -> weights at
     `out` (float16 safetensors) and the model card next to it (same name, .md)."""
     prompts, data, source = distill_set(lm, settings, progress, prompts)
+    data = drafter_data(lm, prompts, data, settings.feature_layer_ids, batch_size=settings.gen_batch, progress=progress)
     drafter, report = train_drafter(lm, data, settings, progress=progress)
     report.data["prompt_source"] = source
     report.data["target_display"] = display_name(lm)

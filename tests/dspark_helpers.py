@@ -25,10 +25,10 @@ def varied_llama(seed: int = 0, vocab: int = 64, hidden: int = 32, init: float =
 
 
 def random_drafter(lm: LM, gamma_max: int = 8, seed: int = 0, vocab_ids=None, layers: int = 0,
-                   window: int = 1) -> ParallelDrafter:
+                   window: int = 1, feature_layers=()) -> ParallelDrafter:
     hidden = lm.model.config.hidden_size
     shape = DrafterShape(hidden, lm.vocab_size, gamma_max=gamma_max, rank=8, trunk=32, width=16, layers=layers,
-                         window=window, heads=4, mlp=32)
+                         window=window, heads=4, mlp=32, feature_layers=tuple(feature_layers))
     drafter = ParallelDrafter(shape, vocab_ids=vocab_ids, seed=seed)
     with torch.no_grad():       # make the random drafter confidently wrong, not near-silent
         drafter.w2.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed))
