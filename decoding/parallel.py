@@ -169,7 +169,8 @@ class ParallelDrafter(nn.Module):
               "(device_map); give max_memory room for it on a device")
         if self.shape.feature_layers:
             n_layers = len(model.get_decoder().layers)
-            check(max(self.shape.feature_layers) < n_layers, "drafter", f"<feature layers {list(self.shape.feature_layers)}>",
+            wanted = list(self.shape.feature_layers)
+            check(max(wanted) < n_layers, "drafter", f"<feature layers {wanted}>",
                   f"does not fit this model ({n_layers} decoder layers)")
         self.to(head.weight.device)
         ids = self.vocab_ids.to(head.weight.device)
@@ -355,7 +356,8 @@ class HeadInputTap:
             return self.head_input
         device, t = self.head_input.device, self.head_input.shape[1]   # layers may sit on other devices
         # the head may read only the last t positions (logits_to_keep): the layers' rows for those
-        return torch.cat([self.head_input] + [self.layer_outputs[i][:, -t:].to(device) for i in self.feature_layers], -1)
+        outs = [self.layer_outputs[i][:, -t:].to(device) for i in self.feature_layers]
+        return torch.cat([self.head_input] + outs, -1)
 
 
 def decoder_layers(lm) -> nn.ModuleList:

@@ -305,7 +305,8 @@ def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, laye
 
 def with_features(data: DistillData, feats: torch.Tensor) -> DistillData:
     """The data with each row's hidden extended by its feature-layer outputs: (N, H·(1 + E))."""
-    check(feats.shape[0] == data.positions, "features", tuple(feats.shape), f"need one row per position ({data.positions})")
+    check(feats.shape[0] == data.positions, "features", tuple(feats.shape),
+          f"need one row per position ({data.positions})")
     return DistillData(data.tokens, torch.cat([data.hidden, feats.flatten(1).to(data.hidden.dtype)], 1),
                        data.soft_ids, data.soft_probs, data.offsets, dict(data.info))
 
@@ -423,9 +424,9 @@ class TrainSettings:
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
         check(isinstance(self.layers, int) and self.layers >= 0, "layers", self.layers, "must be an integer >= 0")
-        check(isinstance(self.feature_layers, str) and all(x.strip().isdigit() for x in self.feature_layers.split(",")
-                                                           if self.feature_layers.strip()),
-              "feature_layers", self.feature_layers, "must be comma-separated layer indices, e.g. 8,16,24")
+        text = self.feature_layers
+        check(isinstance(text, str) and (not text.strip() or all(x.strip().isdigit() for x in text.split(","))),
+              "feature_layers", text, "must be comma-separated layer indices, e.g. 7,15,23")
         check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
         check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
@@ -757,7 +758,8 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
     """Whole pipeline: prompts -> cached distillation data -> training -> calibration -> weights at
     `out` (float16 safetensors) and the model card next to it (same name, .md)."""
     prompts, data, source = distill_set(lm, settings, progress, prompts)
-    data = drafter_data(lm, prompts, data, settings.feature_layer_ids, batch_size=settings.gen_batch, progress=progress)
+    data = drafter_data(lm, prompts, data, settings.feature_layer_ids, batch_size=settings.gen_batch,
+                        progress=progress)
     drafter, report = train_drafter(lm, data, settings, progress=progress)
     report.data["prompt_source"] = source
     report.data["target_display"] = display_name(lm)

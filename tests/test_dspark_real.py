@@ -86,6 +86,7 @@ def test_offline_evaluation_predicts_every_runtime_round(real_lm):
     runtime = [(s.position - len(prompt) - 1, len(s.accepted_path)) for s in trace.steps if not s.prefill]
     data = train.generate_distill(real_lm, [prompt], answer_tokens=n, use_cache=False, progress=False)
     assert data.tokens.tolist() == list(trace.output_ids)                 # the same answer (greedy)
+    data = train.drafter_data(real_lm, [prompt], data, drafter.shape.feature_layers, use_cache=False, progress=False)
     offline = train.chain_rounds(drafter, data, gamma)
     assert sum(a for _, a in runtime) >= 5                                 # a drafter that accepts something
     assert runtime[:-1] == offline[:len(runtime) - 1]
