@@ -171,7 +171,8 @@ STOPS: tuple[Stop, ...] = (
             "a drafter trained for this target. Here γ = 8 with K = 2 candidates per position, on the "
             "same prompt as the speculative stop.\n\n"
             "This drafter sees only the target's states at the last position, so it cannot copy: on this "
-            "prompt, which repeats a given text, it gets 1.19 tokens per target forward. On the Playground, "
+            "prompt, which repeats a given text, it gets 1.19 tokens per target forward after the prefill. "
+            "On the Playground, "
             "*lookup max ngram* = 2 adds prompt lookup's continuation to the lattice as one more candidate "
             "per position: 26 tokens then take 8 forwards instead of 22 (3.6 per forward), and the output "
             "is the same."),
