@@ -188,7 +188,7 @@ def draft_round(lm: LM, cache, drafter, hidden, history: Sequence[int], gamma: i
         tokens, parents = (root,), (-1,)
     timer.lap("dp")
     past = cache.get_seq_length()
-    with tap_head_input(lm, drafter.shape.feature_layers if drafter is not None else ()) as tap:
+    with tap_head_input(lm, drafter.shape.feature_layers) as tap:
         logits = verify_tree(lm, cache, tokens, parents)              # (q, V)
     rows_hidden = tap.hidden[0]                                         # (q, F)
     timer.lap("verification")

@@ -281,7 +281,7 @@ def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, laye
                    batch_size: int = 32, use_cache: bool = True, progress: bool = True) -> torch.Tensor:
     """(N, E, H) float16: the outputs of decoder `layers` at every row of `data` (the answers to
     `prompts`), for a drafter that reads feature layers; one forward per batch, cached."""
-    n_layers = len(lm.model.get_decoder().layers)
+    n_layers = len(decoder_layers(lm))
     check(len(layers) >= 1 and all(0 <= i < n_layers for i in layers), "feature_layers", list(layers),
           f"this model has {n_layers} decoder layers (indices 0..{n_layers - 1})")
     check(len(prompts) == len(data.offsets) - 1, "prompts", len(prompts),
@@ -434,7 +434,6 @@ class TrainSettings:
         check(isinstance(self.dropout, float) and 0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
         check(isinstance(self.weight_decay, float) and self.weight_decay >= 0.0, "weight_decay", self.weight_decay,
               "must be >= 0")
-
 
     @property
     def feature_layer_ids(self) -> tuple[int, ...]:
@@ -712,8 +711,8 @@ def model_card(report: TrainReport, title: str) -> str:
         "the target's last hidden state and last token"
     feature_layers = report.shape.get("feature_layers") or []
     if feature_layers:
-        reads += (f" and, at each of those positions, the outputs of the target's decoder layers "
-                  f"{', '.join(str(i) for i in feature_layers)} (0-based)")
+        reads += (f" and, at {'each of those positions' if layers else 'that position'}, the outputs of the "
+                  f"target's decoder layers {', '.join(str(i) for i in feature_layers)} (0-based)")
     chunk = s.get("chunk", 1)
     per_step = f"{s['batch_size']}" if chunk == 1 else f"up to {s['batch_size']} anchors (runs of {chunk} consecutive)"
     lines = [f"# {title}", "",
