@@ -269,6 +269,12 @@ def _layer_pass(lm, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence
                       for b, a in enumerate(answers)]).half()
 
 
+def check_feature_layers(lm, layers: Sequence[int]) -> None:
+    n_layers = len(decoder_layers(lm))
+    check(all(0 <= i < n_layers for i in layers), "feature_layers", list(layers),
+          f"this model has {n_layers} decoder layers (indices 0..{n_layers - 1})")
+
+
 def layer_features_path(lm, prompts: Sequence[Sequence[int]], data: DistillData, layers: Sequence[int]) -> Path:
     """Cache file of layer_features: keyed by the model, the layers, the prompts and the answers."""
     rows = hashlib.sha1(data.tokens.numpy().tobytes() + data.offsets.numpy().tobytes()).hexdigest()
@@ -281,9 +287,8 @@ def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, laye
                    batch_size: int = 32, use_cache: bool = True, progress: bool = True) -> torch.Tensor:
     """(N, E, H) float16: the outputs of decoder `layers` at every row of `data` (the answers to
     `prompts`), for a drafter that reads feature layers; one forward per batch, cached."""
-    n_layers = len(decoder_layers(lm))
-    check(len(layers) >= 1 and all(0 <= i < n_layers for i in layers), "feature_layers", list(layers),
-          f"this model has {n_layers} decoder layers (indices 0..{n_layers - 1})")
+    check(len(layers) >= 1, "feature_layers", list(layers), "name at least one decoder layer")
+    check_feature_layers(lm, layers)
     check(len(prompts) == len(data.offsets) - 1, "prompts", len(prompts),
           f"must be the {len(data.offsets) - 1} prompts the data answers")
     path = layer_features_path(lm, prompts, data, layers)
@@ -756,6 +761,7 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
                    progress: bool = True, title: str | None = None) -> TrainReport:
     """Whole pipeline: prompts -> cached distillation data -> training -> calibration -> weights at
     `out` (float16 safetensors) and the model card next to it (same name, .md)."""
+    check_feature_layers(lm, settings.feature_layer_ids)       # before the data, which may take an hour
     prompts, data, source = distill_set(lm, settings, progress, prompts)
     data = drafter_data(lm, prompts, data, settings.feature_layer_ids, batch_size=settings.gen_batch,
                         progress=progress)

@@ -180,3 +180,17 @@ def test_tap_without_feature_layers_is_the_head_input(lm):
     torch.testing.assert_close(both.hidden[..., :32], plain.hidden)
     assert not torch.allclose(both.hidden[..., 32:], plain.hidden)
     assert dataclasses.asdict(DrafterShape(32, 64))["feature_layers"] == ()
+
+
+def test_trainer_refuses_missing_layers_before_generating_data(lm, tmp_path, monkeypatch):
+    """A layer the model lacks is a one-line error at once, not after the (long) data generation."""
+    import decoding.train as train
+
+    def no_data(*args, **kwargs):
+        raise AssertionError("data generated before the layers were checked")
+
+    monkeypatch.setattr(train, "distill_set", no_data)
+    settings = TrainSettings(gamma_max=6, rank=8, trunk=32, width=32, steps=1, answer_tokens=4, feature_layers="0,5")
+    with pytest.raises(ConfigError) as err:
+        train_parallel(lm, settings, tmp_path / "x.safetensors", prompts=[[1, 2]], progress=False)
+    assert str(err.value) == "feature_layers=[0, 5] is invalid: this model has 2 decoder layers (indices 0..1)"
