@@ -168,10 +168,7 @@ class ParallelDrafter(nn.Module):
         check(head.weight.device.type != "meta", "drafter", "<attach>", "the target's LM head is offloaded "
               "(device_map); give max_memory room for it on a device")
         if self.shape.feature_layers:
-            n_layers = len(model.get_decoder().layers)
-            wanted = list(self.shape.feature_layers)
-            check(max(wanted) < n_layers, "drafter", f"<feature layers {wanted}>",
-                  f"does not fit this model ({n_layers} decoder layers)")
+            check_feature_layers(self.shape.feature_layers, len(model.get_decoder().layers))
         self.to(head.weight.device)
         ids = self.vocab_ids.to(head.weight.device)
         self.embed = embed.detach()
@@ -364,14 +361,19 @@ def decoder_layers(lm) -> nn.ModuleList:
     return lm.model.get_decoder().layers
 
 
+def check_feature_layers(layers: Sequence[int], n_layers: int) -> None:
+    """One-line error unless every feature layer is one of the model's `n_layers` decoder layers."""
+    check(all(0 <= i < n_layers for i in layers), "feature_layers", list(layers),
+          f"this model has {n_layers} decoder layers (indices 0..{n_layers - 1})")
+
+
 @contextmanager
 def tap_head_input(lm, feature_layers: Sequence[int] = ()):
     """with tap_head_input(lm) as tap: logits = lm.forward(...); tap.hidden -> (1, T, H), or with
     feature layers (1, T, H·(1 + E)): the drafter's input rows, captured from a forward run anyway."""
     tap = HeadInputTap(feature_layers)
     layers = decoder_layers(lm) if tap.feature_layers else ()
-    check(all(i < len(layers) for i in tap.feature_layers), "feature_layers", list(tap.feature_layers),
-          f"this model has {len(layers)} decoder layers (indices 0..{len(layers) - 1})")
+    check_feature_layers(tap.feature_layers, len(layers))
     with lm.lock:
         handles = [lm.model.get_output_embeddings().register_forward_pre_hook(tap)]
         handles += [layers[i].register_forward_hook(tap.layer_hook(i)) for i in tap.feature_layers]

@@ -33,7 +33,8 @@ import torch.nn.functional as F
 
 from decoding.errors import ConfigError, check
 from decoding.models import cache_root
-from decoding.parallel import DrafterShape, DraftOut, HeadInputTap, ParallelDrafter, decoder_layers
+from decoding.parallel import (DrafterShape, DraftOut, ParallelDrafter, check_feature_layers, decoder_layers,
+                               tap_head_input)
 
 DISTILL_VERSION = 1
 
@@ -178,16 +179,19 @@ def _answer_lengths(answers: torch.Tensor, eos_ids) -> list[int]:
     return lengths
 
 
-@torch.inference_mode()
-def _teacher_pass(lm, ids, mask, answers, lengths, soft_k: int):
-    """One forward over prompt + answer: LM-head inputs and top-k soft labels at answer positions."""
+def _forced_forward(lm, ids, mask, answers):
+    """The target's decoder over left-padded prompts (B, L) + answers (B, N), positions from the mask."""
     full = torch.cat([ids, answers], 1)                                    # (B, L + N)
     fmask = torch.cat([mask, torch.ones_like(answers)], 1)                 # (B, L + N)
     positions = (fmask.cumsum(-1) - 1).clamp(min=0)                        # (B, L + N)
-    decoder = lm.model.get_decoder()
-    out = decoder(input_ids=full.to(lm.device), attention_mask=fmask.to(lm.device),
-                  position_ids=positions.to(lm.device))
-    hidden = out.last_hidden_state                                          # (B, L + N, H)
+    return lm.model.get_decoder()(input_ids=full.to(lm.device), attention_mask=fmask.to(lm.device),
+                                  position_ids=positions.to(lm.device))
+
+
+@torch.inference_mode()
+def _teacher_pass(lm, ids, mask, answers, lengths, soft_k: int):
+    """One forward over prompt + answer: LM-head inputs and top-k soft labels at answer positions."""
+    hidden = _forced_forward(lm, ids, mask, answers).last_hidden_state     # (B, L + N, H)
     head = lm.model.get_output_embeddings()
     start = ids.shape[1] - 1
     rows = [hidden[b, start:start + n] for b, n in enumerate(lengths)]    # each (n, H)
@@ -253,26 +257,12 @@ def _layer_pass(lm, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence
     ans = torch.full((len(answers), width), pad, dtype=torch.long)        # (B, N) padded after the end
     for b, a in enumerate(answers):
         ans[b, :len(a)] = torch.tensor(a)
-    full, fmask = torch.cat([ids, ans], 1), torch.cat([mask, torch.ones_like(ans)], 1)
-    positions = (fmask.cumsum(-1) - 1).clamp(min=0)
-    tap = HeadInputTap(layers)                 # the same hooks that feed the drafter when decoding
-    handles = [decoder_layers(lm)[i].register_forward_hook(tap.layer_hook(i)) for i in layers]
-    try:
-        lm.model.get_decoder()(input_ids=full.to(lm.device), attention_mask=fmask.to(lm.device),
-                               position_ids=positions.to(lm.device))
-    finally:
-        for handle in handles:
-            handle.remove()
+    with tap_head_input(lm, layers) as tap:      # the same hooks that feed the drafter when decoding
+        _forced_forward(lm, ids, mask, ans)
     start = ids.shape[1] - 1
     outs = [tap.layer_outputs[i].to("cpu") for i in layers]                # each (B, L + N, H)
     return torch.cat([torch.stack([o[b, start:start + len(a)] for o in outs], 1)      # (n, E, H)
                       for b, a in enumerate(answers)]).half()
-
-
-def check_feature_layers(lm, layers: Sequence[int]) -> None:
-    n_layers = len(decoder_layers(lm))
-    check(all(0 <= i < n_layers for i in layers), "feature_layers", list(layers),
-          f"this model has {n_layers} decoder layers (indices 0..{n_layers - 1})")
 
 
 def layer_features_path(lm, prompts: Sequence[Sequence[int]], data: DistillData, layers: Sequence[int]) -> Path:
@@ -288,7 +278,7 @@ def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, laye
     """(N, E, H) float16: the outputs of decoder `layers` at every row of `data` (the answers to
     `prompts`), for a drafter that reads feature layers; one forward per batch, cached."""
     check(len(layers) >= 1, "feature_layers", list(layers), "name at least one decoder layer")
-    check_feature_layers(lm, layers)
+    check_feature_layers(layers, len(decoder_layers(lm)))
     check(len(prompts) == len(data.offsets) - 1, "prompts", len(prompts),
           f"must be the {len(data.offsets) - 1} prompts the data answers")
     path = layer_features_path(lm, prompts, data, layers)
@@ -761,7 +751,7 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
                    progress: bool = True, title: str | None = None) -> TrainReport:
     """Whole pipeline: prompts -> cached distillation data -> training -> calibration -> weights at
     `out` (float16 safetensors) and the model card next to it (same name, .md)."""
-    check_feature_layers(lm, settings.feature_layer_ids)       # before the data, which may take an hour
+    check_feature_layers(settings.feature_layer_ids, len(decoder_layers(lm)))   # before the data (maybe an hour)
     prompts, data, source = distill_set(lm, settings, progress, prompts)
     data = drafter_data(lm, prompts, data, settings.feature_layer_ids, batch_size=settings.gen_batch,
                         progress=progress)
