@@ -1,11 +1,15 @@
 """DecodeScope: page config, the shared sidebar, and the router over the pages."""
 import streamlit as st
+import torch
 
-from decoding.engine_thread import ENGINE
+from decoding.engine_thread import ENGINE, threads_beside_ui
 from ui import keys, sidebar, strategy_views  # noqa: F401  (registers the beam, speculative and dspark views)
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
-ENGINE.enable()     # every rerun runs in a thread of its own: the tensor work goes to one engine thread
+# Every rerun runs in a thread of its own: the tensor work goes to one engine thread, with one core left
+# to the server and the browser (once, at the first run).
+if not ENGINE.enabled:
+    ENGINE.enable(threads=threads_beside_ui(torch.get_num_threads()))
 
 st.session_state[keys.SETTINGS] = sidebar.render()
 

@@ -11,15 +11,32 @@ start-up; then loading, warming up and every step of every run go through `call`
 the work, and calls from many threads queue here one step at a time (the model's lock serialised each
 forward anyway). Disabled — the default, for the command line, the benchmarks and code that drives the
 engine from one thread — `call` just calls.
+
+The app also leaves one core to its own server and browser (`threads_beside_ui`): an OpenMP team waits
+for its slowest thread at every barrier, so a team as wide as the machine stalls whenever the page's
+rendering takes a core. Measured on 2 cores, Run to end on the embedded model in the app (200 tokens):
+greedy 26–34 s with two threads, 15 s with one (8.8 s on the command line, nothing else running);
+DSpark 90–114 s against 24 s. `OMP_NUM_THREADS`, when set, is left to decide.
 """
 from __future__ import annotations
 
+import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+import torch
+
 T = TypeVar("T")
+
+
+def threads_beside_ui(default: int, env: Mapping[str, str] = os.environ) -> int | None:
+    """Torch threads for a process that shares the CPU with its UI: one fewer than torch's `default`
+    (at least one); None when OMP_NUM_THREADS is set (the user chose, torch already follows it)."""
+    if env.get("OMP_NUM_THREADS"):
+        return None
+    return max(1, default - 1)
 
 
 class EngineThread:
@@ -28,28 +45,39 @@ class EngineThread:
         self._pool: ThreadPoolExecutor | None = None
         self._ident: int | None = None
         self._guard = threading.Lock()
+        self._threads_before: int | None = None
 
     @property
     def enabled(self) -> bool:
         return self._pool is not None
 
-    def enable(self) -> None:
-        """Start the thread (once; later calls do nothing)."""
+    def enable(self, threads: int | None = None) -> None:
+        """Start the thread (once; later calls do nothing); `threads`: torch's thread count from then on
+        (None: unchanged; `disable` puts back the count it replaced)."""
         with self._guard:
             if self._pool is None:
+                if threads is not None:
+                    self._threads_before = torch.get_num_threads()
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name,
-                                                initializer=self._note_ident)
+                                                initializer=self._start, initargs=(threads,))
 
     def disable(self) -> None:
         """Let the thread finish what it was given and stop; later calls run in their caller's thread."""
         with self._guard:
             pool, self._pool = self._pool, None
+            before, self._threads_before = self._threads_before, None
         if pool is not None:
             pool.shutdown(wait=True)
+        if before is not None:
+            torch.set_num_threads(before)
         self._ident = None
 
-    def _note_ident(self) -> None:
+    def _start(self, threads: int | None) -> None:
+        """On the new thread: note it, and set its torch thread count there (torch keeps the count per
+        thread once a thread has computed; threads started later take the last count set anywhere)."""
         self._ident = threading.get_ident()
+        if threads is not None:
+            torch.set_num_threads(threads)
 
     def on_it(self) -> bool:
         return threading.get_ident() == self._ident

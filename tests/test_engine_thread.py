@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 
 import pytest
+import torch
 
 from decoding import runner
 from decoding.config import GreedyConfig
@@ -108,3 +109,37 @@ def test_sessions_in_many_threads_take_turns_step_by_step(lm_and_drafter):
     assert all(without_timings(t) == alone for t in results.values())
     switches = sum(1 for a, b in zip(order, order[1:]) if a != b)
     assert switches >= 8, order                     # not one session after another (that is 3 switches)
+
+
+def test_app_leaves_one_core_to_its_ui_unless_omp_num_threads_says():
+    from decoding.engine_thread import threads_beside_ui
+
+    assert [threads_beside_ui(n, env={}) for n in (1, 2, 8)] == [1, 1, 7]
+    assert threads_beside_ui(8, env={"OMP_NUM_THREADS": "8"}) is None
+    assert threads_beside_ui(2, env={"OMP_NUM_THREADS": ""}) == 1      # set but empty: not a choice
+
+
+def _fresh_thread_count() -> int:
+    out = []
+    worker = threading.Thread(target=lambda: out.append(torch.get_num_threads()))
+    worker.start()
+    worker.join()
+    return out[0]
+
+
+def test_enable_sets_the_engine_threads_count_and_disable_puts_it_back():
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(3)
+        worker = EngineThread("threads")
+        worker.enable(threads=2)
+        assert worker.call(torch.get_num_threads) == 2
+        assert torch.get_num_threads() == 3            # the caller's own count is left alone
+        worker.disable()
+        assert _fresh_thread_count() == 3              # threads started later get the count from before
+        plain = EngineThread("plain")
+        plain.enable()                                 # no count given: the engine thread keeps the default
+        assert plain.call(torch.get_num_threads) == 3
+        plain.disable()
+    finally:
+        torch.set_num_threads(before)
