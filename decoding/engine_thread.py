@@ -14,9 +14,9 @@ engine from one thread — `call` just calls.
 
 The app also leaves one core to its own server and browser (`threads_beside_ui`): an OpenMP team waits
 for its slowest thread at every barrier, so a team as wide as the machine stalls whenever the page's
-rendering takes a core. Measured on 2 cores, Run to end on the embedded model in the app (200 tokens):
-greedy 26–34 s with two threads, 15 s with one (8.8 s on the command line, nothing else running);
-DSpark 90–114 s against 24 s. `OMP_NUM_THREADS`, when set, is left to decide.
+rendering takes a core. Measured on 2 cores, Run to end on the embedded model in the app (200 tokens,
+model time): greedy 26–50 s with two threads, 15–18 s with one (8.8 s on the command line, nothing else
+running); DSpark 90–183 s against 24 s. `OMP_NUM_THREADS`, when set, is left to decide.
 """
 from __future__ import annotations
 
