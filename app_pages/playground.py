@@ -42,7 +42,9 @@ def step_through() -> None:
         views.show_metrics(run.events[: cursor + 1])
         stepper.show_flash()
         view = stepper.chosen_view()
-        if view == "This step":
+        if more_to_come:      # a step's charts every chunk would cost the page more than the model
+            st.caption("The step's details are drawn when the run ends or you press Stop.")
+        elif view == "This step":
             views.show_step(run.events, cursor, views.ViewContext("pg", on_force=stepper.force))
         elif view == "All steps":
             views.show_all_steps(run.events, views.ViewContext("pg.all"), f"{config.strategy}-run")

@@ -94,6 +94,24 @@ def test_step_run_to_end_back_forward_reset(tiny_dir):
     assert run_state(at).events == [] and at.session_state["ds.cursor"] == -1
 
 
+def test_a_run_in_progress_draws_its_chips_and_the_step_details_once_it_ends(tiny_dir, monkeypatch):
+    from ui import stepper
+
+    monkeypatch.setattr(stepper, "CHUNK_S", 0.002)      # a few tiny-model steps per chunk
+    monkeypatch.setattr(stepper, "rerun_fragment", lambda: None)   # one chunk per run(), not all of them
+    at = new_app({"max_new": "30"})
+    at.button(key="pg.run_end").click().run()
+    ok(at)
+    assert keys.RUNNING in at.session_state and 0 < len(run_state(at).events) < 30
+    waiting = "The step's details are drawn when the run ends"
+    assert any(waiting in c.value for c in at.caption)
+    assert any("ds-chips" in h.value for h in at.html) and not at.get("plotly_chart")
+    run_to_end(at)
+    ok(at)
+    assert run_state(at).done and at.get("plotly_chart")
+    assert not any(waiting in c.value for c in at.caption)
+
+
 def test_run_n_steps(tiny_dir):
     at = new_app({"max_new": "10"})
     at.number_input(key="pg.n_steps").set_value(3)
