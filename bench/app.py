@@ -4,16 +4,21 @@
    once), on a cold server (converted copy on disk), and for a second browser session (model in memory);
 2. how long a Step takes beyond the model's own time, on the tiny test model (tests/tiny_app_model.py):
    click Step, wait for the new token chip, subtract the model time the page reports. A trivial
-   Streamlit button app is measured the same way as the floor (Streamlit's own round-trip).
+   Streamlit button app is measured the same way as the floor (Streamlit's own round-trip);
+3. Run to end on the embedded model: the model time the page reports against the same run on the
+   command line (`python -m decoding run`, its own process, the server idle meanwhile), so that the
+   app's model steps are seen to cost what the engine's cost alone.
 
     python -m bench app [--steps N]
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -167,10 +172,11 @@ def _open_ready(browser, url: str) -> float:
         context.close()
 
 
-def measure_first_page(browser, tmp: Path) -> dict:
-    """Seconds to a ready Playground on the embedded model: 'new machine' (an empty cache, so the GGUF
+def measure_embedded(browser, tmp: Path) -> tuple[dict, dict]:
+    """On the embedded model: seconds to a ready Playground, 'new machine' (an empty cache, so the GGUF
     is converted), 'cold server' (server start with the converted copy on disk), 'warm' (another
-    browser session on that server); server start counted from launching `streamlit run`."""
+    browser session on that server), server start counted from launching `streamlit run`; then, on the
+    warm server, the long runs (measure_long_runs)."""
     out = {}
     env = {k: v for k, v in os.environ.items() if k != "DECODESCOPE_MODEL"}
     for name, cache in (("new machine", tmp / "empty-cache"), ("cold server", None)):
@@ -181,7 +187,8 @@ def measure_first_page(browser, tmp: Path) -> dict:
             out[name] = server_s + _open_ready(browser, url)
             if cache is None:
                 out["warm (second session)"] = _open_ready(browser, url)
-    return out
+                long_runs = measure_long_runs(browser, url)
+    return out, long_runs
 
 
 def measure_floor(browser, url: str, steps: int) -> list[float]:
@@ -201,6 +208,71 @@ def measure_floor(browser, url: str, steps: int) -> list[float]:
         context.close()
 
 
+LONG_RUN_TOKENS = 96
+LONG_RUNS = {"greedy": [], "dspark": []}       # strategy -> extra CLI flags (none: both sides' defaults)
+FINISHED = re.compile(r"recorded \(finished\)")
+
+
+def _metric(page, label: str) -> str:
+    box = page.locator('[data-testid="stMetric"]').filter(has_text=label).first
+    return box.locator('[data-testid="stMetricValue"]').inner_text()
+
+
+def measure_long_run(browser, url: str, strategy: str, prompt: str) -> dict:
+    """Run to end in the Playground on the server's model: tokens, the page's model ms, and the wall
+    seconds from the click until the page says the run finished."""
+    from urllib.parse import quote
+    context = browser.new_context(viewport={"width": 1400, "height": 1900})
+    page = context.new_page()
+    try:
+        page.goto(f"{url}/?strategy={strategy}&max_new={LONG_RUN_TOKENS}&prompt={quote(prompt)}")
+        page.get_by_role("button", name="Step", exact=True).wait_for(timeout=120_000)
+        _idle(page)
+        start = time.perf_counter()
+        page.get_by_role("button", name="Run to end", exact=True).click()
+        page.get_by_text(FINISHED).wait_for(timeout=600_000)
+        wall = time.perf_counter() - start
+        _idle(page)
+        return {"tokens": int(_metric(page, "Tokens")), "wall_s": wall,
+                "model_ms": float(_metric(page, "Model time").replace(",", "").split()[0])}
+    finally:
+        context.close()
+
+
+def command_line_run(strategy: str, prompt: str) -> dict:
+    """The same run through `python -m decoding run` in a process of its own: tokens and the run's ms."""
+    with tempfile.TemporaryDirectory(prefix="bench_app_cli_") as tmp:
+        out = Path(tmp) / "trace.json"
+        subprocess.run([sys.executable, "-m", "decoding", "run", "--prompt", prompt, "--strategy", strategy,
+                        "--max-new-tokens", str(LONG_RUN_TOKENS), "--out", str(out), *LONG_RUNS[strategy]],
+                       cwd=ROOT, check=True, capture_output=True, text=True)
+        trace = json.loads(out.read_text())
+    steps_ms = sum(sum(step.get("timings_ms", {}).values()) for step in trace["steps"])
+    return {"tokens": trace["stats"]["new_tokens"], "model_ms": steps_ms}
+
+
+def measure_long_runs(browser, url: str) -> dict:
+    from bench.prompts import PROMPTS
+    return {s: {"app": measure_long_run(browser, url, s, PROMPTS["chat"]), "cli": command_line_run(s, PROMPTS["chat"])}
+            for s in LONG_RUNS}
+
+
+def render_long_runs(long_runs: dict) -> list[str]:
+    lines = ["", f"Run to end on the embedded model ({LONG_RUN_TOKENS} new tokens at most, the chat prompt of "
+             "bench/prompts.py, each strategy's defaults): the model time the page reports (the sum of the steps' "
+             "timing fields) against the same sum for the same run on the command line "
+             "(`python -m decoding run`, its own process, the server idle meanwhile); wall: from the click on "
+             "**Run to end** until the page says the run finished. One run each.", "",
+             "| strategy | tokens (app / CLI) | app model ms per token | CLI model ms per token | app / CLI | "
+             "app wall s |", "|---|---|---|---|---|---|"]
+    for name, r in long_runs.items():
+        app, cli = r["app"], r["cli"]
+        per_app, per_cli = app["model_ms"] / app["tokens"], cli["model_ms"] / cli["tokens"]
+        lines.append(f"| {name} | {app['tokens']} / {cli['tokens']} | {per_app:.1f} | {per_cli:.1f} | "
+                     f"{per_app / per_cli:.2f} | {app['wall_s']:.1f} |")
+    return lines
+
+
 def render_first_page(first: dict) -> list[str]:
     return ["", "First page with the embedded model (Playground ready to Step), in seconds; goal of issue 5: "
             "≤ 20 s cold, ≤ 5 s warm:", "", "| start | seconds |", "|---|---|"] + [
@@ -208,7 +280,7 @@ def render_first_page(first: dict) -> list[str]:
 
 
 def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_version: str,
-           first: dict | None = None) -> str:
+           first: dict | None = None, long_runs: dict | None = None) -> str:
     lines = ["## App: first page and Step render time in the browser", "",
              f"Command: `python -m bench app --steps {steps}`  ",
              f"Machine: {machine()}; {os.cpu_count()} CPUs; Chromium {browser_version} headless (Playwright).  ",
@@ -230,10 +302,12 @@ def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_
     lines.append(f"| floor: bare Streamlit button | {cell(floor)} | — | {cell(floor)} | — |")
     if first:
         lines += render_first_page(first)
+    if long_runs:
+        lines += render_long_runs(long_runs)
     return "\n".join(lines)
 
 
-def run(steps: int) -> tuple[dict, list[float], str, dict]:
+def run(steps: int) -> tuple[dict, list[float], str, dict, dict]:
     from playwright.sync_api import sync_playwright
     with tempfile.TemporaryDirectory(prefix="bench_app_") as tmp_name:
         tmp = Path(tmp_name)
@@ -242,14 +316,14 @@ def run(steps: int) -> tuple[dict, list[float], str, dict]:
         with sync_playwright() as p:
             browser = launch_chromium(p)
             try:
-                first = measure_first_page(browser, tmp)
+                first, long_runs = measure_embedded(browser, tmp)
                 env = {**os.environ, "DECODESCOPE_MODEL": str(model_dir)}
                 with streamlit_server(ROOT / "app.py", env, tmp / "app.log", cwd=ROOT) as url:
                     results = {name: measure_playground(browser, url, query, steps)
                                for name, query in STRATEGIES.items()}
                 with streamlit_server(tmp / "floor.py", dict(os.environ), tmp / "floor.log") as url:
                     floor = measure_floor(browser, url, steps)
-                return results, floor, browser.version, first
+                return results, floor, browser.version, first, long_runs
             finally:
                 browser.close()
 
@@ -263,7 +337,7 @@ def main(argv=None) -> None:
     if not os.path.exists(CHROMIUM):
         sys.exit(f"bench app needs Chromium at {CHROMIUM} (Debian's chromium package); not found")
     before = os.getloadavg()
-    results, floor, version, first = run(args.steps)
-    body = render(results, floor, args.steps, (before, os.getloadavg()), version, first)
+    results, floor, version, first, long_runs = run(args.steps)
+    body = render(results, floor, args.steps, (before, os.getloadavg()), version, first, long_runs)
     write_section("app", body)
     print(body)

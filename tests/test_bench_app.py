@@ -52,3 +52,14 @@ def test_render_lists_the_first_page_times():
     assert "| new machine | 31.2 |" in text and "| cold server | 12.1 |" in text
     assert "| warm (second session) | 1.5 |" in text and "≤ 20 s cold, ≤ 5 s warm" in text
     assert "First page" not in render({"greedy": rows}, [110.0], 1, ((1.0,) * 3, (1.0,) * 3), "1.0")
+
+
+def test_render_lists_the_long_runs_per_token_app_against_command_line():
+    rows = [{"click_to_chip_ms": 300.0, "model_ms": 20.0, "server_ms": 90.0, "beyond_model_ms": 280.0}]
+    long_runs = {"greedy": {"app": {"tokens": 96, "model_ms": 4800.0, "wall_s": 9.04},
+                            "cli": {"tokens": 96, "model_ms": 3840.0}}}
+    text = render({"greedy": rows}, [110.0], 1, ((1.0,) * 3, (1.0,) * 3), "1.0", None, long_runs)
+    assert "| greedy | 96 / 96 | 50.0 | 40.0 | 1.25 | 9.0 |" in text
+    assert "Run to end on the embedded model" in text
+    assert "Run to end on the embedded model" not in render({"greedy": rows}, [110.0], 1,
+                                                            ((1.0,) * 3, (1.0,) * 3), "1.0")
