@@ -16,7 +16,8 @@ The app also leaves one core to its own server and browser (`threads_beside_ui`)
 for its slowest thread at every barrier, so a team as wide as the machine stalls whenever the page's
 rendering takes a core. Measured on 2 cores, Run to end on the embedded model in the app (200 tokens,
 model time): greedy 26–50 s with two threads, 15–18 s with one (8.8 s on the command line, nothing else
-running); DSpark 90–183 s against 24 s. `OMP_NUM_THREADS`, when set, is left to decide.
+running); DSpark 90–183 s against 24 s. `OMP_NUM_THREADS`, when set, is left to decide. Loading a
+model runs alone and takes all the threads again (`call_wide`).
 """
 from __future__ import annotations
 
@@ -88,6 +89,23 @@ class EngineThread:
         if self._pool is None or self.on_it():
             return fn(*args, **kwargs)
         return self._pool.submit(fn, *args, **kwargs).result()
+
+    def call_wide(self, fn: Callable[..., T], *args, **kwargs) -> T:
+        """`call`, with torch's thread count from before `enable` for the duration: for work that runs
+        alone, such as loading a model (converting, packing, warming up), not beside a page being drawn."""
+        wide = self._threads_before
+        if wide is None:
+            return self.call(fn, *args, **kwargs)
+
+        def widened():
+            narrow = torch.get_num_threads()
+            torch.set_num_threads(wide)
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                torch.set_num_threads(narrow)
+
+        return self.call(widened)
 
     def steps(self, gen: Iterator[T]) -> Iterator[T]:
         """`gen` advanced on the engine thread one event at a time, so that other callers take turns

@@ -158,8 +158,9 @@ def _one_line(err: Exception) -> str:
 def load(spec: ModelSpec) -> "LM":
     """Load the model named by `spec` onto its device (on the engine thread when it is enabled), warmed
     up; raise ConfigError with one line on failure. Only local files are read unless
-    DECODESCOPE_ALLOW_DOWNLOAD=1 (then an HF id may download)."""
-    return ENGINE.call(_load, spec)
+    DECODESCOPE_ALLOW_DOWNLOAD=1 (then an HF id may download). With all of torch's threads: a load
+    runs alone."""
+    return ENGINE.call_wide(_load, spec)
 
 
 def _load(spec: ModelSpec) -> "LM":
