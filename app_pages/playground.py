@@ -29,6 +29,7 @@ def step_through() -> None:
     elif pressed["run_n"] or pressed["run_end"]:
         stepper.start_long_run(run, pressed["n"] if pressed["run_n"] else config.max_new_tokens + 1)
     more_to_come = stepper.run_chunk(run)
+    stepper.settle_stop(pressed)
     cursor = stepper.move_cursor(run, pressed)
     model_ms = sum(sum(e.timings_ms.values()) for e in run.events[before:])
     if run.error:

@@ -112,6 +112,28 @@ def test_a_run_in_progress_draws_its_chips_and_the_step_details_once_it_ends(tin
     assert not any(waiting in c.value for c in at.caption)
 
 
+def test_stop_is_enabled_while_a_long_run_goes_and_disabled_once_it_has_finished(tiny_dir, monkeypatch):
+    from ui import stepper
+
+    monkeypatch.setattr(stepper, "CHUNK_S", 0.002)
+    monkeypatch.setattr(stepper, "rerun_fragment", lambda: None)   # one chunk per run()
+    def stop(at):
+        shown = [b for b in at.button if b.label == "Stop"]
+        assert len(shown) == 1
+        return shown[0]
+
+    at = new_app({"max_new": "30"})
+    assert stop(at).disabled
+    at.button(key="pg.run_end").click().run()
+    assert keys.RUNNING in at.session_state and not stop(at).disabled    # from the first chunk on
+    run_to_end(at)
+    ok(at)
+    assert run_state(at).done and keys.RUNNING not in at.session_state
+    assert stop(at).disabled                        # a run that ended in the last chunk: not left enabled
+    at.button(key="pg.back").click().run()
+    assert stop(at).disabled and stop(at).key == "pg.stop"
+
+
 def test_run_n_steps(tiny_dir):
     at = new_app({"max_new": "10"})
     at.number_input(key="pg.n_steps").set_value(3)

@@ -36,6 +36,7 @@ RUN_N = "pg.run_n"
 N_STEPS = "pg.n_steps"
 RUN_END = "pg.run_end"
 STOP = "pg.stop"
+STOP_DONE = "pg.stop_done"          # the disabled Stop drawn in its place when a run ends in a rerun
 BACK = "pg.back"
 FORWARD = "pg.forward"
 RESET = "pg.reset"

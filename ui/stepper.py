@@ -16,6 +16,7 @@ from ui import keys, views
 VIEWS = ["This step", "All steps", "Branch"]
 CHUNK_S = 0.5
 LIVE_CHIPS = 400     # chips drawn while a long run goes on (all of them once it ends or stops)
+STOP_HELP = "Stops a long run; the steps so far are kept"
 
 
 def stop_running() -> None:
@@ -38,13 +39,22 @@ def controls() -> dict:
                                 label_visibility="collapsed")
     pressed["run_n"] = c[2].button(f"Run {n_steps}", key=keys.RUN_N)
     pressed["run_end"] = c[3].button("Run to end", key=keys.RUN_END)
-    c[4].button("Stop", key=keys.STOP, help="Stops a long run; the steps so far are kept", on_click=stop_running,
-                disabled=keys.RUNNING not in st.session_state)
+    going = keys.RUNNING in st.session_state or pressed["run_n"] or pressed["run_end"]
+    pressed["stop_slot"] = c[4].empty()
+    pressed["stop_slot"].button("Stop", key=keys.STOP, help=STOP_HELP, on_click=stop_running, disabled=not going)
+    pressed["stop_enabled"] = going
     pressed["back"] = c[5].button("◀ Back", key=keys.BACK)
     pressed["forward"] = c[6].button("Forward ▶", key=keys.FORWARD)
     pressed["reset"] = c[7].button("Reset", key=keys.RESET)
     pressed["n"] = int(n_steps)
     return pressed
+
+
+def settle_stop(pressed: dict) -> None:
+    """After the rerun's chunk: a run that ended in it leaves Stop enabled above; a disabled one (another
+    key: a widget is drawn once per rerun) takes its place."""
+    if pressed["stop_enabled"] and keys.RUNNING not in st.session_state:
+        pressed["stop_slot"].button("Stop", key=keys.STOP_DONE, help=STOP_HELP, disabled=True)
 
 
 def advance(run, n: int, budget_s: float | None = None) -> None:
