@@ -14,6 +14,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -129,14 +130,23 @@ def _caption_after(timing, before: str, page) -> str:
     return timing.inner_text()
 
 
+@contextlib.contextmanager
+def playground(browser, url: str, query: str, timeout_ms: int = 60_000):
+    """A new browser session on the Playground at `query`, ready to Step; closed afterwards."""
+    context = browser.new_context(viewport={"width": 1400, "height": 1900})
+    try:
+        page = context.new_page()
+        page.goto(f"{url}/?{query}")
+        page.get_by_role("button", name="Step", exact=True).wait_for(timeout=timeout_ms)
+        _idle(page)
+        yield page
+    finally:
+        context.close()
+
+
 def measure_playground(browser, url: str, query: str, steps: int) -> list[dict]:
     """One row per Step after a warm-up step: click→chip wall ms, model ms, server page ms beyond the model."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1900})
-    page = context.new_page()
-    try:
-        page.goto(f"{url}/?max_new={steps + 2}{query}")
-        page.get_by_role("button", name="Step", exact=True).wait_for(timeout=60_000)
-        _idle(page)
+    with playground(browser, url, f"max_new={steps + 2}{query}") as page:
         page.get_by_role("button", name="Step", exact=True).click()                # warm-up Step
         page.locator(_chip(0)).wait_for(timeout=30_000)
         page.locator(".js-plotly-plot").nth(1).wait_for(timeout=60_000)   # warm-up: plotly.js loaded
@@ -151,8 +161,6 @@ def measure_playground(browser, url: str, query: str, steps: int) -> list[dict]:
             rows.append({"click_to_chip_ms": wall, "model_ms": model, "server_ms": server,
                          "beyond_model_ms": wall - model})
         return rows
-    finally:
-        context.close()
 
 
 READY = re.compile(r"Prompt as the model sees it")
@@ -222,12 +230,8 @@ def measure_long_run(browser, url: str, strategy: str, prompt: str) -> dict:
     """Run to end in the Playground on the server's model: tokens, the page's model ms, and the wall
     seconds from the click until the page says the run finished."""
     from urllib.parse import quote
-    context = browser.new_context(viewport={"width": 1400, "height": 1900})
-    page = context.new_page()
-    try:
-        page.goto(f"{url}/?strategy={strategy}&max_new={LONG_RUN_TOKENS}&prompt={quote(prompt)}")
-        page.get_by_role("button", name="Step", exact=True).wait_for(timeout=120_000)
-        _idle(page)
+    query = f"strategy={strategy}&max_new={LONG_RUN_TOKENS}&prompt={quote(prompt)}"
+    with playground(browser, url, query, timeout_ms=120_000) as page:
         start = time.perf_counter()
         page.get_by_role("button", name="Run to end", exact=True).click()
         page.get_by_text(FINISHED).wait_for(timeout=600_000)
@@ -235,8 +239,6 @@ def measure_long_run(browser, url: str, strategy: str, prompt: str) -> dict:
         _idle(page)
         return {"tokens": int(_metric(page, "Tokens")), "wall_s": wall,
                 "model_ms": float(_metric(page, "Model time").replace(",", "").split()[0])}
-    finally:
-        context.close()
 
 
 def command_line_run(strategy: str, prompt: str) -> dict:

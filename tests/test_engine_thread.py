@@ -127,39 +127,38 @@ def _fresh_thread_count() -> int:
     return out[0]
 
 
-def test_enable_sets_the_engine_threads_count_and_disable_puts_it_back():
+@pytest.fixture
+def three_threads():
+    """torch at 3 threads in this test (a count no machine default here gives), restored after it."""
     before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(3)
-        worker = EngineThread("threads")
-        worker.enable(threads=2)
-        assert worker.call(torch.get_num_threads) == 2
-        assert torch.get_num_threads() == 3            # the caller's own count is left alone
-        worker.disable()
-        assert _fresh_thread_count() == 3              # threads started later get the count from before
-        plain = EngineThread("plain")
-        plain.enable()                                 # no count given: the engine thread keeps the default
-        assert plain.call(torch.get_num_threads) == 3
-        plain.disable()
-    finally:
-        torch.set_num_threads(before)
+    torch.set_num_threads(3)
+    yield
+    torch.set_num_threads(before)
 
 
-def test_call_wide_runs_with_the_count_from_before_enable_and_narrows_again():
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(3)
-        worker = EngineThread("wide")
-        worker.enable(threads=1)
-        assert worker.call_wide(torch.get_num_threads) == 3
-        assert worker.call(torch.get_num_threads) == 1
-        with pytest.raises(ValueError, match="bad"):
-            worker.call_wide(lambda: (_ for _ in ()).throw(ValueError("bad")))
-        assert worker.call(torch.get_num_threads) == 1     # narrowed again after an error too
-        worker.disable()
-        plain = EngineThread("plain-wide")                 # enabled without a count: wide is the same
-        plain.enable()
-        assert plain.call_wide(torch.get_num_threads) == plain.call(torch.get_num_threads) == 3
-        plain.disable()
-    finally:
-        torch.set_num_threads(before)
+def test_enable_sets_the_engine_threads_count_and_disable_puts_it_back(three_threads):
+    worker = EngineThread("threads")
+    worker.enable(threads=2)
+    assert worker.call(torch.get_num_threads) == 2
+    assert torch.get_num_threads() == 3            # the caller's own count is left alone
+    worker.disable()
+    assert _fresh_thread_count() == 3              # threads started later get the count from before
+    plain = EngineThread("plain")
+    plain.enable()                                 # no count given: the engine thread keeps the default
+    assert plain.call(torch.get_num_threads) == 3
+    plain.disable()
+
+
+def test_call_wide_runs_with_the_count_from_before_enable_and_narrows_again(three_threads):
+    worker = EngineThread("wide")
+    worker.enable(threads=1)
+    assert worker.call_wide(torch.get_num_threads) == 3
+    assert worker.call(torch.get_num_threads) == 1
+    with pytest.raises(ValueError, match="bad"):
+        worker.call_wide(lambda: (_ for _ in ()).throw(ValueError("bad")))
+    assert worker.call(torch.get_num_threads) == 1     # narrowed again after an error too
+    worker.disable()
+    plain = EngineThread("plain-wide")                 # enabled without a count: wide is the same
+    plain.enable()
+    assert plain.call_wide(torch.get_num_threads) == plain.call(torch.get_num_threads) == 3
+    plain.disable()
