@@ -47,6 +47,7 @@ class EngineThread:
         self._ident: int | None = None
         self._guard = threading.Lock()
         self._threads_before: int | None = None
+        self.threads: int | None = None      # torch threads on the engine thread (None: not enabled)
 
     @property
     def enabled(self) -> bool:
@@ -59,6 +60,7 @@ class EngineThread:
             if self._pool is None:
                 if threads is not None:
                     self._threads_before = torch.get_num_threads()
+                self.threads = threads if threads is not None else torch.get_num_threads()
                 self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name,
                                                 initializer=self._start, initargs=(threads,))
 
@@ -67,6 +69,7 @@ class EngineThread:
         with self._guard:
             pool, self._pool = self._pool, None
             before, self._threads_before = self._threads_before, None
+            self.threads = None
         if pool is not None:
             pool.shutdown(wait=True)
         if before is not None:

@@ -134,6 +134,18 @@ def test_stop_is_enabled_while_a_long_run_goes_and_disabled_once_it_has_finished
     assert stop(at).disabled and stop(at).key == "pg.stop"
 
 
+def test_sidebar_says_how_many_cpu_threads_the_engine_thread_has(tiny_dir):
+    import torch
+
+    from decoding.engine_thread import ENGINE
+
+    at = new_app()
+    ok(at)
+    shown = [c.value for c in at.sidebar.caption if c.value.startswith("CPU threads for the model:")]
+    assert len(shown) == 1
+    assert int(re.match(r"CPU threads for the model: (\d+)", shown[0]).group(1)) == ENGINE.call(torch.get_num_threads)
+
+
 def test_run_n_steps(tiny_dir):
     at = new_app({"max_new": "10"})
     at.number_input(key="pg.n_steps").set_value(3)

@@ -139,13 +139,13 @@ def three_threads():
 def test_enable_sets_the_engine_threads_count_and_disable_puts_it_back(three_threads):
     worker = EngineThread("threads")
     worker.enable(threads=2)
-    assert worker.call(torch.get_num_threads) == 2
+    assert worker.call(torch.get_num_threads) == 2 == worker.threads
     assert torch.get_num_threads() == 3            # the caller's own count is left alone
     worker.disable()
-    assert _fresh_thread_count() == 3              # threads started later get the count from before
+    assert _fresh_thread_count() == 3 and worker.threads is None   # later threads: the count from before
     plain = EngineThread("plain")
     plain.enable()                                 # no count given: the engine thread keeps the default
-    assert plain.call(torch.get_num_threads) == 3
+    assert plain.call(torch.get_num_threads) == 3 == plain.threads
     plain.disable()
 
 

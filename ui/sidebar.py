@@ -7,6 +7,7 @@ import os
 import streamlit as st
 
 from decoding.config import DSPARK_SELECT, GAMMA_POLICIES
+from decoding.engine_thread import ENGINE
 from decoding.errors import ConfigError
 from decoding.models import DEVICES, DTYPES, ModelSpec
 from decoding.runner import STRATEGIES
@@ -157,6 +158,9 @@ def model_option_widgets() -> dict[str, str]:
         offload_folder = st.text_input("offload folder (with a device map)", key=_key(keys.OFFLOAD_FOLDER, ""),
                                        help="Where weights offloaded to disk go (default: the cache). "
                                             "Not kept in the link.")
+        if ENGINE.threads is not None:
+            st.caption(f"CPU threads for the model: {ENGINE.threads} (one core is left to this server and the "
+                       "browser, unless OMP_NUM_THREADS is set; the command line takes them all).")
     return model_options(gguf_file=gguf_file, device_map=device_map, max_memory=max_memory,
                          offload_folder=offload_folder)
 
