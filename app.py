@@ -1,15 +1,13 @@
 """DecodeScope: page config, the shared sidebar, and the router over the pages."""
 import streamlit as st
-import torch
 
 from decoding.engine_thread import ENGINE, threads_beside_ui
 from ui import keys, sidebar, strategy_views  # noqa: F401  (registers the beam, speculative and dspark views)
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
 # Every rerun runs in a thread of its own: the tensor work goes to one engine thread, with one core left
-# to the server and the browser (once, at the first run).
-if not ENGINE.enabled:
-    ENGINE.enable(threads=threads_beside_ui(torch.get_num_threads()))
+# to the server and the browser (at the first run; later calls do nothing).
+ENGINE.enable(threads=threads_beside_ui())
 
 st.session_state[keys.SETTINGS] = sidebar.render()
 

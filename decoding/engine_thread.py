@@ -32,12 +32,12 @@ import torch
 T = TypeVar("T")
 
 
-def threads_beside_ui(default: int, env: Mapping[str, str] = os.environ) -> int | None:
-    """Torch threads for a process that shares the CPU with its UI: one fewer than torch's `default`
-    (at least one); None when OMP_NUM_THREADS is set (the user chose, torch already follows it)."""
+def threads_beside_ui(default: int | None = None, env: Mapping[str, str] = os.environ) -> int | None:
+    """Torch threads for a process that shares the CPU with its UI: one fewer than `default` (torch's
+    count when None; at least one); None when OMP_NUM_THREADS is set (the user chose, torch follows it)."""
     if env.get("OMP_NUM_THREADS"):
         return None
-    return max(1, default - 1)
+    return max(1, (torch.get_num_threads() if default is None else default) - 1)
 
 
 class EngineThread:

@@ -115,6 +115,7 @@ def test_app_leaves_one_core_to_its_ui_unless_omp_num_threads_says():
     from decoding.engine_thread import threads_beside_ui
 
     assert [threads_beside_ui(n, env={}) for n in (1, 2, 8)] == [1, 1, 7]
+    assert threads_beside_ui(env={}) == max(1, torch.get_num_threads() - 1)   # torch's own count by default
     assert threads_beside_ui(8, env={"OMP_NUM_THREADS": "8"}) is None
     assert threads_beside_ui(2, env={"OMP_NUM_THREADS": ""}) == 1      # set but empty: not a choice
 
