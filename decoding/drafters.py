@@ -44,6 +44,7 @@ class DraftRequest:
 class Drafter(ABC):
     name: str = "drafter"
     has_distributions: bool = False
+    reads_target: bool = False       # wants the target's LM-head input after each round (`observe`)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         """Forget any state from an earlier run."""
@@ -64,6 +65,16 @@ class Drafter(ABC):
         """The draft models it drafts with, by source name (none for prompt lookup)."""
         return {}
 
+    def observe(self, head_input: torch.Tensor, context_length: int) -> None:
+        """For a drafter that reads_target: the target's LM-head input (H,) that produced the last token of
+        the context of `context_length` tokens (taken from the verification forward)."""
+
+    def token_ms(self, target: LM) -> dict[str, float]:
+        """ms per drafted token, by source name (the cost-aware γ policy's draft cost; lookup is free)."""
+        from decoding.cost import draft_token_ms
+
+        return {name: draft_token_ms(target, model)[0] for name, model in self.draft_models().items()}
+
 
 # ---------------------------------------------------------------- draft model
 
@@ -80,14 +91,18 @@ def check_compatible(draft: LM, target: LM) -> None:
           "uses a different tokenizer from the target's")
 
 
-def load_draft(name: str, target: LM, **spec) -> LM:
-    """Load a draft model by id or path (ModelSpec fields in `spec`), or build the shallow self-draft
-    ("shallow": the shipped weights; "shallow:PATH": a weights file) on the target; errors name `draft`."""
+def load_draft(name: str, target: LM, **spec):
+    """Load a draft model by id or path (ModelSpec fields in `spec`), build the shallow self-draft
+    ("shallow": the shipped weights; "shallow:PATH": a weights file) on the target, or load the feature
+    drafter ("feature", "feature:PATH"; a decoding.feature.FeatureNet, not an LM); errors name `draft`."""
+    from decoding.feature import FEATURE, load_feature
     from decoding.models import ModelSpec, load
     from decoding.shallow import SHALLOW, load_shallow
 
     if name == SHALLOW or name.startswith(SHALLOW + ":"):
         return ENGINE.call(load_shallow, target, name[len(SHALLOW) + 1:] or None)
+    if name == FEATURE or name.startswith(FEATURE + ":"):
+        return ENGINE.call(load_feature, target, name[len(FEATURE) + 1:] or None)
     try:
         draft = load(ModelSpec(name=name, **spec))
     except ConfigError as err:
@@ -199,6 +214,71 @@ def truncated_draft(target: LM, num_layers: int, name: str | None = None) -> LM:
               lock=target.lock)
 
 
+# ---------------------------------------------------------------- feature drafter
+
+class FeatureDrafter(Drafter):
+    """Drafts from the target's own LM-head input (decoding.feature): the verifier hands it the h_t that
+    produced the context's last token (`observe`); a round whose context it has no h_t for drafts
+    nothing (the first round, after the prompt). It keeps no cache, so rollback is free."""
+
+    has_distributions = True
+    reads_target = True
+
+    def __init__(self, net):
+        self.net = net
+        self.name = getattr(net, "name", "feature")
+        self._head: torch.Tensor | None = None
+        self._at = -1
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self._head, self._at = None, -1
+
+    def observe(self, head_input: torch.Tensor, context_length: int) -> None:
+        self._head, self._at = head_input, context_length
+
+    @torch.inference_mode()
+    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
+        if self._head is None or self._at != len(context) or request.max_tokens < 1:
+            return Proposal((), source=self.name)
+        feature = self._head.to(device=self.net.head.device, dtype=self.net.head.dtype)
+        token = torch.tensor(int(context[-1]), device=feature.device)
+        tokens, rows, draws = [], [], []
+        for i in range(request.max_tokens):
+            feature = self.net.step(feature, token)                    # (H,)
+            logits = self.net.full_logits(feature).float()             # (V,)
+            q_draft = _draft_probs(logits, request)
+            picked, draw = _pick(logits, q_draft, request)
+            tokens.append(picked), rows.append(q_draft), draws.append(draw)
+            if request.stop_below is not None and float(q_draft[picked]) < request.stop_below:
+                break
+            if picked in self.net.eos_ids:
+                break
+            token = torch.tensor(picked, device=feature.device)
+        return Proposal(tuple(tokens), torch.stack(rows), tuple(draws), source=self.name)
+
+    def token_ms(self, target: LM) -> dict[str, float]:
+        """Timed once per loaded net (a few ms; kept on the net): the median of 15 drafted tokens after a
+        warm-up."""
+        if getattr(self.net, "token_ms", None) is None:
+            self.net.token_ms = _time_feature_token(self.net)
+        return {self.name: self.net.token_ms}
+
+
+def _time_feature_token(net) -> float:
+    import statistics
+    import time
+
+    feature = torch.zeros(net.shape.hidden_size, dtype=net.head.dtype, device=net.head.device)
+    token = torch.tensor(0, device=feature.device)
+    times = []
+    with torch.inference_mode():
+        for _ in range(16):
+            start = time.perf_counter()
+            int(net.full_logits(net.step(feature, token)).argmax())
+            times.append((time.perf_counter() - start) * 1000.0)
+    return statistics.median(times[1:])
+
+
 # ---------------------------------------------------------------- prompt lookup
 
 def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int, latest: bool = False) -> LookupMatch | None:
@@ -292,15 +372,27 @@ class LookupThenDraftDrafter(Drafter):
     def draft_models(self) -> dict[str, LM]:
         return self.model.draft_models()
 
+    @property
+    def reads_target(self) -> bool:
+        return self.model.reads_target
 
-def make_drafter(draft: str, target: LM, *, draft_lm: LM | None = None, max_ngram: int = 2) -> Drafter:
-    """The drafter a config names: 'lookup', the draft model the caller loaded (`draft_lm`), or
-    'lookup+MODEL' (prompt lookup, else that draft model)."""
+    def observe(self, head_input: torch.Tensor, context_length: int) -> None:
+        self.model.observe(head_input, context_length)
+
+    def token_ms(self, target: LM) -> dict[str, float]:
+        return self.model.token_ms(target)
+
+
+def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -> Drafter:
+    """The drafter a config names: 'lookup', the draft model the caller loaded (`draft_lm`: an LM, or a
+    FeatureNet from load_draft('feature')), or 'lookup+MODEL' (prompt lookup, else that draft model)."""
+    from decoding.feature import FeatureNet
+
     if draft == LOOKUP:
         return PromptLookupDrafter(max_ngram, target.eos_ids)
     if draft_lm is None:
         raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass draft_lm=")
-    model = DraftModelDrafter(draft_lm, target)
+    model = FeatureDrafter(draft_lm) if isinstance(draft_lm, FeatureNet) else DraftModelDrafter(draft_lm, target)
     if draft.startswith(LOOKUP_THEN):
         return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
     return model

@@ -15,9 +15,10 @@ import torch
 
 from decoding import spec_cost
 from decoding.config import COST_POLICY, LOOKUP, MAX_GAMMA, SpeculativeConfig
-from decoding.cost import AUTO, draft_token_ms, load_table
+from decoding.cost import AUTO, load_table
 from decoding.drafters import Drafter, DraftRequest, Proposal, make_drafter
 from decoding.models import LM, Timer
+from decoding.parallel import tap_head_input
 from decoding.processors import Pipeline, build_pipeline
 from decoding.steps import candidates, sample_inverse_cdf
 from decoding.trace import DraftPosition, ProbEntry, SpecRound
@@ -80,8 +81,7 @@ def cost_policy(lm: LM, config: SpeculativeConfig, drafter: Drafter) -> spec_cos
     """gamma_policy "cost": the verify table (config.cost_table; None = auto) and each draft model's
     token cost (profiled once per device and cached; prompt lookup costs nothing)."""
     cost = load_table(lm, config.cost_table or AUTO, config.cost_need())
-    draft_ms = {name: draft_token_ms(lm, model)[0] for name, model in drafter.draft_models().items()}
-    return spec_cost.CostPolicy(cost, draft_ms, config.gamma)
+    return spec_cost.CostPolicy(cost, drafter.token_ms(lm), config.gamma)
 
 
 # ---------------------------------------------------------------- one round
@@ -110,6 +110,7 @@ class Speculator:
         self.gamma = config.gamma
         self.reason = f"{config.gamma_policy}: start at gamma={config.gamma}"
         self.cost_policy: spec_cost.CostPolicy | None = None      # gamma_policy "cost": set up by rounds()
+        self.head_rows: torch.Tensor | None = None               # (n+1, H) LM-head inputs of the last verify
 
     def rounds(self, prompt_ids: list[int], forced: list[int]) -> Iterator[SpecRound]:
         if self.config.gamma_policy == COST_POLICY:     # here, so that profiling runs where the steps run
@@ -146,6 +147,8 @@ class Speculator:
         kept_context = context + list(new)
         cropped = self._rollback(kept_context)
         cropped_draft = self.drafter.rollback(kept_context)
+        if self.head_rows is not None:          # the row that produced the round's final token
+            self.drafter.observe(self.head_rows[verdicts.accepted], len(context) + verdicts.accepted + 1)
         timer.lap("rollback")
         self._update_gamma(verdicts.accepted, n_verify, proposal.source or self.drafter.name)
         event = self._event(index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
@@ -192,7 +195,12 @@ class Speculator:
     # -- verification: one target forward over the pending tokens and every drafted token
     def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
         feed = context[self.cached:] + list(proposal.tokens)
-        logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
+        if self.drafter.reads_target:
+            with tap_head_input(self.lm) as tap:
+                logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
+            self.head_rows = tap.hidden[0]                                                   # (n+1, H)
+        else:
+            logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
         self.cached += len(feed)
         self.last_fed = len(feed)
         return logits

@@ -809,14 +809,19 @@ def main_train_parallel(argv: Sequence[str] | None = None) -> int:
 
 
 def main_cli(argv: Sequence[str]) -> int:
-    """`train parallel [flags]` (the dspark drafter) or `train draft [flags]` (the shallow self-draft)."""
+    """`train parallel [flags]` (the dspark drafter), `train draft [flags]` (the shallow self-draft) or
+    `train feature [flags]` (the feature drafter)."""
     if argv and argv[0] == "parallel":
         return main_train_parallel(argv[1:])
     if argv and argv[0] == "draft":
         from decoding.train_shallow import main_train_draft
 
         return main_train_draft(argv[1:])
-    print("usage: python -m decoding train {parallel,draft} [flags]  (--help for the flags)", file=sys.stderr)
+    if argv and argv[0] == "feature":
+        from decoding.train_feature import main_train_feature
+
+        return main_train_feature(argv[1:])
+    print("usage: python -m decoding train {parallel,draft,feature} [flags]  (--help for the flags)", file=sys.stderr)
     return 2
 
 

@@ -151,19 +151,23 @@ def chain_metrics(hit_rows: Sequence[torch.Tensor], gammas: Sequence[int]) -> di
     """From per-sequence hit vectors: top-1 agreement; for each γ, τ = 1 + mean leading hits over start
     positions with a full window, and per-position acceptance (accepted at k / rounds that drafted k)."""
     allhits = torch.cat(list(hit_rows)) if hit_rows else torch.zeros(0, dtype=torch.bool)
-    out = {"top1": float(allhits.float().mean()) if len(allhits) else math.nan, "positions": int(len(allhits)),
-           "tau_chain": {}, "per_position": []}
     g_max = max(gammas)
-    lead_counts, drafted = torch.zeros(g_max + 1), torch.zeros(g_max)
-    for row in hit_rows:
-        for start in range(0, max(len(row) - g_max, 0)):
-            window = row[start:start + g_max].int()
-            lead = int(torch.cumprod(window, 0).sum())
-            lead_counts[lead] += 1
+    leads = [int(torch.cumprod(row[start:start + g_max].int(), 0).sum())
+             for row in hit_rows for start in range(0, max(len(row) - g_max, 0))]
+    top1 = float(allhits.float().mean()) if len(allhits) else math.nan
+    return lead_metrics(torch.tensor(leads, dtype=torch.long), gammas, top1, int(len(allhits)))
+
+
+def lead_metrics(leads: torch.Tensor, gammas: Sequence[int], top1: float, positions: int) -> dict:
+    """From each start position's leading hits (of max(gammas) drafts): τ = 1 + mean min(leads, γ) for
+    each γ, and per-position acceptance (accepted at k / rounds that drafted k)."""
+    g_max = max(gammas)
+    lead_counts = torch.bincount(leads.clamp(max=g_max), minlength=g_max + 1).double()   # (g_max + 1,)
+    out = {"top1": top1, "positions": positions, "tau_chain": {}, "per_position": []}
     total = float(lead_counts.sum())
     for g in gammas:
-        leads = torch.arange(g_max + 1).clamp(max=g).float()
-        out["tau_chain"][g] = 1 + float((lead_counts * leads).sum()) / total if total else math.nan
+        capped = torch.arange(g_max + 1).clamp(max=g).double()
+        out["tau_chain"][g] = 1 + float((lead_counts * capped).sum()) / total if total else math.nan
     for k in range(1, g_max + 1):
         reached = float(lead_counts[k - 1:].sum())       # rounds whose first k−1 drafts were accepted
         accepted = float(lead_counts[k:].sum())

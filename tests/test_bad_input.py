@@ -270,6 +270,11 @@ CASES = [
          cli=SPEC + ["--draft", "{tmp}/no-draft"],
          app={"strategy": "speculative", "draft": "{tmp}/no-draft"},
          engine=lambda e: load_draft(str(e.tmp / "no-draft"), e.lm)),
+    Case("feature-weights-missing", r"draft='[^']*no-feature\.safetensors' is invalid: has no feature-drafter "
+         r"weights file: train one with `python -m decoding train feature`",
+         cli=SPEC + ["--draft", "feature:{tmp}/no-feature.safetensors"],
+         app={"strategy": "speculative", "draft": "feature:{tmp}/no-feature.safetensors"},
+         engine=lambda e: load_draft(f"feature:{e.tmp}/no-feature.safetensors", e.lm)),
     Case("draft-lookup-without-model", r"draft='lookup\+' is invalid: give a draft model after 'lookup\+'",
          cli=SPEC + ["--draft", "lookup+"], app={"strategy": "speculative", "draft": "lookup+"},
          engine=lambda e: SpeculativeConfig(draft="lookup+")),

@@ -1,12 +1,12 @@
 """Monte Carlo chi-square: speculative sampling on tiny random llamas (target and draft from different
-seeds, same vocabulary) reproduces plain sampling's exact first-token and two-token distributions.
+seeds, same vocabulary; and a feature drafter over the target's LM-head input) reproduces plain sampling's exact first-token and two-token distributions.
 
 alpha = 1e-3 for every test: a correct implementation fails with probability 1e-3 over seed sets (the
 seeds are fixed, so the outcome is deterministic). Power: each negative control's exact wrong
 distribution is computed and its noncentrality lambda = n * sum((p_wrong - p_target)^2 / p_target) is
 asserted to be >= 60, which at <= 16 degrees of freedom and alpha = 1e-3 gives power > 0.99
 (scipy: ncx2.sf(chi2.ppf(0.999, 16), 16, 60) = 0.995). Here lambda is 83 (ratio rule) and 120
-(point-mass rule) at n = 600."""
+(point-mass rule) at n = 600; the feature drafter's control computes and asserts its own."""
 from __future__ import annotations
 
 from collections import Counter
@@ -161,3 +161,55 @@ def test_lookup_then_model_matches_plain_sampling(target, draft, reference):
     assert sources["lookup"] > 0 and sources[draft.name] > 0
     assert chi2_pvalue(first_token(counts), marginal(reference), N_RUNS) > ALPHA
     assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA
+
+
+@pytest.fixture(scope="module")
+def feature_net(target):
+    """A feature drafter over the target's LM-head input with a random (untrained) output map."""
+    from decoding.feature import FeatureNet, FeatureShape
+
+    torch.manual_seed(2)
+    net = FeatureNet(FeatureShape(int(target.model.config.hidden_size), width=16, mlp=32, blocks=1),
+                     range(target.vocab_size))
+    torch.nn.init.normal_(net.out.weight, std=0.5)
+    return net.attach(target).eval().requires_grad_(False)
+
+
+def feature_wrong_pairs(target, net, reference) -> dict:
+    """The exact (x1, x2) distribution when the residual is p_target itself: x1 comes from the first round
+    (no drafts), x2 from the feature drafter's first draft after (h, x1), h the head input at the prompt's end."""
+    from decoding.parallel import tap_head_input
+
+    with tap_head_input(target) as tap:
+        target.forward(PROMPT, target.new_cache())
+    head = tap.hidden[0, -1]
+    pipeline = build_pipeline(CONFIG.temperature, CONFIG.top_k)
+    out = {}
+    for x1 in {a for a, _ in reference}:
+        p_second = target_probs(target, PROMPT + [x1])
+        q_draft = pipeline(net.full_logits(net.step(head, torch.tensor(x1))).float()).softmax(-1).double()
+        overlap = torch.minimum(p_second, q_draft)
+        wrong = overlap + (1 - overlap.sum()) * p_second
+        p_first = sum(p for (a, _), p in reference.items() if a == x1)
+        out.update({(x1, x2): p_first * float(wrong[x2]) for x2 in torch.nonzero(p_second).flatten().tolist()})
+    return out
+
+
+def test_feature_drafter_matches_plain_sampling(target, feature_net, reference):
+    """The feature drafter drafts the second token (the first round has no head input yet)."""
+    from decoding.drafters import FeatureDrafter
+
+    counts = sample_pairs(target, FeatureDrafter(feature_net))
+    assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA
+
+
+def test_feature_drafter_wrong_residual_fails(target, feature_net, reference, monkeypatch):
+    from decoding.drafters import FeatureDrafter
+
+    wrong = feature_wrong_pairs(target, feature_net, reference)
+    cells = list(reference)
+    p_ref = torch.tensor([reference[c] for c in cells], dtype=torch.float64)
+    p_bad = torch.tensor([wrong.get(c, 0.0) for c in cells], dtype=torch.float64)
+    assert power_lambda(p_ref, p_bad, N_RUNS) >= 60
+    monkeypatch.setattr(speculative, "residual_distribution", lambda p_target, q_draft: p_target)
+    assert chi2_pvalue(sample_pairs(target, FeatureDrafter(feature_net)), reference, N_RUNS) < ALPHA

@@ -42,7 +42,9 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                                      "cost: per round the γ ≤ gamma with the fewest ms per expected token, from "
                                      "the verify-cost table (Advanced; none = auto) and this run's acceptance.",
     ("speculative", "draft"): "lookup: prompt lookup (copies from the context). shallow: the trained self-draft "
-                              "(shallow:FILE for other weights). Or a draft model id or path with the target's "
+                              "(shallow:FILE for other weights). feature: the trained feature drafter, which "
+                              "drafts from the target's own last LM-head input (feature:FILE for other weights). "
+                              "Or a draft model id or path with the target's "
                               "vocabulary. lookup+MODEL: prompt lookup where the context has an n-gram match, "
                               "MODEL in the other rounds.",
 }

@@ -1,0 +1,200 @@
+"""The feature drafter (decoding.feature) on tiny llamas: the LM-head input the verifier hands over is the
+one a fresh full forward computes for that position (negative control: one position late differs);
+speculative decoding with it is token-identical to greedy while it both accepts and rejects drafts;
+sampled drafts stay in the slice with proper q_draft; weights round-trip; training raises the held-out
+τ and the card reports it; the cost-aware policy times it; bad input gives one-line errors."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+from decoding import runner
+from decoding.config import GreedyConfig, SpeculativeConfig
+from decoding.drafters import FeatureDrafter, LookupThenDraftDrafter, PromptLookupDrafter, load_draft, make_drafter
+from decoding.errors import ConfigError
+from decoding.feature import FeatureNet, FeatureShape, load_feature, save_feature
+from decoding.models import LM
+from decoding.parallel import tap_head_input
+from decoding.train_feature import FeatureSettings, evaluate, leading_drafts, train_feature
+from spec_helpers import divergence, peaked_lm
+from tests.dspark_helpers import one_thread
+
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cache_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DECODESCOPE_CACHE", str(path))
+        yield path
+
+
+@pytest.fixture(scope="module")
+def lm() -> LM:
+    return peaked_lm(0, vocab_size=32)
+
+
+def random_net(lm: LM, seed: int = 0, vocab=None) -> FeatureNet:
+    """An untrained net with a random (not zero) output map, so its drafts vary with the features."""
+    torch.manual_seed(seed)
+    hidden = int(lm.model.config.hidden_size)
+    net = FeatureNet(FeatureShape(hidden, width=16, mlp=32, blocks=1), vocab or range(lm.vocab_size))
+    torch.nn.init.normal_(net.out.weight, std=0.5)
+    return net.attach(lm).eval().requires_grad_(False)
+
+
+class Recorder(FeatureDrafter):
+    """Keeps every (head input, context length) the verifier hands over."""
+
+    def __init__(self, net):
+        super().__init__(net)
+        self.seen: list[tuple[torch.Tensor, int]] = []
+
+    def observe(self, head_input, context_length):
+        super().observe(head_input, context_length)
+        self.seen.append((head_input.clone(), context_length))
+
+
+def head_input_at(lm: LM, ids: list[int], position: int) -> torch.Tensor:
+    """The LM-head input at `position` of a fresh full forward over `ids`."""
+    with tap_head_input(lm) as tap:
+        lm.forward(ids, lm.new_cache())
+    return tap.hidden[0, position]
+
+
+def test_handed_over_row_is_the_one_that_produced_the_last_token(lm):
+    prompt = [3, 1, 4, 1, 5]
+    drafter = Recorder(random_net(lm))
+    trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=24, draft="feature", gamma=3), drafter=drafter)
+    ids = prompt + list(trace.output_ids)
+    assert len(drafter.seen) == len(trace.steps) >= 4
+    for row, length in drafter.seen[:-1]:
+        exact = head_input_at(lm, ids, length - 2)       # position length−2 predicts token length−1
+        assert torch.allclose(row, exact, atol=1e-4), length
+        late = head_input_at(lm, ids, length - 1)         # negative control: one position late
+        assert not torch.allclose(row, late, atol=1e-2), length
+
+
+def test_greedy_identity_with_accepts_and_rejects(lm):
+    prompt = [2, 7, 1, 8, 2, 8]
+    expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=40)).output_ids
+    seen_accept = seen_reject = False
+    for seed, gamma in ((0, 1), (1, 3), (2, 5)):
+        trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=40, draft="feature", gamma=gamma),
+                           drafter=FeatureDrafter(random_net(lm, seed)))
+        assert trace.error is None
+        assert not divergence(lm, prompt, expected, trace.output_ids), divergence(lm, prompt, expected, trace.output_ids)
+        assert not trace.steps[0].drafts            # no head input yet: the first round verifies the prompt only
+        verdicts = [d.verdict for r in trace.steps for d in r.drafts]
+        seen_accept |= "accepted" in verdicts
+        seen_reject |= "rejected" in verdicts
+    assert seen_accept and seen_reject
+
+
+def test_a_row_for_another_context_drafts_nothing(lm):
+    """A head input handed over for another context length (here: one token longer) is never used: the
+    drafter proposes nothing rather than draft from a row that did not produce the context's last token;
+    the output stays greedy's."""
+    class Late(FeatureDrafter):
+        def observe(self, head_input, context_length):
+            super().observe(head_input, context_length + 1)   # never matches the next context: no drafts
+
+    prompt = [5, 5, 6]
+    expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=16)).output_ids
+    trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=16, draft="feature", gamma=3),
+                       drafter=Late(random_net(lm)))
+    assert list(trace.output_ids) == list(expected)
+    assert all(not r.drafts for r in trace.steps)
+
+
+def test_sampled_drafts_stay_in_the_slice(lm):
+    ids = list(range(0, 32, 2))
+    trace = runner.run(lm, [1, 2, 3], SpeculativeConfig(max_new_tokens=24, draft="feature", gamma=4, temperature=1.0,
+                                                         seed=3), drafter=FeatureDrafter(random_net(lm, vocab=ids)))
+    drafted = [d.token_id for r in trace.steps for d in r.drafts]
+    assert drafted and all(t in ids for t in drafted)
+    assert all(0 < d.q_draft <= 1 for r in trace.steps for d in r.drafts)
+
+
+def test_lookup_then_feature_hands_rows_on(lm):
+    prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+    expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+    inner = Recorder(random_net(lm))
+    drafter = LookupThenDraftDrafter(PromptLookupDrafter(2), inner)
+    assert drafter.reads_target
+    trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=30, draft="lookup+feature", gamma=3),
+                       drafter=drafter)
+    assert list(trace.output_ids) == list(expected)
+    assert len(inner.seen) == len(trace.steps)
+    sources = {r.drafter for r in trace.steps if r.drafts}
+    assert sources == {"lookup", inner.name}, sources        # both took turns, and each round verified exactly
+
+
+def test_weights_round_trip_and_load_errors(lm, tmp_path):
+    net = random_net(lm, 4, vocab=list(range(20)))
+    path = tmp_path / "f.safetensors"
+    save_feature(net, path, meta={"target": lm.name})
+    again = load_feature(lm, path)
+    f, x = torch.randn(int(lm.model.config.hidden_size)), torch.tensor(3)
+    assert torch.allclose(again.slice_logits(again.step(f, x)), net.slice_logits(net.step(f, x)).float(),
+                          atol=2e-2, rtol=2e-3)                   # float16 file
+    assert again.vocab_ids.tolist() == list(range(20))
+    assert isinstance(load_draft(f"feature:{path}", lm), FeatureNet)
+    assert isinstance(make_drafter("feature", lm, draft_lm=again), FeatureDrafter)
+    with pytest.raises(ConfigError, match="^draft=.*train one with `python -m decoding train feature`"):
+        load_feature(lm, tmp_path / "missing.safetensors")
+    other = tmp_path / "other.safetensors"
+    from safetensors.torch import save_file
+    save_file({"x": torch.zeros(1)}, str(other), metadata={"format": "something-else"})
+    with pytest.raises(ConfigError, match="is not a feature-drafter weights file"):
+        load_feature(lm, other)
+    with pytest.raises(ConfigError, match="hidden size"):
+        FeatureNet(FeatureShape(8), range(4)).attach(lm)
+
+
+def test_cost_policy_times_the_feature_drafter(lm):
+    drafter = FeatureDrafter(random_net(lm))
+    ms = drafter.token_ms(lm)
+    assert list(ms) == [drafter.name] and 0 < ms[drafter.name] < 1000
+    prompt = [4, 4, 2]
+    expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=20)).output_ids
+    trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=20, draft="feature", gamma=4, gamma_policy="cost"),
+                       drafter=drafter)
+    assert trace.error is None and list(trace.output_ids) == list(expected)
+
+
+def test_training_raises_tau_and_writes_the_card(tmp_path):
+    from test_shallow import _llama
+
+    lm = _llama()          # a random tiny llama: its answers are far less repetitive than the peaked one's
+    rng = random.Random(0)
+    prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(48)]
+    settings = FeatureSettings(width=64, mlp=128, blocks=1, unroll=3, steps=300, batch_size=128, lr=3e-3,
+                               answer_tokens=24, gen_batch=16, heldout_every=4)
+    out = tmp_path / "feature.safetensors"
+    report = train_feature(lm, settings, out, prompts=prompts, progress=False)
+    # 36 training answers of a random target do not generalise (held-out τ is the real model's test,
+    # tests/test_speculative_real.py); training must fit them, and the card must say so
+    before, fit = report.before["tau_chain"][3], report.train_metrics["tau_chain"][3]
+    assert fit > before + 1.0, (before, fit)
+    card = out.with_suffix(".md").read_text()
+    assert f"{report.after['tau_chain'][5]:.2f}" in card and f"{fit:.2f}" in card and "--width 64" in card
+    net = load_feature(lm, out)
+    # the report's held-out τ is what a greedy run's drafts would meet: recount on one answer
+    from decoding.train import generate_distill
+    data = generate_distill(lm, prompts[:1], answer_tokens=24, progress=False, use_cache=False)
+    lead, full, _ = leading_drafts(net.float(), data, 3)
+    assert lead.max() <= 3 and len(lead) == data.positions - 1
+    assert evaluate(net, data)["positions"] == data.positions - 1
+
+
+def test_bad_settings_name_the_parameter():
+    with pytest.raises(ConfigError, match="^unroll=0"):
+        FeatureSettings(unroll=0)
+    with pytest.raises(ConfigError, match="^blocks=-1"):
+        FeatureSettings(blocks=-1)
+    with pytest.raises(ConfigError, match="^decay=0"):
+        FeatureSettings(decay=0.0)
