@@ -27,7 +27,8 @@ from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.config import GreedyConfig, SpeculativeConfig
 from decoding.cost import profile_verify_cost
-from decoding.drafters import truncated_draft
+from decoding.drafters import FeatureDrafter, truncated_draft
+from decoding.feature import DEFAULT_FEATURE, load_feature
 from decoding.shallow import DEFAULT_SHALLOW, load_shallow
 from decoding.models import ModelSpec, load
 
@@ -50,7 +51,20 @@ def _generate(lm, ids, max_new, **kw):
     return out.shape[1] - len(ids), wall, None
 
 
-def contenders(lm, draft, args) -> dict:
+def feature_contenders(lm, feature, args) -> dict:
+    """The feature drafter (decoding/feature.py) alone and behind prompt lookup, at γ and cost-aware."""
+    n, g = args.max_new_tokens, args.gamma
+    run = lambda draft, **kw: (lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, draft=draft, **kw),
+                                                 draft_lm=feature))
+    return {f"feature drafter γ={g} (ours)": run("feature", gamma=g),
+            f"lookup + feature drafter γ={g} (ours)": run("lookup+feature", gamma=g),
+            f"feature drafter cost-aware γ≤{COST_MAX_GAMMA} (ours)": run("feature", gamma=COST_MAX_GAMMA,
+                                                                          gamma_policy="cost"),
+            f"lookup + feature drafter cost-aware γ≤{COST_MAX_GAMMA} (ours)": run(
+                "lookup+feature", gamma=COST_MAX_GAMMA, gamma_policy="cost")}
+
+
+def contenders(lm, draft, args, feature=None) -> dict:
     n, g = args.max_new_tokens, args.gamma
     draft.model.generation_config.num_assistant_tokens = g
     draft.model.generation_config.num_assistant_tokens_schedule = "constant"
@@ -77,6 +91,7 @@ def contenders(lm, draft, args) -> dict:
         f"lookup + {draft.name} cost-aware γ≤{COST_MAX_GAMMA} (ours)": lambda ids: _ours(
             lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=COST_MAX_GAMMA, draft="lookup+model",
                                        gamma_policy="cost"), draft_lm=draft),
+        **({} if feature is None else feature_contenders(lm, feature, args)),
         "greedy (generate)": lambda ids: _generate(lm, ids, n),
     }
 
@@ -104,15 +119,15 @@ def cost_rows(lm, draft, max_gamma: int = 8, rounds: int = 3) -> tuple[list[dict
         drafts.append(profile_verify_cost(draft, 1, repeats=15).verify_ms[0])
     verify = [statistics.median(col) for col in zip(*targets)]
     draft_ms = statistics.median(drafts)
-    return break_even(verify, draft_ms, range(1, max_gamma + 1)), draft_ms, verify[0]
+    return break_even(verify, draft_ms, range(1, max_gamma + 1)), draft_ms, verify[0], verify
 
 
 COST_MAX_GAMMA = 8  # the cost policy's largest γ (its table: the auto one, profiled once and cached)
 SMALL_GAMMA = 2   # also run: a 3-token verify costs little more than 1 token where 4+ tokens jump (CPU)
 
 
-def measure(lm, draft, args) -> dict:
-    runs = contenders(lm, draft, args)
+def measure(lm, draft, args, feature=None) -> dict:
+    runs = contenders(lm, draft, args, feature)
     rows = {name: {"tps": [], "tau": [], "acc": [], "peak": []} for name in runs}
     encoded = [lm.encode(p) for p in PROMPTS.values()]
     for model in (lm.model, draft.model):
@@ -156,7 +171,7 @@ def render(rows, args, model, costs=None) -> str:
         tau = spread(r["tau"]) if r["tau"] else "—"
         acc = f"{statistics.median(r['acc']):.3f}" if r["acc"] else "—"
         lines.append(f"| {name} | {spread(r['tps'])} | {tau} | {acc} | {mib_cell(r['peak'])} |")
-    return "\n".join(lines + (render_break_even(*costs) if costs else []))
+    return "\n".join(lines + (render_break_even(*costs[:3]) if costs else []))
 
 
 def render_break_even(rows, draft_ms: float, greedy_ms: float) -> list[str]:
@@ -173,6 +188,16 @@ def render_break_even(rows, draft_ms: float, greedy_ms: float) -> list[str]:
     return lines
 
 
+def render_feature_break_even(verify_ms, feature_ms: float, gammas=(1, 2, 3, 4, 5, 6, 8)) -> str:
+    """The same arithmetic for the feature drafter: its token (one MLP step and the sliced head) timed
+    after the runs (median of 15)."""
+    lines = ["", f"The same for the feature drafter (one drafted token {feature_ms:.1f} ms):", "",
+             "| γ | round ms | τ for greedy's speed | τ for 1.2× greedy |", "|---|---|---|---|"]
+    for r in break_even(verify_ms, feature_ms, gammas):
+        lines.append(f"| {r['gamma']} | {r['round_ms']:.1f} | {r['tau_parity']:.2f} | {r['tau_1_2']:.2f} |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench speculative")
     parser.add_argument("--repeats", type=int, default=3)
@@ -186,8 +211,13 @@ def main(argv=None) -> None:
     draft.name = "shallow draft" if DEFAULT_SHALLOW.is_file() else draft.name
     warm = SpeculativeConfig(max_new_tokens=2, gamma=COST_MAX_GAMMA, draft="model", gamma_policy="cost")
     _ours(lm, lm.encode(PROMPTS["chat"]), warm, draft_lm=draft)      # profiles and caches the cost tables first
-    rows = measure(lm, draft, args)
+    feature = load_feature(lm) if DEFAULT_FEATURE.is_file() else None
+    if feature is not None:
+        FeatureDrafter(feature).token_ms(lm)                      # timed once, before the runs
+    rows = measure(lm, draft, args, feature)
     costs = cost_rows(lm, draft)
     body = render(rows, args, "SmolLM2-135M-Instruct (embedded), fp32", costs)
+    if feature is not None:
+        body += "\n" + render_feature_break_even(costs[3], FeatureDrafter(feature).token_ms(lm)[feature.name])
     write_section("speculative", body)
     print(body)

@@ -138,8 +138,9 @@ def test_weights_round_trip_and_load_errors(lm, tmp_path):
     path = tmp_path / "f.safetensors"
     save_feature(net, path, meta={"target": lm.name})
     again = load_feature(lm, path)
-    f, x = torch.randn(int(lm.model.config.hidden_size)), torch.tensor(3)
-    assert torch.allclose(again.slice_logits(again.step(f, x)), net.slice_logits(net.step(f, x)).float(),
+    f, x = torch.randn(int(lm.model.config.hidden_size), device=lm.device), torch.tensor(3, device=lm.device)
+    assert torch.allclose(again.slice_logits(again.step(f.to(again.head.dtype), x)).float(),
+                          net.slice_logits(net.step(f, x)).float(),
                           atol=2e-2, rtol=2e-3)                   # float16 file
     assert again.vocab_ids.tolist() == list(range(20))
     assert isinstance(load_draft(f"feature:{path}", lm), FeatureNet)
