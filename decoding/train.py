@@ -384,7 +384,33 @@ def training_chunks(data: DistillData, pool: torch.Tensor, gen: torch.Generator,
 
 # ------------------------------------------------------------------------------ loss
 @dataclass(frozen=True)
-class TrainSettings:
+class DataSettings:
+    """The self-distillation data every trainer reads (distill_set) and its held-out split; each trainer's
+    settings extend it."""
+
+    heldout_every: int = 16      # every 16th prompt is held out
+    n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
+    prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
+    n_varied: int = 1024
+    n_extra: int = 1024          # mixed only: a third part, the next n_extra varied prompts (cached on its own)
+    answer_tokens: int = 128
+    gen_batch: int = 32
+    gen_temperature: float = 0.0
+    soft_k: int = 8
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("n_prompts", "answer_tokens", "gen_batch", "soft_k", "n_varied"):
+            v = getattr(self, name)
+            check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
+        check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
+        check(isinstance(self.heldout_every, int) and self.heldout_every >= 2, "heldout_every",
+              self.heldout_every, "must be an integer >= 2")
+
+
+@dataclass(frozen=True)
+class TrainSettings(DataSettings):
     gamma_max: int = 16
     rank: int = 64
     trunk: int = 512
@@ -402,30 +428,17 @@ class TrainSettings:
     dropout: float = 0.0         # on the trunk and per-position activations, training only
     weight_decay: float = 0.01
     vocab: str = "seen"          # seen (tokens of the answers) | full
-    heldout_every: int = 16      # every 16th prompt is held out
-    n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
-    prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
-    n_varied: int = 1024
-    n_extra: int = 1024          # mixed only: a third part, the next n_extra varied prompts (cached on its own)
-    answer_tokens: int = 128
-    gen_batch: int = 32
-    gen_temperature: float = 0.0
-    soft_k: int = 8
-    seed: int = 0
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "chunk", "window", "n_prompts", "answer_tokens", "gen_batch", "soft_k",
-                     "heldout_every", "n_varied"):
+        super().__post_init__()
+        for name in ("steps", "batch_size", "chunk", "window"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
         check(isinstance(self.layers, int) and self.layers >= 0, "layers", self.layers, "must be an integer >= 0")
         text = self.feature_layers
         check(isinstance(text, str) and (not text.strip() or all(x.strip().isdigit() for x in text.split(","))),
               "feature_layers", text, "must be comma-separated layer indices, e.g. 7,15,23")
-        check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
-        check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
-        check(self.heldout_every >= 2, "heldout_every", self.heldout_every, "must be >= 2")
         check(isinstance(self.dropout, float) and 0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
         check(isinstance(self.weight_decay, float) and self.weight_decay >= 0.0, "weight_decay", self.weight_decay,
               "must be >= 0")

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from decoding.errors import check
 from decoding.feature import DEFAULT_FEATURE, FeatureNet, FeatureShape, save_feature
-from decoding.train import (POOLS, DistillData, anchors, data_split, display_name, distill_set, run_trainer,
+from decoding.train import (DataSettings, DistillData, anchors, data_split, display_name, distill_set, run_trainer,
                             settings_parser, vocab_slice)
 from decoding.train_shallow import lead_metrics
 
@@ -37,7 +37,7 @@ GAMMAS = (1, 2, 3, 4, 5, 6, 8)
 
 
 @dataclass(frozen=True)
-class FeatureSettings:
+class FeatureSettings(DataSettings):
     width: int = 768
     mlp: int = 1536
     blocks: int = 2
@@ -48,32 +48,19 @@ class FeatureSettings:
     soft_weight: float = 0.5
     feature_weight: float = 0.5
     decay: float = 0.8           # weight of step k: decay^(k−1)
-    heldout_every: int = 16
-    n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
-    prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
-    n_varied: int = 1024
-    n_extra: int = 1024          # mixed only: a third part, the next n_extra varied prompts (cached on its own)
-    answer_tokens: int = 128
-    gen_batch: int = 32
-    gen_temperature: float = 0.0
-    soft_k: int = 8
-    seed: int = 0
+    noise: float = 0.0           # uniform noise ±noise added to the anchor's true LM-head input (training only)
+    weight_decay: float = 0.01
     max_minutes: float = 29.0    # training stops early at this wall-clock budget
 
     def __post_init__(self):
-        for name in ("width", "mlp", "unroll", "steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch",
-                     "soft_k", "n_varied"):
+        super().__post_init__()
+        for name in ("width", "mlp", "unroll", "steps", "batch_size"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
-        for name in ("blocks", "n_extra"):
-            v = getattr(self, name)
-            check(isinstance(v, int) and v >= 0, name, v, "must be an integer >= 0")
-        check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
-        check(isinstance(self.heldout_every, int) and self.heldout_every >= 2, "heldout_every",
-              self.heldout_every, "must be an integer >= 2")
+        check(isinstance(self.blocks, int) and self.blocks >= 0, "blocks", self.blocks, "must be an integer >= 0")
         for name in ("lr", "max_minutes", "decay"):
             check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
-        for name in ("soft_weight", "feature_weight"):
+        for name in ("soft_weight", "feature_weight", "noise", "weight_decay"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
 
 
@@ -100,10 +87,12 @@ def _ends(data: DistillData, rows: torch.Tensor) -> torch.Tensor:
 
 
 def step_loss(net: FeatureNet, data: DistillData, rows: torch.Tensor, slice_of: torch.Tensor,
-              settings: FeatureSettings) -> torch.Tensor:
+              settings: FeatureSettings, gen: torch.Generator | None = None) -> torch.Tensor:
     """Unrolled training loss for the anchors `rows` (see the module docstring)."""
     end = _ends(data, rows)
     feature, token = data.hidden[rows].float(), data.tokens[rows]
+    if settings.noise > 0:
+        feature = feature + (torch.rand(feature.shape, generator=gen) * 2 - 1) * settings.noise
     total = feature.new_zeros(())
     for k in range(1, settings.unroll + 1):
         target = rows + k
@@ -176,7 +165,7 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     rows = anchors(train)
     check(len(rows) >= 1, "data", train.positions, "has no training anchors (answers too short)")
     params = [p for p in net.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=0.01)
+    opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=settings.lr, total_steps=settings.steps, pct_start=0.05)
     gen = torch.Generator().manual_seed(settings.seed)
     start, loss_avg, done = time.perf_counter(), None, 0
@@ -184,7 +173,7 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     bar = tqdm(range(settings.steps), desc="train feature", unit="step", disable=not progress)
     for _ in bar:
         pick = rows[torch.randint(len(rows), (settings.batch_size,), generator=gen)]
-        loss = step_loss(net, train, pick, slice_of, settings)
+        loss = step_loss(net, train, pick, slice_of, settings, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -237,7 +226,7 @@ def model_card(report: FeatureReport, title: str) -> str:
         "## Training", "",
         f"- {report.params:,} trained parameters; file {report.size_bytes / 1e6:.1f} MB (float16)",
         f"- {report.steps} steps of {s['batch_size']} anchors, each unrolled {s['unroll']} drafting steps{budget}; "
-        f"AdamW lr {s['lr']} one-cycle; loss per step = CE + {s['soft_weight']}·soft CE + {s['feature_weight']}·smooth-L1 "
+        f"AdamW lr {s['lr']} one-cycle, weight decay {s['weight_decay']}, input noise ±{s['noise']}; loss per step = CE + {s['soft_weight']}·soft CE + {s['feature_weight']}·smooth-L1 "
         f"to the next LM-head input, step k weighted {s['decay']}^(k−1); {report.seconds} s on the training machine; "
         f"final loss {report.final_loss}", "",
         f"## Held-out results ({a['positions']} anchors; greedy drafting from each, own tokens and features)", "",

@@ -28,12 +28,12 @@ import torch.nn.functional as F
 
 from decoding.errors import check
 from decoding.shallow import DEFAULT_SHALLOW, build_shallow, save_shallow, trainable
-from decoding.train import (POOLS, DistillData, data_split, display_name, distill_set, run_trainer,
+from decoding.train import (DataSettings, DistillData, data_split, display_name, distill_set, run_trainer,
                             settings_parser)
 
 
 @dataclass(frozen=True)
-class DraftSettings:
+class DraftSettings(DataSettings):
     layers: int = 2              # target layers reused (frozen, shared)
     adapters: int = 1            # trained layers on top (initialised from target layers L..L+A−1)
     steps: int = 2000
@@ -41,26 +41,13 @@ class DraftSettings:
     lr: float = 3e-4
     soft_weight: float = 1.0
     vocab_extra: int = 2         # slice = tokens seen in answers ∪ the target's top-`vocab_extra` there
-    heldout_every: int = 16
-    n_prompts: int = 1024        # templated prompts (decoding.train.distill_prompts)
-    prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.prompt_pool)
-    n_varied: int = 1024
-    n_extra: int = 1024          # mixed only: a third part, the next n_extra varied prompts (cached on its own)
-    answer_tokens: int = 128
-    gen_batch: int = 32
-    gen_temperature: float = 0.0
-    soft_k: int = 8
-    seed: int = 0
     max_minutes: float = 28.0    # training stops early at this wall-clock budget
 
     def __post_init__(self):
-        for name in ("steps", "batch_size", "n_prompts", "answer_tokens", "gen_batch", "soft_k", "n_varied"):
+        super().__post_init__()
+        for name in ("steps", "batch_size"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
-        check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
-        check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
-        check(isinstance(self.heldout_every, int) and self.heldout_every >= 2, "heldout_every",
-              self.heldout_every, "must be an integer >= 2")
         check(self.lr > 0, "lr", self.lr, "must be > 0")
         check(self.max_minutes > 0, "max_minutes", self.max_minutes, "must be > 0")
 

@@ -199,3 +199,7 @@ def test_bad_settings_name_the_parameter():
         FeatureSettings(blocks=-1)
     with pytest.raises(ConfigError, match="^decay=0"):
         FeatureSettings(decay=0.0)
+    with pytest.raises(ConfigError, match="^noise=-0.1"):
+        FeatureSettings(noise=-0.1)
+    with pytest.raises(ConfigError, match="^heldout_every=1 .*>= 2"):      # the shared data settings' check
+        FeatureSettings(heldout_every=1)
