@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from decoding.errors import ConfigError, check
+from decoding.weights_file import read_header, save_weights
 
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -118,28 +119,14 @@ class FeatureNet(nn.Module):
         out[..., self.vocab_ids.to(small.device)] = small
         return out
 
-    def trained_state(self) -> dict[str, torch.Tensor]:
-        return {k: v for k, v in self.state_dict().items()}
-
 
 def save_feature(net: FeatureNet, path: str | Path, meta: dict | None = None) -> None:
-    from safetensors.torch import save_file
-
-    state = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()).contiguous()
-             for k, v in net.trained_state().items()}
-    header = {"format": WEIGHTS_FORMAT, "shape": json.dumps(asdict(net.shape)), "meta": json.dumps(meta or {})}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(path), metadata=header)
+    save_weights(net.state_dict(), path, {"format": WEIGHTS_FORMAT, "shape": json.dumps(asdict(net.shape)),
+                                             "meta": json.dumps(meta or {})})
 
 
 def read_meta(path: str | Path) -> dict:
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as f:
-        header = f.metadata() or {}
-    check(header.get("format") == WEIGHTS_FORMAT, "draft", str(path),
-          f"is not a feature-drafter weights file (format {header.get('format')!r})")
+    header = read_header(path, WEIGHTS_FORMAT, "feature-drafter")
     return {"shape": json.loads(header["shape"]), "meta": json.loads(header.get("meta", "{}"))}
 
 

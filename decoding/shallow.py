@@ -22,6 +22,7 @@ from torch import nn
 from decoding import packed_gemm
 from decoding.errors import ConfigError, check
 from decoding.models import LM
+from decoding.weights_file import read_header, save_weights
 
 WEIGHTS_FORMAT = "decodescope-shallow-draft/1"
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
@@ -107,24 +108,13 @@ def trained_state(draft: LM) -> dict[str, torch.Tensor]:
 
 
 def save_shallow(draft: LM, path: str | Path, meta: dict | None = None) -> None:
-    from safetensors.torch import save_file
-
-    state = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()).contiguous()
-             for k, v in trained_state(draft).items()}
-    header = {"format": WEIGHTS_FORMAT, "layers": str(draft.shallow["layers"]),
-              "adapters": str(draft.shallow["adapters"]), "meta": json.dumps(meta or {})}
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(state, str(path), metadata=header)
+    save_weights(trained_state(draft), path, {"format": WEIGHTS_FORMAT, "layers": str(draft.shallow["layers"]),
+                                              "adapters": str(draft.shallow["adapters"]),
+                                              "meta": json.dumps(meta or {})})
 
 
 def read_meta(path: str | Path) -> dict:
-    from safetensors import safe_open
-
-    with safe_open(str(path), "pt") as f:
-        header = f.metadata() or {}
-    check(header.get("format") == WEIGHTS_FORMAT, "draft", str(path),
-          f"is not a shallow-draft weights file (format {header.get('format')!r})")
+    header = read_header(path, WEIGHTS_FORMAT, "shallow-draft")
     return {"layers": int(header["layers"]), "adapters": int(header["adapters"]),
             "meta": json.loads(header.get("meta", "{}"))}
 

@@ -1,6 +1,7 @@
 """Tiny llamas and drafters for the dspark tests (no download, built in a few ms)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from conftest import on_test_device
@@ -48,6 +49,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+def module_cache(tmp_path_factory):
+    """Generator for a module fixture: distillation data and cost tables go to a temporary cache
+    (module scope, so that module fixtures that train or profile use it too)."""
+    path = tmp_path_factory.mktemp("cache")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DECODESCOPE_CACHE", str(path))
+        yield path
 
 
 def split_drafter(lm: LM, token: int, path, others=(11, 13, 30)):

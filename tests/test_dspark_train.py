@@ -14,7 +14,7 @@ from decoding.parallel import load_drafter, tap_head_input
 from decoding.runner import run
 from decoding.train import (TrainSettings, anchors, estimate_bytes, evaluate, generate_distill,
                             train_parallel)
-from tests.dspark_helpers import one_thread, varied_llama
+from tests.dspark_helpers import module_cache, one_thread, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 SETTINGS = TrainSettings(gamma_max=6, rank=8, trunk=32, width=32, steps=120, batch_size=64, lr=1e-2,
@@ -32,13 +32,7 @@ def prompts():
     return [[rng.randrange(64) for _ in range(rng.randint(1, 7))] for _ in range(16)]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_dir(tmp_path_factory):
-    """Distillation data goes to a temporary cache (module scope: before the module fixtures)."""
-    path = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DECODESCOPE_CACHE", str(path))
-        yield path
+cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)
 
 
 def test_distill_data_equals_greedy_and_hidden_states(lm, prompts, cache_dir):

@@ -19,17 +19,12 @@ from decoding.models import LM
 from decoding.parallel import tap_head_input
 from decoding.train_feature import FeatureSettings, evaluate, leading_drafts, train_feature
 from spec_helpers import divergence, peaked_lm
-from tests.dspark_helpers import one_thread
+from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DECODESCOPE_CACHE", str(path))
-        yield path
+cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)
 
 
 @pytest.fixture(scope="module")

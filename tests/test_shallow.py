@@ -19,7 +19,7 @@ from decoding.runner import run
 from decoding.shallow import build_shallow, load_shallow, save_shallow, trainable
 from decoding.train import generate_distill
 from decoding.train_shallow import DraftSettings, chain_metrics, train_shallow
-from tests.dspark_helpers import one_thread
+from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -42,12 +42,7 @@ def lm():
     return _llama()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def cache_dir(tmp_path_factory):
-    path = tmp_path_factory.mktemp("cache")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("DECODESCOPE_CACHE", str(path))
-        yield path
+cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)
 
 
 def test_untrained_build_is_early_exit_on_the_slice(lm):

@@ -112,6 +112,24 @@ def test_parity_prompt_lookup_real(real_lm):
     assert trace.stats.acceptance_rate > 0  # the repeated sentence gives lookup something to copy
 
 
+def greedy_tau(real_lm, texts, draft: str, draft_lm, check_trace=None) -> float:
+    """Tokens per target forward (prefill excluded) of γ = 5 runs of 64 tokens with `draft`, each checked
+    token-identical to greedy (and by `check_trace`)."""
+    emitted = forwards = 0
+    for text in texts:
+        ids = real_lm.encode(text)
+        expected = runner.run(real_lm, ids, GreedyConfig(max_new_tokens=N)).output_ids
+        trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft=draft, gamma=5), draft_lm=draft_lm)
+        assert trace.error is None
+        assert not divergence(real_lm, ids, expected, trace.output_ids), \
+            divergence(real_lm, ids, expected, trace.output_ids)
+        if check_trace is not None:
+            check_trace(trace)
+        emitted += len(trace.output_ids) - 1           # the prefill's token is not a round's
+        forwards += trace.stats.target_forwards - 1
+    return emitted / forwards
+
+
 @pytest.fixture(scope="module")
 def shallow(real_lm):
     from decoding.shallow import DEFAULT_SHALLOW, load_shallow
@@ -125,21 +143,7 @@ def test_shallow_draft_is_greedy_and_accepts(real_lm, greedy_runs, shallow):
     """The shipped shallow draft: identical to greedy on new and held-out prompts, and a real draft:
     tokens per target forward above 1.5 on held-out prompts of its training distribution and above 1.15
     on the new ones (the untrained early exit it starts from gives about 1.05)."""
-    def tau(texts) -> float:
-        emitted = forwards = 0
-        for text in texts:
-            ids = real_lm.encode(text)
-            expected = runner.run(real_lm, ids, GreedyConfig(max_new_tokens=N)).output_ids
-            trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="shallow", gamma=5),
-                               draft_lm=shallow)
-            assert trace.error is None
-            assert not divergence(real_lm, ids, expected, trace.output_ids), \
-                divergence(real_lm, ids, expected, trace.output_ids)
-            emitted += len(trace.output_ids) - 1           # the prefill's token is not a round's
-            forwards += trace.stats.target_forwards - 1
-        return emitted / forwards
-
-    held, new = tau(heldout_prompts(2)), tau(PROMPTS)
+    held, new = (greedy_tau(real_lm, texts, "shallow", shallow) for texts in (heldout_prompts(2), PROMPTS))
     assert held > 1.5 and new > 1.15, (held, new)
 
 
@@ -204,22 +208,10 @@ def test_feature_drafter_is_greedy_and_accepts(real_lm, feature):
     """The shipped feature drafter: identical to greedy on new and held-out prompts, and a real drafter:
     tokens per target forward above 2.0 on held-out prompts of its training distribution and above 1.4
     on the new ones (the shallow draft: 1.5 / 1.15 in the same test)."""
-    def tau(texts) -> float:
-        emitted = forwards = 0
-        for text in texts:
-            ids = real_lm.encode(text)
-            expected = runner.run(real_lm, ids, GreedyConfig(max_new_tokens=N)).output_ids
-            trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="feature", gamma=5),
-                               draft_lm=feature)
-            assert trace.error is None
-            assert not divergence(real_lm, ids, expected, trace.output_ids), \
-                divergence(real_lm, ids, expected, trace.output_ids)
-            assert not trace.steps[0].drafts and all(r.drafter == feature.name for r in trace.steps[1:])
-            emitted += len(trace.output_ids) - 1           # the prefill's token is not a round's
-            forwards += trace.stats.target_forwards - 1
-        return emitted / forwards
+    def rounds_ok(trace):
+        assert not trace.steps[0].drafts and all(r.drafter == feature.name for r in trace.steps[1:])
 
-    held, new = tau(heldout_prompts(2)), tau(PROMPTS)
+    held, new = (greedy_tau(real_lm, texts, "feature", feature, rounds_ok) for texts in (heldout_prompts(2), PROMPTS))
     assert held > 2.0 and new > 1.4, (held, new)
 
 
