@@ -30,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from decoding.errors import ConfigError, check
+from decoding.shallow import full_vocabulary
 from decoding.weights_file import read_header, save_weights
 
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
@@ -114,10 +115,7 @@ class FeatureNet(nn.Module):
 
     def full_logits(self, feature: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V) logits, −inf outside the slice."""
-        small = self.slice_logits(feature)
-        out = small.new_full((*small.shape[:-1], self.vocab_size), float("-inf"))
-        out[..., self.vocab_ids.to(small.device)] = small
-        return out
+        return full_vocabulary(self.slice_logits(feature), self.vocab_ids, self.vocab_size)
 
 
 def save_feature(net: FeatureNet, path: str | Path, meta: dict | None = None) -> None:

@@ -45,10 +45,15 @@ class SliceHead(nn.Module):
         return hidden @ self.weight.T + self.bias                                       # (..., V_s)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
-        small = self.slice_logits(hidden)                                               # (..., V_s)
-        out = small.new_full((*small.shape[:-1], self.vocab_size), float("-inf"))       # (..., V)
-        out[..., self.vocab_ids] = small
-        return out
+        return full_vocabulary(self.slice_logits(hidden), self.vocab_ids, self.vocab_size)      # (..., V)
+
+
+def full_vocabulary(small: torch.Tensor, vocab_ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Slice logits (..., V_s) as full-vocabulary logits (..., V): −inf outside the slice, so softmax gives
+    a proper distribution over the slice."""
+    out = small.new_full((*small.shape[:-1], vocab_size), float("-inf"))               # (..., V)
+    out[..., vocab_ids.to(small.device)] = small
+    return out
 
 
 def _check_shape(target_model, layers: int, adapters: int) -> None:

@@ -329,10 +329,15 @@ def anchors(data: DistillData) -> torch.Tensor:
     return torch.cat(out) if out else torch.zeros(0, dtype=torch.long)
 
 
+def sequence_ends(data: DistillData, rows: torch.Tensor) -> torch.Tensor:
+    """(N,) the end row (exclusive) of each row's sequence."""
+    return data.offsets[torch.searchsorted(data.offsets, rows, right=True)]
+
+
 def make_batch(data: DistillData, rows: torch.Tensor, gamma: int, slice_of: torch.Tensor) -> Batch:
     """Row i: input (hidden[i], tokens[i]); position k (1..γ) predicts tokens[i + k] when it is in the
     same sequence."""
-    seq_end = data.offsets[torch.searchsorted(data.offsets, rows, right=True)]        # (B,)
+    seq_end = sequence_ends(data, rows)                                                # (B,)
     steps = torch.arange(1, gamma + 1)                                                  # (γ,)
     target = rows[:, None] + steps                                                      # (B, γ)
     valid = target < seq_end[:, None]                                                   # (B, γ)
@@ -516,7 +521,7 @@ def chain_rounds(drafter: ParallelDrafter, data: DistillData, gamma: int) -> lis
 
 
 def _window(data: DistillData, rows: torch.Tensor, gamma: int) -> torch.Tensor:
-    seq_end = data.offsets[torch.searchsorted(data.offsets, rows, right=True)]
+    seq_end = sequence_ends(data, rows)
     return rows[:, None] + torch.arange(1, gamma + 1) < seq_end[:, None]     # (B, γ)
 
 

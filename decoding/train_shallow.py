@@ -234,13 +234,13 @@ def train_draft(lm, settings: DraftSettings, prompts: Sequence[Sequence[int]], d
     return draft, report
 
 
-def changed_flags(settings: dict) -> str:
-    """The command-line flags that differ from DraftSettings' defaults (" --steps 2000 ..."; "" if none)."""
-    defaults = asdict(DraftSettings())
+def changed_flags(settings: dict, settings_type=DraftSettings) -> str:
+    """The command-line flags that differ from `settings_type`'s defaults (" --steps 2000 ..."; "" if none)."""
+    defaults = asdict(settings_type())
     return "".join(f" --{k.replace('_', '-')} {v}" for k, v in settings.items() if k in defaults and defaults[k] != v)
 
 
-def budget_note(report: DraftReport) -> str:
+def budget_note(report) -> str:
     """ " (N planned; stopped by the M-minute budget)" when the time budget ended training, else "". """
     planned = report.settings["steps"]
     if report.steps >= planned:
