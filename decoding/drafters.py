@@ -14,6 +14,7 @@ from decoding.engine_thread import ENGINE
 from decoding.errors import ConfigError, check
 from decoding.models import LM
 from decoding.processors import Pipeline
+from decoding.shallow import full_vocabulary
 from decoding.steps import sample_inverse_cdf
 from decoding.trace import LookupMatch
 
@@ -242,6 +243,8 @@ class FeatureDrafter(Drafter):
             return Proposal((), source=self.name)
         feature = self._head.to(device=self.net.head.device, dtype=self.net.head.dtype)
         token = torch.tensor(int(context[-1]), device=feature.device)
+        if request.greedy:
+            return self._propose_greedy(feature, token, request)
         tokens, rows, draws = [], [], []
         for i in range(request.max_tokens):
             feature = self.net.step(feature, token)                    # (H,)
@@ -255,6 +258,23 @@ class FeatureDrafter(Drafter):
                 break
             token = torch.tensor(picked, device=feature.device)
         return Proposal(tuple(tokens), torch.stack(rows), tuple(draws), source=self.name)
+
+    def _propose_greedy(self, feature: torch.Tensor, token: torch.Tensor, request: DraftRequest) -> Proposal:
+        """Temperature 0: each token is the argmax over the slice (the full-vocabulary argmax, −inf
+        elsewhere); q_draft, softmax over the slice, is spread to the full vocabulary once for all rows."""
+        tokens, rows = [], []
+        for _ in range(request.max_tokens):
+            feature = self.net.step(feature, token)                          # (H,)
+            small = self.net.slice_logits(feature).float()                   # (V_s,)
+            at = torch.argmax(small)
+            token = self.net.vocab_ids[at]
+            tokens.append(int(token)), rows.append(small)
+            if request.stop_below is not None and float(small.softmax(-1)[at]) < request.stop_below:
+                break
+            if tokens[-1] in self.net.eos_ids:
+                break
+        q_draft = full_vocabulary(torch.stack(rows), self.net.vocab_ids, self.net.vocab_size).softmax(-1)  # (n, V)
+        return Proposal(tuple(tokens), q_draft, (None,) * len(tokens), source=self.name)
 
     def token_ms(self, target: LM) -> dict[str, float]:
         """Timed once per loaded net (a few ms; kept on the net): the median of 15 drafted tokens after a

@@ -20,8 +20,8 @@ from decoding.drafters import Drafter, DraftRequest, Proposal, make_drafter
 from decoding.models import LM, Timer
 from decoding.parallel import tap_head_input
 from decoding.processors import Pipeline, build_pipeline
-from decoding.steps import candidates, sample_inverse_cdf
-from decoding.trace import DraftPosition, ProbEntry, SpecRound
+from decoding.steps import sample_inverse_cdf
+from decoding.trace import Candidate, DraftPosition, ProbEntry, SpecRound
 
 
 # ---------------------------------------------------------------- pure acceptance math
@@ -33,9 +33,10 @@ def acceptance_probability(p_target_x, q_draft_x):
 
 
 def accepted_mass(p_target, q_draft):
-    """sum_x min(p_target(x), q_draft(x)): the probability that a drafted position is accepted."""
+    """sum_x min(p_target(x), q_draft(x)): the probability that a drafted position is accepted (row-wise
+    for (n, V) tensors)."""
     if isinstance(p_target, torch.Tensor):
-        return torch.minimum(p_target, q_draft).sum()
+        return torch.minimum(p_target, q_draft).sum(-1)
     return sum(min(p, q) for p, q in zip(p_target, q_draft))
 
 
@@ -272,39 +273,44 @@ class Speculator:
     # -- trace
     def _event(self, index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
                p_target, verdicts, new, cropped, timer) -> SpecRound:
-        drafts = tuple(self._position(k, proposal, n_verify, processed, p_target, verdicts)
-                       for k in range(len(proposal)))
-        final_row = verdicts.accepted
+        target_tops = top_rows(self.lm, processed, p_target, self.config.top_n)      # n+1 rows
+        drafts = self._positions(proposal, n_verify, p_target, verdicts, target_tops)
         kind = verdicts.final_kind if verdicts.final_id in new[verdicts.accepted:] else "none"
         return SpecRound(
             index=index, position=len(context) - len(forced_now), drafter=proposal.source or self.drafter.name,
             gamma=n_verify, gamma_policy=self.config.gamma_policy, gamma_reason=reason, drafts=drafts,
             accepted=verdicts.accepted, final_kind=kind,
             final_id=verdicts.final_id if kind != "none" else None, final_draw=verdicts.final_draw,
-            final_top=self._top(processed[final_row], p_target[final_row]),
+            final_top=target_tops[verdicts.accepted],
             residual_top=self._residual_top(verdicts.residual), emitted=tuple(forced_now) + tuple(new),
             forced_ids=tuple(forced_now), fed_tokens=self.last_fed, kv_cropped_target=cropped[0], kv_cropped_draft=cropped[1],
             lookup=proposal.lookup, timings_ms=timer.done(),
             final_piece=self.lm.piece(verdicts.final_id) if kind != "none" else "")
 
-    def _position(self, k, proposal, n_verify, processed, p_target, verdicts) -> DraftPosition:
-        token = proposal.tokens[k]
-        p_x = float(p_target[k, token])
-        q_row = proposal.q_draft[k] if proposal.q_draft is not None else None
-        q_x = float(q_row[token]) if q_row is not None else None
-        mass = float(accepted_mass(p_target[k], q_row)) if q_row is not None else p_x
-        return DraftPosition(
-            index=k, token_id=token, piece=self.lm.piece(token), q_draft=q_x, p_target=p_x,
-            ratio=p_x / q_x if q_x else p_x, accept_prob=mass,
+    def _positions(self, proposal, n_verify, p_target, verdicts, target_tops) -> tuple[DraftPosition, ...]:
+        """Every drafted position's numbers, each kind gathered for all positions at once."""
+        n = len(proposal)
+        if n == 0:
+            return ()
+        rows = torch.arange(n, device=p_target.device)
+        tokens = torch.tensor(proposal.tokens, device=p_target.device)
+        p_x = p_target[rows, tokens].tolist()                                          # (n,)
+        q_draft = proposal.q_draft
+        if q_draft is None:
+            q_x, masses, draft_tops = [None] * n, p_x, [()] * n
+        else:
+            q_draft = q_draft.to(p_target.device)
+            q_x = q_draft[rows, tokens].tolist()                                      # (n,)
+            masses = accepted_mass(p_target[:n], q_draft).tolist()                    # (n,)
+            draft_tops = top_rows(self.lm, None, q_draft, self.config.top_n)          # logits = log q
+        return tuple(DraftPosition(
+            index=k, token_id=token, piece=self.lm.piece(token), q_draft=q_x[k], p_target=p_x[k],
+            ratio=p_x[k] / q_x[k] if q_x[k] else p_x[k], accept_prob=masses[k],
             u=verdicts.us[k] if k < len(verdicts.us) else None,
             verdict=_verdict(k, n_verify, verdicts.accepted),
             draft_draw=proposal.draft_draws[k] if k < len(proposal.draft_draws) else None,
-            target_top=self._top(processed[k], p_target[k]),
-            draft_top=self._top(torch.log(q_row), q_row) if q_row is not None else ())
-
-    def _top(self, logits: torch.Tensor, probs: torch.Tensor) -> tuple:
-        top = torch.topk(probs, min(self.config.top_n, probs.shape[-1])).indices  # (N,)
-        return candidates(self.lm, top, logits, probs, None, ())
+            target_top=target_tops[k], draft_top=draft_tops[k])
+            for k, token in enumerate(proposal.tokens))
 
     def _residual_top(self, residual: torch.Tensor | None) -> tuple[ProbEntry, ...]:
         if residual is None:
@@ -312,6 +318,16 @@ class Speculator:
         top = torch.topk(residual, min(self.config.top_n, residual.shape[-1]))
         return tuple(ProbEntry(int(t), self.lm.piece(int(t)), float(p))
                      for t, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0)
+
+
+def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -> list[tuple[Candidate, ...]]:
+    """The top-N candidates of every row of (R, V) `probs`, with their `logits` (None: log probs), found
+    with one topk and read back with one transfer per field."""
+    top = torch.topk(probs, min(top_n, probs.shape[-1]), dim=-1).indices               # (R, N)
+    prob_rows = probs.gather(-1, top)                                                  # (R, N)
+    logit_rows = torch.log(prob_rows) if logits is None else logits.gather(-1, top)    # (R, N)
+    return [tuple(Candidate(t, lm.piece(t), lg, pr) for t, lg, pr in zip(ids, lgs, prs))
+            for ids, lgs, prs in zip(top.tolist(), logit_rows.tolist(), prob_rows.tolist())]
 
 
 def _verdict(k: int, n_verify: int, accepted: int) -> str:

@@ -114,6 +114,30 @@ def test_sampled_drafts_stay_in_the_slice(lm):
     assert all(0 < d.q_draft <= 1 for r in trace.steps for d in r.drafts)
 
 
+def test_greedy_proposal_is_the_full_vocabulary_chain(lm):
+    """At temperature 0 the drafter argmaxes over the slice and spreads q_draft once at the end; that
+    equals the plain chain: full-vocabulary logits (−inf outside the slice), argmax, softmax, per step."""
+    from decoding.drafters import DraftRequest
+    from decoding.processors import Pipeline
+
+    net = random_net(lm, seed=5, vocab=list(range(1, 32, 3)))
+    drafter = FeatureDrafter(net)
+    row, context = torch.randn(int(lm.model.config.hidden_size)), [4, 9, 2]
+    drafter.observe(row, len(context))
+    proposal = drafter.propose(context, DraftRequest(4, Pipeline(()), True, torch.Generator(), None))
+    feature, token, tokens, rows = row, torch.tensor(context[-1]), [], []
+    with torch.inference_mode():
+        for _ in range(len(proposal.tokens)):
+            feature = net.step(feature, token)
+            logits = net.full_logits(feature)                               # (V,)
+            token = torch.argmax(logits)
+            tokens.append(int(token)), rows.append(logits.softmax(-1))
+    assert len(tokens) == 4 and len(set(tokens)) > 1
+    assert list(proposal.tokens) == tokens
+    assert torch.allclose(proposal.q_draft, torch.stack(rows), atol=1e-6)
+    assert proposal.draft_draws == (None,) * 4
+
+
 def test_lookup_then_feature_hands_rows_on(lm):
     prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
     expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids

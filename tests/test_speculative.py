@@ -201,6 +201,46 @@ def test_trace_round_trip_and_contents(target, draft):
     assert same.output_ids == trace.output_ids  # seeded: reproducible
 
 
+def _fresh_probs(lm, ids, rows, pipeline):
+    """(logits, probs) of the last `rows` positions of a fresh forward over `ids`, after `pipeline`."""
+    processed = pipeline(lm.forward(list(ids), lm.new_cache())[-rows:])      # (rows, V)
+    return processed, processed.softmax(-1)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.8])
+def test_position_numbers_match_fresh_forwards(target, draft, temperature):
+    """Each drafted position's p_target, q_draft, Σ min(p, q), target and draft top-N equal what fresh
+    forwards of the target and the draft over the round's context and drafts give (the trace builds
+    them for all positions at once)."""
+    from decoding.processors import build_pipeline
+
+    config = SpeculativeConfig(max_new_tokens=20, draft="d", gamma=3, gamma_max=5, temperature=temperature,
+                               top_k=8, seed=4)
+    pipeline = Pipeline(()) if temperature == 0 else build_pipeline(temperature, 8)
+    trace = runner.run(target, PROMPTS[0], config, draft_lm=draft)
+    sequence = list(PROMPTS[0]) + list(trace.output_ids)
+    checked = 0
+    for event in trace.steps:
+        context, drafted = sequence[:event.position], [d.token_id for d in event.drafts]
+        t_logits, p_target = _fresh_probs(target, context + drafted, len(drafted) + 1, pipeline)
+        for d in event.drafts:
+            _, q_draft = _fresh_probs(draft, context + drafted[:d.index], 1, pipeline)
+            q_row, p_row = q_draft[0], p_target[d.index]
+            assert d.p_target == pytest.approx(float(p_row[d.token_id]), abs=1e-5)
+            assert d.q_draft == pytest.approx(float(q_row[d.token_id]), abs=1e-5)
+            assert d.accept_prob == pytest.approx(float(torch.minimum(p_row, q_row).sum()), abs=1e-5)
+            assert [c.token_id for c in d.target_top] == torch.topk(p_row, len(d.target_top)).indices.tolist()
+            assert [c.logit for c in d.target_top] == pytest.approx(
+                t_logits[d.index][[c.token_id for c in d.target_top]].tolist(), abs=1e-4)
+            assert [c.token_id for c in d.draft_top] == torch.topk(q_row, len(d.draft_top)).indices.tolist()
+            assert [c.logit for c in d.draft_top] == pytest.approx(
+                torch.log(q_row[[c.token_id for c in d.draft_top]]).tolist(), abs=1e-4)
+            checked += 1
+        assert [c.token_id for c in event.final_top] == torch.topk(
+            p_target[event.accepted], len(event.final_top)).indices.tolist()
+    assert checked >= 10
+
+
 def test_heuristic_gamma_in_trace(target, draft):
     config = SpeculativeConfig(max_new_tokens=40, draft="d", gamma=2, gamma_policy="heuristic")
     rounds = runner.run(target, PROMPTS[2], config, draft_lm=draft).steps
