@@ -384,6 +384,29 @@ def tap_head_input(lm, feature_layers: Sequence[int] = ()):
                 handle.remove()
 
 
+class DecoderRowsTap:
+    """Records the decoder's output (B, T, H): the LM-head input at every position a forward fed (the head
+    itself may read only the last few, logits_to_keep)."""
+
+    def __init__(self):
+        self.rows: torch.Tensor | None = None
+
+    def __call__(self, module, args, output):
+        self.rows = (output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0]).detach()
+
+
+@contextmanager
+def tap_decoder_rows(lm):
+    """with tap_decoder_rows(lm) as tap: logits = lm.forward(...); tap.rows -> (1, T, H)."""
+    tap = DecoderRowsTap()
+    with lm.lock:
+        handle = lm.model.get_decoder().register_forward_hook(tap)
+        try:
+            yield tap
+        finally:
+            handle.remove()
+
+
 # ---------------------------------------------------------------------- lattice
 @dataclass(frozen=True)
 class LatticeDraft:

@@ -18,7 +18,7 @@ from decoding.config import COST_POLICY, LOOKUP, MAX_GAMMA, SpeculativeConfig
 from decoding.cost import AUTO, load_table
 from decoding.drafters import Drafter, DraftRequest, Proposal, make_drafter
 from decoding.models import LM, Timer
-from decoding.parallel import tap_head_input
+from decoding.parallel import tap_decoder_rows
 from decoding.processors import Pipeline, build_pipeline
 from decoding.steps import sample_inverse_cdf
 from decoding.trace import Candidate, DraftPosition, ProbEntry, SpecRound
@@ -111,7 +111,8 @@ class Speculator:
         self.gamma = config.gamma
         self.reason = f"{config.gamma_policy}: start at gamma={config.gamma}"
         self.cost_policy: spec_cost.CostPolicy | None = None      # gamma_policy "cost": set up by rounds()
-        self.head_rows: torch.Tensor | None = None               # (n+1, H) LM-head inputs of the last verify
+        self.head_rows: torch.Tensor | None = None               # (fed, H) LM-head inputs of the last verify
+        self.cached_before = 0                                    # the first position the last verify fed
 
     def rounds(self, prompt_ids: list[int], forced: list[int]) -> Iterator[SpecRound]:
         if self.config.gamma_policy == COST_POLICY:     # here, so that profiling runs where the steps run
@@ -148,8 +149,9 @@ class Speculator:
         kept_context = context + list(new)
         cropped = self._rollback(kept_context)
         cropped_draft = self.drafter.rollback(kept_context)
-        if self.head_rows is not None:          # the row that produced the round's final token
-            self.drafter.observe(self.head_rows[verdicts.accepted], len(context) + verdicts.accepted + 1)
+        kept_rows = len(kept_context) - 1 - self.cached_before     # up to the row that produced the last kept token
+        if self.head_rows is not None and kept_rows > 0:
+            self.drafter.observe_rows(self.head_rows[:kept_rows], self.cached_before)
         timer.lap("rollback")
         self._update_gamma(verdicts.accepted, n_verify, proposal.source or self.drafter.name)
         event = self._event(index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
@@ -196,10 +198,11 @@ class Speculator:
     # -- verification: one target forward over the pending tokens and every drafted token
     def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
         feed = context[self.cached:] + list(proposal.tokens)
+        self.cached_before = self.cached
         if self.drafter.reads_target:
-            with tap_head_input(self.lm) as tap:
+            with tap_decoder_rows(self.lm) as tap:
                 logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
-            self.head_rows = tap.hidden[0]                                                   # (n+1, H)
+            self.head_rows = tap.rows[0]                                                     # (fed, H)
         else:
             logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
         self.cached += len(feed)

@@ -12,11 +12,15 @@ Evaluation on held-out prompts: from every anchor the drafter drafts greedily (i
 features, as at run time) and counts the leading drafts equal to the target's answer; τ and per-position
 acceptance follow the shallow draft's definitions (decoding.train_shallow.lead_metrics).
 
+With `--heads N` the net attends over the context (decoding.feature); it trains on whole sequences,
+prompt rows included (decoding.context_rows, decoding.train_attending), `--seqs` of them per step.
+
 Entry point: `python -m decoding train feature [flags]`.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import time
@@ -50,14 +54,21 @@ class FeatureSettings(DataSettings):
     decay: float = 0.8           # weight of step k: decay^(k−1)
     noise: float = 0.0           # uniform noise ±noise added to the anchor's true LM-head input (training only)
     weight_decay: float = 0.01
+    heads: int = 0               # > 0: an attending drafter (one attention layer over the context's rows)
+    head_dim: int = 64
+    seqs: int = 4                # attending drafter: whole sequences per step (every anchor in them trains)
+    init: str = ""               # start from this feature-drafter weights file (same shape but for attention;
+                                 # a new attention layer starts with a zero output map: the init net's drafts)
     max_minutes: float = 29.0    # training stops early at this wall-clock budget
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("width", "mlp", "unroll", "steps", "batch_size"):
+        for name in ("width", "mlp", "unroll", "steps", "batch_size", "head_dim", "seqs"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
-        check(isinstance(self.blocks, int) and self.blocks >= 0, "blocks", self.blocks, "must be an integer >= 0")
+        for name in ("blocks", "heads"):
+            check(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, getattr(self, name),
+                  "must be an integer >= 0")
         for name in ("lr", "max_minutes", "decay"):
             check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
         for name in ("soft_weight", "feature_weight", "noise", "weight_decay"):
@@ -142,23 +153,96 @@ def evaluate(net: FeatureNet, data: DistillData, gammas: Sequence[int] = GAMMAS)
     return lead_metrics(lead[full], gammas, float(first.float().mean()) if len(first) else math.nan, int(len(first)))
 
 
-def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress: bool = True):
-    """-> (net, FeatureReport). Trains in float32 on the CPU copy of the data."""
+class _Plain:
+    """The MLP drafter's anchors, batches and metrics (the module docstring)."""
+
+    def __init__(self, data: DistillData, train_ids, held_ids, settings: FeatureSettings):
+        self.train, self.held, self.settings = data.subset(train_ids), data.subset(held_ids), settings
+        self.fit = self.train.subset(list(range(min(64, len(train_ids)))))
+        self.rows = anchors(self.train)
+        check(len(self.rows) >= 1, "data", self.train.positions, "has no training anchors (answers too short)")
+
+    def loss(self, net, slice_of, gen):
+        pick = self.rows[torch.randint(len(self.rows), (self.settings.batch_size,), generator=gen)]
+        return step_loss(net, self.train, pick, slice_of, self.settings, gen)
+
+    def metrics(self, net, which: str) -> dict:
+        return evaluate(net, self.held if which == "held" else self.fit)
+
+
+class _Attending:
+    """The attending drafter's sequence layouts over prompt rows + answers (decoding.train_attending)."""
+
+    def __init__(self, lm, data: DistillData, prompts, train_ids, held_ids, settings: FeatureSettings, progress):
+        from decoding.context_rows import prompt_rows
+        from decoding.train_attending import layout, subset
+
+        check(prompts is not None and len(prompts) == len(data.offsets) - 1, "prompts", None,
+              "an attending drafter trains on the prompts' rows too: pass the prompts the data answers")
+        rows, offsets = prompt_rows(lm, prompts, progress=progress)
+        whole = layout(data, prompts, rows, offsets)
+        self.data, self.settings = data, settings
+        self.train, self.held = subset(whole, train_ids), subset(whole, held_ids)
+        self.fit = subset(whole, train_ids[:64])
+        self.n_train = len(train_ids)
+
+    def loss(self, net, slice_of, gen):
+        from decoding.train_attending import attending_loss, length_batches, seq_batch
+
+        batch = seq_batch(self.train, length_batches(self.train, range(self.n_train), self.settings.seqs, gen))
+        if self.settings.noise > 0:
+            noise = (torch.rand(batch.features.shape, generator=gen) * 2 - 1) * self.settings.noise
+            batch = dataclasses.replace(batch, features=batch.features + noise)
+        return attending_loss(net, self.data, batch, slice_of, self.settings)
+
+    def metrics(self, net, which: str) -> dict:
+        from decoding.train_attending import attending_metrics
+
+        return attending_metrics(net, self.data, self.held if which == "held" else self.fit, GAMMAS)
+
+
+def start_from(net: FeatureNet, path: str) -> None:
+    """Load every trained tensor of the weights file at `path` into `net`; the attention layer, if the
+    file has none, starts with a zero output map, so the net drafts exactly as the file's does."""
+    from safetensors.torch import load_file
+
+    from decoding.feature import read_meta
+
+    read_meta(path)                                                   # a feature-drafter file, or a one-line error
+    state = load_file(path)
+    own = net.state_dict()
+    for name, value in state.items():
+        check(name in own and own[name].shape == value.shape, "init", path,
+              f"does not fit this drafter's shape ({name}: {tuple(value.shape)})")
+    missing = [k for k in own if k not in state and not k.startswith("attention.")]
+    check(not missing, "init", path, f"lacks {missing[0]} (another shape)" if missing else "")
+    net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()}, strict=False)
+    if net.attends and not any(k.startswith("attention.") for k in state):
+        torch.nn.init.zeros_(net.attention.o.weight), torch.nn.init.zeros_(net.attention.o.bias)
+
+
+def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress: bool = True, prompts=None):
+    """-> (net, FeatureReport). Trains in float32 on the CPU copy of the data; an attending drafter
+    (settings.heads > 0) also needs the `prompts` the data answers."""
     from tqdm import tqdm
 
     train_ids, held_ids = data_split(data, settings.heldout_every)
-    train, held = data.subset(train_ids), data.subset(held_ids or train_ids[:8])
-    ids_slice = vocab_slice(train, lm, "seen")
+    held_ids = held_ids or train_ids[:8]
+    ids_slice = vocab_slice(data.subset(train_ids), lm, "seen")
     torch.manual_seed(settings.seed)
-    shape = FeatureShape(int(lm.model.config.hidden_size), settings.width, settings.mlp, settings.blocks)
-    net = FeatureNet(shape, ids_slice).attach(lm).float()
+    shape = FeatureShape(int(lm.model.config.hidden_size), settings.width, settings.mlp, settings.blocks,
+                         settings.heads, settings.head_dim)
+    net = FeatureNet(shape, ids_slice)
+    if settings.init:
+        start_from(net, settings.init)
+    net = net.attach(lm).float()
     net.embed, net.head = net.embed.float().cpu(), net.head.float().cpu()
     net.cpu()
     slice_of = torch.full((lm.vocab_size,), -1, dtype=torch.long)
     slice_of[torch.tensor(ids_slice)] = torch.arange(len(ids_slice))
-    before = evaluate(net, held)
-    rows = anchors(train)
-    check(len(rows) >= 1, "data", train.positions, "has no training anchors (answers too short)")
+    task = (_Attending(lm, data, prompts, train_ids, held_ids, settings, progress) if settings.heads
+            else _Plain(data, train_ids, held_ids, settings))
+    before = task.metrics(net, "held")
     params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=settings.lr, total_steps=settings.steps, pct_start=0.05)
@@ -167,8 +251,7 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     net.train()
     bar = tqdm(range(settings.steps), desc="train feature", unit="step", disable=not progress)
     for _ in bar:
-        pick = rows[torch.randint(len(rows), (settings.batch_size,), generator=gen)]
-        loss = step_loss(net, train, pick, slice_of, settings, gen)
+        loss = task.loss(net, slice_of, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -181,8 +264,7 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
         if time.perf_counter() - start > 60 * settings.max_minutes:
             break
     seconds = round(time.perf_counter() - start, 1)
-    after = evaluate(net, held)
-    fit = evaluate(net, train.subset(list(range(min(64, len(train.offsets) - 1)))))
+    after, fit = task.metrics(net, "held"), task.metrics(net, "fit")
     report = FeatureReport(settings=asdict(settings), data=dict(data.info),
                            shape={**asdict(shape), "vocab_slice": len(ids_slice)},
                            params=sum(p.numel() for p in params), steps=done, seconds=seconds,
@@ -201,7 +283,9 @@ def model_card(report: FeatureReport, title: str) -> str:
         f"# {title}", "",
         "Feature drafter for DecodeScope's `speculative` strategy (`--draft feature`): from the target's LM-head input "
         "h_t that produced the last token x_t (taken from the verification forward the target runs anyway), "
-        f"{sh['blocks']} gated MLP block(s) of width {sh['width']} (hidden {sh['mlp']}) predict the next LM-head input, and "
+        + (f"one causal attention layer ({sh['heads']} heads of {sh['head_dim']}, no positional encoding) over the "
+           "pairs (h_j, x_{j+1}) of the whole context, prompt included, then " if sh.get("heads") else "")
+        + f"{sh['blocks']} gated MLP block(s) of width {sh['width']} (hidden {sh['mlp']}) predict the next LM-head input, and "
         f"the target's own head over a {sh['vocab_slice']}-token slice (trained scale and bias) drafts the next token; "
         "the draft's own prediction feeds the next step. Generated by "
         f"`python -m decoding train feature{changed_flags(s, FeatureSettings)}` from the run below.", "",
@@ -213,7 +297,10 @@ def model_card(report: FeatureReport, title: str) -> str:
         f"(one base prompt in {s['heldout_every']}, with all its variants)", "",
         "## Training", "",
         f"- {report.params:,} trained parameters; file {report.size_bytes / 1e6:.1f} MB (float16)",
-        f"- {report.steps} steps of {s['batch_size']} anchors, each unrolled {s['unroll']} drafting steps{budget_note(report)}; "
+        (f"- {report.steps} steps of {s['seqs']} whole sequences (every anchor in them), each anchor unrolled "
+         f"{s['unroll']} drafting steps{budget_note(report)}; " if sh.get("heads") else
+         f"- {report.steps} steps of {s['batch_size']} anchors, each unrolled {s['unroll']} drafting steps{budget_note(report)}; ")
+        + 
         f"AdamW lr {s['lr']} one-cycle, weight decay {s['weight_decay']}, input noise ±{s['noise']}; loss per step = CE + {s['soft_weight']}·soft CE + {s['feature_weight']}·smooth-L1 "
         f"to the next LM-head input, step k weighted {s['decay']}^(k−1); {report.seconds} s on the training machine; "
         f"final loss {report.final_loss}", "",
@@ -232,7 +319,7 @@ def train_feature(lm, settings: FeatureSettings, out: str | Path, *, prompts=Non
                   title: str | None = None) -> FeatureReport:
     """Prompts -> cached distillation data -> training -> weights at `out` and the model card (.md)."""
     prompts, data, _ = distill_set(lm, settings, progress, prompts)
-    net, report = train_feature_net(lm, data, settings, progress=progress)
+    net, report = train_feature_net(lm, data, settings, progress=progress, prompts=prompts)
     report.target = display_name(lm)
     out = Path(out)
     save_feature(net, out, meta={"target": lm.name, "after": report.after, "before": report.before,
