@@ -32,11 +32,11 @@ def lm() -> LM:
     return peaked_lm(0, vocab_size=32)
 
 
-def random_net(lm: LM, seed: int = 0, vocab=None) -> FeatureNet:
+def random_net(lm: LM, seed: int = 0, vocab=None, **shape) -> FeatureNet:
     """An untrained net with a random (not zero) output map, so its drafts vary with the features."""
     torch.manual_seed(seed)
     hidden = int(lm.model.config.hidden_size)
-    net = FeatureNet(FeatureShape(hidden, width=16, mlp=32, blocks=1), vocab or range(lm.vocab_size))
+    net = FeatureNet(FeatureShape(hidden, **{"width": 16, "mlp": 32, "blocks": 1, **shape}), vocab or range(lm.vocab_size))
     torch.nn.init.normal_(net.out.weight, std=0.5)
     return net.attach(lm).eval().requires_grad_(False)
 

@@ -28,6 +28,7 @@ from decoding.train import generate_distill
 from decoding.train_attending import layout
 from decoding.train_feature import FeatureSettings, train_feature
 from spec_helpers import divergence, peaked_lm
+from test_feature import random_net
 from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -40,12 +41,7 @@ def lm() -> LM:
 
 
 def attending_net(lm: LM, seed: int = 0, vocab=None) -> FeatureNet:
-    torch.manual_seed(seed)
-    hidden = int(lm.model.config.hidden_size)
-    net = FeatureNet(FeatureShape(hidden, width=24, mlp=32, blocks=1, heads=2, head_dim=8),
-                     vocab or range(lm.vocab_size))
-    torch.nn.init.normal_(net.out.weight, std=0.5)
-    return net.attach(lm).eval().requires_grad_(False)
+    return random_net(lm, seed, vocab, width=24, heads=2, head_dim=8)
 
 
 def sequential(net: FeatureNet, feats, toks, anchor: int, steps: int, own: bool) -> list[torch.Tensor]:
@@ -230,8 +226,6 @@ def test_lookup_in_front_and_the_cost_policy(lm):
 def test_forced_tokens_and_a_forced_eos(attending):
     """A branch (forced tokens after the prompt) equals greedy from prompt + forced; a forced EOS ends
     the run at once, with no rows to hand over (nothing kept) and no error."""
-    from test_feature import random_net
-
     lm = peaked_lm(0, vocab_size=32, eos_token_id=31)
     net = attending_net(lm) if attending else random_net(lm)
     prompt, forced = [4, 8, 15], [16, 23]
