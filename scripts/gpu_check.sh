@@ -69,7 +69,8 @@ EOF
 
 PYTEST=("$PYTHON" -m pytest -q -x -p no:cacheprovider -m "not real and not browser" -o addopts="")
 EXACT=(tests/test_engine.py tests/test_tree.py tests/test_beam.py tests/test_speculative.py
-       tests/test_dspark.py tests/test_dspark_sampling.py tests/test_concurrency.py tests/test_feature.py)
+       tests/test_dspark.py tests/test_dspark_sampling.py tests/test_concurrency.py tests/test_feature.py
+       tests/test_feature_attending.py)
 # the embedded-model case of the KV-cache test needs the GGUF model, which this check does without
 step exactness-float32 120 env DECODESCOPE_TEST_DTYPE=float32 "${PYTEST[@]}" "${EXACT[@]}" \
   --deselect "tests/test_engine.py::test_kv_cache_equals_full_recomputation[real]"

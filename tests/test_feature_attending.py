@@ -63,8 +63,9 @@ def sequential(net: FeatureNet, feats, toks, anchor: int, steps: int, own: bool)
 def test_unrolled_equals_step_by_step_drafting(lm, own):
     net = attending_net(lm, seed=1)
     T, steps, base = 11, 4, 2
-    feats = torch.randn(1, T, int(lm.model.config.hidden_size))
-    toks = torch.randint(0, lm.vocab_size, (1, T))
+    device = net.head.device
+    feats = torch.randn(1, T, int(lm.model.config.hidden_size)).to(device)
+    toks = torch.randint(0, lm.vocab_size, (1, T)).to(device)
     with torch.inference_mode():
         outs = unrolled(net, feats, toks, steps, base=base, own_tokens=own)
         for anchor in range(base, T):
@@ -109,7 +110,7 @@ def test_rows_handed_over_are_the_fresh_forward_rows(lm):
     position = 0
     for rows, first in drafter.seen:
         assert first == position                          # contiguous: no row missing or repeated
-        assert torch.allclose(rows, exact[first:first + len(rows)], atol=1e-4), first
+        assert torch.allclose(rows, exact[first:first + len(rows)].to(rows.device), atol=1e-4), first
         position += len(rows)
     assert position == len(ids) - 1                       # rows for every position but the last token's
 
@@ -160,7 +161,7 @@ def test_layout_and_prompt_rows(lm, tmp_path):
     lay = layout(data, prompts, rows, offsets)
     for s, prompt in enumerate(prompts):
         seq = list(prompt) + data.answer(s)
-        exact = fresh_rows(lm, seq)                                            # f_t for every position t
+        exact = fresh_rows(lm, seq).cpu()                                      # f_t for every position t
         a, b = int(lay.offsets[s]), int(lay.offsets[s + 1])
         assert b - a == len(seq) - 1
         assert torch.allclose(lay.features[a:b].float(), exact[:len(seq) - 1], atol=2e-2)   # float16 rows
