@@ -73,6 +73,7 @@ class FeatureSettings(DataSettings):
             check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
         for name in ("soft_weight", "feature_weight", "noise", "weight_decay"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
+        check(not self.init or Path(self.init).is_file(), "init", self.init, "is not a file")
 
 
 @dataclass
@@ -206,9 +207,14 @@ def start_from(net: FeatureNet, path: str) -> None:
     file has none, starts with a zero output map, so the net drafts exactly as the file's does."""
     from safetensors.torch import load_file
 
+    from decoding.errors import ConfigError
     from decoding.feature import read_meta
 
-    read_meta(path)                                                   # a feature-drafter file, or a one-line error
+    check(Path(path).is_file(), "init", path, "is not a file")
+    try:
+        read_meta(path)
+    except ConfigError:
+        raise ConfigError("init", path, "is not a feature-drafter weights file") from None
     state = load_file(path)
     own = net.state_dict()
     for name, value in state.items():

@@ -199,6 +199,8 @@ def test_bad_settings_name_the_parameter():
         FeatureSettings(seqs=0)
     with pytest.raises(ConfigError, match="^heads=-2"):
         FeatureShape(8, heads=-2)
+    with pytest.raises(ConfigError, match="^init='/no/such.safetensors' is invalid: is not a file"):
+        FeatureSettings(init="/no/such.safetensors")
 
 
 def test_lookup_in_front_and_the_cost_policy(lm):
@@ -262,3 +264,9 @@ def test_init_from_a_plain_drafter_starts_where_it_ended(tmp_path):
     other = FeatureNet(FeatureShape(int(lm.model.config.hidden_size), width=48, mlp=64, blocks=1, heads=2), range(8))
     with pytest.raises(ConfigError, match="^init=.*does not fit"):
         start_from(other, str(plain_file))
+    with pytest.raises(ConfigError, match="^init=.*is not a file"):
+        start_from(other, str(tmp_path / "missing.safetensors"))
+    from safetensors.torch import save_file
+    save_file({"x": torch.zeros(1)}, str(tmp_path / "other.safetensors"), metadata={"format": "something-else"})
+    with pytest.raises(ConfigError, match="^init=.*is not a feature-drafter weights file"):
+        start_from(other, str(tmp_path / "other.safetensors"))
