@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import torch
-import torch.nn.functional as F
 
 from decoding.feature import FeatureNet, unrolled
 from decoding.train import DistillData
@@ -90,22 +89,14 @@ def step_masks(batch: SeqBatch, steps: int) -> list[torch.Tensor]:
 
 
 def attending_loss(net: FeatureNet, data: DistillData, batch: SeqBatch, slice_of: torch.Tensor, settings) -> torch.Tensor:
-    """CE + soft CE + smooth-L1 to the next LM-head input per unrolled step, weighted decay^(s−1)."""
+    """The plain drafter's loss per unrolled step (train_feature.position_loss), weighted decay^(s−1)."""
+    from decoding.train_feature import position_loss
+
     outs = unrolled(net, batch.features, batch.tokens, settings.unroll, batch.base)
-    rows = batch.answer_row[:, batch.base:].clamp(min=0)                          # (B, n)
-    label = slice_of[data.tokens[rows]]
-    soft_ids = slice_of[data.soft_ids[rows].long()]                               # (B, n, k)
-    soft_p = data.soft_probs[rows].float() * (soft_ids >= 0)
-    target_f = data.hidden[rows].float()                                           # f_{t+1}: the row's own input
+    rows = batch.answer_row[:, batch.base:].clamp(min=0)                          # (B, n): x_{t+2}, f_{t+1}
     total = batch.features.new_zeros(())
     for s, (pred, mask) in enumerate(zip(outs, step_masks(batch, settings.unroll)), start=1):
-        logq = F.log_softmax(net.slice_logits(pred), -1)                          # (B, n, V_s)
-        ok = (mask & (label >= 0)).float()
-        hard = -logq.gather(-1, label.clamp(min=0)[..., None])[..., 0]
-        soft = -(logq.gather(-1, soft_ids.clamp(min=0)) * soft_p).sum(-1)
-        regress = F.smooth_l1_loss(pred, target_f, reduction="none").mean(-1)
-        per = hard + settings.soft_weight * soft + settings.feature_weight * regress
-        total = total + (per * ok).sum() / ok.sum().clamp(min=1) * settings.decay ** (s - 1)
+        total = total + position_loss(net, pred, data, rows, mask, slice_of, settings) * settings.decay ** (s - 1)
     return total
 
 
