@@ -44,6 +44,10 @@ WEIGHTS_FORMAT = "decodescope-feature-draft/1"
 ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEFAULT_FEATURE = ASSETS / "feature-draft-smollm2-135m.safetensors"
 FEATURE = "feature"
+# A loaded drafter's matmuls run in float16 (its weights as shipped; the target's head rows rounded to
+# float16): on the 2-core CPU of BENCHMARKS.md a drafted token took ~6 ms in float32 and ~1.5 ms so,
+# its matmuls being matrix-vector products that read every weight once (bench/speculative.py measures it).
+INFERENCE_MATMULS = torch.float16
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,13 @@ def rms(x: torch.Tensor) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
 
 
+def lin(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """layer(x) in the layer's weight dtype, returned in x's: a net whose matmuls run in float16
+    (`FeatureNet.matmuls_in`) keeps its norms and residual stream in float32."""
+    w = layer.weight
+    return F.linear(x.to(w.dtype), w, layer.bias).to(x.dtype)
+
+
 class _Block(nn.Module):
     def __init__(self, width: int, mlp: int):
         super().__init__()
@@ -76,7 +87,7 @@ class _Block(nn.Module):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         z = self.norm(u)
-        return u + self.down(F.silu(self.gate(z)) * self.up(z))
+        return u + lin(self.down, F.silu(lin(self.gate, z)) * lin(self.up, z))
 
 
 class _Attention(nn.Module):
@@ -96,11 +107,11 @@ class _Attention(nn.Module):
     def project(self, z: torch.Tensor):
         """(..., T, w) -> q, k, v, each (..., h, T, d)."""
         n = self.norm(z)
-        return self.split(self.q(n)), self.split(self.k(n)), self.split(self.v(n))
+        return self.split(lin(self.q, n)), self.split(lin(self.k, n)), self.split(lin(self.v, n))
 
     def merge(self, attended: torch.Tensor) -> torch.Tensor:
         """(..., h, T, d) -> (..., T, w)"""
-        return self.o(attended.transpose(-3, -2).flatten(-2))
+        return lin(self.o, attended.transpose(-3, -2).flatten(-2))
 
 
 class FeatureNet(nn.Module):
@@ -142,15 +153,31 @@ class FeatureNet(nn.Module):
     def attends(self) -> bool:
         return self.attention is not None
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the features it takes and returns (its norms' and residual stream's)."""
+        return self.scale.dtype
+
+    def matmuls_in(self, dtype: torch.dtype) -> "FeatureNet":
+        """Run every weight matmul (its linear layers and the head slice) in `dtype`, norms, the residual
+        stream and the logits' bias staying as they are. float16 is how the weights are shipped, so they
+        keep their stored values; a drafted token reads half the bytes (see `load_feature`)."""
+        for module in self.modules():
+            if isinstance(module, nn.Linear):
+                module.to(dtype)
+        if self.head is not None:
+            self.head = self.head.to(dtype)
+        return self
+
     def inputs(self, feature: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
         """(..., H) LM-head inputs and (...,) tokens -> (..., w): z = W_in [rms(f); rms(E[x])]."""
-        return self.inp(torch.cat([rms(feature), rms(self.embed[token].to(feature.dtype))], -1))
+        return lin(self.inp, torch.cat([rms(feature), rms(self.embed[token].to(feature.dtype))], -1))
 
     def finish(self, feature: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
         """The MLP blocks on u (..., w), then the predicted next LM-head input f + W_out u (..., H)."""
         for block in self.blocks:
             u = block(u)
-        return feature + self.out(u)
+        return feature + lin(self.out, u)
 
     def step(self, feature: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
         """(..., H) LM-head input and (...,) token ids -> (..., H) predicted next LM-head input (a net
@@ -173,7 +200,7 @@ class FeatureNet(nn.Module):
 
     def slice_logits(self, feature: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V_s) logits over the slice."""
-        return (rms(feature) * self.scale) @ self.head.T.to(feature.dtype) + self.bias
+        return F.linear((rms(feature) * self.scale).to(self.head.dtype), self.head).to(feature.dtype) + self.bias
 
     def full_logits(self, feature: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V) logits, −inf outside the slice."""
@@ -191,7 +218,8 @@ def read_meta(path: str | Path) -> dict:
 
 
 def load_feature(target, path: str | Path | None = None) -> FeatureNet:
-    """The shipped (or given) feature drafter attached to `target`, in the target's dtype; errors name `draft`."""
+    """The shipped (or given) feature drafter attached to `target`: norms and features in the target's
+    dtype, matmuls in INFERENCE_MATMULS; errors name `draft`."""
     from safetensors.torch import load_file
 
     path = Path(path) if path is not None else DEFAULT_FEATURE
@@ -204,7 +232,7 @@ def load_feature(target, path: str | Path | None = None) -> FeatureNet:
     net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     net.eval().requires_grad_(False)
     net.attach(target)
-    net.to(dtype=target.dtype)
+    net.to(dtype=target.dtype).matmuls_in(INFERENCE_MATMULS)
     net.name = f"{target.name}[feature]"
     target_name = info["meta"].get("target")
     if target_name and target_name != target.name:

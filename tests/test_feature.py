@@ -158,7 +158,7 @@ def test_weights_round_trip_and_load_errors(lm, tmp_path):
     save_feature(net, path, meta={"target": lm.name})
     again = load_feature(lm, path)
     f, x = torch.randn(int(lm.model.config.hidden_size), device=lm.device), torch.tensor(3, device=lm.device)
-    assert torch.allclose(again.slice_logits(again.step(f.to(again.head.dtype), x)).float(),
+    assert torch.allclose(again.slice_logits(again.step(f.to(again.dtype), x)).float(),
                           net.slice_logits(net.step(f, x)).float(),
                           atol=2e-2, rtol=2e-3)                   # float16 file
     assert again.vocab_ids.tolist() == list(range(20))
@@ -173,6 +173,32 @@ def test_weights_round_trip_and_load_errors(lm, tmp_path):
         load_feature(lm, other)
     with pytest.raises(ConfigError, match="hidden size"):
         FeatureNet(FeatureShape(8), range(4)).attach(lm)
+
+
+def test_loaded_net_runs_its_matmuls_in_float16_only(lm, tmp_path):
+    """load_feature keeps the weights as the float16 file holds them for every matmul (the linear layers
+    and the head slice) while norms, scale, bias and the features stay in the target's dtype; its logits
+    equal the same weights' float32 matmuls to float16 rounding, and a greedy run with it stays identical
+    to plain greedy (the drafter is exact in any precision)."""
+    path = tmp_path / "f.safetensors"
+    save_feature(random_net(lm, 5), path, meta={"target": lm.name})
+    fast = load_feature(lm, path)
+    linears = [m for m in fast.modules() if isinstance(m, torch.nn.Linear)]
+    assert linears and all(m.weight.dtype == torch.float16 for m in linears)
+    assert fast.head.dtype == torch.float16 and fast.dtype == fast.scale.dtype == lm.dtype
+    assert all(p.dtype == lm.dtype for n, p in fast.named_parameters() if "norm" in n)
+    wide = load_feature(lm, path).matmuls_in(lm.dtype)
+    assert torch.equal(wide.inp.weight.half(), fast.inp.weight)         # the same stored values
+    f, x = torch.randn(int(lm.model.config.hidden_size), device=lm.device), torch.tensor(7, device=lm.device)
+    out_fast, out_wide = fast.step(f, x), wide.step(f, x)
+    assert out_fast.dtype == lm.dtype
+    assert torch.allclose(out_fast, out_wide, atol=1e-2, rtol=1e-2)
+    assert not torch.equal(out_fast, out_wide)            # the matmuls did run in float16
+    assert torch.allclose(fast.slice_logits(out_wide), wide.slice_logits(out_wide), atol=2e-2, rtol=1e-2)
+    prompt = [3, 1, 4, 1, 5]
+    expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=24)).output_ids
+    trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=24, draft="feature", gamma=3), draft_lm=fast)
+    assert trace.error is None and list(trace.output_ids) == list(expected)
 
 
 def test_cost_policy_times_the_feature_drafter(lm):
