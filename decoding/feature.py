@@ -45,8 +45,8 @@ ASSETS = Path(__file__).resolve().parent.parent / "assets"
 DEFAULT_FEATURE = ASSETS / "feature-draft-smollm2-135m.safetensors"
 FEATURE = "feature"
 # A loaded drafter's matmuls run in float16 (its weights as shipped; the target's head rows rounded to
-# float16): on the 2-core CPU of BENCHMARKS.md a drafted token took ~6 ms in float32 and ~1.5 ms so,
-# its matmuls being matrix-vector products that read every weight once (bench/speculative.py measures it).
+# float16). They are matrix-vector products that read every weight once a token: on the 2-core AMD EPYC
+# of BENCHMARKS.md a 5-token proposal took 29-32 ms in float32 and 8-9 ms so (one profile, 3 prompts).
 INFERENCE_MATMULS = torch.float16
 
 
