@@ -110,7 +110,8 @@ def auto_cost_path(lm) -> Path:
     from decoding.models import cache_root
 
     dtype = str(lm.dtype).replace("torch.", "")
-    packed = "-packed" if getattr(lm, "packed_linears", 0) else ""      # another GEMM, other times
+    plan = getattr(lm, "gemm_plan", None)                                # other kernels, other times
+    packed = f"-gemm-{plan.tag}" if getattr(lm, "packed_linears", 0) and plan is not None else ""
     return cache_root() / "cost" / f"{_safe(f'{lm.name}-{lm.device}-{dtype}{packed}')}.json"
 
 

@@ -183,6 +183,7 @@ def _load(spec: ModelSpec) -> "LM":
                           "use dtype float16 or bfloat16, device cpu, or a smaller model") from None
     if spec.pack_gemm:
         packed_gemm.pack_linears(model)            # a no-op off the CPU, for other dtypes, without MKL
+        packed_gemm.use_plan(model, packed_gemm.auto_plan(model, packed_gemm.plan_path(cache_root(), spec.name)))
     return LM(model, tok, name=spec.name, device=device).warm_up()
 
 
@@ -274,6 +275,7 @@ class LM:
         self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
         self.eos_ids = self._eos_ids()
         self.packed_linears = packed_gemm.packed_count(model)    # linears on MKL's packed GEMM
+        self.gemm_plan = packed_gemm.model_plan(model)             # their kernel per row count (None: none)
         self._pieces: dict[int, str] = {}
 
     def _eos_ids(self) -> frozenset[int]:

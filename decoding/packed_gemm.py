@@ -1,7 +1,15 @@
-"""MKL packed GEMM for the CPU linears of a loaded model: the weight is reordered once into MKL's packed
-layout (`cblas_sgemm_pack`) and reused by every forward over `PACK_MIN_ROWS` or more rows. On the
-embedded model and a 2-core CPU this makes a forward over 4-15 tokens (a verification) 10-25 % faster,
-while a 1-token forward keeps the plain path (`python -m bench matmul` measures both; BENCHMARKS.md).
+"""CPU GEMM kernels for the linears of a loaded model. Three compute the same F.linear in float32, each
+with its own summation order (differences ~1e-5): `plain` (MKL's sgemm), `packed` (the weight reordered
+once into MKL's packed layout, `cblas_sgemm_pack`, and reused by every forward) and `onednn` (oneDNN's
+matmul, torch.ops.mkldnn._linear_pointwise). Which is fastest depends on the CPU and on the number of rows:
+on a 2-core Intel machine plain was best for 1-3 rows and packed for 4-15 (a verification 10-25 % faster);
+on a 2-core AMD EPYC MKL's kernels are slow and oneDNN's took 52 ms for a 1-token forward of the embedded
+model against 68, 65 against 92 for 6 tokens (`python -m bench matmul`; BENCHMARKS.md).
+
+A `GemmPlan` says which kernel serves a forward over n rows. `DEFAULT_PLAN` is plain below
+`PACK_MIN_ROWS` rows and packed from there; `auto_plan` times every kernel on the model's own weights at
+a few row counts once per machine, model and thread count (a few seconds, on first load) and caches the
+plan, so later loads on that machine compute the same numbers.
 
 Only fp32 weights on the CPU in a torch built with MKL are packed; anything else keeps nn.Linear's
 forward. A packed module falls back to the plain path when autograd is recording (the packed op has no
@@ -10,7 +18,13 @@ backward) and when its weight changed after packing (in place, e.g. `load_state_
 """
 from __future__ import annotations
 
+import bisect
 import functools
+import json
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -32,12 +46,68 @@ def available() -> bool:
     return bool(torch.equal(out, torch.full((1, 2), 3.0)))
 
 
+KERNELS = ("plain", "packed", "onednn")
+PROFILE_ROWS = (1, 2, 3, 4, 6, 8, 12, 16)
+AUTO_MIN_MIB = 32.0   # a model with fewer MiB of linear weights keeps DEFAULT_PLAN (too small to matter)
+
+
+@dataclass(frozen=True)
+class GemmPlan:
+    """A forward over n rows uses kernels[i] for the largest rows[i] <= n (rows ascending from 1)."""
+    rows: tuple[int, ...]
+    kernels: tuple[str, ...]
+    source: str = "default"                     # "default", or the cache file an auto plan came from
+
+    def __post_init__(self):
+        object.__setattr__(self, "rows", tuple(self.rows))
+        object.__setattr__(self, "kernels", tuple(self.kernels))
+        assert self.rows and self.rows[0] == 1 and list(self.rows) == sorted(set(self.rows)), self.rows
+        assert len(self.kernels) == len(self.rows) and set(self.kernels) <= set(KERNELS), self.kernels
+
+    def kernel(self, rows: int) -> str:
+        return self.kernels[max(bisect.bisect_right(self.rows, rows) - 1, 0)]
+
+    @property
+    def tag(self) -> str:
+        """Short and stable, e.g. "1plain-4packed": the row counts where the kernel changes."""
+        parts, last = [], None
+        for r, k in zip(self.rows, self.kernels):
+            if k != last:
+                parts.append(f"{r}{k}")
+                last = k
+        return "-".join(parts)
+
+
+DEFAULT_PLAN = GemmPlan((1, PACK_MIN_ROWS), ("plain", "packed"))
+
+
+@functools.cache
+def onednn_available() -> bool:
+    """Whether this torch has oneDNN's float32 linear on the CPU."""
+    if not torch.backends.mkldnn.is_available():
+        return False
+    try:
+        out = onednn_linear(torch.ones(1, 3), torch.ones(2, 3), None)
+    except (AttributeError, RuntimeError):
+        return False
+    return bool(torch.equal(out, torch.full((1, 2), 3.0)))
+
+
+def onednn_linear(x: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
+
+
+def kernels_here() -> tuple[str, ...]:
+    return ("plain",) + (("packed",) if available() else ()) + (("onednn",) if onednn_available() else ())
+
+
 class PackedLinear(nn.Linear):
     """nn.Linear whose forward over many rows uses MKL's packed weight. Made by `pack_linears` (which
     swaps the class of an existing module); state dict and parameters are nn.Linear's own."""
 
-    _pack: torch.Tensor
+    _pack: torch.Tensor | None         # None: freed, the plan has no packed kernel
     _packed_from: tuple[int, int]      # (weight data pointer, weight version) when packed
+    plan: GemmPlan = DEFAULT_PLAN      # set per module by pack_linears / use_plan
 
     def repack(self) -> None:
         self._pack = pack_weight(self.weight.detach())
@@ -53,23 +123,28 @@ class PackedLinear(nn.Linear):
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self.repack()
+        if "packed" not in self.plan.kernels:
+            self._pack = None
 
     def pack_is_current(self) -> bool:
         return self._packed_from == (self.weight.data_ptr(), self.weight._version)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if x.numel() < PACK_MIN_ROWS * self.in_features:      # first: a 1-token step pays one test only
-            return nn.functional.linear(x, self.weight, self.bias)
-        return linear(x, self.weight, self.bias, self._pack if self.pack_is_current() else None)
+        return linear(x, self.weight, self.bias, self._pack if self.pack_is_current() else None, self.plan)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias=None, pack: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear(x, weight, bias), through `pack` (= pack_weight(weight), None: none) where it serves:
-    PACK_MIN_ROWS or more rows of float32 CPU input outside autograd; x (..., in) -> (..., out)."""
+def linear(x: torch.Tensor, weight: torch.Tensor, bias=None, pack: torch.Tensor | None = None,
+           plan: GemmPlan = DEFAULT_PLAN) -> torch.Tensor:
+    """F.linear(x, weight, bias) through the kernel `plan` names for x's row count, where it serves:
+    float32 CPU input outside autograd, and for `packed` a `pack` (= pack_weight(weight); None: none).
+    Anything else takes the plain F.linear. x (..., in) -> (..., out)."""
     in_features = weight.shape[1]
-    if (pack is None or x.numel() < PACK_MIN_ROWS * in_features or torch.is_grad_enabled()
-            or x.dtype != torch.float32 or x.device.type != "cpu"):
+    kernel = plan.kernel(x.numel() // in_features)
+    if (kernel == "plain" or torch.is_grad_enabled() or x.dtype != torch.float32 or x.device.type != "cpu"
+            or (kernel == "packed" and pack is None)):
         return nn.functional.linear(x, weight, bias)
+    if kernel == "onednn":
+        return onednn_linear(x, weight, bias)
     out = packed_linear(x.reshape(-1, in_features), pack, weight, bias)
     return out.reshape(*x.shape[:-1], weight.shape[0])
 
@@ -103,10 +178,12 @@ def _needs_pack(module: nn.Module) -> bool:
     return type(module) is nn.Linear or not module.pack_is_current()
 
 
-def pack_linears(model: nn.Module) -> int:
+def pack_linears(model: nn.Module, plan: GemmPlan | None = None) -> int:
     """Pack every fp32 CPU nn.Linear of `model` in place, and pack again those whose weight changed since
     (e.g. trained weights loaded into a copy); returns how many were packed (0 when this torch has no MKL
-    packed GEMM). A module shared by two models (a draft built on the target's layers) is packed once."""
+    packed GEMM). A module shared by two models (a draft built on the target's layers) is packed once.
+    `plan` (None: a new module gets DEFAULT_PLAN, one packed before keeps its own) is then every packed
+    module's."""
     if not available():
         return 0
     count = 0
@@ -115,7 +192,26 @@ def pack_linears(model: nn.Module) -> int:
             module.__class__ = PackedLinear
             module.repack()
             count += 1
+    if plan is not None:
+        use_plan(model, plan)
     return count
+
+
+def use_plan(model: nn.Module, plan: GemmPlan) -> None:
+    """Make `plan` every packed linear's; a plan without the packed kernel frees the packs (the second
+    copy of the weights), one with it packs again where a pack was freed."""
+    for module in model.modules():
+        if type(module) is PackedLinear:
+            module.plan = plan
+            if "packed" not in plan.kernels:
+                module._pack = None
+            elif module._pack is None:
+                module.repack()
+
+
+def model_plan(model: nn.Module) -> GemmPlan | None:
+    """The plan of the model's packed linears (None: none packed)."""
+    return next((m.plan for m in model.modules() if type(m) is PackedLinear), None)
 
 
 def unpack_linears(model: nn.Module) -> int:
@@ -125,9 +221,90 @@ def unpack_linears(model: nn.Module) -> int:
         if type(module) is PackedLinear:
             module.__class__ = nn.Linear
             del module._pack, module._packed_from
+            module.__dict__.pop("plan", None)
             count += 1
     return count
 
 
 def packed_count(model: nn.Module) -> int:
     return sum(type(m) is PackedLinear for m in model.modules())
+
+
+# ---------------------------------------------------------------- the auto plan
+
+def _run_kernel(kernel: str, module: "PackedLinear", x: torch.Tensor) -> torch.Tensor:
+    if kernel == "plain":
+        return nn.functional.linear(x, module.weight, module.bias)
+    if kernel == "onednn":
+        return onednn_linear(x, module.weight, module.bias)
+    return packed_linear(x, module._pack, module.weight, module.bias)
+
+
+@torch.inference_mode()
+def profile_plan(model: nn.Module, rows=PROFILE_ROWS, rounds: int = 3) -> tuple[GemmPlan, dict]:
+    """Time each kernel here over every packed linear of `model` in order (its own weights, n random
+    rows) for each n in `rows`; `rounds` rounds, kernels in alternating order; per n the kernel with the
+    lowest median wins. -> (plan, {kernel: [median ms per n]})."""
+    modules = [m for m in model.modules() if type(m) is PackedLinear]
+    for m in modules:
+        if m._pack is None:
+            m.repack()
+    kernels = kernels_here()
+    inputs = {n: {m.in_features: torch.randn(n, m.in_features) for m in modules} for n in rows}
+    times = {k: {n: [] for n in rows} for k in kernels}
+    for k in kernels:                                         # warm-up: first calls allocate
+        for m in modules:
+            _run_kernel(k, m, inputs[rows[0]][m.in_features])
+    for r in range(rounds):
+        for n in rows:
+            for k in (kernels if r % 2 == 0 else kernels[::-1]):
+                start = time.perf_counter()
+                for m in modules:
+                    _run_kernel(k, m, inputs[n][m.in_features])
+                times[k][n].append((time.perf_counter() - start) * 1000.0)
+    medians = {k: [statistics.median(times[k][n]) for n in rows] for k in kernels}
+    best = tuple(min(kernels, key=lambda k: medians[k][i]) for i in range(len(rows)))
+    return GemmPlan(tuple(rows), best, source="profiled"), medians
+
+
+def cpu_name() -> str:
+    """The CPU's model name from /proc/cpuinfo (Linux), else platform's word for it."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return f"{platform.machine()} {line.split(':', 1)[1].strip()}"
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def plan_path(root: Path, model_name: str) -> Path:
+    """Where the auto plan of this CPU, torch, thread count and model is cached under `root`."""
+    import re
+
+    key = f"{cpu_name()}-torch{torch.__version__}-{torch.get_num_threads()}t-{model_name}"
+    return root / "gemm" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', key)}.json"
+
+
+def linear_mib(model: nn.Module) -> float:
+    return sum(m.weight.numel() * m.weight.element_size() for m in model.modules()
+               if type(m) is PackedLinear) / 2 ** 20
+
+
+def auto_plan(model: nn.Module, path: Path) -> GemmPlan:
+    """The cached plan at `path`, else profile_plan's, cached there. DEFAULT_PLAN for a model without
+    packed linears or with under AUTO_MIN_MIB of them (nothing to gain, and tests stay deterministic)."""
+    if not any(type(m) is PackedLinear for m in model.modules()) or linear_mib(model) < AUTO_MIN_MIB:
+        return DEFAULT_PLAN
+    if path.is_file():
+        try:
+            data = json.loads(path.read_text())
+            return GemmPlan(tuple(data["rows"]), tuple(data["kernels"]), source=str(path))
+        except (ValueError, KeyError, TypeError, AssertionError):
+            pass                                              # unreadable: profile again
+    plan, medians = profile_plan(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"rows": list(plan.rows), "kernels": list(plan.kernels), "ms": medians}, indent=1))
+    return GemmPlan(plan.rows, plan.kernels, source=str(path))

@@ -154,6 +154,7 @@ class ParallelDrafter(nn.Module):
         self.head: torch.Tensor | None = None       # (V_s, H) frozen target LM head rows
         self.head_bias: torch.Tensor | None = None  # (V_s,) or None
         self.head_pack: torch.Tensor | None = None  # MKL's packed copy of head (fp32 CPU), or None
+        self.gemm_plan = packed_gemm.DEFAULT_PLAN   # the target's CPU kernels per row count (attach)
 
     # ------------------------------------------------------------------ frozen target parts
     def attach(self, lm) -> "ParallelDrafter":
@@ -175,6 +176,7 @@ class ParallelDrafter(nn.Module):
         self.head = head.weight.detach().index_select(0, ids).to(self.trunk_in.dtype)   # (V_s, H)
         bias = getattr(head, "bias", None)
         self.head_bias = None if bias is None else bias.detach().index_select(0, ids).to(self.trunk_in.dtype)
+        self.gemm_plan = getattr(lm, "gemm_plan", None) or packed_gemm.DEFAULT_PLAN
         self._pack_head()
         return self
 
@@ -187,7 +189,8 @@ class ParallelDrafter(nn.Module):
         self._pack_head()
 
     def _pack_head(self) -> None:
-        self.head_pack = None if self.head is None else packed_gemm.pack_or_none(self.head)
+        wanted = self.head is not None and "packed" in self.gemm_plan.kernels
+        self.head_pack = packed_gemm.pack_or_none(self.head) if wanted else None
 
     def _check_attached(self) -> None:
         if self.head is None:
@@ -236,8 +239,8 @@ class ParallelDrafter(nn.Module):
 
     def project(self, z: torch.Tensor) -> torch.Tensor:
         """All positions through the frozen LM head rows in one matrix product: (..., H) -> (..., V_s);
-        MKL's packed copy of the head when inference runs over enough rows (decoding.packed_gemm)."""
-        return packed_gemm.linear(z, self.head, self.head_bias, self.head_pack)
+        through the kernel the target's GEMM plan names for the row count (decoding.packed_gemm)."""
+        return packed_gemm.linear(z, self.head, self.head_bias, self.head_pack, self.gemm_plan)
 
     def forward(self, hidden: torch.Tensor, root: torch.Tensor, valid: torch.Tensor | None = None,
                 gamma: int | None = None) -> DraftOut:

@@ -137,8 +137,9 @@ def load_shallow(target: LM, path: str | Path | None = None) -> LM:
     draft = build_shallow(target, info["layers"], info["adapters"], state["head.vocab_ids"],
                           name=f"{target.name}[shallow {info['layers']}+{info['adapters']}]")
     _load_trained(draft, state)
-    if target.packed_linears:
-        packed_gemm.pack_linears(draft.model)       # the adapters' packs predate their trained weights
+    if target.packed_linears:                       # the adapters' packs predate their trained weights
+        packed_gemm.pack_linears(draft.model, target.gemm_plan)
+        draft.packed_linears, draft.gemm_plan = packed_gemm.packed_count(draft.model), target.gemm_plan
     target_name = info["meta"].get("target")
     if target_name and target_name != target.name:
         draft.name += f" (trained for {target_name})"
