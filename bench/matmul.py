@@ -1,8 +1,9 @@
-"""Where a multi-token forward's cost comes from, under both CPU GEMMs: the target's own weight matmuls
-alone (every nn.Linear of the model, LM head included, in order, so the weights stream from memory as
-in a forward) on n rows, next to the whole forward over n new tokens after a cached prefix, n = 1..N;
-once with MKL's plain sgemm (F.linear) and once with its packed weights (decoding/packed_gemm.py, the
-default on the CPU). All medians of repeated runs in one process, the two GEMMs interleaved.
+"""Where a multi-token forward's cost comes from, under each CPU GEMM kernel here (decoding/packed_gemm.py:
+MKL's plain sgemm, MKL's packed weights, oneDNN's matmul): the target's own weight matmuls alone (every
+nn.Linear of the model, LM head included, in order, so the weights stream from memory as in a forward) on
+n rows, next to the whole forward over n new tokens after a cached prefix, n = 1..N, with every linear on
+that kernel; and the kernel the loaded model's auto plan picked for each n. All medians of repeated runs in
+one process, the kernels interleaved.
 
     python -m bench matmul [--max-tokens N] [--repeats R]
 """
@@ -20,7 +21,7 @@ from decoding import packed_gemm
 from decoding.cost import profile_verify_cost
 from decoding.models import ModelSpec, load
 
-PLAIN, PACKED = "plain", "packed"
+PLAIN, PACKED, ONEDNN = packed_gemm.KERNELS
 
 
 def linear_weights(model: nn.Module) -> list[torch.Tensor]:
@@ -33,9 +34,16 @@ def plain_kernel(weight: torch.Tensor):
 
 
 def packed_kernel(weight: torch.Tensor):
-    """MKL's packed sgemm on `weight` for any row count (what PackedLinear does from 4 rows on)."""
+    """MKL's packed sgemm on `weight` for any row count."""
     pack = packed_gemm.pack_weight(weight)
     return lambda x: packed_gemm.packed_linear(x, pack, weight)
+
+
+def onednn_kernel(weight: torch.Tensor):
+    return lambda x: packed_gemm.onednn_linear(x, weight)
+
+
+KERNEL_MAKERS = {PLAIN: plain_kernel, PACKED: packed_kernel, ONEDNN: onednn_kernel}
 
 
 @torch.inference_mode()
@@ -64,36 +72,46 @@ def matmul_times(weights, kernels: dict[str, list], row_counts, repeats: int) ->
 
 
 def forward_tables(lm, max_tokens: int, repeats: int, rounds: int = 3) -> dict[str, list[float]]:
-    """Median forward ms per token count, plain and packed, alternating the two `rounds` times."""
-    runs: dict[str, list[tuple[float, ...]]] = {PLAIN: [], PACKED: []}
-    for _ in range(rounds):
-        packed_gemm.unpack_linears(lm.model)
-        runs[PLAIN].append(profile_verify_cost(lm, max_tokens, repeats=repeats).verify_ms)
-        packed_gemm.pack_linears(lm.model)
-        runs[PACKED].append(profile_verify_cost(lm, max_tokens, repeats=repeats).verify_ms)
+    """Median forward ms per token count with every linear on one kernel, for each kernel here, the
+    kernels alternating `rounds` times; the model keeps its own plan afterwards."""
+    packed_gemm.pack_linears(lm.model)
+    own = packed_gemm.model_plan(lm.model)
+    kernels = packed_gemm.kernels_here()
+    runs: dict[str, list[tuple[float, ...]]] = {k: [] for k in kernels}
+    try:
+        for r in range(rounds):
+            for kernel in (kernels if r % 2 == 0 else kernels[::-1]):
+                packed_gemm.use_plan(lm.model, packed_gemm.GemmPlan((1,), (kernel,)))
+                runs[kernel].append(profile_verify_cost(lm, max_tokens, repeats=repeats).verify_ms)
+    finally:
+        packed_gemm.use_plan(lm.model, own)
     return {k: [statistics.median(col) for col in zip(*v)] for k, v in runs.items()}
 
 
-def render(rows: list[tuple[int, float, float, float, float]], args, n_weights: int, mib: float) -> str:
-    """rows: (n, plain matmuls, packed matmuls, plain forward, packed forward)."""
-    lines = ["## Anatomy of a multi-token forward: weight matmuls vs the whole forward, plain and packed GEMM", "",
+def render(counts, matmuls: dict[str, list[float]], forwards: dict[str, list[float]], plan, args,
+           n_weights: int, mib: float) -> str:
+    """matmuls / forwards: {kernel: ms per row count in `counts`}; plan: the loaded model's auto plan."""
+    kernels = list(forwards)
+    one = forwards[PLAIN][0]
+    head = (["n tokens"] + [f"matmuls {k} ms" for k in kernels]
+            + [c for k in kernels for c in (f"forward {k} ms", "×")] + ["auto plan"])
+    lines = ["## Anatomy of a multi-token forward: weight matmuls vs the whole forward, per GEMM kernel", "",
              f"Command: `python -m bench matmul --max-tokens {args.max_tokens} --repeats {args.repeats}`  ",
              f"Model: SmolLM2-135M-Instruct (embedded), fp32; {n_weights} weight matrices ({mib:.0f} MiB); "
              f"machine: {machine()}.  ",
              "matmuls: every weight of the model in order on n rows (nothing else); forward: the model over n "
-             "new tokens after a 32-token cached prefix (decoding.cost's profile). plain: MKL's sgemm "
-             "(F.linear); packed: MKL's packed weights (decoding/packed_gemm.py; a loaded model uses them "
-             f"from {packed_gemm.PACK_MIN_ROWS} tokens on, the plain sgemm below, so its forward column "
-             f"equals plain's below {packed_gemm.PACK_MIN_ROWS}). Medians of the repeats (kernels and row "
-             "counts interleaved; forwards: three alternating rounds); × = relative to the plain forward "
-             "over 1 token. Where matmuls and forward step up together, the cost of verifying more tokens "
-             "is the GEMM's, not attention's or the mask's.", "",
-             "| n tokens | matmuls plain ms | matmuls packed ms | forward plain ms | × | forward packed ms | × |",
-             "|---|---|---|---|---|---|---|"]
-    one = rows[0][3]
-    for n, mm, mm_packed, fw, fw_packed in rows:
-        lines.append(f"| {n} | {mm:.1f} | {mm_packed:.1f} | {fw:.1f} | {fw / one:.2f} | {fw_packed:.1f} | "
-                     f"{fw_packed / one:.2f} |")
+             "new tokens after a 32-token cached prefix (decoding.cost's profile), every linear on the kernel. "
+             "plain: MKL's sgemm (F.linear); packed: MKL's packed weights; onednn: oneDNN's matmul "
+             "(decoding/packed_gemm.py). auto plan: the kernel a loaded model uses for n rows on this machine "
+             f"(its one-time profile, {plan.tag}). Medians of the repeats (kernels and row counts interleaved; "
+             "forwards: three alternating rounds); × = relative to the plain forward over 1 token. Where "
+             "matmuls and forward step up together, the cost of verifying more tokens is the GEMM's, not "
+             "attention's or the mask's.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for i, n in enumerate(counts):
+        cells = [str(n)] + [f"{matmuls[k][i]:.1f}" for k in kernels]
+        cells += [c for k in kernels for c in (f"{forwards[k][i]:.1f}", f"{forwards[k][i] / one:.2f}")]
+        lines.append("| " + " | ".join(cells + [plan.kernel(n)]) + " |")
     return "\n".join(lines)
 
 
@@ -104,17 +122,16 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if not packed_gemm.available():
         raise SystemExit("bench matmul: this torch has no MKL packed GEMM (x86 builds with MKL only)")
-    lm = load(ModelSpec(pack_gemm=False))
+    lm = load(ModelSpec())
     weights = linear_weights(lm.model)
-    counts = range(1, args.max_tokens + 1)
-    kernels = {PLAIN: [plain_kernel(w) for w in weights], PACKED: [packed_kernel(w) for w in weights]}
+    counts = list(range(1, args.max_tokens + 1))
+    kernels = {k: [KERNEL_MAKERS[k](w) for w in weights] for k in packed_gemm.kernels_here()}
     times = matmul_times(weights, kernels, counts, args.repeats)
     del kernels
-    forward = forward_tables(lm, args.max_tokens, args.repeats)
-    rows = [(n, statistics.median(times[PLAIN, n]), statistics.median(times[PACKED, n]),
-             forward[PLAIN][n - 1], forward[PACKED][n - 1]) for n in counts]
+    matmuls = {k: [statistics.median(times[k, n]) for n in counts] for k in packed_gemm.kernels_here()}
+    forwards = forward_tables(lm, args.max_tokens, args.repeats)
     mib = sum(w.numel() * w.element_size() for w in weights) / 2**20
-    body = render(rows, args, len(weights), mib)
+    body = render(counts, matmuls, forwards, lm.gemm_plan, args, len(weights), mib)
     write_section("matmul", body)
     print(body)
 

@@ -32,8 +32,8 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "with accelerate (GPUs, then CPU, then disk); leave --device at auto")
     p.add_argument("--max-memory", help="with --device-map: per-device budget, e.g. '0=20GiB,cpu=64GiB'")
     p.add_argument("--offload-folder", help="with --device-map: directory for weights offloaded to disk")
-    p.add_argument("--no-pack-gemm", action="store_true", help="CPU: keep the plain GEMM for forwards over "
-                   "many tokens (default: MKL's packed weights, a second copy of the weights in memory)")
+    p.add_argument("--no-pack-gemm", action="store_true", help="CPU: keep MKL's plain sgemm for every "
+                   "forward (default: the GEMM kernel per row count profiled once for this machine and model)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--no-chat-template", action="store_true")
     p.add_argument("--max-new-tokens", type=int, default=64)

@@ -36,7 +36,7 @@ class ModelSpec:
     device_map: str | None = None       # None: all on `device`; "auto" etc.: accelerate places the model
     max_memory: str | None = None       # with device_map: "0=20GiB,cpu=64GiB" (GPU index or cpu = size)
     offload_folder: str | None = None   # with device_map: where weights offloaded to disk go
-    pack_gemm: bool = True              # CPU fp32: MKL packed GEMM for forwards over many tokens
+    pack_gemm: bool = True              # CPU fp32: the GEMM plan (decoding.packed_gemm); False: plain sgemm
 
     def __post_init__(self):
         check(isinstance(self.name, str) and self.name.strip() != "", "model", self.name,
