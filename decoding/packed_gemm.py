@@ -61,8 +61,10 @@ class GemmPlan:
     def __post_init__(self):
         object.__setattr__(self, "rows", tuple(self.rows))
         object.__setattr__(self, "kernels", tuple(self.kernels))
-        assert self.rows and self.rows[0] == 1 and list(self.rows) == sorted(set(self.rows)), self.rows
-        assert len(self.kernels) == len(self.rows) and set(self.kernels) <= set(KERNELS), self.kernels
+        if not (self.rows and self.rows[0] == 1 and list(self.rows) == sorted(set(self.rows))):
+            raise ValueError(f"plan rows {self.rows} must ascend from 1")
+        if not (len(self.kernels) == len(self.rows) and set(self.kernels) <= set(KERNELS)):
+            raise ValueError(f"plan kernels {self.kernels} must be one of {KERNELS} per row count")
 
     def kernel(self, rows: int) -> str:
         return self.kernels[max(bisect.bisect_right(self.rows, rows) - 1, 0)]
@@ -102,8 +104,9 @@ def kernels_here() -> tuple[str, ...]:
 
 
 class PackedLinear(nn.Linear):
-    """nn.Linear whose forward over many rows uses MKL's packed weight. Made by `pack_linears` (which
-    swaps the class of an existing module); state dict and parameters are nn.Linear's own."""
+    """nn.Linear whose forward runs the kernel its `plan` names for the row count (MKL's packed weight
+    among them). Made by `pack_linears` (which swaps the class of an existing module); state dict and
+    parameters are nn.Linear's own."""
 
     _pack: torch.Tensor | None         # None: freed, the plan has no packed kernel
     _packed_from: tuple[int, int]      # (weight data pointer, weight version) when packed
@@ -302,7 +305,7 @@ def auto_plan(model: nn.Module, path: Path) -> GemmPlan:
         try:
             data = json.loads(path.read_text())
             return GemmPlan(tuple(data["rows"]), tuple(data["kernels"]), source=str(path))
-        except (ValueError, KeyError, TypeError, AssertionError):
+        except (ValueError, KeyError, TypeError):
             pass                                              # unreadable: profile again
     plan, medians = profile_plan(model)
     path.parent.mkdir(parents=True, exist_ok=True)
