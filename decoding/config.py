@@ -110,7 +110,8 @@ class SpeculativeConfig(SamplingParams):
 
     `draft` names the drafter: "lookup" (prompt lookup), a draft model (an id or a path that the
     caller loads and passes to the run as `drafter=`/`draft_lm=`), or "lookup+MODEL": prompt lookup
-    where the context has an n-gram match, the draft model MODEL in the other rounds (`draft_model`
+    where the context has an n-gram match of 2+ tokens (1 with lookup_max_ngram 1), the draft model MODEL
+    in the other rounds (`draft_model`
     names what to load). Temperature 0 verifies by argmax.
     """
 

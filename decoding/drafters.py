@@ -386,13 +386,14 @@ def _time_feature_token(net, target: LM, rounds: int = 6, steps: int = 5) -> flo
 
 # ---------------------------------------------------------------- prompt lookup
 
-def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int, latest: bool = False) -> LookupMatch | None:
-    """transformers' PromptLookupCandidateGenerator search: n-gram sizes from the largest down; for
-    each, the leftmost earlier occurrence of the context's last n tokens that has a continuation.
-    latest=True prefers the most recent occurrence whose continuation has max_tokens tokens (falling
-    back to the leftmost): the text being copied is usually the nearest one."""
+def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int, latest: bool = False,
+                min_ngram: int = 1) -> LookupMatch | None:
+    """transformers' PromptLookupCandidateGenerator search: n-gram sizes from the largest down (to
+    min_ngram); for each, the leftmost earlier occurrence of the context's last n tokens that has a
+    continuation. latest=True prefers the most recent occurrence whose continuation has max_tokens tokens
+    (falling back to the leftmost): the text being copied is usually the nearest one."""
     length = len(context)
-    for n in range(min(max_ngram, length - 1), 0, -1):
+    for n in range(min(max_ngram, length - 1), min_ngram - 1, -1):
         ngram = tuple(context[length - n:])
         recent = range(length - n - max_tokens, -1, -1) if latest else ()   # full continuations, newest first
         for idx in (*recent, *range(length - n)):
@@ -402,12 +403,12 @@ def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int, latest:
 
 
 def lookup_continuation(context: Sequence[int], max_ngram: int, max_tokens: int, eos_ids=frozenset(),
-                        latest: bool = False, match: LookupMatch | None = None
+                        latest: bool = False, match: LookupMatch | None = None, min_ngram: int = 1
                         ) -> tuple[tuple[int, ...], LookupMatch | None]:
     """(tokens, match): up to max_tokens tokens after find_lookup's match (or the `match` given, found
     earlier on this context), cut before an EOS."""
     if match is None and max_tokens >= 1:
-        match = find_lookup(context, max_ngram, max_tokens, latest)
+        match = find_lookup(context, max_ngram, max_tokens, latest, min_ngram)
     if match is None or max_tokens < 1:
         return (), None
     start = match.continuation_start
@@ -435,15 +436,24 @@ class PromptLookupDrafter(Drafter):
         return Proposal(tokens, None, (None,) * len(tokens), match, source=self.name)
 
 
+# The hybrid drafts by lookup only where an n-gram of 2 or more tokens matches (of 1 when the lookup's
+# max n-gram is 1): a match of one token (a comma, "the") predicts little, and the model drafts better
+# there. On 9 prompts × 2 repeats with the feature drafter at γ = 5 (the 3 benchmark prompts and 6 new
+# ones) this raised the median τ from 1.83 to 2.07 and the median speed from 1.26× to 1.31× greedy.
+HYBRID_MIN_NGRAM = 2
+
+
 class LookupThenDraftDrafter(Drafter):
-    """Prompt lookup in the rounds where the context has an n-gram match (free, point-mass drafts),
-    the draft model in the others. Which one drafts depends on the context alone, so each round stays
-    exact under its own rule; the draft model catches up on the tokens of lookup rounds when next used."""
+    """Prompt lookup in the rounds where the context has an n-gram match of at least `min_ngram` tokens
+    (free, point-mass drafts), the draft model in the others. Which one drafts depends on the context
+    alone, so each round stays exact under its own rule; the draft model catches up on the tokens of
+    lookup rounds when next used."""
 
     has_distributions = True
 
-    def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter):
+    def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter, min_ngram: int = HYBRID_MIN_NGRAM):
         self.lookup, self.model = lookup, model
+        self.min_ngram = min(min_ngram, lookup.max_ngram)
         self.name = f"{lookup.name}+{model.name}"
         self._searched: tuple[int, LookupMatch | None] | None = None   # (context length, its match)
 
@@ -468,7 +478,7 @@ class LookupThenDraftDrafter(Drafter):
         """Prompt lookup's continuation; the n-gram search runs once per context (a run's context only
         grows, so its length names it): source_for and propose of one round share it."""
         if self._searched is None or self._searched[0] != len(context):
-            self._searched = (len(context), find_lookup(context, self.lookup.max_ngram, 1))
+            self._searched = (len(context), find_lookup(context, self.lookup.max_ngram, 1, min_ngram=self.min_ngram))
         match = self._searched[1]
         if match is None:
             return (), None

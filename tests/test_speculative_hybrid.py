@@ -36,7 +36,7 @@ def test_greedy_identity(target, draft, policy):
 
 
 def test_lookup_drafts_exactly_where_it_matches(target, draft):
-    """Each round's drafter is lookup iff the context at the round's start has an n-gram match (a
+    """Each round's drafter is lookup iff the context at the round's start has a match of 2 tokens (a
     round with no room to draft, at the token budget's end, names the hybrid)."""
     for prompt in PROMPTS:
         trace = runner.run(target, prompt, hybrid_config(), draft_lm=draft)
@@ -45,14 +45,31 @@ def test_lookup_drafts_exactly_where_it_matches(target, draft):
             if r.index == len(trace.steps) - 1 and not r.drafts:
                 assert r.drafter == f"lookup+{draft.name}"
                 continue
-            cont, match = lookup_continuation(context, 2, 3)
+            cont, match = lookup_continuation(context, 2, 3, min_ngram=2)
             assert (r.drafter == "lookup") == bool(cont)
             if cont:
-                assert r.lookup == match and [d.token_id for d in r.drafts] == list(cont)
+                drafted = [d.token_id for d in r.drafts]        # the token budget may cap the last rounds
+                assert r.lookup == match and drafted and drafted == list(cont)[:len(drafted)]
+                assert len(drafted) == len(cont) or "capped" in r.gamma_reason, r.gamma_reason
                 assert all(d.q_draft is None for d in r.drafts)
             else:
                 assert r.lookup is None and all(d.q_draft is not None for d in r.drafts)
             context += list(r.emitted)
+
+
+def test_a_one_token_match_leaves_the_round_to_the_model(target, draft):
+    """The hybrid drafts by lookup on a match of 2+ tokens only, unless the lookup's max n-gram is 1;
+    plain prompt lookup still takes a 1-token match."""
+    one_gram = [5, 9, 7, 3, 9]                 # only the last token, 9, occurred before
+    two_gram = [5, 9, 7, 3, 5, 9]              # (5, 9) occurred before
+    request = DraftRequest(3, Pipeline(()), True, torch.Generator().manual_seed(0))
+    hybrid = make_drafter("lookup+model", target, draft_lm=draft, max_ngram=2)
+    assert hybrid.min_ngram == 2
+    assert hybrid.source_for(one_gram) == draft.name and hybrid.source_for(two_gram) == "lookup"
+    assert hybrid.propose(two_gram, request).tokens == (7, 3, 5)
+    assert PromptLookupDrafter(2).propose(one_gram, request).tokens == (7, 3, 9)
+    ones = make_drafter("lookup+model", target, draft_lm=draft, max_ngram=1)
+    assert ones.min_ngram == 1 and ones.source_for(one_gram) == "lookup"
 
 
 def test_model_catches_up_after_lookup_rounds(target, draft):

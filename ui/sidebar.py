@@ -45,8 +45,8 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                               "(shallow:FILE for other weights). feature: the trained feature drafter, which "
                               "drafts from the target's own last LM-head input (feature:FILE for other weights). "
                               "Or a draft model id or path with the target's "
-                              "vocabulary. lookup+MODEL: prompt lookup where the context has an n-gram match, "
-                              "MODEL in the other rounds.",
+                              "vocabulary. lookup+MODEL: prompt lookup where the context has an n-gram match of 2 or "
+                              "more tokens (1 when lookup max ngram is 1), MODEL in the other rounds.",
 }
 PARAM_CHOICES = {("speculative", "gamma_policy"): GAMMA_POLICIES, ("dspark", "select"): DSPARK_SELECT}
 PAGE_QUERY_PARAMS = (keys.QP_TOUR_STOP,)   # owned by a page; kept when the settings rewrite the URL
