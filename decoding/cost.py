@@ -115,6 +115,17 @@ def auto_cost_path(lm) -> Path:
     return cache_root() / "cost" / f"{_safe(f'{lm.name}-{lm.device}-{dtype}{packed}')}.json"
 
 
+def gemm_plan_path(model_name: str) -> Path:
+    """Where the auto GEMM plan (decoding.packed_gemm) of this CPU, torch, thread count and model is cached."""
+    import torch
+
+    from decoding.models import cache_root
+    from decoding.packed_gemm import cpu_name
+
+    key = f"{cpu_name()}-torch{torch.__version__}-{torch.get_num_threads()}t-{model_name}"
+    return cache_root() / "gemm" / f"{_safe(key)}.json"
+
+
 def load_table(lm, cost_table: str, need: int) -> CostTable:
     """The table a config names: "auto" (profiled on this device on first use and cached; profiled
     again when it covers fewer than `need` tokens) or a JSON file that must cover `need` tokens."""

@@ -182,8 +182,10 @@ def _load(spec: ModelSpec) -> "LM":
         raise ConfigError("model", spec.name, f"does not fit in {device.type} memory ({_one_line(err)[:120]}); "
                           "use dtype float16 or bfloat16, device cpu, or a smaller model") from None
     if spec.pack_gemm:
+        from decoding.cost import gemm_plan_path
+
         packed_gemm.pack_linears(model)            # a no-op off the CPU, for other dtypes, without MKL
-        packed_gemm.use_plan(model, packed_gemm.auto_plan(model, packed_gemm.plan_path(cache_root(), spec.name)))
+        packed_gemm.use_plan(model, packed_gemm.auto_plan(model, gemm_plan_path(spec.name)))
     return LM(model, tok, name=spec.name, device=device).warm_up()
 
 

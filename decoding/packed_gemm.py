@@ -112,10 +112,6 @@ class PackedLinear(nn.Linear):
     _packed_from: tuple[int, int]      # (weight data pointer, weight version) when packed
     plan: GemmPlan = DEFAULT_PLAN      # set per module by pack_linears / use_plan
 
-    def repack(self) -> None:
-        self._pack = pack_weight(self.weight.detach())
-        self._packed_from = (self.weight.data_ptr(), self.weight._version)
-
     def __getstate__(self) -> dict:
         """Copies and pickles carry the weight, not the pack (an opaque MKL buffer); they repack."""
         state = dict(super().__getstate__())
@@ -126,8 +122,11 @@ class PackedLinear(nn.Linear):
     def __setstate__(self, state: dict) -> None:
         super().__setstate__(state)
         self.repack()
-        if "packed" not in self.plan.kernels:
-            self._pack = None
+
+    def repack(self) -> None:
+        """Pack the current weight, or, when the plan has no packed kernel, only note it as current."""
+        self._pack = pack_weight(self.weight.detach()) if "packed" in self.plan.kernels else None
+        self._packed_from = (self.weight.data_ptr(), self.weight._version)
 
     def pack_is_current(self) -> bool:
         return self._packed_from == (self.weight.data_ptr(), self.weight._version)
@@ -250,8 +249,8 @@ def profile_plan(model: nn.Module, rows=PROFILE_ROWS, rounds: int = 3) -> tuple[
     lowest median wins. -> (plan, {kernel: [median ms per n]})."""
     modules = [m for m in model.modules() if type(m) is PackedLinear]
     for m in modules:
-        if m._pack is None:
-            m.repack()
+        if m._pack is None:                                   # freed by a plan without it: time it too
+            m._pack = pack_weight(m.weight.detach())
     kernels = kernels_here()
     inputs = {n: {m.in_features: torch.randn(n, m.in_features) for m in modules} for n in rows}
     times = {k: {n: [] for n in rows} for k in kernels}
@@ -281,14 +280,6 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine()
-
-
-def plan_path(root: Path, model_name: str) -> Path:
-    """Where the auto plan of this CPU, torch, thread count and model is cached under `root`."""
-    import re
-
-    key = f"{cpu_name()}-torch{torch.__version__}-{torch.get_num_threads()}t-{model_name}"
-    return root / "gemm" / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', key)}.json"
 
 
 def linear_mib(model: nn.Module) -> float:
