@@ -321,6 +321,7 @@ class Batch:
     labels: torch.Tensor     # (B, γ) slice index of the target's token; −1 outside the slice, −2 past the end
     soft_ids: torch.Tensor   # (B, γ, k) slice indices, −1 outside
     soft_probs: torch.Tensor  # (B, γ, k)
+    future: torch.Tensor | None = None   # (B, γ, H) LM-head input that produced the label (make_batch's future_width)
 
 
 def anchors(data: DistillData) -> torch.Tensor:
@@ -334,9 +335,11 @@ def sequence_ends(data: DistillData, rows: torch.Tensor) -> torch.Tensor:
     return data.offsets[torch.searchsorted(data.offsets, rows, right=True)]
 
 
-def make_batch(data: DistillData, rows: torch.Tensor, gamma: int, slice_of: torch.Tensor) -> Batch:
+def make_batch(data: DistillData, rows: torch.Tensor, gamma: int, slice_of: torch.Tensor,
+               future_width: int = 0) -> Batch:
     """Row i: input (hidden[i], tokens[i]); position k (1..γ) predicts tokens[i + k] when it is in the
-    same sequence."""
+    same sequence. With `future_width` H > 0 also the LM-head input that produced that token (the first H
+    columns of hidden[i + k]; past the sequence end the anchor's own, which the label −2 masks)."""
     seq_end = sequence_ends(data, rows)                                                # (B,)
     steps = torch.arange(1, gamma + 1)                                                  # (γ,)
     target = rows[:, None] + steps                                                      # (B, γ)
@@ -346,8 +349,9 @@ def make_batch(data: DistillData, rows: torch.Tensor, gamma: int, slice_of: torc
     parents = data.tokens[torch.where(valid, safe - 1, rows[:, None])]                  # (B, γ)
     soft_ids = slice_of[data.soft_ids[safe].long()]                                     # (B, γ, k)
     soft_ids = torch.where(valid[..., None], soft_ids, -1)
+    ahead = data.hidden[safe][..., :future_width].float() if future_width else None      # (B, γ, H)
     return Batch(data.hidden[rows].float(), data.tokens[rows], parents, labels, soft_ids,
-                 data.soft_probs[safe].float())
+                 data.soft_probs[safe].float(), ahead)
 
 
 def history_rows(data: DistillData, rows: torch.Tensor, span: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -430,6 +434,7 @@ class TrainSettings(DataSettings):
     lr: float = 2e-3
     soft_weight: float = 0.5
     conf_weight: float = 0.2
+    feature_weight: float = 0.0  # × smooth-L1 of each position's z_k to the LM-head input that produced its label
     dropout: float = 0.0         # on the trunk and per-position activations, training only
     weight_decay: float = 0.01
     vocab: str = "seen"          # seen (tokens of the answers) | full
@@ -447,6 +452,8 @@ class TrainSettings(DataSettings):
         check(isinstance(self.dropout, float) and 0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
         check(isinstance(self.weight_decay, float) and self.weight_decay >= 0.0, "weight_decay", self.weight_decay,
               "must be >= 0")
+        check(isinstance(self.feature_weight, float) and 0.0 <= self.feature_weight < math.inf, "feature_weight",
+              self.feature_weight, "must be a finite number >= 0")
 
     @property
     def feature_layer_ids(self) -> tuple[int, ...]:
@@ -472,7 +479,17 @@ def losses(drafter: ParallelDrafter, out: DraftOut, batch: Batch, settings: Trai
     bce = F.binary_cross_entropy_with_logits(conf, hits.float(), reduction="none")
     bce = (bce * exists).sum() / exists.sum().clamp(min=1)
     total = ce + settings.soft_weight * soft + settings.conf_weight * bce
+    if settings.feature_weight:
+        total = total + settings.feature_weight * feature_loss(out.z[:, :g], batch.future[:, :g], batch.labels[:, :g])
     return total, ce, bce, hits, exists
+
+
+def feature_loss(z: torch.Tensor, future: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean smooth-L1 of the drafted hidden states z (B, γ, H) to the LM-head inputs that produced the
+    target's tokens there, future (B, γ, H), over the positions inside their sequence (labels != −2)."""
+    inside = labels != -2                                                   # (B, γ)
+    per = F.smooth_l1_loss(z.float(), future, reduction="none").mean(-1)    # (B, γ)
+    return (per * inside).sum() / inside.sum().clamp(min=1)
 
 
 # ------------------------------------------------------------------------------ evaluation
@@ -691,7 +708,8 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     for _ in bar:
         window, valid, is_anchor = training_chunks(train, rows, gen, max(1, settings.batch_size // settings.chunk),
                                                    min(settings.chunk, settings.batch_size), drafter.span)
-        batch = make_batch(train, window[is_anchor], settings.gamma_max, slice_of)
+        batch = make_batch(train, window[is_anchor], settings.gamma_max, slice_of,
+                           shape.hidden_size if settings.feature_weight else 0)
         out = drafter.draft_positions(encode_rows(drafter, train, window, valid)[is_anchor], batch.hidden)
         total, ce, bce, hits, _ = losses(drafter, out, batch, settings)
         opt.zero_grad(set_to_none=True)
@@ -744,7 +762,7 @@ def model_card(report: TrainReport, title: str) -> str:
              f"file {report.size_bytes / 1e6:.1f} MB (float16)",
              f"- {report.steps} steps of {per_step}, AdamW lr {s['lr']} one-cycle, weight decay "
              f"{s.get('weight_decay', 0.01)}, dropout {s.get('dropout', 0.0)}, loss = CE + {s['soft_weight']}·soft CE "
-             f"+ {s['conf_weight']}·confidence BCE; {report.seconds} s; final loss {report.final_loss}", "",
+             f"+ {s['conf_weight']}·confidence BCE{_feature_term(s)}; {report.seconds} s; final loss {report.final_loss}", "",
              f"## Held-out results ({m['heldout_anchors']} anchors)", "",
              "| position | top-1 | P(accept \\| prefix accepted) | mean confidence | ECE raw | ECE calibrated |",
              "|---:|---:|---:|---:|---:|---:|"]
@@ -756,6 +774,11 @@ def model_card(report: TrainReport, title: str) -> str:
               "|---|" + "---:|" * len(m["tau_chain"]),
               "| τ | " + " | ".join(f"{t:.2f}" for t in m["tau_chain"].values()) + " |", ""]
     return "\n".join(lines)
+
+
+def _feature_term(settings: dict) -> str:
+    weight = settings.get("feature_weight", 0.0)
+    return f" + {weight}·smooth-L1 of each position's hidden state to the target's LM-head input there" if weight else ""
 
 
 def display_name(lm) -> str:

@@ -171,6 +171,58 @@ def test_batch_alignment():
     assert batch.labels.tolist() == [[2, -1, -2], [4, 5, -2]]
     assert batch.parents[:, :2].tolist() == [[11, 12], [20, 21]]
     assert batch.soft_ids[0, 0].tolist() == [2, 2] and batch.soft_ids[0, 2].tolist() == [-1, -1]
+    assert batch.future is None
+    ahead = make_batch(data, torch.tensor([1, 4]), 3, slice_of, future_width=2).future   # (B, γ, 2)
+    assert ahead[..., 0].tolist() == [[2.0, 3.0, 1.0], [5.0, 6.0, 4.0]]  # row i + k; past the end the anchor's
+    assert ahead.shape == (2, 3, 2)
+
+
+def test_feature_loss_reads_the_rows_ahead_and_masks_past_the_end():
+    """Zero when each position's z is the LM-head input that produced its label; a z one position off
+    (the negative control) is not; positions past the sequence end do not count."""
+    from decoding.train import DistillData, feature_loss, make_batch
+
+    gen = torch.Generator().manual_seed(0)
+    tokens = torch.arange(9) % 5
+    data = DistillData(tokens, torch.randn(9, 6, generator=gen).half(), tokens[:, None].int(), torch.ones(9, 1).half(),
+                       torch.tensor([0, 5, 9]))
+    slice_of = torch.arange(64)
+    rows = torch.tensor([0, 2, 5])
+    batch = make_batch(data, rows, 4, slice_of, future_width=4)
+    inside = batch.labels != -2
+    truth = torch.stack([data.hidden[torch.clamp(rows + k, max=8)][:, :4].float() for k in range(1, 5)], 1)
+    assert torch.equal(batch.future[inside], truth[inside])
+    assert float(feature_loss(batch.future, batch.future, batch.labels)) == 0.0
+    garbage = torch.where(inside[..., None], batch.future, 1e3)              # past the end: ignored
+    assert float(feature_loss(garbage, batch.future, batch.labels)) == 0.0
+    shifted = batch.future.roll(1, dims=1)                                    # negative control
+    assert float(feature_loss(shifted, batch.future, batch.labels)) > 0.1
+
+
+def test_feature_weight_trains_the_hidden_states_toward_the_target(lm, prompts, tmp_path):
+    """With feature_weight the drafted hidden states end closer to the target's LM-head inputs than
+    without; the card names the term; the drafter stays token-identical to greedy."""
+    from dataclasses import replace
+
+    from decoding.train import anchors, data_split, draft_at, feature_loss, make_batch, slice_index
+
+    data = generate_distill(lm, prompts, answer_tokens=SETTINGS.answer_tokens, batch_size=SETTINGS.gen_batch,
+                            progress=False)
+    distance = {}
+    for weight in (0.0, 1.0):
+        out = tmp_path / f"w{weight}.safetensors"
+        train_parallel(lm, replace(SETTINGS, feature_weight=weight), out, prompts=prompts, progress=False)
+        drafter = load_drafter(out, lm)
+        train = data.subset(data_split(data, SETTINGS.heldout_every)[0])
+        rows = anchors(train)
+        batch = make_batch(train, rows, SETTINGS.gamma_max, slice_index(drafter), lm.model.config.hidden_size)
+        with torch.no_grad():
+            distance[weight] = float(feature_loss(draft_at(drafter, train, rows).z, batch.future, batch.labels))
+        card = out.with_suffix(".md").read_text()
+        assert ("smooth-L1 of each position's hidden state" in card) == (weight > 0)
+    assert distance[1.0] < 0.8 * distance[0.0]
+    tr = run(lm, prompts[0], DSparkConfig(max_new_tokens=20, gamma=6, top_k_candidates=2), drafter=drafter)
+    assert tr.output_ids == run(lm, prompts[0], GreedyConfig(max_new_tokens=20)).output_ids
 
 
 def test_dropout_acts_in_training_only_and_is_checked():
@@ -190,7 +242,8 @@ def test_dropout_acts_in_training_only_and_is_checked():
     drafter.dropout = 0.0
     trained_mode = drafter.train()(hidden, root).z
     assert torch.equal(trained_mode, drafter.eval()(hidden, root).z)       # dropout is the only difference
-    for field, bad in (("dropout", 1.0), ("dropout", -0.1), ("weight_decay", -1.0)):
+    for field, bad in (("dropout", 1.0), ("dropout", -0.1), ("weight_decay", -1.0), ("feature_weight", -0.5),
+                       ("feature_weight", float("inf"))):
         with pytest.raises(ConfigError) as err:
             TrainSettings(**{field: bad})
         assert err.value.param == field
