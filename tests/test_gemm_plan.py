@@ -154,5 +154,5 @@ def test_the_embedded_models_plan_keeps_greedys_tokens(real_lm):
     finally:
         use_plan(real_lm.model, plan)
     assert len(set(outputs.values())) == 1, outputs
-    for kernel in logits:
-        torch.testing.assert_close(logits[kernel], logits["plain"], rtol=1e-4, atol=1e-4)
+    for kernel in logits:      # float32 rounding of another summation order: relative to the logits' size
+        assert float((logits[kernel] - logits["plain"]).abs().max()) <= 2e-5 * float(logits["plain"].abs().max())

@@ -179,7 +179,9 @@ def test_the_embedded_model_loads_packed_unless_told_not_to(real_lm):
     with torch.no_grad():
         a = real_lm.model(torch.tensor([ids])).logits[0]
         b = plain.model(torch.tensor([ids])).logits[0]
-    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+    # float32 GEMMs in another summation order over 30 layers: the error scales with the logits' size,
+    # not with each element's (near-zero logits carry the same absolute error as large ones)
+    assert float((a - b).abs().max()) <= 2e-5 * float(b.abs().max())
     assert torch.equal(a.argmax(-1), b.argmax(-1))
 
 
