@@ -56,9 +56,11 @@ class DrafterShape:
     heads: int = 8             # backbone attention heads
     mlp: int = 1024            # backbone MLP width
     feature_layers: tuple[int, ...] = ()   # target decoder layers whose outputs the trunk also reads
+    parent_mlp: bool = False   # the token at k−1 also enters position k's block (not only the logit bias)
 
     def __post_init__(self):
         object.__setattr__(self, "feature_layers", tuple(self.feature_layers))   # JSON gives a list
+        check(isinstance(self.parent_mlp, bool), "parent_mlp", self.parent_mlp, "must be true or false")
         check(all(isinstance(i, int) and i >= 0 for i in self.feature_layers)
               and len(set(self.feature_layers)) == len(self.feature_layers), "feature_layers",
               list(self.feature_layers), "must be distinct decoder-layer indices >= 0")
@@ -142,6 +144,8 @@ class ParallelDrafter(nn.Module):
         self.trunk_b = nn.Parameter(torch.zeros(d))
         self.w1 = nn.Parameter(torch.randn(g, d, w, generator=gen) / d ** 0.5)             # (γ, D, W)
         self.b1 = nn.Parameter(torch.zeros(g, w))
+        parent_in = torch.randn(g, h, w, generator=gen) / h ** 0.5 if shape.parent_mlp else None   # (γ, H, W)
+        self.parent_in = None if parent_in is None else nn.Parameter(parent_in)
         self.w2 = nn.Parameter(torch.randn(g, w, h, generator=gen) * 0.02 / w ** 0.5)      # (γ, W, H)
         self.seq_in = nn.Parameter(torch.zeros(g, h, r))                                    # (γ, H, r)
         self.seq_out = nn.Parameter(torch.randn(len(ids), r, generator=gen) * 0.02)        # (V_s, r)
@@ -226,16 +230,38 @@ class ParallelDrafter(nn.Module):
                 x = block(x, mask)
         return x
 
-    def draft_positions(self, u: torch.Tensor, hidden: torch.Tensor, gamma: int | None = None) -> DraftOut:
+    def draft_positions(self, u: torch.Tensor, hidden: torch.Tensor, gamma: int | None = None,
+                        parents: torch.Tensor | None = None) -> DraftOut:
         """u (B, D) encoded anchors, hidden (B, F) their input rows (the LM-head input first) -> the
-        first `gamma` (default gamma_max) positions of base logits."""
+        first `gamma` (default gamma_max) positions of base logits. A `parent_mlp` drafter needs
+        parents (B, ≥ γ): the token at k−1 for each position k (the root first), as in training."""
         g = self.shape.gamma_max if gamma is None else gamma
         hidden = hidden[..., :self.shape.hidden_size].to(self.trunk_in.dtype)
-        # (γ, B, W) batched over γ: einsum would copy w1 into a (D, γ·W) layout on every call
-        mid = F.silu(torch.matmul(u, self.w1[:g]).transpose(0, 1) + self.b1[:g])          # (B, γ, W)
-        mid = F.dropout(mid, self.dropout, self.training)
+        pre = self.position_pre(u, g)                                                        # (B, γ, W)
+        if self.parent_in is not None:
+            check(parents is not None and parents.shape[-1] >= g, "parents",
+                  None if parents is None else tuple(parents.shape),
+                  f"a parent_mlp drafter needs the token before each of the {g} positions")
+            pre = pre + self.parent_term(torch.arange(g, device=pre.device), parents[:, :g])
+        mid = F.dropout(F.silu(pre), self.dropout, self.training)
         z = hidden[:, None, :] + torch.einsum("bgw,gwh->bgh", mid, self.w2[:g])            # (B, γ, H)
         return DraftOut(z, self.project(z))
+
+    def position_pre(self, u: torch.Tensor, gamma: int) -> torch.Tensor:
+        """u (B, D) -> (B, γ, W): each position's block input before the parent term and activation;
+        batched over γ (einsum would copy w1 into a (D, γ·W) layout on every call)."""
+        return torch.matmul(u, self.w1[:gamma]).transpose(0, 1) + self.b1[:gamma]
+
+    def parent_term(self, position: torch.Tensor | int, parents: torch.Tensor) -> torch.Tensor:
+        """parent_mlp: the parent token's part of position k's block input, (...) -> (..., W)."""
+        e = F.rms_norm(self.embed_tokens(parents), (self.shape.hidden_size,))                # (..., H)
+        return torch.einsum("...h,...hw->...w", e, self.parent_in[position])
+
+    def node_z(self, pre: torch.Tensor, hidden: torch.Tensor, position: int, parents: torch.Tensor) -> torch.Tensor:
+        """parent_mlp, drafting: position's hidden state under each parent. pre (W,) that position's
+        position_pre row, hidden (H,) the anchor's LM-head input, parents (P,) -> (P, H)."""
+        mid = F.silu(pre + self.parent_term(position, parents))                             # (P, W)
+        return hidden[:self.shape.hidden_size].to(mid.dtype) + mid @ self.w2[position]
 
     def project(self, z: torch.Tensor) -> torch.Tensor:
         """All positions through the frozen LM head rows in one matrix product: (..., H) -> (..., V_s);
@@ -243,14 +269,14 @@ class ParallelDrafter(nn.Module):
         return packed_gemm.linear(z, self.head, self.head_bias, self.head_pack, self.gemm_plan)
 
     def forward(self, hidden: torch.Tensor, root: torch.Tensor, valid: torch.Tensor | None = None,
-                gamma: int | None = None) -> DraftOut:
+                gamma: int | None = None, parents: torch.Tensor | None = None) -> DraftOut:
         """Anchor = the last row. hidden (B, H) and root (B,): a window of one row; or hidden (B, T, H),
         root (B, T) the window's rows (oldest first), valid (B, T) which rows exist. Positions 1..gamma
-        (default gamma_max)."""
+        (default gamma_max); parents as draft_positions takes them."""
         if hidden.ndim == 2:
             hidden, root = hidden[:, None], root[:, None]
         u = self.encode(hidden, root, valid)[:, -1]                                         # (B, D)
-        return self.draft_positions(u, hidden[:, -1], gamma)
+        return self.draft_positions(u, hidden[:, -1], gamma, parents)
 
     def parent_bias(self, position: torch.Tensor | int, parents: torch.Tensor) -> torch.Tensor:
         """Sequential bias (..., V_s) for parents (...) at 0-based position(s) (broadcastable)."""
@@ -440,6 +466,30 @@ def _with_extra(drafter, token: int, ids: list, q_cond: torch.Tensor, mix: torch
             torch.cat([q_top, extra_mix[None]]), len(ids))
 
 
+class NodeScorer:
+    """One drafter pass over an anchor (hidden (T, F) rows, tokens (T,)), then per position and parents
+    (P,): the logits (P, V_s) and the hidden state's part of the confidence logit. Without parent_mlp all
+    γ positions go through the head in one matrix product here; with it, each position's z depends on
+    the parent, so each position is one product over its P parents when asked."""
+
+    def __init__(self, drafter: ParallelDrafter, hidden: torch.Tensor, tokens: torch.Tensor, gamma: int):
+        self.drafter = drafter
+        u = drafter.encode(hidden[None], tokens[None])[:, -1]                        # (1, D)
+        self.anchor = hidden[-1]                                                     # (F,)
+        if drafter.shape.parent_mlp:
+            self.pre = drafter.position_pre(u, gamma)[0]                             # (γ, W)
+        else:
+            self.out = drafter.draft_positions(u, hidden[-1:], gamma)               # z (1, γ, H)
+            self.conf_z = drafter.confidence_from_z(torch.arange(gamma, device=u.device), self.out.z[0])  # (γ,)
+
+    def __call__(self, pos: int, parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        d = self.drafter
+        if not d.shape.parent_mlp:
+            return (self.out.base[0, pos] + d.parent_bias(pos, parents)).float(), self.conf_z[pos]
+        z = d.node_z(self.pre[pos], self.anchor, pos, parents)                      # (P, H)
+        return (d.project(z) + d.parent_bias(pos, parents)).float(), d.confidence_from_z(pos, z)
+
+
 @torch.inference_mode()
 def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Sequence[int], gamma: int, top_k: int,
                   temperature: float = 0.0, extra: Sequence[int] = ()) -> LatticeDraft:
@@ -459,15 +509,14 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Se
     rows = [int(root)] if isinstance(root, int) else [int(t) for t in root][-drafter.span:]
     hidden = hidden.reshape(-1, hidden.shape[-1])[-len(rows):]                           # (T, H)
     check(hidden.shape[0] == len(rows), "root", len(rows), f"must give one token per hidden row ({hidden.shape[0]})")
-    out = drafter(hidden[None].to(device), torch.tensor([rows], device=device), gamma=gamma)
+    scorer = NodeScorer(drafter, hidden.to(device), torch.tensor(rows, device=device), gamma)
     root = rows[-1]
     parents = torch.tensor([root], device=device)                       # (P,)
     weight = torch.ones(1, device=device, dtype=torch.float32)          # (P,)
     tokens, q_rows, score_rows, conf_rows, extra_at = [], [], [], [], []
     k = min(top_k, len(drafter.vocab_ids))
-    conf_z = drafter.confidence_from_z(torch.arange(gamma, device=device), out.z[0])       # (γ,) once
     for pos in range(gamma):
-        logits = (out.base[0, pos] + drafter.parent_bias(pos, parents)).float()   # (P, V_s)
+        logits, conf_z = scorer(pos, parents)                                       # (P, V_s), (P,) or ()
         logq = torch.log_softmax(logits, -1)                                        # (P, V_s)
         q_cond = torch.softmax(logits / temperature, -1) if temperature > 0 else logq.exp()  # (P, V_s)
         mix = (weight[:, None] * q_cond).sum(0) / weight.sum()                      # (V_s,)
@@ -477,7 +526,7 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Se
         if pos < len(extra):
             ids, q_cols, q_top, at = _with_extra(drafter, extra[pos], ids, q_cond, mix, idx, q_top)
             extra_at.append(at)
-        conf = drafter.calibrated(pos, conf_z[pos] + drafter.confidence_from_q(pos, logq))          # (P,)
+        conf = drafter.calibrated(pos, conf_z + drafter.confidence_from_q(pos, logq))               # (P,)
         if temperature > 0:
             scores = q_cols                                                         # (P, K')
         else:

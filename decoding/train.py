@@ -368,10 +368,12 @@ def encode_rows(drafter: ParallelDrafter, data: DistillData, rows: torch.Tensor,
     return drafter.encode(data.hidden[rows].float(), data.tokens[rows], valid)
 
 
-def draft_at(drafter: ParallelDrafter, data: DistillData, rows: torch.Tensor):
-    """The drafter's output at anchor rows (B,), each with its history window."""
+def draft_at(drafter: ParallelDrafter, data: DistillData, rows: torch.Tensor, parents: torch.Tensor | None = None):
+    """The drafter's output at anchor rows (B,), each with its history window; `parents` (B, γ) the
+    true tokens before each position (make_batch's), which a parent_mlp drafter reads."""
     window, valid = history_rows(data, rows, drafter.span)
-    return drafter.draft_positions(encode_rows(drafter, data, window, valid)[:, -1], data.hidden[rows].float())
+    return drafter.draft_positions(encode_rows(drafter, data, window, valid)[:, -1], data.hidden[rows].float(),
+                                   parents=parents)
 
 
 def training_chunks(data: DistillData, pool: torch.Tensor, gen: torch.Generator, n_chunks: int, length: int,
@@ -436,6 +438,7 @@ class TrainSettings(DataSettings):
     conf_weight: float = 0.2
     feature_weight: float = 0.0  # × smooth-L1 of each position's z_k to the LM-head input that produced its label
     dropout: float = 0.0         # on the trunk and per-position activations, training only
+    parent_mlp: bool = False     # the true token at k−1 enters position k's block too (decoding.parallel)
     weight_decay: float = 0.01
     vocab: str = "seen"          # seen (tokens of the answers) | full
 
@@ -450,6 +453,7 @@ class TrainSettings(DataSettings):
               "feature_layers", text, "must be comma-separated layer indices, e.g. 7,15,23")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
         check(isinstance(self.dropout, float) and 0.0 <= self.dropout < 1.0, "dropout", self.dropout, "must be in [0, 1)")
+        check(isinstance(self.parent_mlp, bool), "parent_mlp", self.parent_mlp, "must be true or false")
         check(isinstance(self.weight_decay, float) and self.weight_decay >= 0.0, "weight_decay", self.weight_decay,
               "must be >= 0")
         check(isinstance(self.feature_weight, float) and 0.0 <= self.feature_weight < math.inf, "feature_weight",
@@ -501,7 +505,7 @@ def evaluate(drafter: ParallelDrafter, data: DistillData, gamma: int, slice_of: 
     hits, conf, valid = [], [], []
     for chunk in rows.split(256):
         batch = make_batch(data, chunk, gamma, slice_of)
-        out = draft_at(drafter, data, chunk)
+        out = draft_at(drafter, data, chunk, batch.parents)
         logits = drafter.teacher_logits(out, batch.parents)
         hits.append((logits.argmax(-1) == batch.labels) & (batch.labels >= 0))
         conf.append(drafter.confidence_logit(torch.arange(gamma)[None, :], out.z, logits))
@@ -690,7 +694,7 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     train, held = data.subset(train_seqs), data.subset(held_seqs)
     shape = DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, settings.gamma_max, settings.rank,
                          settings.trunk, settings.width, settings.layers, settings.window,
-                         feature_layers=settings.feature_layer_ids)
+                         feature_layers=settings.feature_layer_ids, parent_mlp=settings.parent_mlp)
     check(train.hidden.shape[1] == shape.row_width, "data", tuple(train.hidden.shape),
           f"rows must be {shape.row_width} wide for feature layers {list(shape.feature_layers)} (see drafter_data)")
     drafter = ParallelDrafter(shape, vocab_slice(train, lm, settings.vocab), seed=settings.seed).attach(lm)
@@ -710,7 +714,8 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
                                                    min(settings.chunk, settings.batch_size), drafter.span)
         batch = make_batch(train, window[is_anchor], settings.gamma_max, slice_of,
                            shape.hidden_size if settings.feature_weight else 0)
-        out = drafter.draft_positions(encode_rows(drafter, train, window, valid)[is_anchor], batch.hidden)
+        out = drafter.draft_positions(encode_rows(drafter, train, window, valid)[is_anchor], batch.hidden,
+                                      parents=batch.parents)
         total, ce, bce, hits, _ = losses(drafter, out, batch, settings)
         opt.zero_grad(set_to_none=True)
         total.backward()
@@ -748,7 +753,7 @@ def model_card(report: TrainReport, title: str) -> str:
     per_step = f"{s['batch_size']}" if chunk == 1 else f"up to {s['batch_size']} anchors (runs of {chunk} consecutive)"
     lines = [f"# {title}", "",
              f"Parallel drafter for DecodeScope's `dspark` strategy (one pass over {reads}",
-             "gives γ positions; low-rank previous-token bias; Platt-calibrated confidence).",
+             f"gives γ positions; {_parent_words(report.shape)}; Platt-calibrated confidence).",
              "Generated by `python -m decoding train parallel` from the run below.", "",
              "## Data", "",
              f"- target: `{d.get('target_display', d.get('model'))}`; self-distillation, answers {'greedy' if not d.get('temperature') else 'sampled at T=' + str(d.get('temperature'))}, "
@@ -774,6 +779,12 @@ def model_card(report: TrainReport, title: str) -> str:
               "|---|" + "---:|" * len(m["tau_chain"]),
               "| τ | " + " | ".join(f"{t:.2f}" for t in m["tau_chain"].values()) + " |", ""]
     return "\n".join(lines)
+
+
+def _parent_words(shape: dict) -> str:
+    if shape.get("parent_mlp"):
+        return "the token at k−1 enters position k's block and a low-rank bias of its logits"
+    return "low-rank previous-token bias"
 
 
 def _feature_term(settings: dict) -> str:
@@ -814,7 +825,11 @@ def settings_parser(prog: str, description: str, settings_type) -> argparse.Argu
     p.add_argument("--model", default="default")
     p.add_argument("--out", default=None, help="weights file (default: the shipped asset for the embedded model)")
     for name, value in asdict(settings_type()).items():
-        p.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            p.add_argument(flag, type=type(value), default=value)
     p.add_argument("--no-progress", action="store_true")
     return p
 

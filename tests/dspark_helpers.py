@@ -26,15 +26,17 @@ def varied_llama(seed: int = 0, vocab: int = 64, hidden: int = 32, init: float =
 
 
 def random_drafter(lm: LM, gamma_max: int = 8, seed: int = 0, vocab_ids=None, layers: int = 0,
-                   window: int = 1, feature_layers=()) -> ParallelDrafter:
+                   window: int = 1, feature_layers=(), parent_mlp: bool = False) -> ParallelDrafter:
     hidden = lm.model.config.hidden_size
     shape = DrafterShape(hidden, lm.vocab_size, gamma_max=gamma_max, rank=8, trunk=32, width=16, layers=layers,
-                         window=window, heads=4, mlp=32, feature_layers=tuple(feature_layers))
+                         window=window, heads=4, mlp=32, feature_layers=tuple(feature_layers), parent_mlp=parent_mlp)
     drafter = ParallelDrafter(shape, vocab_ids=vocab_ids, seed=seed)
     with torch.no_grad():       # make the random drafter confidently wrong, not near-silent
         drafter.w2.normal_(0, 0.5, generator=torch.Generator().manual_seed(seed))
         drafter.seq_in.normal_(0, 0.3, generator=torch.Generator().manual_seed(seed + 1))
         drafter.conf_w.normal_(0, 0.3, generator=torch.Generator().manual_seed(seed + 2))
+        if parent_mlp:
+            drafter.parent_in.normal_(0, 1.0, generator=torch.Generator().manual_seed(seed + 3))
         for i, block in enumerate(drafter.blocks):   # blocks start as the identity: make them matter
             gen = torch.Generator().manual_seed(seed + 10 + i)
             block.out.weight.normal_(0, 0.5, generator=gen)
