@@ -1,10 +1,10 @@
-"""python -m bench {engine,speculative,matmul,dspark,lossy,app,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+"""python -m bench {engine,speculative,matmul,dspark,lattice,lossy,app,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
-from bench import app, dspark, engine, lossy, matmul, speculative
+from bench import app, dspark, engine, lattice, lossy, matmul, speculative
 
 BENCHES = {"engine": engine.main, "speculative": speculative.main, "matmul": matmul.main, "dspark": dspark.main,
-           "lossy": lossy.main, "app": app.main}
+           "lattice": lattice.main, "lossy": lossy.main, "app": app.main}
 
 
 def main(argv: list[str]) -> None:

@@ -13,14 +13,18 @@ root. Architecture:
     u   = backbone(x)[last]                                         (B, D)       `layers` causal blocks
                                                                                  over the window (none:
                                                                                  u = x_last)
-    z_k = h + W2_k silu(W1_k u)                                     (B, γ, H)    per-position block
+    z_k = h + W2_k silu(W1_k u [+ P_k rms(E[y])])                   (B, γ, H)    per-position block;
+                                                                                 with parent_mlp the
+                                                                                 parent y enters too
     base_k = z_k · W_headᵀ (all γ positions in one matmul)          (B, γ, V_s)  frozen LM head
                                                                                  (MKL-packed on the CPU)
     logits_k(· | y) = base_k + (E[y] A_k) Rᵀ                        rank-r bias from the parent y
     c_k(y) = σ(a_k · (w_k·[z_k, log max q_k(·|y), entropy]) + b_k)  confidence, Platt-calibrated
 
 A backbone block is pre-norm attention (rotary positions, each row sees the `window` rows up to itself)
-and a gated MLP, both residual. V_s is an optional slice of the vocabulary (the tokens seen in
+and a gated MLP, both residual. With `parent_mlp` z_k depends on the parent y (training: the true
+token at k−1), so drafting puts each position's parents through the head as one product
+(`NodeScorer`) instead of all γ positions in one. V_s is an optional slice of the vocabulary (the tokens seen in
 training); tokens outside it get no draft probability. The frozen target tensors are attached with
 `attach(lm)` and never saved.
 """
