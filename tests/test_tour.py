@@ -276,8 +276,10 @@ def test_live_rerun_uses_the_stops_config(tiny_dir, monkeypatch):
 # ---------------------------------------------------------------- reproducibility on the embedded model
 
 def assert_same(a, b, where="trace"):
-    """Equal plain values, floats up to 1e-4 relative: another CPU thread count sums in another order,
-    which moves logits by ~1e-6; every token, piece, status and count must be identical."""
+    """Equal plain values, floats up to 1e-4 relative or 1e-4 absolute: another CPU (its instruction set,
+    the GEMM kernels its plan picks) or thread count sums in another order; replayed on an AVX2 machine, the
+    recordings made on an AVX-512 one moved by up to 4.6e-5 on logits near 20 and 1e-5 on a log-probability
+    near 0 (which a relative bound alone misses). Every token, piece, status and count must be identical."""
     assert type(a) is type(b) or {type(a), type(b)} <= {int, float}, where
     if isinstance(a, dict):
         assert list(a) == list(b), where
@@ -288,7 +290,7 @@ def assert_same(a, b, where="trace"):
         for i, (x, y) in enumerate(zip(a, b)):
             assert_same(x, y, f"{where}[{i}]")
     elif isinstance(a, float) or isinstance(b, float):
-        assert a == pytest.approx(b, rel=1e-4, abs=1e-6), where
+        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), where
     else:
         assert a == b, where
 
