@@ -14,6 +14,7 @@ import time
 import torch
 
 from bench.report import machine, write_section
+from decoding.cost import profile_verify_cost
 from decoding.parallel import DrafterShape, ParallelDrafter, build_lattice
 
 SHIPPED = dict(gamma_max=16, feature_layers=(7, 15, 23))
@@ -42,25 +43,11 @@ def lattice_ms(drafter: ParallelDrafter, gamma: int, k: int, repeats: int, seed:
     return times
 
 
-@torch.inference_mode()
-def forward_ms(lm, n: int, repeats: int) -> float:
-    """Median ms of one target forward over n new tokens after a 32-token cached prefix."""
-    prefix, new = list(range(10, 42)), list(range(50, 50 + n))
-    times = []
-    for _ in range(repeats):
-        cache = lm.new_cache()
-        lm.forward(prefix, cache)
-        lm.sync()
-        start = time.perf_counter()
-        lm.forward(new, cache)
-        lm.sync()
-        times.append(1000 * (time.perf_counter() - start))
-    return statistics.median(times)
-
-
 def measure(lm, cases, repeats: int, shape_args: dict = SHIPPED, vocab: int = SLICE) -> list[dict]:
-    """One row per (γ, K): median ms of each drafter (interleaved in rounds of 5 calls) and the forward."""
+    """One row per (γ, K): median ms of each drafter (interleaved in rounds of 5 calls) and the forward
+    (decoding.cost's verify-cost profile, the table the cost-aware selection reads)."""
     pair = drafters(lm, shape_args, vocab)
+    verify_ms = profile_verify_cost(lm, max(g for g, _ in cases) + 1, repeats=max(3, repeats // 5)).verify_ms
     rows = []
     for gamma, k in cases:
         runs = {name: [] for name in pair}
@@ -68,7 +55,7 @@ def measure(lm, cases, repeats: int, shape_args: dict = SHIPPED, vocab: int = SL
             for name in (list(pair) if r % 2 == 0 else list(pair)[::-1]):
                 runs[name] += lattice_ms(pair[name], gamma, k, 5, seed=r)
         rows.append({"gamma": gamma, "k": k, **{n: statistics.median(t) for n, t in runs.items()},
-                     "forward": forward_ms(lm, gamma + 1, max(3, repeats // 5))})
+                     "forward": verify_ms[gamma]})                  # γ + 1 tokens
     return rows
 
 
@@ -77,7 +64,7 @@ def render(rows: list[dict], args) -> str:
              f"Command: `python -m bench lattice --repeats {args.repeats} --cases {args.cases}`  ",
              "Model: SmolLM2-135M-Instruct (embedded), fp32. Drafters: the shipped shape (feature layers 7, 15, 23, "
              f"γ_max 16, vocabulary slice {SLICE}), random weights. `build_lattice` from one anchor, median ms; "
-             "`forward γ+1`: one target forward over γ + 1 new tokens after a 32-token prefix, the verification "
+             "`forward γ+1`: one target forward over γ + 1 new tokens after a 32-token prefix (decoding.cost's profile), the verification "
              f"a chain of γ costs. Machine: {machine()}.", "",
              "| γ | K | plain ms | parent_mlp ms | × | forward γ+1 ms |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

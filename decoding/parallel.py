@@ -479,8 +479,8 @@ class NodeScorer:
     def __init__(self, drafter: ParallelDrafter, hidden: torch.Tensor, tokens: torch.Tensor, gamma: int):
         self.drafter = drafter
         u = drafter.encode(hidden[None], tokens[None])[:, -1]                        # (1, D)
-        self.anchor = hidden[-1]                                                     # (F,)
         if drafter.shape.parent_mlp:
+            self.anchor = hidden[-1]                                                 # (F,)
             self.pre = drafter.position_pre(u, gamma)[0]                             # (γ, W)
         else:
             self.out = drafter.draft_positions(u, hidden[-1:], gamma)               # z (1, γ, H)
