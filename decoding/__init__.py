@@ -1,7 +1,39 @@
 """DecodeScope engine: step-wise decoding strategies that emit typed traces.
 
+The public API, importable from `decoding` itself (loaded on first use, so that importing the light
+modules, e.g. the trace contract, does not pull in torch):
+
+    load(ModelSpec(...)) -> LM                     the target model
+    run(lm, prompt_ids, config) -> Trace           one strategy to completion
+    run_lockstep(lm, prompt_ids, lanes) -> {label: Trace}   several strategies step by step
+    GreedyConfig, SampleConfig, BeamConfig, SpeculativeConfig, DSparkConfig
+    Trace, to_json, from_json, without_timings     the trace contract (docs/trace-format.md)
+    ConfigError                                    bad input, one line naming the parameter
+    load_draft(name, target) -> draft               speculative decoding's draft model or drafter net
+
 Never imports streamlit, plotly or pandas.
 """
+from __future__ import annotations
+
+import importlib
+
 from decoding.errors import ConfigError
 
-__all__ = ["ConfigError"]
+_LAZY = {
+    "load": "decoding.models", "ModelSpec": "decoding.models", "LM": "decoding.models",
+    "run": "decoding.runner", "run_lockstep": "decoding.runner", "STRATEGIES": "decoding.runner",
+    "GreedyConfig": "decoding.config", "SampleConfig": "decoding.config", "BeamConfig": "decoding.config",
+    "SpeculativeConfig": "decoding.config", "DSparkConfig": "decoding.config",
+    "Trace": "decoding.trace", "to_json": "decoding.trace", "from_json": "decoding.trace",
+    "without_timings": "decoding.trace", "load_draft": "decoding.drafters",
+}
+
+__all__ = ["ConfigError", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'decoding' has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
