@@ -626,7 +626,7 @@ def test_app_out_of_memory_keeps_the_steps(env, app_model, monkeypatch):
 # ------------------------------------------------------------------------------ the README table
 
 def readme_rows() -> dict[str, list[str]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
     section = text.split("\n## Bad input\n", 1)[1].split("\n## ", 1)[0]
     rows = {}
     for line in section.splitlines():
