@@ -1,7 +1,7 @@
 """DecodeScope: page config, the shared sidebar, and the router over the pages."""
 import streamlit as st
 
-from decoding.engine_thread import ENGINE, threads_beside_ui
+from decoding.runtime.engine_thread import ENGINE, threads_beside_ui
 from ui import keys, sidebar, strategy_views  # noqa: F401  (registers the beam, speculative and dspark views)
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")

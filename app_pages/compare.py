@@ -2,7 +2,7 @@
 metrics with the speedup vs greedy, tokens vs time, tokens per target forward, per-position acceptance."""
 import streamlit as st
 
-from decoding.errors import ConfigError
+from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES, run_lockstep
 from ui import figures, keys, session, sidebar, tables, views
 from ui.params import build_config

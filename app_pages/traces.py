@@ -1,7 +1,7 @@
 """Save the playground's trace as JSON; upload a trace and replay it in the same views, no model needed."""
 import streamlit as st
 
-from decoding.trace import MAX_TRACE_BYTES, TraceFormatError, from_json, to_json
+from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json, to_json
 from ui import keys, views
 
 st.title("Traces")

@@ -2,7 +2,7 @@
 acceptance and tokens per target forward for other γ, next to what the trace measured. No model."""
 import streamlit as st
 
-from decoding.trace import MAX_TRACE_BYTES, TraceFormatError, from_json
+from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json
 from ui import keys, views, whatif, whatif_dspark, whatif_view
 
 st.title("What-if: other γ or budgets from a recorded trace")

@@ -19,12 +19,12 @@ from bench.memory import mib_cell, peak_memory
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
-from decoding.config import DSparkConfig, GreedyConfig, SpeculativeConfig
-from decoding.models import ModelSpec, load
-from decoding.cost import CostTable, auto_cost_path
-from decoding.dspark import DEFAULT_WEIGHTS
-from decoding.parallel import load_drafter
-from decoding.shallow import DEFAULT_SHALLOW, load_shallow
+from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
+from decoding.drafters.parallel import load_drafter
+from decoding.drafters.shallow import DEFAULT_SHALLOW, load_shallow
+from decoding.runtime.cost_table import CostTable, auto_cost_path
+from decoding.runtime.models import ModelSpec, load
+from decoding.strategies.dspark import DEFAULT_WEIGHTS
 
 PHASES = ("drafter", "dp", "verification", "acceptance", "cache", "other")
 
@@ -193,8 +193,8 @@ def render_break_even(rows: list[dict]) -> str:
 def offline_vs_runtime(lm, drafter, args, gamma: int = 8) -> list[dict]:
     """Per prompt: the drafter's τ as training's offline evaluation estimates it (teacher forced, every
     anchor of the prompt's greedy answer, as the model card's held-out τ), the same over the anchors a
-    decode visits (decoding.train.chain_rounds), and a greedy chain run's τ (one candidate per position)."""
-    from decoding import train
+    decode visits (decoding.train.parallel.chain_rounds), and a greedy chain run's τ (one candidate per position)."""
+    from decoding.train import parallel as train
 
     n, out = args.max_new_tokens, []
     for name, text in PROMPTS.items():

@@ -15,8 +15,8 @@ from bench.memory import mib_cell, peak_memory
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
-from decoding.config import BeamConfig, GreedyConfig, SampleConfig
-from decoding.models import ModelSpec, load
+from decoding.core.config import BeamConfig, GreedyConfig, SampleConfig
+from decoding.runtime.models import ModelSpec, load
 
 SAMPLING = dict(temperature=0.8, top_p=0.9)
 BEAMS = 4

@@ -14,8 +14,8 @@ import time
 import torch
 
 from bench.report import machine, write_section
-from decoding.cost import profile_verify_cost
-from decoding.parallel import DrafterShape, ParallelDrafter, build_lattice
+from decoding.drafters.parallel import DrafterShape, ParallelDrafter, build_lattice
+from decoding.runtime.cost_table import profile_verify_cost
 
 SHIPPED = dict(gamma_max=16, feature_layers=(7, 15, 23))
 SLICE = 9274          # the shipped drafter's vocabulary slice
@@ -45,7 +45,7 @@ def lattice_ms(drafter: ParallelDrafter, gamma: int, k: int, repeats: int, seed:
 
 def measure(lm, cases, repeats: int, shape_args: dict = SHIPPED, vocab: int = SLICE) -> list[dict]:
     """One row per (γ, K): median ms of each drafter (interleaved in rounds of 5 calls) and the forward
-    (decoding.cost's verify-cost profile, the table the cost-aware selection reads)."""
+    (decoding.runtime.cost_table's verify-cost profile, the table the cost-aware selection reads)."""
     pair = drafters(lm, shape_args, vocab)
     verify_ms = profile_verify_cost(lm, max(g for g, _ in cases) + 1, repeats=max(3, repeats // 5)).verify_ms
     rows = []
@@ -64,7 +64,7 @@ def render(rows: list[dict], args) -> str:
              f"Command: `python -m bench lattice --repeats {args.repeats} --cases {args.cases}`  ",
              "Model: SmolLM2-135M-Instruct (embedded), fp32. Drafters: the shipped shape (feature layers 7, 15, 23, "
              f"γ_max 16, vocabulary slice {SLICE}), random weights. `build_lattice` from one anchor, median ms; "
-             "`forward γ+1`: one target forward over γ + 1 new tokens after a 32-token prefix (decoding.cost's profile), the verification "
+             "`forward γ+1`: one target forward over γ + 1 new tokens after a 32-token prefix (decoding.runtime.cost_table's profile), the verification "
              f"a chain of γ costs. Machine: {machine()}.", "",
              "| γ | K | plain ms | parent_mlp ms | × | forward γ+1 ms |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -78,7 +78,7 @@ def parse_cases(text: str) -> list[tuple[int, int]]:
 
 
 def main(argv=None) -> None:
-    from decoding.models import ModelSpec, load
+    from decoding.runtime.models import ModelSpec, load
 
     p = argparse.ArgumentParser(prog="python -m bench lattice")
     p.add_argument("--repeats", type=int, default=30)

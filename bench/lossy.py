@@ -16,14 +16,15 @@ import statistics
 import time
 from fractions import Fraction
 
+from toy import draft_lattice, random_table, speculative_sequences, target_sequences
+
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
-from decoding.config import DSparkConfig
-from decoding.models import ModelSpec, load
-from decoding.select import best_chain, flat_tree
-from decoding.toy import draft_lattice, random_table, speculative_sequences, target_sequences
-from decoding.tree_accept import exact_branches, lossy_branches, round_distribution, total_variation
+from decoding.core.acceptance import exact_branches, lossy_branches, round_distribution, total_variation
+from decoding.core.config import DSparkConfig
+from decoding.runtime.models import ModelSpec, load
+from decoding.strategies.dspark_select import best_chain, flat_tree
 
 TOY_SEEDS = (1, 2, 3, 4, 5)
 

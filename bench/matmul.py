@@ -1,4 +1,4 @@
-"""Where a multi-token forward's cost comes from, under each CPU GEMM kernel here (decoding/packed_gemm.py:
+"""Where a multi-token forward's cost comes from, under each CPU GEMM kernel here (decoding/runtime/packed_gemm.py:
 MKL's plain sgemm, MKL's packed weights, oneDNN's matmul): the target's own weight matmuls alone (every
 nn.Linear of the model, LM head included, in order, so the weights stream from memory as in a forward) on
 n rows, next to the whole forward over n new tokens after a cached prefix, n = 1..N, with every linear on
@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from bench.report import machine, write_section
-from decoding import packed_gemm
-from decoding.cost import profile_verify_cost
-from decoding.models import ModelSpec, load
+from decoding.runtime import packed_gemm
+from decoding.runtime.cost_table import profile_verify_cost
+from decoding.runtime.models import ModelSpec, load
 
 PLAIN, PACKED, ONEDNN = packed_gemm.KERNELS
 
@@ -100,9 +100,9 @@ def render(counts, matmuls: dict[str, list[float]], forwards: dict[str, list[flo
              f"Model: SmolLM2-135M-Instruct (embedded), fp32; {n_weights} weight matrices ({mib:.0f} MiB); "
              f"machine: {machine()}.  ",
              "matmuls: every weight of the model in order on n rows (nothing else); forward: the model over n "
-             "new tokens after a 32-token cached prefix (decoding.cost's profile), every linear on the kernel. "
+             "new tokens after a 32-token cached prefix (decoding.runtime.cost_table's profile), every linear on the kernel. "
              "plain: MKL's sgemm (F.linear); packed: MKL's packed weights; onednn: oneDNN's matmul "
-             "(decoding/packed_gemm.py). auto plan: the kernel a loaded model uses for n rows on this machine "
+             "(decoding/runtime/packed_gemm.py). auto plan: the kernel a loaded model uses for n rows on this machine "
              f"(its one-time profile, {plan.tag}). Medians of the repeats (kernels and row counts interleaved; "
              "forwards: three alternating rounds); × = relative to the plain forward over 1 token. Where "
              "matmuls and forward step up together, the cost of verifying more tokens is the GEMM's, not "

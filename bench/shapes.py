@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import torch
 
 from decoding import runner
-from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
-from decoding.drafters import truncated_draft
-from decoding.models import LM, resolve_device, resolve_dtype
-from decoding.parallel import DrafterShape, ParallelDrafter
-from decoding.shallow import build_shallow
+from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.drafters.draft_model import truncated_draft
+from decoding.drafters.parallel import DrafterShape, ParallelDrafter
+from decoding.drafters.shallow import build_shallow
+from decoding.runtime.models import LM, resolve_device, resolve_dtype
 
 REPEATS = 3          # timed runs per strategy after the warm-up; the table shows the median
 GREEDY_EXACT = ("greedy", "speculative", "dspark")

@@ -6,7 +6,7 @@ transformers' prompt-lookup / assisted generation with the same draft, interleav
 Prompts use the chat template. transformers' assisted generation gives the assistant no attention mask,
 so it hides every token equal to the pad id; SmolLM2's pad id is <|im_end|>, which the chat template
 uses, so the benchmark sets the pad id to <|endoftext|> (id 0, absent from the prompts) for generate.
-The draft model is the shipped shallow self-draft (decoding/shallow.py) when its weights exist, else
+The draft model is the shipped shallow self-draft (decoding/drafters/shallow.py) when its weights exist, else
 the target's first L layers, untrained (`--draft-layers`); it runs alone and behind prompt lookup
 (`lookup+`), at γ, at γ = 2 and with the cost-aware γ policy (γ ≤ 8, the auto verify-cost table).
 After the runs, the target's and the draft's forwards are timed to give the τ each γ needs to match
@@ -25,12 +25,13 @@ from bench.memory import mib_cell, peak_memory
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
-from decoding.config import GreedyConfig, SpeculativeConfig
-from decoding.cost import profile_verify_cost
-from decoding.drafters import FeatureDrafter, truncated_draft
-from decoding.feature import DEFAULT_FEATURE, load_feature
-from decoding.shallow import DEFAULT_SHALLOW, load_shallow
-from decoding.models import ModelSpec, load
+from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.drafters.draft_model import truncated_draft
+from decoding.drafters.feature import FeatureDrafter
+from decoding.drafters.feature_net import DEFAULT_FEATURE, load_feature
+from decoding.drafters.shallow import DEFAULT_SHALLOW, load_shallow
+from decoding.runtime.cost_table import profile_verify_cost
+from decoding.runtime.models import ModelSpec, load
 
 
 def _timed(fn):
@@ -52,7 +53,7 @@ def _generate(lm, ids, max_new, **kw):
 
 
 def feature_contenders(lm, feature, args) -> dict:
-    """The feature drafter (decoding/feature.py) alone and behind prompt lookup, at γ and cost-aware."""
+    """The feature drafter (decoding/drafters/feature_net.py) alone and behind prompt lookup, at γ and cost-aware."""
     n, g = args.max_new_tokens, args.gamma
     run = lambda draft, **kw: (lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, draft=draft, **kw),
                                                  draft_lm=feature))

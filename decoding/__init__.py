@@ -17,15 +17,15 @@ from __future__ import annotations
 
 import importlib
 
-from decoding.errors import ConfigError
+from decoding.core.errors import ConfigError
 
 _LAZY = {
-    "load": "decoding.models", "ModelSpec": "decoding.models", "LM": "decoding.models",
+    "load": "decoding.runtime.models", "ModelSpec": "decoding.runtime.models", "LM": "decoding.runtime.models",
     "run": "decoding.runner", "run_lockstep": "decoding.runner", "STRATEGIES": "decoding.runner",
-    "GreedyConfig": "decoding.config", "SampleConfig": "decoding.config", "BeamConfig": "decoding.config",
-    "SpeculativeConfig": "decoding.config", "DSparkConfig": "decoding.config",
-    "Trace": "decoding.trace", "to_json": "decoding.trace", "from_json": "decoding.trace",
-    "without_timings": "decoding.trace", "load_draft": "decoding.drafters",
+    "GreedyConfig": "decoding.core.config", "SampleConfig": "decoding.core.config", "BeamConfig": "decoding.core.config",
+    "SpeculativeConfig": "decoding.core.config", "DSparkConfig": "decoding.core.config",
+    "Trace": "decoding.core.trace", "to_json": "decoding.core.trace", "from_json": "decoding.core.trace",
+    "without_timings": "decoding.core.trace", "load_draft": "decoding.drafters.base",
 }
 
 __all__ = ["ConfigError", *_LAZY]

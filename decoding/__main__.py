@@ -9,12 +9,12 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from decoding import trace as trace_mod
-from decoding.config import GAMMA_POLICIES
-from decoding.errors import ConfigError, check
-from decoding.models import DEVICES, DTYPES, ModelSpec, load
-from decoding.placement import DEVICE_MAPS
-from decoding.runner import STRATEGIES, run, run_lockstep, strategy_for
+from decoding.core import trace as trace_mod
+from decoding.core.config import GAMMA_POLICIES
+from decoding.core.errors import ConfigError, check
+from decoding.runner import STRATEGIES, run, run_lockstep
+from decoding.runtime.models import DEVICES, DTYPES, ModelSpec, load
+from decoding.runtime.placement import DEVICE_MAPS
 
 
 class _Parser(argparse.ArgumentParser):
@@ -98,7 +98,7 @@ def _strategy_kwargs(config, args, lm) -> dict:
     draft = getattr(config, "draft_model", None)
     if config.strategy != "speculative" or draft is None:
         return {}
-    from decoding.drafters import load_draft
+    from decoding.drafters.factory import load_draft
 
     return {"draft_lm": load_draft(draft, lm, device=args.device, dtype=args.dtype,
                                    trust_remote_code=args.trust_remote_code, pack_gemm=not args.no_pack_gemm)}
@@ -153,8 +153,8 @@ def cmd_compare(args) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["train"]:          # python -m decoding train parallel [flags] (decoding/train.py)
-        from decoding.train import main_cli
+    if argv[:1] == ["train"]:          # python -m decoding train parallel [flags] (decoding/train/parallel.py)
+        from decoding.train.cli import main_cli
 
         return main_cli(argv[1:])
     args = build_parser().parse_args(argv)

@@ -7,12 +7,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from decoding import beam, dspark, greedy, sampling, speculative
-from decoding.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
-from decoding.engine_thread import ENGINE
-from decoding.errors import ConfigError, StepError, check
-from decoding.models import LM, free_device_memory, is_out_of_memory
-from decoding.trace import SCHEMA_VERSION, Stats, Trace
+from decoding.core.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError, StepError, check
+from decoding.core.trace import SCHEMA_VERSION, Stats, Trace
+from decoding.runtime.engine_thread import ENGINE
+from decoding.runtime.models import LM, free_device_memory, is_out_of_memory
+from decoding.strategies import beam, dspark, greedy, sampling, speculative
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,7 @@ def make_tiny_llama(vocab_size: int = 64, hidden: int = 32, layers: int = 2, hea
 
 @pytest.fixture(scope="session")
 def tiny_lm():
-    from decoding.models import LM
+    from decoding.runtime.models import LM
 
     return LM(make_tiny_llama(), tokenizer=None, name="tiny")
 
@@ -63,16 +63,16 @@ def tiny_lm():
 @pytest.fixture(scope="session")
 def real_lm():
     """The embedded SmolLM2-135M-Instruct (first load converts the GGUF, later loads are fast)."""
-    from decoding.models import ModelSpec, load
+    from decoding.runtime.models import ModelSpec, load
 
     return load(ModelSpec())
 
 
 @pytest.fixture(autouse=True)
 def _engine_thread_off_after_each_test():
-    """app.py enables the engine thread (decoding/engine_thread.py); an AppTest that ran it must not
+    """app.py enables the engine thread (decoding/runtime/engine_thread.py); an AppTest that ran it must not
     leave it on for the tests after it."""
     yield
-    from decoding.engine_thread import ENGINE
+    from decoding.runtime.engine_thread import ENGINE
 
     ENGINE.disable()

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from conftest import on_test_device
-from decoding.models import LM
-from decoding.parallel import DrafterShape, ParallelDrafter
+
+from decoding.drafters.parallel import DrafterShape, ParallelDrafter
+from decoding.runtime.models import LM
 
 
 def varied_llama(seed: int = 0, vocab: int = 64, hidden: int = 32, init: float = 0.3,
@@ -83,9 +83,9 @@ def app_drafter(model_dir) -> str:
     """split_drafter for the tiny app model in `model_dir`, saved next to it (built once)."""
     from pathlib import Path
 
-    from decoding.config import GreedyConfig
-    from decoding.models import ModelSpec, load
+    from decoding.core.config import GreedyConfig
     from decoding.runner import run
+    from decoding.runtime.models import ModelSpec, load
     from ui.params import Settings
 
     path = Path(model_dir) / "dspark-test-drafter.safetensors"

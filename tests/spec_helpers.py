@@ -3,9 +3,9 @@ divergence report that shows the top-2 logit gap."""
 from __future__ import annotations
 
 import torch
-
 from conftest import make_tiny_llama
-from decoding.models import LM
+
+from decoding.runtime.models import LM
 
 
 def peaked_llama(seed: int, vocab_size: int = 16, scale: float = 8.0, eos_token_id: int | None = None):
@@ -40,9 +40,9 @@ def divergence(lm: LM, prompt_ids, expected, got) -> str:
 
 
 def heldout_prompts(n: int) -> list[str]:
-    """Prompts of the shipped drafters' training distribution that training held out (decoding.train's
+    """Prompts of the shipped drafters' training distribution that training held out (decoding.train.parallel's
     split of distill_prompts(1024, seed 0))."""
-    from decoding.train import distill_prompts, split_sequences
+    from decoding.train.parallel import distill_prompts, split_sequences
 
     texts = distill_prompts(1024, 0)
     return [texts[i] for i in split_sequences(1024, 16)[1][:n]]

@@ -11,10 +11,9 @@ import re
 from pathlib import Path
 
 import pytest
+from tiny_app_model import build_tiny_model_dir
 
 from ui import keys
-
-from tiny_app_model import build_tiny_model_dir
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 120
@@ -137,7 +136,7 @@ def test_stop_is_enabled_while_a_long_run_goes_and_disabled_once_it_has_finished
 def test_sidebar_says_how_many_cpu_threads_the_engine_thread_has(tiny_dir):
     import torch
 
-    from decoding.engine_thread import ENGINE
+    from decoding.runtime.engine_thread import ENGINE
 
     at = new_app()
     ok(at)
@@ -238,14 +237,14 @@ def test_compare_page(tiny_dir):
 
 
 def _trace_json(at) -> str:
-    from decoding.trace import to_json
+    from decoding.core.trace import to_json
 
     run_to_end(at)
     return to_json(run_state(at).trace())
 
 
 def test_traces_page_download_and_replay(tiny_dir):
-    from decoding.trace import from_json, to_dict
+    from decoding.core.trace import from_json, to_dict
 
     at = new_app()
     text = _trace_json(at)
@@ -295,9 +294,9 @@ def test_traces_page_refuses_malformed_files(tiny_dir, payload, message):
 
 
 def test_traces_page_refuses_oversized_files(tiny_dir, monkeypatch):
-    import decoding.trace
+    import decoding.core.trace
 
-    monkeypatch.setattr(decoding.trace, "MAX_TRACE_BYTES", 100)
+    monkeypatch.setattr(decoding.core.trace, "MAX_TRACE_BYTES", 100)
     at = new_app()
     at.switch_page("app_pages/traces.py").run()
     at.file_uploader(key="tr.upload").set_value(("big.json", b" " * 500, "application/json")).run()
@@ -315,7 +314,7 @@ def test_unreadable_link_parameters_are_named(tiny_dir):
 @pytest.mark.real
 def test_playground_on_the_embedded_model(tiny_dir, real_lm):
     """The default model through the app gives plain greedy's tokens, and readable chips."""
-    from decoding.config import GreedyConfig
+    from decoding.core.config import GreedyConfig
     from decoding.runner import run
 
     at = new_app({"model": "default", "max_new": "8", "prompt": "What is 2+2?"})

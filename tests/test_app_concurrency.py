@@ -7,11 +7,10 @@ Stop ends a long run and keeps its trace."""
 from __future__ import annotations
 
 import pytest
-
-from decoding.trace import from_json, to_json, without_timings
-from ui import keys, stepper
-
 from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+
+from decoding.core.trace import from_json, to_json, without_timings
+from ui import keys, stepper
 
 REPEAT = "one two three one two three one two three one two"
 
@@ -19,9 +18,9 @@ REPEAT = "one two three one two three one two three one two"
 @pytest.fixture(scope="module")
 def drafter_file(tiny_dir, tmp_path_factory):
     """Random parallel-drafter weights that fit the tiny app model (hidden 32, the real vocabulary)."""
-    from decoding.models import ModelSpec, load
-
     from dspark_helpers import random_drafter
+
+    from decoding.runtime.models import ModelSpec, load
 
     path = tmp_path_factory.mktemp("drafter") / "tiny-drafter.safetensors"
     random_drafter(load(ModelSpec(name=str(tiny_dir), device="cpu")), gamma_max=4).save(path)
@@ -69,7 +68,7 @@ def session_of_forward(lm):
     """Record which app session each forward of the shared model serves (a hook; removed by the caller).
     The sessions are driven one rerun at a time, so it is the session whose rerun is under way, set in
     `current` before each rerun: the forwards themselves run on the engine thread the app enables
-    (decoding/engine_thread.py), outside the session's script thread."""
+    (decoding/runtime/engine_thread.py), outside the session's script thread."""
     calls: list[str] = []
     current = ["?"]
 

@@ -6,7 +6,6 @@ import json
 import re
 
 import pytest
-
 from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_strategies import html_of
 
@@ -41,7 +40,7 @@ def count(html: str, origin: str) -> int:
 
 
 def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
-    from decoding.config import GreedyConfig
+    from decoding.core.config import GreedyConfig
     from decoding.runner import run as run_engine
 
     at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
@@ -155,11 +154,11 @@ def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file)
 def test_replay_of_a_cost_aware_trace_shows_the_size_choice(tiny_dir, drafter_file, tmp_path):
     """A cost-aware trace from the engine (as from the CLI) replays with its cost table and size chart
     (the sidebar's own cost table is tested in test_app_options.py)."""
-    from decoding.config import DSparkConfig
-    from decoding.cost import CostTable
-    from decoding.models import ModelSpec, load
+    from decoding.core.config import DSparkConfig
+    from decoding.core.trace import to_json
     from decoding.runner import run
-    from decoding.trace import to_json
+    from decoding.runtime.cost_table import CostTable
+    from decoding.runtime.models import ModelSpec, load
 
     table = tmp_path / "cost.json"
     CostTable(verify_ms=tuple(5.0 * n for n in range(1, 10)), source="test").save(table)

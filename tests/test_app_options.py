@@ -8,14 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
-
-from decoding.config import GreedyConfig
-from decoding.cost import CostTable
-from decoding.models import ModelSpec, load
-from decoding.runner import run as run_engine
 from dspark_helpers import app_drafter, one_thread
 from test_app import new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_devices import half_the_weights, save_tiny
+
+from decoding.core.config import GreedyConfig
+from decoding.runner import run as run_engine
+from decoding.runtime.cost_table import CostTable
+from decoding.runtime.models import ModelSpec, load
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 COST = "w.param.dspark.cost_table"
@@ -139,7 +139,7 @@ def test_device_map_max_memory_and_offload_folder_place_the_model(tiny_dir, tmp_
 def test_gguf_file_reaches_the_loader(tiny_dir, tmp_path, monkeypatch):
     """A stand-in for the GGUF loader (a real GGUF is the 94 MiB embedded model) records the file it
     is asked for and loads the tiny model."""
-    import decoding.models as models
+    import decoding.runtime.models as models
 
     asked = []
 

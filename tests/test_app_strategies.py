@@ -6,9 +6,9 @@ import json
 import re
 
 import pytest
+from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 from ui import keys
-from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 REPEAT = "one two three one two three one two three one two"
 
@@ -41,7 +41,7 @@ def test_beam_step_run_to_end_tree_and_pool(tiny_dir):
 
 
 def test_speculative_lookup_step_and_run_to_end_equals_greedy(tiny_dir):
-    from decoding.config import GreedyConfig
+    from decoding.core.config import GreedyConfig
     from decoding.runner import run as run_engine
 
     at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": REPEAT, "chat": "0"})
@@ -222,7 +222,7 @@ def test_compare_with_beam_and_speculative_lanes(tiny_dir):
 @pytest.mark.real
 def test_speculative_lookup_on_the_embedded_model_is_greedy(tiny_dir, real_lm):
     """Prompt lookup at temperature 0 through the app gives plain greedy's tokens on the real model."""
-    from decoding.config import GreedyConfig
+    from decoding.core.config import GreedyConfig
     from decoding.runner import run as run_engine
 
     prompt = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."
@@ -238,10 +238,10 @@ def test_speculative_lookup_on_the_embedded_model_is_greedy(tiny_dir, real_lm):
 def test_whatif_page_upload_of_a_dspark_trace(tiny_dir):
     from dspark_helpers import random_drafter
 
-    from decoding.config import DSparkConfig
-    from decoding.models import ModelSpec, load
+    from decoding.core.config import DSparkConfig
+    from decoding.core.trace import to_json
     from decoding.runner import run as run_engine
-    from decoding.trace import to_json
+    from decoding.runtime.models import ModelSpec, load
 
     lm = load(ModelSpec(str(tiny_dir)))
     trace = run_engine(lm, lm.encode("Hello there"), DSparkConfig(max_new_tokens=12, gamma=4),

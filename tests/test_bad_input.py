@@ -12,21 +12,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import test_app as app_tests
 import torch
+from dspark_helpers import one_thread, random_drafter, varied_llama
+from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from word_models import PROMPT, build_nan_model_dir, build_word_model_dir
 
 from decoding import __main__ as cli
-from decoding import trace as trace_mod
-from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
-from decoding.cost import CostTable
-from decoding.drafters import check_compatible, load_draft
-from decoding.errors import ConfigError
-from decoding.models import LM, ModelSpec, load, resolve_device
+from decoding.core import trace as trace_mod
+from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.core.trace import Trace, TraceFormatError, from_json, to_dict, to_json, without_timings
+from decoding.drafters.draft_model import check_compatible
+from decoding.drafters.factory import load_draft
 from decoding.runner import run
-from decoding.trace import Trace, TraceFormatError, from_json, to_dict, to_json, without_timings
-from dspark_helpers import one_thread, random_drafter, varied_llama
-from word_models import PROMPT, build_nan_model_dir, build_word_model_dir
-import test_app as app_tests
-from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from decoding.runtime.cost_table import CostTable
+from decoding.runtime.models import LM, ModelSpec, load, resolve_device
 
 ROOT = Path(__file__).resolve().parents[1]
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -38,7 +39,7 @@ OOM_TEXT = "CUDA out of memory. Tried to allocate 2.00 GiB (simulated)"
 def no_warm_up(mp: pytest.MonkeyPatch) -> None:
     """Switch off the load-time warm-up forwards (LM.warm_up), so that a patch's `calls_ok` counts the
     run's own forwards whether the model is loaded before or after the patch."""
-    from decoding.models import LM
+    from decoding.runtime.models import LM
 
     mp.setattr(LM, "warm_up", lambda self, ids=(): self)
 
@@ -86,7 +87,7 @@ def bad_logits_after(calls_ok: int, value: float, entries=slice(None), only=None
 def oom_on_move(mp: pytest.MonkeyPatch) -> None:
     """A patch: the loaded model runs out of memory when moved to its device (a model too large for
     the GPU); everything before the move is the real loader."""
-    import decoding.models as models
+    import decoding.runtime.models as models
 
     real_load_any = models._load_any
 

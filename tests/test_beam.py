@@ -7,12 +7,13 @@ import itertools
 
 import pytest
 import torch
-
 from conftest import make_tiny_llama
-from decoding import beam, runner
-from decoding.config import BeamConfig, GreedyConfig
-from decoding.models import LM
-from decoding.trace import BEAM_STATUSES, from_json, to_json
+
+from decoding import runner
+from decoding.core.config import BeamConfig, GreedyConfig
+from decoding.core.trace import BEAM_STATUSES, from_json, to_json
+from decoding.runtime.models import LM
+from decoding.strategies import beam
 
 TINY_PROMPT = [3, 7, 9, 11]
 TINY_GRID = list(itertools.product((1, 2, 4), (0.5, 1.0, 2.0), (False, True)))
@@ -180,7 +181,7 @@ def test_json_round_trip(sharp_lm):
 
 
 def test_bad_status_refused():
-    from decoding.trace import BeamCandidate, TraceFormatError
+    from decoding.core.trace import BeamCandidate, TraceFormatError
 
     with pytest.raises(TraceFormatError, match="status"):
         BeamCandidate(0, 1, "<1>", -1.0, -1.0, -1.0, "maybe")

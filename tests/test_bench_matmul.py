@@ -5,10 +5,10 @@ from argparse import Namespace
 
 import pytest
 import torch
+from conftest import make_tiny_llama
 
 from bench.matmul import KERNEL_MAKERS, PLAIN, forward_tables, linear_weights, matmul_ms, matmul_times, render
-from conftest import make_tiny_llama
-from decoding import packed_gemm
+from decoding.runtime import packed_gemm
 
 
 def test_linear_weights_are_every_projection_and_the_head():
@@ -46,7 +46,7 @@ def test_every_kernel_computes_the_same_products_and_is_timed_per_row_count():
 
 @pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL packed GEMM")
 def test_forward_tables_leave_the_model_packed_on_its_plan():
-    from decoding.models import LM
+    from decoding.runtime.models import LM
 
     model = make_tiny_llama().to("cpu", torch.float32)                                    # the CPU's GEMM
     packed_gemm.pack_linears(model, packed_gemm.GemmPlan((1,), (PLAIN,)))

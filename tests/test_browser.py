@@ -10,9 +10,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from tiny_app_model import build_tiny_model_dir
 
 from bench.browser import CHROMIUM, launch_chromium, streamlit_server
-from tiny_app_model import build_tiny_model_dir
 
 # Browser timing is asynchronous; a test that fails is rerun up to three times (the summary shows reruns). The
 # Stop test's reruns came first from a stale element handle and from counting chips before they were drawn (both
@@ -195,7 +195,7 @@ def test_traces_download_and_replay(server, page, tmp_path):
         button.click()
     saved = tmp_path / "trace.json"
     info.value.save_as(saved)
-    from decoding.trace import from_json
+    from decoding.core.trace import from_json
 
     trace = from_json(saved.read_text())
     assert len(trace.steps) == MAX_NEW
@@ -282,7 +282,7 @@ def test_speculative_lookup_round_and_whatif(server, page):
     """Speculative decoding with prompt lookup (temperature 0; the tiny model repeats itself, so lookup
     drafts get accepted and rejected): the chips, the round's draft bars, then the What-if page."""
     prompt = "one two three one two three one two three one two"
-    query = (f"?strategy=speculative&gamma=3&max_new=24&chat=0&prompt="
+    query = ("?strategy=speculative&gamma=3&max_new=24&chat=0&prompt="
              + urllib.request.quote(prompt))
     open_app(page, server, query)
     click(page, "Run to end")

@@ -4,7 +4,6 @@ updates the URL. Screenshots go to tests/artifacts/."""
 from __future__ import annotations
 
 import pytest
-
 from test_browser import ARTIFACTS, ROOT, browser, click, idle, page, server, shot, sync_api  # noqa: F401  (fixtures)
 
 pytestmark = [pytest.mark.browser, pytest.mark.flaky(reruns=3, reruns_delay=2)]

@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoding.errors import StepError
-from decoding.models import LM
+from decoding.core.errors import StepError
+from decoding.runtime.models import LM
 from tests.conftest import make_tiny_llama
 
 

@@ -9,12 +9,11 @@ import threading
 
 import pytest
 import torch
+from dspark_helpers import one_thread, random_drafter, varied_llama
 
 from decoding import runner
-from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
-from decoding.trace import from_json, to_json, without_timings
-
-from dspark_helpers import one_thread, random_drafter, varied_llama
+from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.trace import from_json, to_json, without_timings
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -207,7 +206,7 @@ def test_a_stopped_run_keeps_its_trace(shared, alone, name):
 def _draft_forward_during_tap(target, draft) -> tuple[bool, tuple]:
     """Inside the target's head tap, another thread runs the draft (which shares the head module).
     -> (was that thread kept waiting, the shape the tap holds when the tap ends)."""
-    from decoding.parallel import tap_head_input
+    from decoding.runtime.hooks import tap_head_input
 
     thread = threading.Thread(target=lambda: draft.forward(PROMPT[:3], draft.new_cache()))
     with tap_head_input(target) as tap:
@@ -221,8 +220,8 @@ def _draft_forward_during_tap(target, draft) -> tuple[bool, tuple]:
 
 
 def test_a_truncated_draft_shares_the_targets_lock():
-    from decoding.drafters import truncated_draft
-    from decoding.models import LM
+    from decoding.drafters.draft_model import truncated_draft
+    from decoding.runtime.models import LM
 
     target = varied_llama(seed=1)
     draft = truncated_draft(target, 1)
@@ -236,7 +235,7 @@ def test_a_truncated_draft_shares_the_targets_lock():
 
 
 def test_a_shallow_draft_shares_the_targets_lock():
-    from decoding.shallow import build_shallow
+    from decoding.drafters.shallow import build_shallow
 
     target = varied_llama(seed=1)
     draft = build_shallow(target, 1, 1)

@@ -9,15 +9,14 @@ import time
 
 import pytest
 import torch
+from conftest import make_tiny_llama
 
 from decoding import runner
-from decoding.config import BeamConfig, GreedyConfig, SpeculativeConfig
-from decoding.errors import ConfigError
-from decoding.models import LM, ModelSpec, Timer, load
-from decoding.placement import parse_max_memory
-from decoding.trace import without_timings
-
-from conftest import make_tiny_llama
+from decoding.core.config import BeamConfig, GreedyConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.core.trace import without_timings
+from decoding.runtime.models import LM, ModelSpec, Timer, load
+from decoding.runtime.placement import parse_max_memory
 
 WORDS = [f"w{i}" for i in range(64)]
 PROMPT = "w1 w2 w3 w1 w2 w3 w1"
@@ -188,7 +187,7 @@ def test_timer_on_several_cuda_devices_syncs_them_all(monkeypatch):
 
 def test_a_drafter_refuses_a_target_whose_head_is_offloaded(placed, model_dir, tmp_path):
     """The parallel drafter reads the target's LM head rows; with the head on disk it says so."""
-    from decoding.parallel import DrafterShape, ParallelDrafter
+    from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 
     spec = ModelSpec(name=model_dir, device_map="auto", max_memory="cpu=1B", offload_folder=str(tmp_path))
     offloaded = load(spec)
@@ -201,7 +200,7 @@ def test_a_drafter_refuses_a_target_whose_head_is_offloaded(placed, model_dir, t
 
 
 def test_the_cache_keyword_follows_the_installed_transformers():
-    from decoding.models import cache_keyword
+    from decoding.runtime.models import cache_keyword
 
     class OlderForward(torch.nn.Module):     # a forward from before the `cache` name
         def forward(self, input_ids=None, past_key_values=None, use_cache=None):

@@ -4,12 +4,12 @@ grown set keeps the earlier parts' split."""
 from __future__ import annotations
 
 import pytest
-
-from decoding.models import ModelSpec, load
-from decoding.errors import ConfigError
-from decoding.train import TrainSettings, data_split, distill_set
-from decoding.train_shallow import DraftSettings
 from tiny_app_model import build_tiny_model_dir
+
+from decoding.core.errors import ConfigError
+from decoding.runtime.models import ModelSpec, load
+from decoding.train.parallel import TrainSettings, data_split, distill_set
+from decoding.train.shallow import DraftSettings
 
 SMALL = dict(n_prompts=24, n_varied=12, answer_tokens=40, gen_batch=12, heldout_every=4)
 

@@ -10,15 +10,16 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from decoding import cost as cost_module
-from decoding import dspark, trace
-from decoding.config import DSparkConfig, GreedyConfig
-from decoding.cost import CostTable
-from decoding.errors import ConfigError
-from decoding.parallel import build_lattice, load_drafter
+from decoding.core import trace
+from decoding.core.acceptance import RoundOutcome
+from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.errors import ConfigError
+from decoding.core.trace import DSparkRound, PlanNode
+from decoding.drafters.parallel import build_lattice, load_drafter
 from decoding.runner import run
-from decoding.trace import DSparkRound, PlanNode
-from decoding.tree_accept import RoundOutcome
+from decoding.runtime import cost_table as cost_module
+from decoding.runtime.cost_table import CostTable
+from decoding.strategies import dspark
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 40, 17], [33]]

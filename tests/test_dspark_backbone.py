@@ -9,13 +9,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from decoding import dspark
-from decoding.config import DSparkConfig, GreedyConfig
-from decoding.errors import ConfigError
-from decoding.lattice_lookup import LookupInput
-from decoding.parallel import DrafterShape, ParallelDrafter, build_lattice, load_drafter, tap_head_input
+from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.errors import ConfigError
+from decoding.drafters.lattice_lookup import LookupInput
+from decoding.drafters.parallel import DrafterShape, ParallelDrafter, build_lattice, load_drafter
 from decoding.runner import run
-from decoding.train import DistillData, draft_at, encode_rows, history_rows, training_chunks
+from decoding.runtime.hooks import tap_head_input
+from decoding.strategies import dspark
+from decoding.train.parallel import DistillData, draft_at, encode_rows, history_rows, training_chunks
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)

@@ -12,14 +12,22 @@ import random
 import pytest
 import torch
 
-from decoding import dspark
-from decoding import parallel
-from decoding.config import DSparkConfig, GreedyConfig
-from decoding.errors import ConfigError
-from decoding.parallel import DrafterShape, load_drafter, tap_head_input
+from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.errors import ConfigError
+from decoding.drafters import parallel
+from decoding.drafters.parallel import DrafterShape, load_drafter
 from decoding.runner import run
-from decoding.train import (TrainSettings, drafter_data, evaluate, generate_distill, layer_features,
-                            slice_index, train_parallel)
+from decoding.runtime.hooks import tap_head_input
+from decoding.strategies import dspark
+from decoding.train.parallel import (
+    TrainSettings,
+    drafter_data,
+    evaluate,
+    generate_distill,
+    layer_features,
+    slice_index,
+    train_parallel,
+)
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 from tests.test_dspark_backbone import Recorder
 
@@ -184,7 +192,7 @@ def test_tap_without_feature_layers_is_the_head_input(lm):
 
 def test_trainer_refuses_missing_layers_before_generating_data(lm, tmp_path, monkeypatch):
     """A layer the model lacks is a one-line error at once, not after the (long) data generation."""
-    import decoding.train as train
+    import decoding.train.parallel as train
 
     def no_data(*args, **kwargs):
         raise AssertionError("data generated before the layers were checked")

@@ -17,17 +17,18 @@ from fractions import Fraction
 
 import pytest
 import torch
+from toy import MarkovTable, random_table, target_sequences
 
-from decoding import trace
-from decoding.config import DSparkConfig, GreedyConfig
-from decoding.drafters import find_lookup
-from decoding.errors import ConfigError
-from decoding.lattice_lookup import LookupRate, boost_chain, continuation, hits, lookup_nodes
-from decoding.parallel import build_lattice
+from decoding.core import trace
+from decoding.core.acceptance import exact_branches, round_distribution
+from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.errors import ConfigError
+from decoding.core.lattice import Lattice
+from decoding.drafters.lattice_lookup import LookupRate, boost_chain, continuation, hits, lookup_nodes
+from decoding.drafters.lookup import find_lookup
+from decoding.drafters.parallel import build_lattice
 from decoding.runner import run
-from decoding.select import Lattice, best_chain, best_tree, flat_tree
-from decoding.toy import MarkovTable, random_table, target_sequences
-from decoding.tree_accept import exact_branches, round_distribution
+from decoding.strategies.dspark_select import best_chain, best_tree, flat_tree
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 from tests.test_tree_accept import retrospective_branches
 
@@ -69,7 +70,7 @@ def test_continuation_cuts_at_eos_and_reports_the_match():
 
 
 def match_at(position: int, start: int):
-    from decoding.trace import LookupMatch
+    from decoding.core.trace import LookupMatch
 
     return LookupMatch(ngram=(5,), match_position=position, continuation_start=start)
 

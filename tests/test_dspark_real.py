@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-
-from decoding.config import DSparkConfig, GreedyConfig
-from decoding.parallel import DrafterShape, ParallelDrafter
-from decoding.runner import run
 from spec_helpers import heldout_prompts
+
+from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.drafters.parallel import DrafterShape, ParallelDrafter
+from decoding.runner import run
 
 pytestmark = pytest.mark.real
 N = 32
@@ -50,7 +50,7 @@ def test_shipped_drafter_equals_greedy_and_accepts(real_lm, select):
     """The shipped drafter (assets/) at temperature 0: output identical to greedy on new and held-out
     prompts; and it is a real drafter: more than 1.8 tokens per target forward on held-out prompts of
     its training distribution, more than 1.2 on the new ones (an untrained drafter gives about 1.0)."""
-    from decoding.dspark import DEFAULT_WEIGHTS
+    from decoding.strategies.dspark import DEFAULT_WEIGHTS
 
     if not DEFAULT_WEIGHTS.is_file():
         pytest.fail(f"shipped drafter weights missing: {DEFAULT_WEIGHTS}")
@@ -69,14 +69,14 @@ def test_shipped_drafter_equals_greedy_and_accepts(real_lm, select):
 def test_offline_evaluation_predicts_every_runtime_round(real_lm):
     """Training's held-out numbers (the model card's τ) and the runtime measure the same drafter: a
     greedy chain (K = 1, γ = 8) run accepts, round by round, exactly what the offline teacher-forced
-    evaluation on the same answer predicts (decoding.train.chain_rounds) (all rounds but the last, which the token budget cuts).
+    evaluation on the same answer predicts (decoding.train.parallel.chain_rounds) (all rounds but the last, which the token budget cuts).
     Control: the offline side fed the hidden state one position late (the state at the root token
     rather than the one that predicted it, a plausible tapping mistake) does not."""
     import dataclasses
 
-    from decoding import train
-    from decoding.parallel import load_drafter
-    from decoding.dspark import DEFAULT_WEIGHTS
+    from decoding.drafters.parallel import load_drafter
+    from decoding.strategies.dspark import DEFAULT_WEIGHTS
+    from decoding.train import parallel as train
 
     drafter = load_drafter(DEFAULT_WEIGHTS, real_lm)
     prompt = real_lm.encode("Write a Python function that checks whether a string is a palindrome, with a docstring.")

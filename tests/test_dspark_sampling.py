@@ -8,8 +8,8 @@ import pytest
 import torch
 from scipy.stats import chisquare
 
-from decoding.config import DSparkConfig
-from decoding.processors import build_pipeline
+from decoding.core.config import DSparkConfig
+from decoding.core.processors import build_pipeline
 from decoding.runner import run
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 

@@ -9,9 +9,9 @@ import math
 import pandas as pd
 import pytest
 
-from decoding.config import DSparkConfig, GreedyConfig, SampleConfig
-from decoding.cost import CostTable
+from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig
 from decoding.runner import run
+from decoding.runtime.cost_table import CostTable
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 from ui import dspark, figures, svg, tables
 from ui.chips import chips_html, visible

@@ -2,14 +2,15 @@
 control), resume from a prefix, KV-cache decoding vs full recomputation, stop rules."""
 import pytest
 import torch
+from conftest import logit_atol, make_tiny_llama
 from scipy.stats import chisquare
 
-from conftest import logit_atol, make_tiny_llama
-from decoding import runner, trace
-from decoding.config import GreedyConfig, SampleConfig
-from decoding.models import LM
-from decoding.processors import build_pipeline
-from decoding.steps import sample_inverse_cdf
+from decoding import runner
+from decoding.core import trace
+from decoding.core.config import GreedyConfig, SampleConfig
+from decoding.core.processors import build_pipeline
+from decoding.core.token_step import sample_inverse_cdf
+from decoding.runtime.models import LM
 
 PROMPT = [1, 7, 3, 9]
 ALPHA = 0.001

@@ -1,4 +1,4 @@
-"""The engine thread (decoding/engine_thread.py): when enabled, loading and every step of a run happen on
+"""The engine thread (decoding/runtime/engine_thread.py): when enabled, loading and every step of a run happen on
 one thread whichever thread asks, with the same traces; calls from many threads queue one step at a
 time; errors and the end of a generator reach the caller; disabled, everything runs in the caller."""
 from __future__ import annotations
@@ -7,14 +7,13 @@ import threading
 
 import pytest
 import torch
-
-from decoding import runner
-from decoding.config import GreedyConfig
-from decoding.engine_thread import ENGINE, EngineThread
-from decoding.trace import without_timings
-
 from dspark_helpers import one_thread, random_drafter, varied_llama
 from test_concurrency import CONFIGS, PROMPT, kwargs_for
+
+from decoding import runner
+from decoding.core.config import GreedyConfig
+from decoding.core.trace import without_timings
+from decoding.runtime.engine_thread import ENGINE, EngineThread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -112,7 +111,7 @@ def test_sessions_in_many_threads_take_turns_step_by_step(lm_and_drafter):
 
 
 def test_app_leaves_one_core_to_its_ui_unless_omp_num_threads_says():
-    from decoding.engine_thread import threads_beside_ui
+    from decoding.runtime.engine_thread import threads_beside_ui
 
     assert [threads_beside_ui(n, env={}) for n in (1, 2, 8)] == [1, 1, 7]
     assert threads_beside_ui(env={}) == max(1, torch.get_num_threads() - 1)   # torch's own count by default

@@ -1,4 +1,4 @@
-"""The feature drafter (decoding.feature) on tiny llamas: the LM-head input the verifier hands over is the
+"""The feature drafter (decoding.drafters.feature_net) on tiny llamas: the LM-head input the verifier hands over is the
 one a fresh full forward computes for that position (negative control: one position late differs);
 speculative decoding with it is token-identical to greedy while it both accepts and rejects drafts;
 sampled drafts stay in the slice with proper q_draft; weights round-trip; training raises the held-out
@@ -9,16 +9,18 @@ import random
 
 import pytest
 import torch
+from spec_helpers import divergence, peaked_lm
 
 from decoding import runner
-from decoding.config import GreedyConfig, SpeculativeConfig
-from decoding.drafters import FeatureDrafter, LookupThenDraftDrafter, PromptLookupDrafter, load_draft, make_drafter
-from decoding.errors import ConfigError
-from decoding.feature import FeatureNet, FeatureShape, load_feature, save_feature
-from decoding.models import LM
-from decoding.parallel import tap_head_input
-from decoding.train_feature import FeatureSettings, evaluate, leading_drafts, train_feature
-from spec_helpers import divergence, peaked_lm
+from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.drafters.factory import load_draft, make_drafter
+from decoding.drafters.feature import FeatureDrafter
+from decoding.drafters.feature_net import FeatureNet, FeatureShape, load_feature, save_feature
+from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
+from decoding.runtime.hooks import tap_head_input
+from decoding.runtime.models import LM
+from decoding.train.feature import FeatureSettings, evaluate, leading_drafts, train_feature
 from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -117,8 +119,8 @@ def test_sampled_drafts_stay_in_the_slice(lm):
 def test_greedy_proposal_is_the_full_vocabulary_chain(lm):
     """At temperature 0 the drafter argmaxes over the slice and spreads q_draft once at the end; that
     equals the plain chain: full-vocabulary logits (−inf outside the slice), argmax, softmax, per step."""
-    from decoding.drafters import DraftRequest
-    from decoding.processors import Pipeline
+    from decoding.core.processors import Pipeline
+    from decoding.drafters.base import DraftRequest
 
     net = random_net(lm, seed=5, vocab=list(range(1, 32, 3)))
     drafter = FeatureDrafter(net)
@@ -230,7 +232,7 @@ def test_training_raises_tau_and_writes_the_card(tmp_path):
     assert f"{report.after['tau_chain'][5]:.2f}" in card and f"{fit:.2f}" in card and "--width 64" in card
     net = load_feature(lm, out)
     # the report's held-out τ is what a greedy run's drafts would meet: recount on one answer
-    from decoding.train import generate_distill
+    from decoding.train.parallel import generate_distill
     data = generate_distill(lm, prompts[:1], answer_tokens=24, progress=False, use_cache=False)
     lead, full, _ = leading_drafts(net.float(), data, 3)
     assert lead.max() <= 3 and len(lead) == data.positions - 1

@@ -1,4 +1,4 @@
-"""The attending feature drafter (decoding.feature with shape.heads > 0) on tiny llamas.
+"""The attending feature drafter (decoding.drafters.feature_net with shape.heads > 0) on tiny llamas.
 
 - `unrolled` (training and evaluation: every draft step from every anchor at once) equals drafting one
   step at a time with `context_step` and a growing cache; negative control: letting step s read the
@@ -15,20 +15,21 @@ import random
 
 import pytest
 import torch
-
-from decoding import runner
-from decoding.config import GreedyConfig, SpeculativeConfig
-from decoding.context_rows import prompt_rows
-from decoding.drafters import AttendingDrafter, make_drafter
-from decoding.errors import ConfigError
-from decoding.feature import FeatureNet, FeatureShape, load_feature, unrolled
-from decoding.models import LM
-from decoding.parallel import tap_decoder_rows
-from decoding.train import generate_distill
-from decoding.train_attending import layout
-from decoding.train_feature import FeatureSettings, train_feature
 from spec_helpers import divergence, peaked_lm
 from test_feature import random_net
+
+from decoding import runner
+from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.drafters.factory import make_drafter
+from decoding.drafters.feature import AttendingDrafter
+from decoding.drafters.feature_net import FeatureNet, FeatureShape, load_feature, unrolled
+from decoding.runtime.hooks import tap_decoder_rows
+from decoding.runtime.models import LM
+from decoding.train.attending import layout
+from decoding.train.context_rows import prompt_rows
+from decoding.train.feature import FeatureSettings, train_feature
+from decoding.train.parallel import generate_distill
 from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -76,7 +77,7 @@ def test_unrolled_equals_step_by_step_drafting(lm, own):
 def test_unrolled_negative_control_reading_past_the_anchor(lm, monkeypatch):
     """With a mask that lets step s ≥ 2 read the true keys up to its own index (not only up to its
     anchor), the comparison with step-by-step drafting fails: the test above can see a wrong mask."""
-    import decoding.feature as feature_mod
+    import decoding.drafters.feature_net as feature_mod
 
     monkeypatch.setattr(feature_mod, "true_keys",
                         lambda t, T, s: torch.arange(T, device=t.device)[None, :] <= t[:, None])
@@ -145,8 +146,8 @@ def test_a_gap_in_the_rows_drafts_nothing(lm):
     hidden = int(lm.model.config.hidden_size)
     drafter.observe_rows(torch.randn(3, hidden), 0)
     drafter.observe_rows(torch.randn(2, hidden), 5)          # positions 3, 4 never handed over
-    from decoding.drafters import DraftRequest
-    from decoding.processors import Pipeline
+    from decoding.core.processors import Pipeline
+    from decoding.drafters.base import DraftRequest
 
     request = DraftRequest(3, Pipeline(()), True, torch.Generator(), None)
     assert drafter.propose([1, 2, 3, 4, 5, 6, 7, 8], request).tokens == ()
@@ -206,7 +207,7 @@ def test_bad_settings_name_the_parameter():
 def test_lookup_in_front_and_the_cost_policy(lm):
     """Behind prompt lookup the drafter still gets every row (it catches up on lookup rounds' pairs) and
     stays greedy-identical; the cost-aware γ policy times its draft step."""
-    from decoding.drafters import LookupThenDraftDrafter, PromptLookupDrafter
+    from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
 
     prompt = [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
     expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
@@ -248,7 +249,7 @@ def test_init_from_a_plain_drafter_starts_where_it_ended(tmp_path):
     a file of another shape is a one-line error naming `init`."""
     from test_shallow import _llama
 
-    from decoding.train_feature import start_from
+    from decoding.train.feature import start_from
 
     lm = _llama()
     rng = random.Random(1)

@@ -4,11 +4,11 @@ search then takes one step without a forward."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import make_tiny_llama
-from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
-from decoding.models import LM
+
+from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.runner import run, strategy_for, until_eos
+from decoding.runtime.models import LM
 
 PROMPT = [3, 4, 5, 3, 4, 5, 3]
 EOS = 5

@@ -4,13 +4,13 @@ starts with exactly that list."""
 from __future__ import annotations
 
 import pytest
-
 from conftest import make_tiny_llama
-from decoding.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
-from decoding.errors import ConfigError
-from decoding.models import LM
+
+from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.core.trace import without_timings
 from decoding.runner import run
-from decoding.trace import without_timings
+from decoding.runtime.models import LM
 from ui import forcing
 from ui.beam import path_back
 from ui.chips import Chip, name_forced

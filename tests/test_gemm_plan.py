@@ -1,4 +1,4 @@
-"""CPU GEMM plans (decoding/packed_gemm.py): each kernel computes nn.Linear's numbers; a packed linear
+"""CPU GEMM plans (decoding/runtime/packed_gemm.py): each kernel computes nn.Linear's numbers; a packed linear
 runs the kernel its plan names for the row count (and the plain one under autograd); a plan without the
 packed kernel frees the packs; the auto plan is the fastest kernel per row count of its own profile,
 cached and read back; small models keep the default; the embedded model's plan keeps greedy's tokens."""
@@ -8,11 +8,10 @@ import json
 
 import pytest
 import torch
-from torch import nn
 
-from decoding import packed_gemm
-from decoding.cost import auto_cost_path
-from decoding.packed_gemm import DEFAULT_PLAN, GemmPlan, PackedLinear, pack_linears, use_plan
+from decoding.runtime import packed_gemm
+from decoding.runtime.cost_table import auto_cost_path
+from decoding.runtime.packed_gemm import DEFAULT_PLAN, GemmPlan, PackedLinear, pack_linears, use_plan
 from tests.test_packed_gemm import cpu_llama, linear, packed_copy
 
 pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL packed GEMM")
@@ -122,7 +121,7 @@ def test_auto_plan_is_the_fastest_kernel_per_row_count_cached_and_read_back(tmp_
 
 
 def test_the_cost_table_of_one_plan_never_prices_another():
-    from decoding.models import LM
+    from decoding.runtime.models import LM
 
     model = cpu_llama()
     pack_linears(model)
@@ -136,7 +135,7 @@ def test_the_embedded_models_plan_keeps_greedys_tokens(real_lm):
     """The loaded model runs its auto plan; every single-kernel plan gives the same greedy tokens and
     logits within float32 summation-order noise."""
     from decoding import runner
-    from decoding.config import GreedyConfig
+    from decoding.core.config import GreedyConfig
 
     if real_lm.device.type != "cpu":
         pytest.skip("the GEMM plan is the CPU's; the embedded model is on " + str(real_lm.device))

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
-
-from decoding import from_json, to_json, without_timings
 from golden.cases import CASES, HERE, LOCKSTEP, record_case, record_lockstep
 from test_tour import assert_same
+
+from decoding import from_json, to_json, without_timings
 
 pytestmark = pytest.mark.real
 

@@ -5,13 +5,12 @@ steps, after a warm-up that no lane pays for."""
 from __future__ import annotations
 
 import pytest
-
-from decoding import runner
-from decoding.config import DSparkConfig, GreedyConfig
-from decoding.trace import without_timings
-
 from dspark_helpers import one_thread, random_drafter, varied_llama
 from test_concurrency import CONFIGS, PROMPT, kwargs_for
+
+from decoding import runner
+from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.trace import without_timings
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -114,9 +113,10 @@ def test_each_lane_is_timed_by_its_own_steps_after_a_warm_up(lm_and_drafter, mon
 
 
 def test_load_warms_the_model_up(tmp_path, monkeypatch):
-    """decoding.models.load runs two throwaway forwards before returning, on a cache of their own."""
-    from decoding import models
+    """decoding.runtime.models.load runs two throwaway forwards before returning, on a cache of their own."""
     from tiny_app_model import build_tiny_model_dir
+
+    from decoding.runtime import models
 
     directory = build_tiny_model_dir(tmp_path / "tiny")
     calls = []
@@ -134,7 +134,7 @@ def test_load_warms_the_model_up(tmp_path, monkeypatch):
 
 
 def test_warm_up_leaves_errors_to_the_run(lm_and_drafter, monkeypatch):
-    from decoding.errors import StepError
+    from decoding.core.errors import StepError
 
     lm, _ = lm_and_drafter
 

@@ -1,4 +1,4 @@
-"""MKL packed GEMM (decoding/packed_gemm.py): same numbers as nn.Linear, never a stale pack, the plain
+"""MKL packed GEMM (decoding/runtime/packed_gemm.py): same numbers as nn.Linear, never a stale pack, the plain
 path where the pack cannot serve, and a loaded model that says it is packed."""
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 from torch import nn
 
-from decoding import packed_gemm
-from decoding.cost import auto_cost_path
-from decoding.errors import ConfigError
-from decoding.models import LM, ModelSpec
-from decoding.packed_gemm import PACK_MIN_ROWS, PackedLinear, pack_linears, packed_count, unpack_linears
+from decoding.core.errors import ConfigError
+from decoding.runtime import packed_gemm
+from decoding.runtime.cost_table import auto_cost_path
+from decoding.runtime.models import LM, ModelSpec
+from decoding.runtime.packed_gemm import PACK_MIN_ROWS, PackedLinear, pack_linears, packed_count, unpack_linears
 from tests.conftest import make_tiny_llama
 
 
@@ -170,7 +170,7 @@ def test_pack_gemm_must_be_a_bool():
 
 
 def test_the_embedded_model_loads_packed_unless_told_not_to(real_lm):
-    from decoding.models import load
+    from decoding.runtime.models import load
 
     assert real_lm.packed_linears == sum(isinstance(m, nn.Linear) for m in real_lm.model.modules())
     plain = load(ModelSpec(pack_gemm=False))
@@ -196,7 +196,7 @@ def test_packing_again_repacks_only_the_stale_modules():
 
 @torch.no_grad()
 def test_a_shallow_draft_on_a_packed_target_packs_its_trained_layers(tmp_path, monkeypatch):
-    from decoding.shallow import build_shallow, load_shallow, save_shallow
+    from decoding.drafters.shallow import build_shallow, load_shallow, save_shallow
 
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
     model = cpu_llama(layers=3)
@@ -239,7 +239,7 @@ def test_the_parallel_drafters_head_is_packed_for_inference_only(monkeypatch):
     """The drafter's γ-position LM-head product takes the packed op at inference (same numbers as the
     plain product), the plain one under autograd; a copy packs its own; `gamma` computes only the
     first positions, equal to the full computation's."""
-    from decoding.parallel import DrafterShape, ParallelDrafter
+    from decoding.drafters.parallel import DrafterShape, ParallelDrafter
     from tests.dspark_helpers import varied_llama
 
     lm = varied_llama(seed=0)                                          # untied head

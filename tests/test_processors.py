@@ -2,12 +2,16 @@
 and never changes its input."""
 import pytest
 import torch
-from transformers.generation.logits_process import (LogitsProcessorList, MinPLogitsWarper,
-                                                    TemperatureLogitsWarper, TopKLogitsWarper,
-                                                    TopPLogitsWarper)
+from transformers.generation.logits_process import (
+    LogitsProcessorList,
+    MinPLogitsWarper,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
-from decoding.errors import ConfigError
-from decoding.processors import MinP, Temperature, TopK, TopP, apply_tracked, build_pipeline
+from decoding.core.errors import ConfigError
+from decoding.core.processors import MinP, Temperature, TopK, TopP, apply_tracked, build_pipeline
 
 V = 50
 

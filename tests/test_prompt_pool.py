@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from bench.prompts import PROMPTS, SUMMARY_SOURCE
-from decoding.errors import ConfigError
-from decoding.prompt_pool import FAMILIES, _family, more_varied_prompts, passage, varied_prompts
-from decoding.train import DistillData, TrainSettings, data_split, split_parts, split_sequences
+from decoding.core.errors import ConfigError
+from decoding.train.parallel import DistillData, TrainSettings, data_split, split_parts, split_sequences
+from decoding.train.prompt_pool import FAMILIES, _family, more_varied_prompts, passage, varied_prompts
 
 TEXTS = [f"Passage {i}: the river rises in spring and falls in autumn. Farmers plan around it every year. "
          f"Boats carry grain downstream when the water is high enough." for i in range(40)]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from decoding import runner
-from decoding.config import GreedyConfig
+from decoding.core.config import GreedyConfig
 
 pytestmark = pytest.mark.real
 

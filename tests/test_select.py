@@ -8,9 +8,10 @@ from fractions import Fraction
 
 import pytest
 
-from decoding.cost import CostTable, profile_verify_cost
-from decoding.errors import ConfigError
-from decoding.select import (Lattice, best_chain, best_tree, chain_value, choose_chain, choose_tree)
+from decoding.core.errors import ConfigError
+from decoding.core.lattice import Lattice
+from decoding.runtime.cost_table import CostTable, profile_verify_cost
+from decoding.strategies.dspark_select import best_chain, best_tree, chain_value, choose_chain, choose_tree
 
 
 def random_lattice(rng: random.Random, gamma: int, k: int, denom: int = 20) -> Lattice:

@@ -11,14 +11,15 @@ import random
 import pytest
 import torch
 
-from decoding.config import GreedyConfig, SpeculativeConfig
-from decoding.drafters import DraftModelDrafter, load_draft, truncated_draft
-from decoding.errors import ConfigError
-from decoding.models import LM
+from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.drafters.draft_model import DraftModelDrafter, truncated_draft
+from decoding.drafters.factory import load_draft
+from decoding.drafters.shallow import build_shallow, load_shallow, save_shallow, trainable
 from decoding.runner import run
-from decoding.shallow import build_shallow, load_shallow, save_shallow, trainable
-from decoding.train import generate_distill
-from decoding.train_shallow import DraftSettings, chain_metrics, train_shallow
+from decoding.runtime.models import LM
+from decoding.train.parallel import generate_distill
+from decoding.train.shallow import DraftSettings, chain_metrics, train_shallow
 from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -119,7 +120,7 @@ def test_card_names_the_flags_and_a_budget_stop():
     time budget, not the step count, ended training."""
     from dataclasses import asdict, replace
 
-    from decoding.train_shallow import DraftReport, budget_note, changed_flags
+    from decoding.train.shallow import DraftReport, budget_note, changed_flags
 
     settings = asdict(replace(DraftSettings(), max_minutes=29.0, lr=1e-3))
     assert changed_flags(settings) == " --lr 0.001 --max-minutes 29.0"

@@ -4,16 +4,16 @@ profiled once and cached, bad input. Exactness by enumeration: test_speculative_
 from __future__ import annotations
 
 import pytest
-
-from decoding import cost as cost_module
-from decoding import runner
-from decoding.config import GreedyConfig, SpeculativeConfig
-from decoding.cost import CostTable
-from decoding.errors import ConfigError
-from decoding.spec_cost import AcceptanceCounts, choose_gamma, reason
-from decoding.trace import from_json, to_json, without_timings
 from spec_helpers import divergence
-from test_speculative import N, PROMPTS, draft, target  # noqa: F401  (draft, target: fixtures)
+from test_speculative import PROMPTS, N, draft, target  # noqa: F401  (draft, target: fixtures)
+
+from decoding import runner
+from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.core.trace import from_json, to_json, without_timings
+from decoding.runtime import cost_table as cost_module
+from decoding.runtime.cost_table import CostTable
+from decoding.strategies.adaptive_gamma import AcceptanceCounts, choose_gamma, reason
 
 TABLE = CostTable(verify_ms=(10.0, 11.0, 12.0, 19.0, 20.0, 21.0, 22.0), source="test")
 

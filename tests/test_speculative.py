@@ -6,19 +6,21 @@ import copy
 
 import pytest
 import torch
-
 from conftest import logit_atol, make_tiny_llama
-from decoding import runner
-from decoding.config import GreedyConfig, SpeculativeConfig
-from decoding.drafters import (DraftModelDrafter, DraftRequest, PromptLookupDrafter, find_lookup,
-                               load_draft)
-from decoding.errors import ConfigError
-from decoding.models import LM
-from decoding.processors import Pipeline
-from decoding.speculative import Speculator, heuristic_next, spec_stats
-from decoding.trace import DraftPosition, SpecRound, from_json, to_json, without_timings
 from spec_helpers import divergence, peaked_lm
 from test_speculative_real import constant_assistant, hf_generate
+
+from decoding import runner
+from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.core.processors import Pipeline
+from decoding.core.trace import DraftPosition, SpecRound, from_json, to_json, without_timings
+from decoding.drafters.base import DraftRequest
+from decoding.drafters.draft_model import DraftModelDrafter
+from decoding.drafters.factory import load_draft
+from decoding.drafters.lookup import PromptLookupDrafter, find_lookup
+from decoding.runtime.models import LM
+from decoding.strategies.speculative import Speculator, heuristic_next, spec_stats
 
 PROMPTS = ([1, 2, 3, 4, 5, 1, 2, 3], [7, 7, 7, 7], [9, 3, 12, 5, 9, 3, 12, 5, 9, 3], [0, 15, 2])
 N = 24
@@ -212,7 +214,7 @@ def test_position_numbers_match_fresh_forwards(target, draft, temperature):
     """Each drafted position's p_target, q_draft, Σ min(p, q), target and draft top-N equal what fresh
     forwards of the target and the draft over the round's context and drafts give (the trace builds
     them for all positions at once)."""
-    from decoding.processors import build_pipeline
+    from decoding.core.processors import build_pipeline
 
     config = SpeculativeConfig(max_new_tokens=20, draft="d", gamma=3, gamma_max=5, temperature=temperature,
                                top_k=8, seed=4)

@@ -14,12 +14,13 @@ from collections import Counter
 import pytest
 import torch
 from scipy import stats
-
-from decoding import speculative
-from decoding.config import SpeculativeConfig
-from decoding.drafters import DraftModelDrafter, LookupThenDraftDrafter, PromptLookupDrafter
-from decoding.processors import build_pipeline
 from spec_helpers import peaked_lm
+
+from decoding.core.config import SpeculativeConfig
+from decoding.core.processors import build_pipeline
+from decoding.drafters.draft_model import DraftModelDrafter
+from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
+from decoding.strategies import speculative
 
 pytestmark = pytest.mark.slow
 
@@ -166,7 +167,7 @@ def test_lookup_then_model_matches_plain_sampling(target, draft, reference):
 @pytest.fixture(scope="module")
 def feature_net(target):
     """A feature drafter over the target's LM-head input with a random (untrained) output map."""
-    from decoding.feature import FeatureNet, FeatureShape
+    from decoding.drafters.feature_net import FeatureNet, FeatureShape
 
     torch.manual_seed(2)
     net = FeatureNet(FeatureShape(int(target.model.config.hidden_size), width=16, mlp=32, blocks=1),
@@ -178,7 +179,7 @@ def feature_net(target):
 def feature_wrong_pairs(target, net, reference) -> dict:
     """The exact (x1, x2) distribution when the residual is p_target itself: x1 comes from the first round
     (no drafts), x2 from the feature drafter's first draft after (h, x1), h the head input at the prompt's end."""
-    from decoding.parallel import tap_head_input
+    from decoding.runtime.hooks import tap_head_input
 
     with tap_head_input(target) as tap:
         target.forward(PROMPT, target.new_cache())
@@ -197,14 +198,14 @@ def feature_wrong_pairs(target, net, reference) -> dict:
 
 def test_feature_drafter_matches_plain_sampling(target, feature_net, reference):
     """The feature drafter drafts the second token (the first round has no head input yet)."""
-    from decoding.drafters import FeatureDrafter
+    from decoding.drafters.feature import FeatureDrafter
 
     counts = sample_pairs(target, FeatureDrafter(feature_net))
     assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA
 
 
 def test_feature_drafter_wrong_residual_fails(target, feature_net, reference, monkeypatch):
-    from decoding.drafters import FeatureDrafter
+    from decoding.drafters.feature import FeatureDrafter
 
     wrong = feature_wrong_pairs(target, feature_net, reference)
     cells = list(reference)

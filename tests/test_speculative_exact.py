@@ -1,6 +1,6 @@
 """Exactness by enumeration: a tabular toy target and draft (3 tokens, next-token tables that depend
 on the last token), exact fractions over every random branch of the speculative procedure written
-against decoding.speculative's pure acceptance functions. The distribution of the first L emitted
+against decoding.strategies.speculative's pure acceptance functions. The distribution of the first L emitted
 tokens must equal the target's exactly, for every gamma 1..8 and every gamma policy (heuristic and
 confidence change gamma between rounds). Deliberately wrong residuals must fail the same check."""
 from __future__ import annotations
@@ -12,11 +12,17 @@ from itertools import product
 import pytest
 import torch
 
-from decoding.cost import CostTable
-from decoding.drafters import lookup_continuation
-from decoding.spec_cost import AcceptanceCounts, choose_gamma
-from decoding.speculative import (accepted_mass, acceptance_probability, confidence_cut, heuristic_next,
-                                  point_mass_residual, residual_distribution)
+from decoding.drafters.lookup import lookup_continuation
+from decoding.runtime.cost_table import CostTable
+from decoding.strategies.adaptive_gamma import AcceptanceCounts, choose_gamma
+from decoding.strategies.speculative import (
+    acceptance_probability,
+    accepted_mass,
+    confidence_cut,
+    heuristic_next,
+    point_mass_residual,
+    residual_distribution,
+)
 
 V = 3
 START = 0  # last token of the prompt
@@ -210,7 +216,7 @@ PROMPT = (2, 1, START)  # the toy prompt: its last token START occurs nowhere ea
 
 
 class LookupThenModel(Procedure):
-    """decoding.drafters.LookupThenDraftDrafter: each round drafts prompt lookup's continuation of
+    """decoding.drafters.lookup.LookupThenDraftDrafter: each round drafts prompt lookup's continuation of
     the context (point mass) when the context's last n-gram occurred earlier, else Q_DRAFT.
     `lookup_rule(p_target, x, last)` gives a lookup token's (q_x, residual)."""
 

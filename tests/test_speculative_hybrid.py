@@ -6,16 +6,18 @@ from __future__ import annotations
 
 import pytest
 import torch
+from spec_helpers import divergence, peaked_lm
+from test_speculative import PROMPTS, N, draft, target  # noqa: F401  (draft, target: fixtures)
 
 from decoding import runner
-from decoding.config import GreedyConfig, SpeculativeConfig
-from decoding.drafters import (DraftModelDrafter, DraftRequest, LookupThenDraftDrafter, PromptLookupDrafter,
-                               lookup_continuation, make_drafter)
-from decoding.errors import ConfigError
-from decoding.processors import Pipeline
-from decoding.trace import from_json, to_json, without_timings
-from spec_helpers import divergence, peaked_lm
-from test_speculative import N, PROMPTS, draft, target  # noqa: F401  (draft, target: fixtures)
+from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.core.processors import Pipeline
+from decoding.core.trace import from_json, to_json, without_timings
+from decoding.drafters.base import DraftRequest
+from decoding.drafters.draft_model import DraftModelDrafter
+from decoding.drafters.factory import make_drafter
+from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter, lookup_continuation
 
 
 def hybrid_config(**kw) -> SpeculativeConfig:
@@ -120,7 +122,7 @@ def test_needs_a_loaded_model(target):
 
 def test_one_ngram_search_per_round(target, draft, monkeypatch, tmp_path):
     """The cost policy asks which drafter drafts before drafting: the n-gram search runs once per round."""
-    import decoding.drafters as drafters_module
+    import decoding.drafters.lookup as drafters_module
 
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))         # the auto cost table is profiled here
     calls = []

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from spec_helpers import divergence, heldout_prompts
 
 from decoding import runner
-from decoding.config import GreedyConfig, SpeculativeConfig
-from decoding.drafters import truncated_draft
-from spec_helpers import divergence, heldout_prompts
+from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.drafters.draft_model import truncated_draft
 
 pytestmark = pytest.mark.real
 
@@ -132,7 +132,7 @@ def greedy_tau(real_lm, texts, draft: str, draft_lm, check_trace=None) -> float:
 
 @pytest.fixture(scope="module")
 def shallow(real_lm):
-    from decoding.shallow import DEFAULT_SHALLOW, load_shallow
+    from decoding.drafters.shallow import DEFAULT_SHALLOW, load_shallow
 
     if not DEFAULT_SHALLOW.is_file():
         pytest.fail(f"shipped shallow-draft weights missing: {DEFAULT_SHALLOW}")
@@ -179,7 +179,7 @@ def test_lookup_then_shallow_is_greedy(real_lm, greedy_runs, shallow, text):
 def test_cost_policy_is_greedy(real_lm, greedy_runs, shallow, draft, tmp_path, monkeypatch):
     """gamma_policy 'cost' with a verify table where 4+ tokens are dear (as on the 2-core CPU):
     identical to greedy, and the chosen γ stays at or below 3."""
-    from decoding.cost import CostTable
+    from decoding.runtime.cost_table import CostTable
 
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))                  # the draft's cost is profiled here
     table = tmp_path / "table.json"
@@ -197,7 +197,7 @@ def test_cost_policy_is_greedy(real_lm, greedy_runs, shallow, draft, tmp_path, m
 
 @pytest.fixture(scope="module")
 def feature(real_lm):
-    from decoding.feature import DEFAULT_FEATURE, load_feature
+    from decoding.drafters.feature_net import DEFAULT_FEATURE, load_feature
 
     if not DEFAULT_FEATURE.is_file():
         pytest.fail(f"shipped feature-drafter weights missing: {DEFAULT_FEATURE}")

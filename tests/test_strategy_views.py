@@ -2,15 +2,14 @@
 with a negative control that must fail the same check."""
 from __future__ import annotations
 
-import re
-
 import dataclasses
+import re
 
 import pytest
 
-from decoding.config import BeamConfig, SpeculativeConfig
+from decoding.core.config import BeamConfig, SpeculativeConfig
+from decoding.core.trace import Candidate, DraftPosition, ProbEntry, SpecRound
 from decoding.runner import run
-from decoding.trace import Candidate, DraftPosition, ProbEntry, SpecRound
 from ui import beam, spec, whatif
 from ui.chips import Chip, chips_html
 
@@ -196,7 +195,7 @@ def test_whatif_cost_column_from_a_cost_policy_trace():
     """Two rounds of a cost-policy trace (table 10/11/12/19 ms for 1-4 tokens, draft 1 ms, lookup 0):
     γ=1: (11 + 1 + 11 + 0) ms over (1.5 + 2.0) tokens; γ=2: r0 drafts 2 (12 + 2 ms, 1.9 tokens), r1
     recorded 1 (11 ms, 2.0 tokens)."""
-    from decoding.trace import GammaChoiceInfo
+    from decoding.core.trace import GammaChoiceInfo
 
     def choice(source, draft_ms):
         return GammaChoiceInfo(source=source, cost_source="t", verify_ms=(10.0, 11.0, 12.0, 19.0), draft_ms=draft_ms,

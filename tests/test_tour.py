@@ -3,14 +3,13 @@ which shows every stop from the recordings without loading a model."""
 from __future__ import annotations
 
 import dataclasses
-import os
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from decoding.dspark import DEFAULT_WEIGHTS
-from decoding.trace import TraceFormatError, from_json, to_json, without_timings
+from decoding.core.trace import TraceFormatError, from_json, to_json, without_timings
+from decoding.strategies.dspark import DEFAULT_WEIGHTS
 from ui import keys, tour
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -126,21 +125,21 @@ def tiny_dir(tmp_path_factory):
 
 
 def test_record_unknown_stop_exits_2_without_loading(monkeypatch, capsys):
-    import decoding.models
+    import decoding.runtime.models
 
-    monkeypatch.setattr(decoding.models, "load", lambda spec: pytest.fail("no model for a bad --only"))
+    monkeypatch.setattr(decoding.runtime.models, "load", lambda spec: pytest.fail("no model for a bad --only"))
     assert tour.main(["record", "--only", "nope"]) == 2
     assert "stop='nope' is invalid" in capsys.readouterr().err
 
 
 def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tiny_dir, tmp_path, monkeypatch, capsys):
-    import decoding.models
+    import decoding.runtime.models
 
-    real_load = decoding.models.load
+    real_load = decoding.runtime.models.load
     specs = []
-    monkeypatch.setattr(decoding.models, "load",
+    monkeypatch.setattr(decoding.runtime.models, "load",
                         lambda spec: specs.append(spec) or real_load(dataclasses.replace(spec, name=str(tiny_dir))))
-    monkeypatch.setattr("decoding.dspark.DEFAULT_WEIGHTS", tmp_path / "absent.safetensors")
+    monkeypatch.setattr("decoding.strategies.dspark.DEFAULT_WEIGHTS", tmp_path / "absent.safetensors")
     assert tour.main(["record", "--only", "greedy", "--only", "dspark", "--out", str(tmp_path)]) == 1
     assert [s.name for s in specs] == ["default"]
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["greedy.json"]

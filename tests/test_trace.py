@@ -4,9 +4,10 @@ import math
 
 import pytest
 
-from decoding import runner, trace
-from decoding.config import GreedyConfig, SampleConfig
-from decoding.trace import TraceFormatError
+from decoding import runner
+from decoding.core import trace
+from decoding.core.config import GreedyConfig, SampleConfig
+from decoding.core.trace import TraceFormatError
 
 
 @pytest.fixture(scope="module")

@@ -8,13 +8,13 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from toy import MarkovTable, draft_lattice
 
-from decoding.errors import ConfigError
-from decoding.models import LM
-from decoding.select import best_tree, flat_tree
-from decoding.toy import MarkovTable, draft_lattice
-from decoding.tree import compact_cache, tree_mask, tree_positions, verify_tree
-from decoding.tree_accept import greedy_round
+from decoding.core.acceptance import greedy_round
+from decoding.core.errors import ConfigError
+from decoding.runtime.models import LM
+from decoding.strategies.dspark_select import best_tree, flat_tree
+from decoding.strategies.tree_verify import compact_cache, tree_mask, tree_positions, verify_tree
 from tests.conftest import logit_atol, make_tiny_llama, on_test_device
 
 TOL = logit_atol(1e-5)

@@ -10,12 +10,18 @@ from fractions import Fraction
 
 import pytest
 import torch
+from toy import MarkovTable, draft_lattice, random_table, speculative_sequences, target_sequences
 
-from decoding.select import best_chain, best_tree, flat_tree
-from decoding.toy import (MarkovTable, draft_lattice, random_table, speculative_sequences,
-                          target_sequences)
-from decoding.tree_accept import (Branch, exact_branches, greedy_round, lossy_branches, residual,
-                                  round_distribution, sample_round, total_variation)
+from decoding.core.acceptance import (
+    Branch,
+    greedy_round,
+    lossy_branches,
+    residual,
+    round_distribution,
+    sample_round,
+    total_variation,
+)
+from decoding.strategies.dspark_select import best_chain, best_tree, flat_tree
 
 F = Fraction
 
@@ -236,7 +242,7 @@ def test_greedy_rounds_equal_plain_greedy():
 
 
 def test_bad_lossy_threshold_and_tree():
-    from decoding.errors import ConfigError
+    from decoding.core.errors import ConfigError
 
     rows = torch.full((2, 3), 1 / 3)
     for bad in (0, 1.5, "x"):

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from decoding.config import DSparkConfig
-from decoding.cost import CostTable
-from decoding.errors import ConfigError
+from decoding.core.config import DSparkConfig
+from decoding.core.errors import ConfigError
+from decoding.runtime.cost_table import CostTable
 from ui import advanced
 from ui.advanced import CostPick, cost_from_json, cost_from_link, cost_to_link, optional_fields, pick_cost
 from ui.params import Settings, build_config, from_query, param_fields, to_query

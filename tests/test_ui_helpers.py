@@ -9,15 +9,14 @@ import math
 import pytest
 import torch
 
-from decoding.config import GreedyConfig, SampleConfig
-from decoding.errors import ConfigError
-from decoding.processors import apply_tracked, build_pipeline
+from decoding.core.config import GreedyConfig, SampleConfig
+from decoding.core.errors import ConfigError
+from decoding.core.processors import apply_tracked, build_pipeline
+from decoding.core.token_step import sample_inverse_cdf, token_step
+from decoding.core.trace import TokenStep, without_timings
 from decoding.runner import run
-from decoding.steps import sample_inverse_cdf, token_step
-from decoding.trace import TokenStep, without_timings
 from ui import figures, tables
-from ui.chips import (Chip, chip_html, chips_for, chips_html, first_divergence, last_chips, legend_html,
-                      token_box_html)
+from ui.chips import Chip, chip_html, chips_for, chips_html, first_divergence, last_chips, legend_html, token_box_html
 from ui.live import LiveRun
 from ui.params import Settings, build_config, from_query, param_fields, to_query
 

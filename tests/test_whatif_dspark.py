@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from decoding.config import DSparkConfig
+from decoding.core.config import DSparkConfig
 from decoding.runner import run
-from decoding.select import best_chain, best_tree
+from decoding.strategies.dspark_select import best_chain, best_tree
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 from ui import whatif_dspark as wd
 

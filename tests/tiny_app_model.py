@@ -11,7 +11,7 @@ def embedded_tokenizer():
     """The embedded SmolLM2 tokenizer from the converted-model cache (converted first if missing)."""
     from transformers import AutoTokenizer
 
-    from decoding.models import ModelSpec, _gguf_cache_dir, embedded_gguf_path, load
+    from decoding.runtime.models import ModelSpec, _gguf_cache_dir, embedded_gguf_path, load
 
     cached = _gguf_cache_dir(embedded_gguf_path())
     if not (cached / "tokenizer.json").is_file():

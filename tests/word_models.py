@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-
 from dspark_helpers import varied_llama
 
 PROMPT = "w1 w2 w3"                  # ids [1, 2, 3]
@@ -33,7 +32,7 @@ def build_nan_model_dir(target: Path) -> tuple[Path, int]:
     """A word model whose embedding of one token is NaN: the token the clean model emits greedily at
     some step k >= 2 after PROMPT (and not before, nor in the prompt). Decoding PROMPT greedily then
     records steps 0..k and meets NaN logits at step k + 1. Returns (directory, k + 1)."""
-    from decoding.config import GreedyConfig
+    from decoding.core.config import GreedyConfig
     from decoding.runner import run
 
     lm = varied_llama(seed=0, vocab=64)

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decoding.config import AUTO_COST
-from decoding.cost import CostTable
-from decoding.errors import ConfigError, check
-from decoding.models import cache_root
-from decoding.placement import DEVICE_MAPS
+from decoding.core.config import AUTO_COST
+from decoding.core.errors import ConfigError, check
 from decoding.runner import STRATEGIES
+from decoding.runtime.cost_table import CostTable
+from decoding.runtime.paths import cache_root
+from decoding.runtime.placement import DEVICE_MAPS
 
 COST_FIELD = "cost_table"              # a file, not a text field: its own widget (none / auto / upload)
 OPTIONAL_TYPES = (int, float, str)
@@ -70,7 +70,7 @@ LINK_HINT = "give 'auto', 'none' or the verify milliseconds per token count, com
 
 
 def cost_from_json(data: bytes, name: str) -> CostTable:
-    """An uploaded cost table (the JSON of decoding.cost: version 1, verify_ms from 1 token)."""
+    """An uploaded cost table (the JSON of decoding.runtime.cost_table: version 1, verify_ms from 1 token)."""
     check(len(data) <= MAX_COST_BYTES, "cost_table", name, f"is over {MAX_COST_BYTES} bytes")
     try:
         parsed = json.loads(data)

@@ -57,7 +57,7 @@ def path_back(events: Sequence, step_index: int, rank: int) -> list[tuple[int, i
 
 def best_path(events: Sequence) -> list[tuple[int, int]]:
     """The path of the trace's output after the last event: the best finished hypothesis if any, else
-    the best live beam (the rule of decoding.beam.output_ids)."""
+    the best live beam (the rule of decoding.strategies.beam.output_ids)."""
     if not events:
         return []
     last = events[-1]
@@ -91,7 +91,7 @@ def beam_chips(events: Sequence) -> list[Chip]:
 
 
 def beam_output(events: Sequence) -> list[int]:
-    from decoding.beam import output_ids
+    from decoding.strategies.beam import output_ids
 
     return output_ids(events)
 

@@ -374,7 +374,7 @@ def dspark_row(event) -> dict:
 def dspark_metrics(events: Sequence) -> dict:
     """τ (tokens per verification forward), acceptance rate (accepted / verified nodes) and
     per-depth acceptance over the drafting rounds so far (the engine's own dspark_stats)."""
-    from decoding.dspark import dspark_stats
+    from decoding.strategies.dspark import dspark_stats
 
     stats = dspark_stats(events)
     return {"tau": stats.get("mean_accepted_length", 0.0), "acceptance_rate": stats.get("acceptance_rate"),

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from decoding.errors import ConfigError, check
+from decoding.core.errors import ConfigError, check
 from decoding.runner import emitted_ids
 from ui.chips import visible
 

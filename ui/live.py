@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from decoding.config import BaseConfig
-from decoding.errors import ConfigError, check
+from decoding.core.config import BaseConfig
+from decoding.core.errors import ConfigError, check
+from decoding.core.trace import Trace
 from decoding.runner import RUN_ERRORS, assemble, emitted_ids, error_line, iterate, strategy_for
-from decoding.trace import Trace
 
 ENGINE_ERRORS = RUN_ERRORS
 PER_TOKEN = ("greedy", "sample")   # one event per token, a forced prefix included

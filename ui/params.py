@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from decoding.config import BaseConfig
-from decoding.errors import ConfigError
+from decoding.core.config import BaseConfig
+from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES
 from ui.advanced import COST_FIELD, LINK_MODEL_OPTIONS, CostPick, optional_fields
 

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import streamlit as st
 
-from decoding.drafters import load_draft
-from decoding.errors import ConfigError
-from decoding.models import ModelSpec, load
+from decoding.core.errors import ConfigError
+from decoding.drafters.factory import load_draft
 from decoding.runner import check_inputs
+from decoding.runtime.models import ModelSpec, load
 from ui import keys
 from ui.live import LiveRun
 from ui.params import Settings

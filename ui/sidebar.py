@@ -6,15 +6,27 @@ import os
 
 import streamlit as st
 
-from decoding.config import DSPARK_SELECT, GAMMA_POLICIES
-from decoding.engine_thread import ENGINE
-from decoding.errors import ConfigError
-from decoding.models import DEVICES, DTYPES, ModelSpec
+from decoding.core.config import DSPARK_SELECT, GAMMA_POLICIES
+from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES
+from decoding.runtime.engine_thread import ENGINE
+from decoding.runtime.models import DEVICES, DTYPES, ModelSpec
 from ui import keys
-from ui.advanced import (COST_FIELD, COST_LABELS, COST_MODES, DEVICE_MAP_CHOICES, NO_DEVICE_MAP, CostPick,
-                         OptionalField, device_map_link_error, link_mode, model_options, optional_fields,
-                         optional_value, pick_cost)
+from ui.advanced import (
+    COST_FIELD,
+    COST_LABELS,
+    COST_MODES,
+    DEVICE_MAP_CHOICES,
+    NO_DEVICE_MAP,
+    CostPick,
+    OptionalField,
+    device_map_link_error,
+    link_mode,
+    model_options,
+    optional_fields,
+    optional_value,
+    pick_cost,
+)
 from ui.params import ParamField, Settings, build_config, from_query, param_fields, to_query
 
 MODEL_ENV = "DECODESCOPE_MODEL"
@@ -29,7 +41,7 @@ OPTION_HELP = {
                 "verification (speculative: used by gamma policy 'cost', where none means auto). "
                 "none: fixed length; auto: profile this model on this device at the first "
                 "step and cache the table; file: a JSON table {\"version\": 1, \"verify_ms\": [...]} "
-                "(ms of one target forward over 1, 2, ... tokens), the format decoding/cost.py saves.",
+                "(ms of one target forward over 1, 2, ... tokens), the format decoding/runtime/cost_table.py saves.",
 }
 PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
     ("dspark", "lookup_max_ngram"): "Prompt-lookup candidates: add the tokens that followed an earlier occurrence of "

@@ -139,7 +139,7 @@ def gamma_choice_table(info) -> pd.DataFrame:
 def spec_metrics(events: Sequence) -> dict:
     """τ (tokens per verification forward), acceptance rate, per-position acceptance (vLLM's
     definitions, from the engine's own spec_stats) over the rounds so far."""
-    from decoding.speculative import spec_stats
+    from decoding.strategies.speculative import spec_stats
 
     stats = spec_stats(events)
     return {"tau": stats.get("mean_accepted_length", 0.0), "acceptance_rate": stats.get("acceptance_rate"),

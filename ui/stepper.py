@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
-from decoding.errors import ConfigError
+from decoding.core.errors import ConfigError
 from ui import keys, views
 
 VIEWS = ["This step", "All steps", "Branch"]

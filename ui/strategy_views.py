@@ -9,7 +9,6 @@ import streamlit as st
 from ui import beam, chips, dspark, force_views, spec, tables, views
 from ui.chips import token_box_html
 
-
 # ---------------------------------------------------------------- beam
 
 def beam_panel(step, ctx: views.ViewContext) -> None:

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decoding.config import BaseConfig
-from decoding.errors import ConfigError, check
-from decoding.trace import Trace, from_json, to_json
+from decoding.core.config import BaseConfig
+from decoding.core.errors import ConfigError, check
+from decoding.core.trace import Trace, from_json, to_json
 from ui.params import build_config
 
 TOUR_DIR = Path(__file__).resolve().parents[1] / "assets" / "tour"
@@ -306,7 +306,7 @@ def record(stops: Sequence[Stop], root: Path, *, device: str = "auto", dtype: st
            out=None) -> int:
     """Record each stop on the embedded model and write its trace; returns the number of failures
     (a run that ends with an error is reported and not written)."""
-    from decoding.models import ModelSpec, load
+    from decoding.runtime.models import ModelSpec, load
 
     out = sys.stdout if out is None else out
     lm = load(ModelSpec(MODEL, device=device, dtype=dtype))

@@ -8,9 +8,9 @@ import dataclasses
 
 import streamlit as st
 
-from decoding.errors import ConfigError
+from decoding.core.errors import ConfigError
+from decoding.core.trace import Trace, TraceFormatError
 from decoding.runner import run
-from decoding.trace import Trace, TraceFormatError
 from ui import keys, session, sidebar, tour, views
 from ui.chips import first_divergence
 

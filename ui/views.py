@@ -9,12 +9,21 @@ from dataclasses import dataclass, replace
 
 import streamlit as st
 
-from decoding.errors import ConfigError
+from decoding.core.errors import ConfigError
 from ui import figures, forcing, tables
+from ui.chips import (
+    chips_for,
+    chips_html,
+    first_divergence,
+    last_chips,
+    legend_html,
+    name_forced,
+    origins_present,
+    token_box_html,
+    visible,
+)
 from ui.keys import FLASH
 from ui.svg import figure_svg
-from ui.chips import (chips_for, chips_html, first_divergence, last_chips, legend_html, name_forced,
-                      origins_present, token_box_html, visible)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from decoding.select import Lattice, best_chain, best_tree
+from decoding.core.lattice import Lattice
+from decoding.strategies.dspark_select import best_chain, best_tree
 
 
 def dspark_rounds(events: Sequence) -> list:

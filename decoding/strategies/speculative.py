@@ -1,0 +1,371 @@
+"""Speculative decoding: a drafter proposes up to gamma tokens, ONE target forward scores them all,
+an exact acceptance rule keeps a prefix, a residual (or bonus) token follows, and both KV caches are
+rolled back to the accepted length.
+
+The acceptance math is in small pure functions over probability vectors (Python sequences of exact
+fractions, or torch tensors) so tests can check it with exact arithmetic.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from decoding.core.config import COST_POLICY, LOOKUP, MAX_GAMMA, SpeculativeConfig
+from decoding.core.processors import Pipeline, build_pipeline
+from decoding.core.token_step import sample_inverse_cdf
+from decoding.core.trace import Candidate, DraftPosition, ProbEntry, SpecRound
+from decoding.drafters.base import Drafter, DraftRequest, Proposal
+from decoding.drafters.factory import make_drafter
+from decoding.runtime.cost_table import AUTO, load_table
+from decoding.runtime.hooks import tap_decoder_rows
+from decoding.runtime.models import LM, Timer
+from decoding.strategies import adaptive_gamma as spec_cost
+
+# ---------------------------------------------------------------- pure acceptance math
+
+def acceptance_probability(p_target_x, q_draft_x):
+    """Ratio rule: accept a token drafted with probability q_draft_x with min(1, p_target_x / q_draft_x).
+    A point-mass drafter has q_draft_x = 1, so this is p_target_x."""
+    return min(1, p_target_x / q_draft_x)
+
+
+def accepted_mass(p_target, q_draft):
+    """sum_x min(p_target(x), q_draft(x)): the probability that a drafted position is accepted (row-wise
+    for (n, V) tensors)."""
+    if isinstance(p_target, torch.Tensor):
+        return torch.minimum(p_target, q_draft).sum(-1)
+    return sum(min(p, q) for p, q in zip(p_target, q_draft))
+
+
+def residual_distribution(p_target, q_draft):
+    """After a ratio-rule rejection: norm(max(0, p_target - q_draft)) (p_target if it has no mass)."""
+    if isinstance(p_target, torch.Tensor):
+        return _normalized((p_target - q_draft).clamp_min(0), p_target)  # (V,)
+    return _normalized([max(0, p - q) for p, q in zip(p_target, q_draft)], p_target)
+
+
+def point_mass_residual(p_target, token: int):
+    """After rejecting a point-mass draft `token`: p_target with that token zeroed, renormalized."""
+    if isinstance(p_target, torch.Tensor):
+        index = torch.tensor([token], device=p_target.device)
+        return _normalized(p_target.clone().index_fill_(0, index, 0), p_target)  # (V,)
+    return _normalized([0 if i == token else p for i, p in enumerate(p_target)], p_target)
+
+
+def _normalized(weights, fallback):
+    total = weights.sum() if isinstance(weights, torch.Tensor) else sum(weights)
+    if total <= 0:
+        return fallback  # rejection had probability 0; only float round-off gets here
+    return weights / total if isinstance(weights, torch.Tensor) else [w / total for w in weights]
+
+
+# ---------------------------------------------------------------- adaptive gamma
+
+def heuristic_next(gamma: int, accepted: int, drafted: int) -> int:
+    """transformers' "heuristic" schedule: +2 after a fully accepted round, -1 otherwise (min 1)."""
+    return min(MAX_GAMMA, gamma + 2) if accepted == drafted else max(1, gamma - 1)
+
+
+def confidence_cut(q_own: Sequence[float], threshold: float) -> int:
+    """Drafts kept by the confidence stop: up to and including the first token whose q_draft of its
+    own token is below `threshold` (as transformers' ConfidenceCriteria)."""
+    for i, q in enumerate(q_own):
+        if q < threshold:
+            return i + 1
+    return len(q_own)
+
+
+def cost_policy(lm: LM, config: SpeculativeConfig, drafter: Drafter) -> spec_cost.CostPolicy:
+    """gamma_policy "cost": the verify table (config.cost_table; None = auto) and each draft model's
+    token cost (profiled once per device and cached; prompt lookup costs nothing)."""
+    cost = load_table(lm, config.cost_table or AUTO, config.cost_need())
+    return spec_cost.CostPolicy(cost, drafter.token_ms(lm), config.gamma)
+
+
+# ---------------------------------------------------------------- one round
+
+@dataclass(frozen=True)
+class _Verdicts:
+    accepted: int
+    us: tuple[float | None, ...]        # draws made for the verified positions
+    final_id: int
+    final_draw: float | None
+    final_kind: str                     # residual | bonus
+    residual: torch.Tensor | None       # (V,) the residual sampled from at a T>0 rejection
+
+
+class Speculator:
+    """Runs speculative rounds for one trace; owns the target KV cache."""
+
+    def __init__(self, lm: LM, config: SpeculativeConfig, drafter: Drafter, generator: torch.Generator):
+        self.lm, self.config, self.drafter, self.generator = lm, config, drafter, generator
+        self.greedy = config.is_greedy
+        self.pipeline = Pipeline(()) if self.greedy else build_pipeline(
+            config.temperature, config.top_k, config.top_p, config.min_p)
+        self.cache = lm.new_cache()
+        self.cached = 0                           # positions held by the target cache
+        self.last_fed = 0                         # tokens in the latest target forward
+        self.gamma = config.gamma
+        self.reason = f"{config.gamma_policy}: start at gamma={config.gamma}"
+        self.cost_policy: spec_cost.CostPolicy | None = None      # gamma_policy "cost": set up by rounds()
+        self.head_rows: torch.Tensor | None = None               # (fed, H) LM-head inputs of the last verify
+        self.cached_before = 0                                    # the first position the last verify fed
+
+    def rounds(self, prompt_ids: list[int], forced: list[int]) -> Iterator[SpecRound]:
+        if self.config.gamma_policy == COST_POLICY:     # here, so that profiling runs where the steps run
+            self.cost_policy = cost_policy(self.lm, self.config, self.drafter)
+        self.drafter.start(prompt_ids)
+        context, produced, forced_now = list(prompt_ids) + forced, 0, tuple(forced)
+        index = 0
+        while produced < self.config.max_new_tokens and len(context) < self.lm.context_length:
+            budget = self.config.max_new_tokens - produced - len(forced_now)
+            if any(t in self.lm.eos_ids for t in forced_now):
+                budget = 0                        # a forced EOS ends the answer: nothing after it
+            event = self.round(index, context, forced_now, budget)
+            yield event
+            new = event.emitted[len(forced_now):]
+            context, produced = context + list(new), produced + len(event.emitted)
+            if any(t in self.lm.eos_ids for t in event.emitted) or event.final_kind == "none":
+                return
+            index, forced_now = index + 1, ()
+
+    def round(self, index: int, context: list[int], forced_now: tuple[int, ...], budget: int) -> SpecRound:
+        timer = Timer(self.lm)
+        gamma, reason, choice = self._gamma_for(context)
+        cap = max(0, min(budget - 1, self.lm.context_length - len(context) - 1))
+        proposal = self._draft(context, min(gamma, cap), cap)
+        timer.lap("draft")
+        n_verify, reason = self._verified_count(proposal, gamma, min(gamma, cap), reason)
+        raw = self._verify(context, proposal)                     # (n+1, V)
+        timer.lap("verify")
+        processed = self.pipeline(raw)                            # (n+1, V)
+        p_target = processed.softmax(-1)                          # (n+1, V)
+        verdicts = self._accept(raw, p_target, proposal, n_verify)
+        timer.lap("accept")
+        new = self._new_tokens(proposal, verdicts, budget)
+        kept_context = context + list(new)
+        cropped = self._rollback(kept_context)
+        cropped_draft = self.drafter.rollback(kept_context)
+        kept_rows = len(kept_context) - 1 - self.cached_before     # up to the row that produced the last kept token
+        if self.head_rows is not None and kept_rows > 0:
+            self.drafter.observe_rows(self.head_rows[:kept_rows], self.cached_before)
+        timer.lap("rollback")
+        self._update_gamma(verdicts.accepted, n_verify, proposal.source or self.drafter.name)
+        event = self._event(index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
+                            p_target, verdicts, new, (cropped, cropped_draft), timer)
+        return dataclasses.replace(event, gamma_choice=choice) if choice is not None else event
+
+    def _gamma_for(self, context: list[int]):
+        """(γ, why, cost-aware choice or None) for the round after `context`."""
+        if self.cost_policy is None:
+            return self.gamma, self.reason, None
+        choice = self.cost_policy.choose(self.drafter.source_for(context))
+        return choice.gamma, spec_cost.reason(choice), choice
+
+    # -- drafting
+    def _draft(self, context: list[int], n_verify: int, cap: int) -> Proposal:
+        n_total = max(n_verify, min(self.config.gamma_max, cap))
+        if n_total == 0:
+            return Proposal(())
+        stop = self.config.confidence_threshold if self._stops_early(n_total, n_verify) else None
+        request = DraftRequest(n_total, self.pipeline, self.greedy, self.generator, stop)
+        return self.drafter.propose(context, request)
+
+    def _stops_early(self, n_total: int, n_verify: int) -> bool:
+        return self.config.gamma_policy == "confidence" and n_total == n_verify
+
+    def _verified_count(self, proposal: Proposal, gamma: int, n_verify: int, reason: str) -> tuple[int, str]:
+        """Drafts to verify after the budget cap, what the drafter had, and the confidence stop."""
+        if n_verify < gamma:
+            reason += f"; capped to {n_verify} by the token budget/context"
+        if len(proposal) < n_verify:
+            reason += f"; the drafter proposed {len(proposal)}" + (" (no n-gram match)" if (
+                self.drafter.name == LOOKUP and not proposal.tokens) else "")
+        n_verify = min(n_verify, len(proposal))
+        if self.config.gamma_policy != "confidence" or proposal.q_draft is None or n_verify == 0:
+            return n_verify, reason
+        rows = torch.arange(n_verify, device=proposal.q_draft.device)
+        q_own = proposal.q_draft[rows, torch.tensor(proposal.tokens[:n_verify], device=rows.device)]  # (n,)
+        cut = confidence_cut(q_own.tolist(), self.config.confidence_threshold)
+        if cut < n_verify or float(q_own[cut - 1]) < self.config.confidence_threshold:
+            reason += (f"; stopped after {cut} (q_draft={float(q_own[cut - 1]):.3f} < "
+                       f"{self.config.confidence_threshold})")
+        return cut, reason
+
+    # -- verification: one target forward over the pending tokens and every drafted token
+    def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
+        feed = context[self.cached:] + list(proposal.tokens)
+        self.cached_before = self.cached
+        if self.drafter.reads_target:
+            with tap_decoder_rows(self.lm) as tap:
+                logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
+            self.head_rows = tap.rows[0]                                                     # (fed, H)
+        else:
+            logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
+        self.cached += len(feed)
+        self.last_fed = len(feed)
+        return logits
+
+    # -- acceptance
+    def _accept(self, raw: torch.Tensor, p_target: torch.Tensor, proposal: Proposal, n_verify: int) -> _Verdicts:
+        us: list[float | None] = []
+        for k in range(n_verify):
+            token = proposal.tokens[k]
+            if self.greedy:
+                ok, u = token == int(torch.argmax(raw[k])), None
+            else:
+                q_x = 1.0 if proposal.q_draft is None else float(proposal.q_draft[k, token])
+                u = float(torch.rand((), generator=self.generator, dtype=torch.float64))
+                ok = u < acceptance_probability(float(p_target[k, token]), q_x)
+            us.append(u)
+            if not ok:
+                return self._residual(raw[k], p_target[k], proposal, k, tuple(us))
+        return self._bonus(raw[n_verify], p_target[n_verify], n_verify, tuple(us))
+
+    def _residual(self, raw, p_row, proposal: Proposal, k: int, us) -> _Verdicts:
+        if self.greedy:
+            return _Verdicts(k, us, int(torch.argmax(raw)), None, "residual", None)
+        if proposal.q_draft is None:
+            residual = point_mass_residual(p_row, proposal.tokens[k])  # (V,)
+        else:
+            residual = residual_distribution(p_row, proposal.q_draft[k])  # (V,)
+        token, draw = sample_inverse_cdf(residual, self.generator)
+        return _Verdicts(k, us, token, draw, "residual", residual)
+
+    def _bonus(self, raw, p_row, n_verify: int, us) -> _Verdicts:
+        if self.greedy:
+            return _Verdicts(n_verify, us, int(torch.argmax(raw)), None, "bonus", None)
+        token, draw = sample_inverse_cdf(p_row, self.generator)
+        return _Verdicts(n_verify, us, token, draw, "bonus", None)
+
+    def _new_tokens(self, proposal: Proposal, verdicts: _Verdicts, budget: int) -> tuple[int, ...]:
+        """Accepted drafts + the final token, cut after an EOS and at the token budget."""
+        new = list(proposal.tokens[:verdicts.accepted]) + [verdicts.final_id]
+        for i, token in enumerate(new):
+            if token in self.lm.eos_ids:
+                new = new[:i + 1]
+                break
+        return tuple(new[:max(budget, 0)])
+
+    # -- rollback
+    def _rollback(self, kept_context: list[int]) -> int:
+        removed = self.cached - (len(kept_context) - 1)
+        if removed > 0:
+            self.cache.crop(-removed)
+            self.cached -= removed
+        return max(removed, 0)
+
+    def _update_gamma(self, accepted: int, drafted: int, source: str) -> None:
+        policy, gamma = self.config.gamma_policy, self.gamma
+        if self.cost_policy is not None:
+            self.cost_policy.update(source, drafted, accepted)
+        elif policy == "heuristic":
+            self.gamma = heuristic_next(gamma, accepted, drafted)
+            how = f"all {drafted} drafts accepted: {gamma}+2" if accepted == drafted \
+                else f"{accepted}/{drafted} accepted: {gamma}-1"
+            self.reason = f"heuristic: last round {how} -> {self.gamma}"
+        elif policy == "confidence":
+            self.reason = (f"confidence: up to {gamma}, stop below q_draft "
+                           f"{self.config.confidence_threshold}")
+        else:
+            self.reason = f"fixed: gamma={gamma}"
+
+    # -- trace
+    def _event(self, index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
+               p_target, verdicts, new, cropped, timer) -> SpecRound:
+        target_tops = top_rows(self.lm, processed, p_target, self.config.top_n)      # n+1 rows
+        drafts = self._positions(proposal, n_verify, p_target, verdicts, target_tops)
+        kind = verdicts.final_kind if verdicts.final_id in new[verdicts.accepted:] else "none"
+        return SpecRound(
+            index=index, position=len(context) - len(forced_now), drafter=proposal.source or self.drafter.name,
+            gamma=n_verify, gamma_policy=self.config.gamma_policy, gamma_reason=reason, drafts=drafts,
+            accepted=verdicts.accepted, final_kind=kind,
+            final_id=verdicts.final_id if kind != "none" else None, final_draw=verdicts.final_draw,
+            final_top=target_tops[verdicts.accepted],
+            residual_top=self._residual_top(verdicts.residual), emitted=tuple(forced_now) + tuple(new),
+            forced_ids=tuple(forced_now), fed_tokens=self.last_fed, kv_cropped_target=cropped[0], kv_cropped_draft=cropped[1],
+            lookup=proposal.lookup, timings_ms=timer.done(),
+            final_piece=self.lm.piece(verdicts.final_id) if kind != "none" else "")
+
+    def _positions(self, proposal, n_verify, p_target, verdicts, target_tops) -> tuple[DraftPosition, ...]:
+        """Every drafted position's numbers, each kind gathered for all positions at once."""
+        n = len(proposal)
+        if n == 0:
+            return ()
+        rows = torch.arange(n, device=p_target.device)
+        tokens = torch.tensor(proposal.tokens, device=p_target.device)
+        p_x = p_target[rows, tokens].tolist()                                          # (n,)
+        q_draft = proposal.q_draft
+        if q_draft is None:
+            q_x, masses, draft_tops = [None] * n, p_x, [()] * n
+        else:
+            q_draft = q_draft.to(p_target.device)
+            q_x = q_draft[rows, tokens].tolist()                                      # (n,)
+            masses = accepted_mass(p_target[:n], q_draft).tolist()                    # (n,)
+            draft_tops = top_rows(self.lm, None, q_draft, self.config.top_n)          # logits = log q
+        return tuple(DraftPosition(
+            index=k, token_id=token, piece=self.lm.piece(token), q_draft=q_x[k], p_target=p_x[k],
+            ratio=p_x[k] / q_x[k] if q_x[k] else p_x[k], accept_prob=masses[k],
+            u=verdicts.us[k] if k < len(verdicts.us) else None,
+            verdict=_verdict(k, n_verify, verdicts.accepted),
+            draft_draw=proposal.draft_draws[k] if k < len(proposal.draft_draws) else None,
+            target_top=target_tops[k], draft_top=draft_tops[k])
+            for k, token in enumerate(proposal.tokens))
+
+    def _residual_top(self, residual: torch.Tensor | None) -> tuple[ProbEntry, ...]:
+        if residual is None:
+            return ()
+        top = torch.topk(residual, min(self.config.top_n, residual.shape[-1]))
+        return tuple(ProbEntry(int(t), self.lm.piece(int(t)), float(p))
+                     for t, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0)
+
+
+def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -> list[tuple[Candidate, ...]]:
+    """The top-N candidates of every row of (R, V) `probs`, with their `logits` (None: log probs), found
+    with one topk and read back with one transfer per field."""
+    top = torch.topk(probs, min(top_n, probs.shape[-1]), dim=-1).indices               # (R, N)
+    prob_rows = probs.gather(-1, top)                                                  # (R, N)
+    logit_rows = torch.log(prob_rows) if logits is None else logits.gather(-1, top)    # (R, N)
+    return [tuple(Candidate(t, lm.piece(t), lg, pr) for t, lg, pr in zip(ids, lgs, prs))
+            for ids, lgs, prs in zip(top.tolist(), logit_rows.tolist(), prob_rows.tolist())]
+
+
+def _verdict(k: int, n_verify: int, accepted: int) -> str:
+    if k >= n_verify:
+        return "recorded"
+    if k < accepted:
+        return "accepted"
+    return "rejected" if k == accepted else "not_reached"
+
+
+# ---------------------------------------------------------------- strategy entry points
+
+def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, generator: torch.Generator,
+           forced: Sequence[int] = (), drafter: Drafter | None = None, draft_lm: LM | None = None
+           ) -> Iterator[SpecRound]:
+    """Yield one SpecRound per target forward. Pass a ready `drafter`, or the loaded `draft_lm` for a
+    config whose `draft` names a model; 'lookup' needs neither."""
+    if drafter is None:
+        drafter = make_drafter(config.draft, lm, draft_lm=draft_lm, max_ngram=config.lookup_max_ngram)
+    forced = [int(t) for t in forced][:config.max_new_tokens]
+    return Speculator(lm, config, drafter, generator).rounds(list(prompt_ids), forced)
+
+
+def spec_stats(events: Sequence) -> dict:
+    """vLLM's definitions: tokens per verification forward, accepted/drafted, per-position rates."""
+    rounds = [e for e in events if isinstance(e, SpecRound)]
+    if not rounds:
+        return {}
+    emitted = sum(len(r.emitted) - len(r.forced_ids) for r in rounds)
+    drafted = sum(r.gamma for r in rounds)
+    accepted = sum(r.accepted for r in rounds)
+    depth = max((r.gamma for r in rounds), default=0)
+    per_position = tuple(
+        sum(1 for r in rounds if r.accepted > k) / sum(1 for r in rounds if r.gamma > k)
+        for k in range(depth))
+    return {"mean_accepted_length": emitted / len(rounds),
+            "acceptance_rate": accepted / drafted if drafted else None,
+            "per_position_acceptance": per_position}

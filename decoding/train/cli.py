@@ -1,0 +1,28 @@
+"""python -m decoding train {parallel,draft,feature} [flags]: dispatch to one trainer."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+
+def main_cli(argv: Sequence[str]) -> int:
+    """`train parallel [flags]` (the dspark drafter), `train draft [flags]` (the shallow self-draft) or
+    `train feature [flags]` (the feature drafter)."""
+    if argv and argv[0] == "parallel":
+        from decoding.train.parallel import main_train_parallel
+
+        return main_train_parallel(argv[1:])
+    if argv and argv[0] == "draft":
+        from decoding.train.shallow import main_train_draft
+
+        return main_train_draft(argv[1:])
+    if argv and argv[0] == "feature":
+        from decoding.train.feature import main_train_feature
+
+        return main_train_feature(argv[1:])
+    print("usage: python -m decoding train {parallel,draft,feature} [flags]  (--help for the flags)", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main_cli(sys.argv[1:]))
