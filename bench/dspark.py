@@ -1,7 +1,8 @@
 """DSpark benchmark: the shipped parallel drafter on the embedded model, temperature 0, against plain
 greedy (ours and transformers' generate) and speculative decoding (prompt lookup; the shallow draft when
 its weights are shipped), interleaved in one process. Sweeps γ for the chain, compares chain and tree,
-the cost-aware adaptive size, with and without prompt-lookup candidates in the lattice, and reports where a round's time goes (from the trace's timing fields).
+the cost-aware adaptive size, with and without prompt-lookup candidates in the lattice, and reports
+where a round's time goes (from the trace's timing fields).
 
     python -m bench dspark [--repeats R] [--max-new-tokens N] [--gammas 4,8,12,16] [--budget B] [--lookup N]
 """
@@ -14,12 +15,14 @@ from collections import defaultdict
 
 import torch
 
+from bench.interleave import interleaved
 from bench.memory import NOTE as MEMORY_NOTE
-from bench.memory import mib_cell, peak_memory
+from bench.memory import mib_cell
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
+from decoding.core.formulas import break_even_tau
 from decoding.drafters.parallel import load_drafter
 from decoding.drafters.shallow import DEFAULT_SHALLOW, load_shallow
 from decoding.runtime.cost_table import CostTable, auto_cost_path
@@ -62,7 +65,7 @@ def contenders(lm, drafter, args) -> dict:
     runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware (auto table)"] = lambda ids: _ours(
         lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto"),
         drafter=drafter)
-    lk = dict(lookup_max_ngram=args.lookup)
+    lk = {"lookup_max_ngram": args.lookup}
     runs[f"dspark chain γ=8 + lookup (n≤{args.lookup})"] = lambda ids: _ours(
         lm, ids, DSparkConfig(max_new_tokens=n, gamma=8, **lk), drafter=drafter)
     runs[f"dspark tree γ={g_tree} K=2 budget={args.budget} + lookup"] = lambda ids: _ours(
@@ -86,26 +89,20 @@ def measure(lm, drafter, args):
     encoded = [lm.encode(p) for p in PROMPTS.values()]
     for name in runs:                       # warm-up (and the cost table's first-use profiling)
         runs[name](encoded[0][:8])
-    for rep in range(args.repeats):
-        for ids in encoded:
-            names = list(runs) if rep % 2 == 0 else list(reversed(runs))
-            results = {}
-            for name in names:
-                with peak_memory(lm.device) as mem:
-                    results[name] = runs[name](ids)
-                rows[name]["peak"].append(mem.above_mib)
-            base = results["greedy (ours)"][0] / results["greedy (ours)"][1]
-            for name, (tokens, wall, trace) in results.items():
-                rows[name]["tps"].append(tokens / wall / base)
-                if trace is None:
-                    continue
-                if trace.stats.mean_accepted_length is not None:
-                    rows[name]["tau"].append(trace.stats.mean_accepted_length)
-                    rows[name]["acc"].append(trace.stats.acceptance_rate or 0.0)
-                rows[name]["rounds"] += len(trace.steps)
-                for step in trace.steps:
-                    for phase, ms in (getattr(step, "timings_ms", None) or {}).items():
-                        rows[name]["phases"][phase] += ms
+    for results in interleaved(runs, encoded, args.repeats, lm.device):
+        for name, r in results.items():
+            rows[name]["peak"].append(r.peak_mib)
+            rows[name]["tps"].append(r.speed)
+            trace = r.extra
+            if trace is None:
+                continue
+            if trace.stats.mean_accepted_length is not None:
+                rows[name]["tau"].append(trace.stats.mean_accepted_length)
+                rows[name]["acc"].append(trace.stats.acceptance_rate or 0.0)
+            rows[name]["rounds"] += len(trace.steps)
+            for step in trace.steps:
+                for phase, ms in (getattr(step, "timings_ms", None) or {}).items():
+                    rows[name]["phases"][phase] += ms
     return rows
 
 
@@ -145,8 +142,9 @@ def render(rows, args) -> str:
              "|---|---|---|---|---|---|"]
     cost_ms = getattr(args, "cost_ms", None)
     if cost_ms:
+        table = ", ".join(f"{v:.0f}" for v in cost_ms)
         lines[-2:-2] = [f"The auto contenders' verify-cost table (profiled on this machine on first use and cached; ms "
-                        f"per target forward over 1, 2, … tokens after a cached prefix): {', '.join(f'{v:.0f}' for v in cost_ms)}."
+                        f"per target forward over 1, 2, … tokens after a cached prefix): {table}."
                         + _non_monotone(cost_ms), ""]
     for name, r in rows.items():
         tau = spread(r["tau"]) if r["tau"] else "—"
@@ -169,9 +167,10 @@ def break_even(rows, gammas, cost_ms) -> list[dict]:
         if g + 1 > len(cost_ms) or not r["rounds"] or not r["tau"]:
             continue
         side = sum(ms for phase, ms in r["phases"].items() if phase not in ("verification", "prefill"))
-        round_ms = cost_ms[g] + side / r["rounds"]
+        round_cost = cost_ms[g] + side / r["rounds"]
         out.append({"gamma": g, "verify_ms": cost_ms[g], "side_ms": side / r["rounds"],
-                    "tau_parity": round_ms / cost_ms[0], "tau_goal": GOAL_SPEED * round_ms / cost_ms[0],
+                    "tau_parity": break_even_tau(round_cost, cost_ms[0]),
+                    "tau_goal": break_even_tau(round_cost, cost_ms[0], GOAL_SPEED),
                     "tau_run": statistics.median(r["tau"])})
     return out
 

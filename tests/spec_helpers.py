@@ -42,7 +42,7 @@ def divergence(lm: LM, prompt_ids, expected, got) -> str:
 def heldout_prompts(n: int) -> list[str]:
     """Prompts of the shipped drafters' training distribution that training held out (decoding.train.parallel's
     split of distill_prompts(1024, seed 0))."""
-    from decoding.train.parallel import distill_prompts, split_sequences
+    from decoding.train.data import distill_prompts, split_sequences
 
     texts = distill_prompts(1024, 0)
     return [texts[i] for i in split_sequences(1024, 16)[1][:n]]

@@ -8,7 +8,8 @@ from tiny_app_model import build_tiny_model_dir
 
 from decoding.core.errors import ConfigError
 from decoding.runtime.models import ModelSpec, load
-from decoding.train.parallel import TrainSettings, data_split, distill_set
+from decoding.train.data import data_split, distill_set
+from decoding.train.parallel import TrainSettings
 from decoding.train.shallow import DraftSettings
 
 SMALL = dict(n_prompts=24, n_varied=12, answer_tokens=40, gen_batch=12, heldout_every=4)

@@ -16,7 +16,8 @@ from decoding.drafters.parallel import DrafterShape, ParallelDrafter, build_latt
 from decoding.runner import run
 from decoding.runtime.hooks import tap_head_input
 from decoding.strategies import dspark
-from decoding.train.parallel import DistillData, draft_at, encode_rows, history_rows, training_chunks
+from decoding.train.data import DistillData, history_rows, training_chunks
+from decoding.train.parallel import draft_at, encode_rows
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)

@@ -14,20 +14,12 @@ import torch
 
 from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.core.errors import ConfigError
-from decoding.drafters import parallel
 from decoding.drafters.parallel import DrafterShape, load_drafter
 from decoding.runner import run
 from decoding.runtime.hooks import tap_head_input
 from decoding.strategies import dspark
-from decoding.train.parallel import (
-    TrainSettings,
-    drafter_data,
-    evaluate,
-    generate_distill,
-    layer_features,
-    slice_index,
-    train_parallel,
-)
+from decoding.train.data import drafter_data, generate_distill, layer_features
+from decoding.train.parallel import TrainSettings, evaluate, slice_index, train_parallel
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
 from tests.test_dspark_backbone import Recorder
 
@@ -93,7 +85,7 @@ def test_decoder_rows_equal_trainings_rows(lm, monkeypatch, layers):
 def test_row_check_bites(lm, monkeypatch):
     """Negative control: a decoder that taps layer 1 where training read layer 0 fails the check."""
     drafter = random_drafter(lm, gamma_max=6, layers=1, window=3, feature_layers=(0,))
-    real = parallel.tap_head_input
+    real = tap_head_input
     monkeypatch.setattr(dspark, "tap_head_input", lambda model, layers=(): real(model, tuple(1 for _ in layers)))
     prompt = [3, 14, 15, 9]
     answer, calls = decode_recorded(lm, drafter, prompt, monkeypatch)

@@ -15,15 +15,8 @@ from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.core.errors import ConfigError
 from decoding.drafters.parallel import build_lattice, load_drafter
 from decoding.runner import run
-from decoding.train.parallel import (
-    DistillData,
-    TrainSettings,
-    build_parser,
-    evaluate,
-    slice_index,
-    train_drafter,
-    train_parallel,
-)
+from decoding.train.data import DistillData
+from decoding.train.parallel import TrainSettings, build_parser, evaluate, slice_index, train_drafter, train_parallel
 from tests.dspark_helpers import module_cache, one_thread, random_drafter, varied_llama
 from tests.test_dspark_train import SETTINGS, prompts  # noqa: F401 - the module fixture
 

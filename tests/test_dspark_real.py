@@ -120,7 +120,7 @@ def test_tour_dspark_stop_with_lookup_matches_its_prose(real_lm):
     same output: checked against its recording."""
     import dataclasses
 
-    from ui import tour
+    from ui.views import tour
 
     stop = tour.stop_by_id("dspark")
     recorded = tour.load_recorded(stop)

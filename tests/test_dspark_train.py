@@ -13,7 +13,8 @@ from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.drafters.parallel import load_drafter
 from decoding.runner import run
 from decoding.runtime.hooks import tap_head_input
-from decoding.train.parallel import TrainSettings, anchors, estimate_bytes, evaluate, generate_distill, train_parallel
+from decoding.train.data import anchors, estimate_bytes, generate_distill
+from decoding.train.parallel import TrainSettings, evaluate, train_parallel
 from tests.dspark_helpers import module_cache, one_thread, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -138,7 +139,7 @@ def test_train_command_line_errors(capsys):
 
 
 def test_heldout_prompts_share_no_base_prompt_with_training():
-    from decoding.train.parallel import _STYLES, distill_prompts, split_sequences
+    from decoding.train.data import _STYLES, distill_prompts, split_sequences
 
     prompts = distill_prompts(2500)
     assert len(set(prompts)) == 2500
@@ -158,7 +159,7 @@ def test_heldout_prompts_share_no_base_prompt_with_training():
 def test_batch_alignment():
     """Row i feeds (hidden[i], tokens[i]); position k's label is tokens[i + k] in the same sequence,
     its parent tokens[i + k − 1]; past the sequence end the label is −2, outside the slice −1."""
-    from decoding.train.parallel import DistillData, make_batch
+    from decoding.train.data import DistillData, make_batch
 
     tokens = torch.tensor([10, 11, 12, 13, 20, 21, 22])
     data = DistillData(tokens, torch.arange(7.0)[:, None].repeat(1, 4).half(), tokens[:, None].int().repeat(1, 2),
@@ -180,7 +181,8 @@ def test_batch_alignment():
 def test_feature_loss_reads_the_rows_ahead_and_masks_past_the_end():
     """Zero when each position's z is the LM-head input that produced its label; a z one position off
     (the negative control) is not; positions past the sequence end do not count."""
-    from decoding.train.parallel import DistillData, feature_loss, make_batch
+    from decoding.train.data import DistillData, make_batch
+    from decoding.train.parallel import feature_loss
 
     gen = torch.Generator().manual_seed(0)
     tokens = torch.arange(9) % 5
@@ -204,7 +206,8 @@ def test_feature_weight_trains_the_hidden_states_toward_the_target(lm, prompts, 
     without; the card names the term; the drafter stays token-identical to greedy."""
     from dataclasses import replace
 
-    from decoding.train.parallel import anchors, data_split, draft_at, feature_loss, make_batch, slice_index
+    from decoding.train.data import anchors, data_split, make_batch
+    from decoding.train.parallel import draft_at, feature_loss, slice_index
 
     data = generate_distill(lm, prompts, answer_tokens=SETTINGS.answer_tokens, batch_size=SETTINGS.gen_batch,
                             progress=False)

@@ -232,7 +232,7 @@ def test_training_raises_tau_and_writes_the_card(tmp_path):
     assert f"{report.after['tau_chain'][5]:.2f}" in card and f"{fit:.2f}" in card and "--width 64" in card
     net = load_feature(lm, out)
     # the report's held-out τ is what a greedy run's drafts would meet: recount on one answer
-    from decoding.train.parallel import generate_distill
+    from decoding.train.data import generate_distill
     data = generate_distill(lm, prompts[:1], answer_tokens=24, progress=False, use_cache=False)
     lead, full, _ = leading_drafts(net.float(), data, 3)
     assert lead.max() <= 3 and len(lead) == data.positions - 1

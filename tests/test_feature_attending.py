@@ -28,8 +28,8 @@ from decoding.runtime.hooks import tap_decoder_rows
 from decoding.runtime.models import LM
 from decoding.train.attending import layout
 from decoding.train.context_rows import prompt_rows
+from decoding.train.data import generate_distill
 from decoding.train.feature import FeatureSettings, train_feature
-from decoding.train.parallel import generate_distill
 from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)

@@ -11,7 +11,8 @@ import torch
 
 from bench.prompts import PROMPTS, SUMMARY_SOURCE
 from decoding.core.errors import ConfigError
-from decoding.train.parallel import DistillData, TrainSettings, data_split, split_parts, split_sequences
+from decoding.train.data import DistillData, data_split, split_parts, split_sequences
+from decoding.train.parallel import TrainSettings
 from decoding.train.prompt_pool import FAMILIES, _family, more_varied_prompts, passage, varied_prompts
 
 TEXTS = [f"Passage {i}: the river rises in spring and falls in autumn. Farmers plan around it every year. "

@@ -18,7 +18,7 @@ from decoding.drafters.factory import load_draft
 from decoding.drafters.shallow import build_shallow, load_shallow, save_shallow, trainable
 from decoding.runner import run
 from decoding.runtime.models import LM
-from decoding.train.parallel import generate_distill
+from decoding.train.data import generate_distill
 from decoding.train.shallow import DraftSettings, chain_metrics, train_shallow
 from tests.dspark_helpers import module_cache, one_thread
 

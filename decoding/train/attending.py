@@ -19,8 +19,8 @@ from typing import Sequence
 import torch
 
 from decoding.drafters.feature_net import FeatureNet, unrolled
+from decoding.train.data import DistillData
 from decoding.train.feature_loss import position_loss
-from decoding.train.parallel import DistillData
 from decoding.train.shallow import lead_metrics
 
 

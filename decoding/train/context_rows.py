@@ -1,6 +1,6 @@
 """The target's LM-head inputs at prompt positions, for drafters that attend over the whole context.
 
-The self-distillation data (decoding.train.parallel.DistillData) holds, for each answer token x_i, the LM-head
+The self-distillation data (decoding.train.data.DistillData) holds, for each answer token x_i, the LM-head
 input h_{i-1} that produced it. A drafter that attends over its context also needs the prompt's rows:
 h_j for prompt positions j = 0 .. P−2 (h_{P−1}, the row that produced the first answer token, is the
 answer's row 0). One batched forward of the target's decoder over the left-padded prompts gives them;
@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from decoding.runtime.paths import cache_root
-from decoding.train.parallel import DISTILL_VERSION, _left_pad
+from decoding.train.data import DISTILL_VERSION, _left_pad
 
 ROWS_VERSION = 1
 

@@ -32,19 +32,9 @@ import torch
 
 from decoding.core.errors import check
 from decoding.drafters.feature_net import DEFAULT_FEATURE, FeatureNet, FeatureShape, save_feature
+from decoding.train.common import display_name, run_trainer, settings_parser
+from decoding.train.data import DataSettings, DistillData, anchors, data_split, distill_set, sequence_ends, vocab_slice
 from decoding.train.feature_loss import position_loss
-from decoding.train.parallel import (
-    DataSettings,
-    DistillData,
-    anchors,
-    data_split,
-    display_name,
-    distill_set,
-    run_trainer,
-    sequence_ends,
-    settings_parser,
-    vocab_slice,
-)
 from decoding.train.shallow import budget_note, changed_flags, lead_metrics
 
 GAMMAS = (1, 2, 3, 4, 5, 6, 8)

@@ -5,7 +5,7 @@ import torch
 import torch.nn.functional as F
 
 from decoding.drafters.feature_net import FeatureNet
-from decoding.train.parallel import DistillData
+from decoding.train.data import DistillData
 
 
 def position_loss(net: FeatureNet, predicted: torch.Tensor, data: DistillData, rows: torch.Tensor,

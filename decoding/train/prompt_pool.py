@@ -1,6 +1,6 @@
 """Varied distillation prompts: the second prompt pool of the self-distillation data.
 
-The first pool (decoding.train.parallel.distill_prompts) is 16 templates x 67 topics; drafters trained on it alone
+The first pool (decoding.train.data.distill_prompts) is 16 templates x 67 topics; drafters trained on it alone
 learn those templates' phrasing and accept far less on prompts phrased otherwise. This pool mixes four
 families phrased in many ways:
   * text tasks: summarise / rewrite / extract / title / question a given passage; the passages are the

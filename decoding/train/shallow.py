@@ -28,15 +28,8 @@ import torch.nn.functional as F
 
 from decoding.core.errors import check
 from decoding.drafters.shallow import DEFAULT_SHALLOW, build_shallow, save_shallow, trainable
-from decoding.train.parallel import (
-    DataSettings,
-    DistillData,
-    data_split,
-    display_name,
-    distill_set,
-    run_trainer,
-    settings_parser,
-)
+from decoding.train.common import display_name, run_trainer, settings_parser
+from decoding.train.data import DataSettings, DistillData, data_split, distill_set
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,49 @@
+"""What every trainer's command line shares: a flag per settings field, load the model, train, one line."""
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from decoding.core.errors import ConfigError
+
+
+def display_name(lm) -> str:
+    """The target's name for model cards ("default" is the embedded model)."""
+    from decoding.runtime.models import DEFAULT_MODEL, EMBEDDED_GGUF
+
+    return f"{EMBEDDED_GGUF.removesuffix('.gguf')} (embedded)" if lm.name == DEFAULT_MODEL else lm.name
+
+
+def settings_parser(prog: str, description: str, settings_type) -> argparse.ArgumentParser:
+    """--model, --out, one flag per field of the settings dataclass, --no-progress."""
+    p = argparse.ArgumentParser(prog=prog, description=description)
+    p.add_argument("--model", default="default")
+    p.add_argument("--out", default=None, help="weights file (default: the shipped asset for the embedded model)")
+    for name, value in asdict(settings_type()).items():
+        flag = "--" + name.replace("_", "-")
+        if isinstance(value, bool):
+            p.add_argument(flag, action=argparse.BooleanOptionalAction, default=value)
+        else:
+            p.add_argument(flag, type=type(value), default=value)
+    p.add_argument("--no-progress", action="store_true")
+    return p
+
+
+def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: Path, prefix: str, train, summary) -> int:
+    """Parse, load the model, train to --out (or the shipped asset for the embedded model, else
+    <prefix>-<model>.safetensors), print one line; one-line errors with exit status 2."""
+    from decoding.runtime.models import ModelSpec, load
+
+    args = parser.parse_args(argv)
+    try:
+        settings = settings_type(**{k: v for k, v in vars(args).items() if k in settings_type.__dataclass_fields__})
+        lm = load(ModelSpec(args.model))
+        out = args.out or (shipped if args.model == "default" else Path(f"{prefix}-{Path(args.model).name}.safetensors"))
+        report = train(lm, settings, out, progress=not args.no_progress)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote {report.weights} ({report.size_bytes / 1e6:.1f} MB) and its model card; {summary(report)}")
+    return 0
