@@ -2,7 +2,7 @@
 import streamlit as st
 
 from decoding.runtime.engine_thread import ENGINE, threads_beside_ui
-from ui import keys, sidebar, strategy_views  # noqa: F401  (registers the beam, speculative and dspark views)
+from ui.widgets import keys, sidebar, strategy_panels  # noqa: F401  (registers the beam, speculative and dspark views)
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
 # Every rerun runs in a thread of its own: the tensor work goes to one engine thread, with one core left

@@ -4,8 +4,9 @@ import streamlit as st
 
 from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES, run_lockstep
-from ui import figures, keys, session, sidebar, tables, views
-from ui.params import build_config
+from ui.views import figures, tables
+from ui.widgets import display, keys, session, sidebar
+from ui.widgets.params import build_config
 
 settings = sidebar.current()
 st.title("Compare")
@@ -53,17 +54,17 @@ if traces:
             st.error(f"{label}: {trace.error}")
     traces = {label: trace for label, trace in traces.items() if trace.steps}   # refused lanes: message only
 if traces:
-    views.show_streams({label: trace.steps for label, trace in traces.items()})
+    display.show_streams({label: trace.steps for label, trace in traces.items()})
     st.subheader("Metrics")
     metrics = tables.metrics_table(traces)
     reference = tables.greedy_lane(traces)
     st.caption(f"speedup_vs_greedy: tokens/s relative to lane {reference}, time = the steps' measured timings."
                if reference else "speedup_vs_greedy: no greedy lane to compare with — set one lane to greedy.")
-    views.table(metrics, "cmp.metrics", "compare-metrics")
-    views.plot(figures.tokens_vs_time({label: t.steps for label, t in traces.items()}), "cmp.time",
+    display.table(metrics, "cmp.metrics", "compare-metrics")
+    display.plot(figures.tokens_vs_time({label: t.steps for label, t in traces.items()}), "cmp.time",
                "compare-tokens-vs-time")
-    views.plot(figures.tokens_per_forward_bars(list(zip(metrics["lane"], metrics["tokens_per_forward"]))),
+    display.plot(figures.tokens_per_forward_bars(list(zip(metrics["lane"], metrics["tokens_per_forward"]))),
                "cmp.per_forward", "compare-tokens-per-forward")
     rates = {label: t.stats.per_position_acceptance for label, t in traces.items()}
     if any(rates.values()):
-        views.plot(figures.per_position_lanes(rates), "cmp.per_position", "compare-per-position-acceptance")
+        display.plot(figures.per_position_lanes(rates), "cmp.per_position", "compare-per-position-acceptance")

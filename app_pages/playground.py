@@ -4,7 +4,7 @@ import time
 
 import streamlit as st
 
-from ui import keys, session, sidebar, stepper, views
+from ui.widgets import display, keys, session, sidebar, step_panel, stepper
 
 settings = sidebar.current()
 st.title("Playground")
@@ -39,16 +39,16 @@ def step_through() -> None:
     if not run.events:
         st.info("Press **Step** to generate the first token, or **Run to end**.")
     else:
-        views.show_chips(run.events, current_step=cursor, keep=stepper.LIVE_CHIPS if more_to_come else None)
-        views.show_metrics(run.events[: cursor + 1])
+        display.show_chips(run.events, current_step=cursor, keep=stepper.LIVE_CHIPS if more_to_come else None)
+        display.show_metrics(run.events[: cursor + 1])
         stepper.show_flash()
         view = stepper.chosen_view()
         if more_to_come:      # a step's charts every chunk would cost the page more than the model
             st.caption("The step's details are drawn when the run ends or you press Stop.")
         elif view == "This step":
-            views.show_step(run.events, cursor, views.ViewContext("pg", on_force=stepper.force))
+            step_panel.show_step(run.events, cursor, step_panel.ViewContext("pg", on_force=stepper.force))
         elif view == "All steps":
-            views.show_all_steps(run.events, views.ViewContext("pg.all"), f"{config.strategy}-run")
+            step_panel.show_all_steps(run.events, step_panel.ViewContext("pg.all"), f"{config.strategy}-run")
         else:
             stepper.branch_view(run)
     render_ms = (time.perf_counter() - started) * 1000.0 - model_ms

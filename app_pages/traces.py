@@ -2,7 +2,7 @@
 import streamlit as st
 
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json, to_json
-from ui import keys, views
+from ui.widgets import display, keys, step_panel
 
 st.title("Traces")
 
@@ -40,11 +40,11 @@ if replay is not None:
     if replay.steps:
         cursor = st.slider("Step", 0, max(0, len(replay.steps) - 1), key=keys.REPLAY_CURSOR) \
             if len(replay.steps) > 1 else 0
-        views.show_chips(replay.steps, current_step=cursor)
-        views.show_metrics(replay.steps[: cursor + 1])
+        display.show_chips(replay.steps, current_step=cursor)
+        display.show_metrics(replay.steps[: cursor + 1])
         view = st.segmented_control("View", ["This step", "All steps"], default="This step", key=keys.REPLAY_VIEW,
                                     label_visibility="collapsed")
         if view == "All steps":
-            views.show_all_steps(replay.steps, views.ViewContext("tr.all"), f"{replay.strategy}-replay")
+            step_panel.show_all_steps(replay.steps, step_panel.ViewContext("tr.all"), f"{replay.strategy}-replay")
         else:
-            views.show_step(replay.steps, cursor, views.ViewContext("tr"))
+            step_panel.show_step(replay.steps, cursor, step_panel.ViewContext("tr"))

@@ -3,7 +3,8 @@ acceptance and tokens per target forward for other γ, next to what the trace me
 import streamlit as st
 
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json
-from ui import keys, views, whatif, whatif_dspark, whatif_view
+from ui.views import whatif, whatif_dspark
+from ui.widgets import display, keys, whatif_panel
 
 st.title("What-if: other γ or budgets from a recorded trace")
 st.markdown(
@@ -37,7 +38,7 @@ else:
     trace = st.session_state.get(keys.WHATIF_TRACE)
 
 if trace is not None and whatif_dspark.dspark_rounds(trace.steps):
-    whatif_view.dspark(trace)
+    whatif_panel.dspark(trace)
     st.stop()
 if trace is not None:
     rounds = whatif.spec_rounds(trace.steps)
@@ -60,6 +61,6 @@ if trace is not None:
         st.caption(f"Rounds recorded at most {recorded} drafts; for larger γ the rows count only those "
                    "(see short_rounds). Record more with the gamma_max parameter.")
     if "expected_ms_per_token" in table:
-        whatif_view.cost_caption(table, trace.steps)
-    views.plot(whatif.sweep_figure(table, measured), "wi.sweep", "whatif-sweep")
-    views.table(table, "wi.table", "whatif-sweep")
+        whatif_panel.cost_caption(table, trace.steps)
+    display.plot(whatif.sweep_figure(table, measured), "wi.sweep", "whatif-sweep")
+    display.table(table, "wi.table", "whatif-sweep")

@@ -1,10 +1,10 @@
 """Charts for BENCHMARKS.md as PNG without kaleido or matplotlib: the figure goes through the app's
-own SVG exporter (ui/svg.py) and Debian's Chromium renders it to PNG (bench/browser.py's launcher)."""
+own SVG exporter (ui/views/svg.py) and Debian's Chromium renders it to PNG (bench/browser.py's launcher)."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from ui.svg import figure_svg
+from ui.views.svg import figure_svg
 
 PLOTS = Path(__file__).resolve().parents[1] / "assets" / "bench"
 
@@ -13,7 +13,7 @@ def speedup_figure(points: dict[str, tuple[list[int], list[float]]], title: str)
     """Lines of speed vs γ, one per series (name -> (γs, speedups)), with the greedy line at 1."""
     import plotly.graph_objects as go
 
-    from ui import palette
+    from ui.views import palette
 
     colors = (palette.BLUE, palette.ORANGE, palette.GREEN, palette.VERMILLION)
     symbols = ("circle", "square", "diamond", "x")

@@ -86,7 +86,7 @@ def app_drafter(model_dir) -> str:
     from decoding.core.config import GreedyConfig
     from decoding.runner import run
     from decoding.runtime.models import ModelSpec, load
-    from ui.params import Settings
+    from ui.widgets.params import Settings
 
     path = Path(model_dir) / "dspark-test-drafter.safetensors"
     if not path.is_file():

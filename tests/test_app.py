@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from tiny_app_model import build_tiny_model_dir
 
-from ui import keys
+from ui.widgets import keys
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 120
@@ -94,7 +94,7 @@ def test_step_run_to_end_back_forward_reset(tiny_dir):
 
 
 def test_a_run_in_progress_draws_its_chips_and_the_step_details_once_it_ends(tiny_dir, monkeypatch):
-    from ui import stepper
+    from ui.widgets import stepper
 
     monkeypatch.setattr(stepper, "CHUNK_S", 0.002)      # a few tiny-model steps per chunk
     monkeypatch.setattr(stepper, "rerun_fragment", lambda: None)   # one chunk per run(), not all of them
@@ -112,7 +112,7 @@ def test_a_run_in_progress_draws_its_chips_and_the_step_details_once_it_ends(tin
 
 
 def test_stop_is_enabled_while_a_long_run_goes_and_disabled_once_it_has_finished(tiny_dir, monkeypatch):
-    from ui import stepper
+    from ui.widgets import stepper
 
     monkeypatch.setattr(stepper, "CHUNK_S", 0.002)
     monkeypatch.setattr(stepper, "rerun_fragment", lambda: None)   # one chunk per run()

@@ -10,7 +10,7 @@ import pytest
 from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 from decoding.core.trace import from_json, to_json, without_timings
-from ui import keys, stepper
+from ui.widgets import keys, stepper
 
 REPEAT = "one two three one two three one two three one two"
 
@@ -79,7 +79,7 @@ def session_of_forward(lm):
 
 
 def test_five_sessions_at_once_share_the_model_and_nothing_else(tiny_dir, sessions):
-    from ui.session import load_lm
+    from ui.widgets.session import load_lm
 
     shared = load_lm(str(tiny_dir), "auto", "auto")       # the object st.cache_resource hands every session
     calls, current, hook = session_of_forward(shared)

@@ -10,8 +10,8 @@ from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401 
 from test_app_dspark import drafter_file  # noqa: F401  (a fixture)
 from test_app_strategies import REPEAT
 
-from ui import forcing
-from ui.chips import visible
+from ui.views.chips import visible
+from ui.widgets import forcing
 
 
 def forced_chips(at) -> list[str]:

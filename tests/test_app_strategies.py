@@ -8,7 +8,7 @@ import re
 import pytest
 from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
-from ui import keys
+from ui.widgets import keys
 
 REPEAT = "one two three one two three one two three one two"
 

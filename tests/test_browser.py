@@ -20,7 +20,7 @@ from bench.browser import CHROMIUM, launch_chromium, streamlit_server
 # Stop landed (its status line then said "finished"): the test now runs on a long-context tiny model and asks for
 # 8,000 tokens, and reads the status once the Stop rerun is idle. Then about 1 run in 8 alone failed another way:
 # the loop saw Stop disabled, yet the run went on (tests/artifacts/stop-chips-failure.png keeps such a page), with
-# every chip of the run redrawn each chunk; since a run in progress draws only its last chips (ui.stepper
+# every chip of the run redrawn each chunk; since a run in progress draws only its last chips (ui.widgets.stepper
 # LIVE_CHIPS) 14 runs in a row passed. Not explained, so the reruns stay.
 pytestmark = [pytest.mark.browser, pytest.mark.flaky(reruns=3, reruns_delay=2)]
 
@@ -246,7 +246,7 @@ def test_stop_interrupts_a_long_run(long_server, page):
     except sync_api.TimeoutError:
         shot(page, "stop-failure")       # what the page showed instead (kept for diagnosis)
         raise
-    from ui.stepper import LIVE_CHIPS
+    from ui.widgets.stepper import LIVE_CHIPS
 
     assert page.locator(".ds-chips span.ds-chip[data-step]").count() <= LIVE_CHIPS   # a run in progress: the tail
     stop = page.get_by_role("button", name="Stop", exact=True)

@@ -1,4 +1,4 @@
-"""Pure helpers of the DSpark views (ui/dspark.py) and the compare page's new columns and charts, on
+"""Pure helpers of the DSpark views (ui/views/dspark.py) and the compare page's new columns and charts, on
 traces of real dspark runs with a tiny llama and a random drafter: every number is checked against
 the trace (or recomputed from it by hand), each rule with a negative control that must fail it."""
 from __future__ import annotations
@@ -13,9 +13,9 @@ from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig
 from decoding.runner import run
 from decoding.runtime.cost_table import CostTable
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
-from ui import dspark, figures, svg, tables
-from ui.chips import chips_html, visible
-from ui.figures import plot_text
+from ui.views import dspark, figures, svg, tables
+from ui.views.chips import chips_html, visible
+from ui.views.figures import plot_text
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPT = [1, 2, 3, 4, 5]

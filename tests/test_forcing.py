@@ -1,4 +1,4 @@
-"""What "force a candidate and branch" forces, per strategy (ui.forcing), and the branches LiveRun.fork
+"""What "force a candidate and branch" forces, per strategy (ui.widgets.forcing), and the branches LiveRun.fork
 makes from it, on tiny models: each forced list is rebuilt here another way, and each branch's output
 starts with exactly that list."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ from decoding.core.errors import ConfigError
 from decoding.core.trace import without_timings
 from decoding.runner import run
 from decoding.runtime.models import LM
-from ui import forcing
-from ui.beam import path_back
-from ui.chips import Chip, name_forced
-from ui.live import LiveRun
+from ui.views.beam import path_back
+from ui.views.chips import Chip, name_forced
+from ui.widgets import forcing
+from ui.widgets.live import LiveRun
 
 PROMPT = [3, 4, 5, 3, 4, 5, 3]
 

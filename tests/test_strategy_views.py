@@ -10,8 +10,8 @@ import pytest
 from decoding.core.config import BeamConfig, SpeculativeConfig
 from decoding.core.trace import Candidate, DraftPosition, ProbEntry, SpecRound
 from decoding.runner import run
-from ui import beam, spec, whatif
-from ui.chips import Chip, chips_html
+from ui.views import beam, spec, whatif
+from ui.views.chips import Chip, chips_html
 
 HOSTILE = ['"];\nevil [label="x', "<script>alert(1)</script>", "back\\slash\\n\\l", "tab\there", "<b>&amp;</b>"]
 

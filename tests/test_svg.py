@@ -1,4 +1,4 @@
-"""The offline SVG export of plotly figures (ui/svg.py): well-formed XML with one shape per bar,
+"""The offline SVG export of plotly figures (ui/views/svg.py): well-formed XML with one shape per bar,
 cell and marker, the figure's colours, dashes and symbols, and every label escaped."""
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 import plotly.graph_objects as go
 import pytest
 
-from ui import figures, svg
+from ui.views import figures, svg
 
 NS = "{http://www.w3.org/2000/svg}"
 

@@ -10,7 +10,8 @@ import pytest
 
 from decoding.core.trace import TraceFormatError, from_json, to_json, without_timings
 from decoding.strategies.dspark import DEFAULT_WEIGHTS
-from ui import keys, tour
+from ui.views import tour
+from ui.widgets import keys
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT = 120
@@ -153,7 +154,7 @@ def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tiny_dir, tmp_
 @pytest.fixture
 def no_model(monkeypatch):
     """Any model load on the page fails the test (AppTest runs the app in this process)."""
-    import ui.session
+    import ui.widgets.session
 
     calls = []
 
@@ -161,8 +162,8 @@ def no_model(monkeypatch):
         calls.append(args)
         raise AssertionError("the tour loaded a model")
 
-    monkeypatch.setattr(ui.session, "load_lm", refuse)
-    monkeypatch.setattr(ui.session, "load", refuse)
+    monkeypatch.setattr(ui.widgets.session, "load_lm", refuse)
+    monkeypatch.setattr(ui.widgets.session, "load", refuse)
     return calls
 
 

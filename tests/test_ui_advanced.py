@@ -10,9 +10,9 @@ import pytest
 from decoding.core.config import DSparkConfig
 from decoding.core.errors import ConfigError
 from decoding.runtime.cost_table import CostTable
-from ui import advanced
-from ui.advanced import CostPick, cost_from_json, cost_from_link, cost_to_link, optional_fields, pick_cost
-from ui.params import Settings, build_config, from_query, param_fields, to_query
+from ui.widgets import advanced
+from ui.widgets.advanced import CostPick, cost_from_json, cost_from_link, cost_to_link, optional_fields, pick_cost
+from ui.widgets.params import Settings, build_config, from_query, param_fields, to_query
 
 
 @pytest.fixture(autouse=True)

@@ -15,10 +15,19 @@ from decoding.core.processors import apply_tracked, build_pipeline
 from decoding.core.token_step import sample_inverse_cdf, token_step
 from decoding.core.trace import TokenStep, without_timings
 from decoding.runner import run
-from ui import figures, tables
-from ui.chips import Chip, chip_html, chips_for, chips_html, first_divergence, last_chips, legend_html, token_box_html
-from ui.live import LiveRun
-from ui.params import Settings, build_config, from_query, param_fields, to_query
+from ui.views import figures, tables
+from ui.views.chips import (
+    Chip,
+    chip_html,
+    chips_for,
+    chips_html,
+    first_divergence,
+    last_chips,
+    legend_html,
+    token_box_html,
+)
+from ui.widgets.live import LiveRun
+from ui.widgets.params import Settings, build_config, from_query, param_fields, to_query
 
 V = 64
 

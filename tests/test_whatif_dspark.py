@@ -10,7 +10,7 @@ from decoding.core.config import DSparkConfig
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_chain, best_tree
 from tests.dspark_helpers import one_thread, random_drafter, varied_llama
-from ui import whatif_dspark as wd
+from ui.views import whatif_dspark as wd
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 

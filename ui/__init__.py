@@ -1,2 +1,2 @@
-"""Streamlit-side helpers. Pure (no streamlit): keys, palette, chips, figures, tables, params, live.
-Drawing widgets: sidebar, session, views, stepper."""
+"""The app's UI. ui/views: pure view builders (trace -> plotly figures, pandas tables, HTML, DOT, SVG; no
+streamlit). ui/widgets: the streamlit widgets and panels that show them, and the state behind them."""

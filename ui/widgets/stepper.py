@@ -11,7 +11,8 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from decoding.core.errors import ConfigError
-from ui import keys, views
+from ui.widgets import keys
+from ui.widgets.display import show_streams
 
 VIEWS = ["This step", "All steps", "Branch"]
 CHUNK_S = 0.5
@@ -96,7 +97,7 @@ def move_cursor(run, pressed: dict) -> int:
 
 def force(index: int, forced: Sequence[int]) -> None:
     """Callback of "Force & branch": a branch departing at step `index` that emits `forced` (every
-    token after the prompt, the chosen one last; ui.forcing computes it), as long as the original
+    token after the prompt, the chosen one last; ui.widgets.forcing computes it), as long as the original
     run, shown in the Branch view."""
     run = st.session_state[keys.RUN]
     try:
@@ -126,7 +127,7 @@ def branch_view(run) -> None:
     if branch is None:
         st.caption("Force a candidate on the step panel to branch; the original run stays here to compare.")
         return
-    views.show_streams({"original": run.events, "branch": branch.events}, piece_of=run.lm.piece)
+    show_streams({"original": run.events, "branch": branch.events}, piece_of=run.lm.piece)
     b1, b2 = st.columns(2)
     b1.button("Continue from the branch", key=keys.ADOPT_BRANCH, on_click=adopt_branch)
     b2.button("Drop the branch", key=keys.DROP_BRANCH, on_click=drop_branch)

@@ -11,9 +11,9 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from ui import palette
-from ui.chips import Chip, visible
-from ui.figures import plot_text
+from ui.views import palette
+from ui.views.chips import Chip, visible
+from ui.views.figures import plot_text
 
 NODE_STYLE = {   # verdict -> (colour, marker symbol, text twin)
     "accepted": (palette.GREEN, "circle", "✓ accepted"),
@@ -116,7 +116,8 @@ def _cell_hover(c, column, parent: int | None) -> str:
     given = "root" if c.position == 1 else ("max over parents" if parent is None else f"parent cand {parent}")
     scores = ", ".join(_num(s) for s in c.scores)
     confs = ", ".join(_num(x) for x in column.confidence)
-    source = " | prompt lookup's token (ŝ after its lookup parent: the run's lookup acceptance rate)" if c.lookup else ""
+    source = (" | prompt lookup's token (ŝ after its lookup parent: the run's lookup acceptance rate)"
+              if c.lookup else "")
     return (f"k={c.position} cand {c.cand}: {visible(c.piece)!r} (id {c.token_id}) | q_draft {_num(c.q_draft)} | "
             f"ŝ per parent [{scores}] (shown: {given}) | c_k per parent [{confs}]{source}")
 
@@ -145,19 +146,19 @@ def lattice_figure(event, value: str = "score") -> go.Figure:
     fig = go.Figure(go.Heatmap(z=grid["z"], x=grid["x"], y=grid["y"], customdata=grid["hover"],
                                hovertemplate="%{customdata}<br>value %{z:.4f}<extra></extra>",
                                colorscale=HEAT_SCALE, zmin=0, zmax=1, xgap=2, ygap=2, name=value,
-                               colorbar=dict(title=dict(text=value), len=0.8)))
+                               colorbar={"title": {"text": value}, "len": 0.8}))
     _add_pieces(fig, grid)
     _add_lookup_cells(fig, event)
     _add_edges(fig, event)
     _add_nodes(fig, event)
     mode = "chain (DP)" if event.select == "chain" else "tree (best-first)"
-    fig.update_layout(title=dict(text=f"Round {event.index}: lattice {len(event.lattice)} positions × "
-                                 f"{len(grid['y'])} candidates; {mode}: {len(event.nodes)} verified, "
-                                 f"{len(event.accepted_path)} accepted<br><sup>colour = "
-                                 f"{VALUE_LABELS.get(value, value)}</sup>", x=0),
-                      xaxis=dict(title="draft position k", dtick=1),
-                      yaxis=dict(title="candidate (0 = drafter's top)", dtick=1, autorange="reversed"),
-                      legend=dict(orientation="h", y=-0.25), margin=dict(t=50, b=10, l=10, r=10),
+    fig.update_layout(title={"text": f"Round {event.index}: lattice {len(event.lattice)} positions × "
+                                     f"{len(grid['y'])} candidates; {mode}: {len(event.nodes)} verified, "
+                                     f"{len(event.accepted_path)} accepted<br><sup>colour = "
+                                     f"{VALUE_LABELS.get(value, value)}</sup>", "x": 0},
+                      xaxis={"title": "draft position k", "dtick": 1},
+                      yaxis={"title": "candidate (0 = drafter's top)", "dtick": 1, "autorange": "reversed"},
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 50, "b": 10, "l": 10, "r": 10},
                       height=220 + 60 * max(1, len(grid["y"])))
     return fig
 
@@ -173,7 +174,7 @@ def _add_pieces(fig: go.Figure, grid: dict) -> None:
             ys.append(grid["y"][j] + 0.22)         # below the edges, which run through the centre
             texts.append(grid["text"][j][i])
             colors.append(palette.BLACK if z >= TEXT_DARK_FROM else "#FFFFFF")
-    fig.add_scatter(name="pieces", x=xs, y=ys, text=texts, mode="text", textfont=dict(color=colors, size=13),
+    fig.add_scatter(name="pieces", x=xs, y=ys, text=texts, mode="text", textfont={"color": colors, "size": 13},
                     hoverinfo="skip", showlegend=False)
 
 
@@ -182,12 +183,13 @@ def _add_lookup_cells(fig: go.Figure, event) -> None:
     cells = [c for column in event.lattice for c in column.cells if c.lookup]
     xs, ys = [], []
     for c in cells:
-        x0, x1, y0, y1 = c.position - LOOKUP_FRAME, c.position + LOOKUP_FRAME, c.cand - LOOKUP_FRAME, c.cand + LOOKUP_FRAME
+        x0, x1 = c.position - LOOKUP_FRAME, c.position + LOOKUP_FRAME
+        y0, y1 = c.cand - LOOKUP_FRAME, c.cand + LOOKUP_FRAME
         xs += [x0, x1, x1, x0, x0, None]
         ys += [y0, y0, y1, y1, y0, None]
     if cells:
         fig.add_scatter(name=LOOKUP_LEGEND, x=xs, y=ys, mode="lines", hoverinfo="skip",
-                        line=dict(color=palette.ORANGE, width=3))
+                        line={"color": palette.ORANGE, "width": 3})
 
 
 def lookup_text(event) -> str:
@@ -223,8 +225,8 @@ def _edges(event) -> tuple[list, list]:
 
 def _add_edges(fig: go.Figure, event) -> None:
     on, off = _edges(event)
-    for name, segs, line in (("plan edge", off, dict(color=palette.BLACK, width=1.5, dash="dot")),
-                             ("accepted path", on, dict(color=palette.GREEN, width=4, dash="solid"))):
+    for name, segs, line in (("plan edge", off, {"color": palette.BLACK, "width": 1.5, "dash": "dot"}),
+                             ("accepted path", on, {"color": palette.GREEN, "width": 4, "dash": "solid"})):
         if not segs:
             continue
         xs, ys = [], []
@@ -234,7 +236,7 @@ def _add_edges(fig: go.Figure, event) -> None:
         fig.add_scatter(name=name, x=xs, y=ys, mode="lines", line=line, hoverinfo="skip")
     if event.nodes:
         fig.add_scatter(name="root (last emitted token)", x=[ROOT_X], y=[0], mode="markers", hoverinfo="skip",
-                        marker=dict(symbol="square", size=12, color=palette.BLACK))
+                        marker={"symbol": "square", "size": 12, "color": palette.BLACK})
 
 
 def _add_nodes(fig: go.Figure, event) -> None:
@@ -244,7 +246,8 @@ def _add_nodes(fig: go.Figure, event) -> None:
         if not mine:
             continue
         fig.add_scatter(name=label, x=[p["x"] for p in mine], y=[p["y"] for p in mine], mode="markers",
-                        marker=dict(symbol=symbol, size=14, color=color, line=dict(color=palette.BLACK, width=1.5)),
+                        marker={"symbol": symbol, "size": 14, "color": color,
+                                "line": {"color": palette.BLACK, "width": 1.5}},
                         customdata=[plot_text(f"node {p['node']} (parent {p['parent']}): {visible(p['piece'])!r} "
                                                 f"id {p['token_id']}") for p in mine],
                         hovertemplate="%{customdata}<br>" + label + "<extra></extra>")
@@ -403,8 +406,8 @@ def phase_bars(table: pd.DataFrame) -> go.Figure:
                            text=[f"{s:.0%} ({ms:.1f} ms)" for s, ms in zip(table["share"], table["ms"])],
                            textposition="outside", cliponaxis=False))
     fig.update_layout(title="Share of the drafting rounds' time per phase (so far)",
-                      xaxis=dict(title="share of time", range=[0, 1.2], tickformat=".0%"),
-                      yaxis=dict(autorange="reversed"), margin=dict(t=50, b=10, l=10, r=10),
+                      xaxis={"title": "share of time", "range": [0, 1.2], "tickformat": ".0%"},
+                      yaxis={"autorange": "reversed"}, margin={"t": 50, "b": 10, "l": 10, "r": 10},
                       height=80 + 40 * max(1, len(table)))
     return fig
 
@@ -438,16 +441,16 @@ def size_figure(info, select: str = "chain") -> go.Figure:
     chosen = list(table["chosen"])
     fig = go.Figure()
     fig.add_bar(name="expected tokens/s (chosen: green, hatched)", x=list(table["size"]), y=list(table["tokens_per_s"]),
-                marker=dict(color=[palette.GREEN if c else palette.SKY for c in chosen],
-                            pattern=dict(shape=["/" if c else "" for c in chosen])),
+                marker={"color": [palette.GREEN if c else palette.SKY for c in chosen],
+                        "pattern": {"shape": ["/" if c else "" for c in chosen]}},
                 text=["chosen" if c else "" for c in chosen], textposition="outside", cliponaxis=False,
                 hovertemplate="size %{x}<br>%{y:.1f} tokens/s<extra></extra>")
     fig.add_scatter(name="verify ms of size + 1 tokens (right axis)", x=list(table["size"]), y=list(table["verify_ms"]),
-                    mode="lines+markers", yaxis="y2", line=dict(color=palette.BLACK, dash="dot"),
-                    marker=dict(symbol="diamond"))
+                    mode="lines+markers", yaxis="y2", line={"color": palette.BLACK, "dash": "dot"},
+                    marker={"symbol": "diamond"})
     what = "chain length" if select == "chain" else "tree budget (nodes)"
     fig.update_layout(title=f"Cost-aware size: {what} {info.size} maximizes (1 + E[accepted]) / verify ms",
-                      xaxis=dict(title=what, dtick=1), yaxis=dict(title="expected tokens/s"),
-                      yaxis2=dict(title="verify ms", overlaying="y", side="right", showgrid=False),
-                      legend=dict(orientation="h", y=-0.3), margin=dict(t=50, b=10, l=10, r=10), height=380)
+                      xaxis={"title": what, "dtick": 1}, yaxis={"title": "expected tokens/s"},
+                      yaxis2={"title": "verify ms", "overlaying": "y", "side": "right", "showgrid": False},
+                      legend={"orientation": "h", "y": -0.3}, margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)
     return fig

@@ -1,17 +1,19 @@
 """Step panels of beam search, speculative decoding and parallel drafting (DSpark), registered with
-the view, chip and table registries on import (app.py imports this module). Numbers all come from the
+the panel, chip and table registries on import (app.py imports this module). Numbers all come from the
 events; every string from a trace is shown with st.text, escaped HTML, or escaped DOT, never as
 Markdown."""
 from __future__ import annotations
 
 import streamlit as st
 
-from ui import beam, chips, dspark, force_views, spec, tables, views
-from ui.chips import token_box_html
+from ui.views import beam, chips, dspark, spec, tables
+from ui.views.chips import token_box_html
+from ui.widgets import display, force_pickers, step_panel
+from ui.widgets.step_panel import ViewContext
 
 # ---------------------------------------------------------------- beam
 
-def beam_panel(step, ctx: views.ViewContext) -> None:
+def beam_panel(step, ctx: ViewContext) -> None:
     """The beam tree over the last steps, the step's candidate pool and the finished hypotheses."""
     cols = st.columns(5)
     cols[0].metric("Step", step.index)
@@ -30,17 +32,17 @@ def beam_panel(step, ctx: views.ViewContext) -> None:
     st.download_button("Download the tree (DOT)", dot, file_name=f"beam-step{step.index}.dot",
                        mime="text/vnd.graphviz", key=f"{ctx.prefix}.beam_dot", on_click="ignore")
     st.caption(f"Candidate pool of step {step.index} (top {len(step.pool)} of B×V, best first)")
-    views.table(beam.pool_table(step), f"{ctx.prefix}.pool", f"beam-step{step.index}-pool")
+    display.table(beam.pool_table(step), f"{ctx.prefix}.pool", f"beam-step{step.index}-pool")
     if ctx.on_force is not None:
-        force_views.beam_force(step, ctx)
+        force_pickers.beam_force(step, ctx)
     if step.finished:
         st.caption("Finished hypotheses (best first)")
-        views.table(beam.finished_table(step), f"{ctx.prefix}.finished", f"beam-step{step.index}-finished")
+        display.table(beam.finished_table(step), f"{ctx.prefix}.finished", f"beam-step{step.index}-finished")
 
 
 # ---------------------------------------------------------------- speculative
 
-def spec_panel(event, ctx: views.ViewContext) -> None:
+def spec_panel(event, ctx: ViewContext) -> None:
     """One round: the drafts with their numbers and verdicts, the residual or bonus token, γ and why,
     the KV rollback, and the running acceptance metrics."""
     cols = st.columns(6)
@@ -51,38 +53,30 @@ def spec_panel(event, ctx: views.ViewContext) -> None:
     cols[4].metric("KV rolled back (target)", event.kv_cropped_target)
     cols[5].metric("KV rolled back (draft)", event.kv_cropped_draft)
     st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
-    st.text(f"Drafter: {event.drafter}" + _lookup_text(event))
+    st.text(f"Drafter: {event.drafter}" + spec.lookup_text(event))
     if event.gamma_choice is not None:
         _gamma_choice_view(event, ctx)
     if event.drafts:
-        views.plot(spec.draft_bars(event), f"{ctx.prefix}.drafts", f"round{event.index}-drafts")
-        views.table(spec.drafts_table(event), f"{ctx.prefix}.draft_table", f"round{event.index}-drafts")
+        display.plot(spec.draft_bars(event), f"{ctx.prefix}.drafts", f"round{event.index}-drafts")
+        display.table(spec.drafts_table(event), f"{ctx.prefix}.draft_table", f"round{event.index}-drafts")
     else:
         st.info("No drafts this round (the drafter had nothing to propose): one target token was sampled.")
     _final_view(event, ctx)
     if ctx.on_force is not None:
-        force_views.spec_force(event, ctx)
+        force_pickers.spec_force(event, ctx)
     _running_metrics(ctx.events or (event,), ctx)
 
 
-def _gamma_choice_view(event, ctx: views.ViewContext) -> None:
+def _gamma_choice_view(event, ctx: ViewContext) -> None:
     info = event.gamma_choice
     with st.expander(f"Cost-aware γ: why {info.gamma} (ms per expected token for each γ)"):
         st.caption(f"Verify costs from {info.cost_source}; one {info.source} draft token {info.draft_ms:.2f} ms. "
                    "acceptance_k: this run's estimate that position k is accepted once the ones before it were "
                    "((accepted + 1) / (reached + 2) over earlier rounds of this drafter).")
-        views.table(spec.gamma_choice_table(info), f"{ctx.prefix}.gamma_choice", f"round{event.index}-gamma-choice")
+        display.table(spec.gamma_choice_table(info), f"{ctx.prefix}.gamma_choice", f"round{event.index}-gamma-choice")
 
 
-def _lookup_text(event) -> str:
-    if event.lookup is None:
-        return ""
-    m = event.lookup
-    return (f" · matched n-gram {list(m.ngram)} earlier at context position {m.match_position}, "
-            f"continuation from {m.continuation_start}")
-
-
-def _final_view(event, ctx: views.ViewContext) -> None:
+def _final_view(event, ctx: ViewContext) -> None:
     if event.final_kind == "none" or event.final_id is None:
         st.caption("The round ended at EOS or the token budget before a final token.")
         return
@@ -93,16 +87,16 @@ def _final_view(event, ctx: views.ViewContext) -> None:
                                else "bonus +"))
     c2.text(spec.final_tooltip(event).replace(" · ", "\n"))
     if event.final_kind == "residual" and event.residual_top:
-        views.plot(spec.residual_bars(event), f"{ctx.prefix}.residual", f"round{event.index}-residual")
+        display.plot(spec.residual_bars(event), f"{ctx.prefix}.residual", f"round{event.index}-residual")
         with st.expander("Residual top-N table"):
-            views.table(spec.residual_table(event), f"{ctx.prefix}.residual_table", f"round{event.index}-residual")
+            display.table(spec.residual_table(event), f"{ctx.prefix}.residual_table", f"round{event.index}-residual")
     elif event.final_kind == "residual":
         st.caption("Temperature 0: after the rejection the target's argmax is emitted.")
     with st.expander("Target's top-N where the final token was chosen"):
-        views.table(spec.final_table(event), f"{ctx.prefix}.final_table", f"round{event.index}-final")
+        display.table(spec.final_table(event), f"{ctx.prefix}.final_table", f"round{event.index}-final")
 
 
-def _running_metrics(events, ctx: views.ViewContext) -> None:
+def _running_metrics(events, ctx: ViewContext) -> None:
     m = spec.spec_metrics(events)
     _metrics_row(m, f"Running metrics over rounds 0–{m['rounds'] - 1}", "accepted / drafted", "Rounds",
                  f"{ctx.prefix}.per_position", "per-position-acceptance")
@@ -117,12 +111,12 @@ def _metrics_row(m: dict, caption: str, rate_help: str, rounds_label: str, key: 
     cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help=rate_help)
     cols[2].metric(rounds_label, m["rounds"])
     if m["per_position"]:
-        views.plot(spec.per_position_bars(m["per_position"]), key, filename)
+        display.plot(spec.per_position_bars(m["per_position"]), key, filename)
 
 
 # ---------------------------------------------------------------- dspark
 
-def dspark_panel(event, ctx: views.ViewContext) -> None:
+def dspark_panel(event, ctx: ViewContext) -> None:
     """One parallel-drafting round: the lattice with the chosen chain/tree over it, stage 1 (the
     DP or best-first selection, the cost-aware size), stage 2 (each verified node's verdict), the
     token after the accepted path, the run's phase breakdown and acceptance metrics."""
@@ -135,14 +129,14 @@ def dspark_panel(event, ctx: views.ViewContext) -> None:
         _dspark_header(event)
         value = st.radio("Colour the lattice by", list(dspark.VALUE_LABELS), format_func=dspark.VALUE_LABELS.get,
                          horizontal=True, key=f"{ctx.prefix}.ds_value")
-        views.plot(dspark.lattice_figure(event, value), f"{ctx.prefix}.lattice", f"round{event.index}-lattice")
+        display.plot(dspark.lattice_figure(event, value), f"{ctx.prefix}.lattice", f"round{event.index}-lattice")
         st.caption("Markers: ● accepted, ✗ rejected, ○ not reached (also in colour), ■ the last emitted token; "
                    "the thick solid line is the accepted path, dotted lines the rest of the plan. Hover a cell "
                    "for ŝ per parent and c_k.")
         _dspark_stage1(event, ctx)
         _dspark_stage2(event, ctx)
         if ctx.on_force is not None:
-            force_views.dspark_force(event, ctx)
+            force_pickers.dspark_force(event, ctx)
     _dspark_running(ctx.events or (event,), ctx)
 
 
@@ -168,57 +162,57 @@ def _dspark_header(event) -> None:
                    "output no longer follows the target's distribution exactly.")
 
 
-def _dspark_stage1(event, ctx: views.ViewContext) -> None:
+def _dspark_stage1(event, ctx: ViewContext) -> None:
     st.subheader("Stage 1 — selection (draft side only)")
-    views.table(dspark.summary_table(event), f"{ctx.prefix}.ds_summary", f"round{event.index}-selection")
+    display.table(dspark.summary_table(event), f"{ctx.prefix}.ds_summary", f"round{event.index}-selection")
     if event.dp is not None:
         st.caption("DP values V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)); back = the "
                    "argmax y at k+1; parent −1 = the last emitted token; on_path marks the chosen chain.")
-        views.table(dspark.dp_table(event), f"{ctx.prefix}.ds_dp", f"round{event.index}-dp")
+        display.table(dspark.dp_table(event), f"{ctx.prefix}.ds_dp", f"round{event.index}-dp")
     else:
         st.caption("Tree mode: the nodes of highest survival (product of ŝ along the path), best first; "
                    "their survival products are in the verdicts table below.")
     if event.size is not None:
-        views.plot(dspark.size_figure(event.size, event.select), f"{ctx.prefix}.ds_size", f"round{event.index}-size")
+        display.plot(dspark.size_figure(event.size, event.select), f"{ctx.prefix}.ds_size", f"round{event.index}-size")
         st.text(f"Cost table: {event.size.cost_source}")
         with st.expander("Cost table and expected rate per size"):
-            views.table(dspark.size_table(event.size), f"{ctx.prefix}.ds_size_table", f"round{event.index}-sizes")
-            views.table(dspark.cost_table(event.size), f"{ctx.prefix}.ds_cost", f"round{event.index}-cost-table")
+            display.table(dspark.size_table(event.size), f"{ctx.prefix}.ds_size_table", f"round{event.index}-sizes")
+            display.table(dspark.cost_table(event.size), f"{ctx.prefix}.ds_cost", f"round{event.index}-cost-table")
     else:
         st.caption("No cost table: the chain length / tree budget is fixed (set cost_table for adaptive γ).")
 
 
-def _dspark_stage2(event, ctx: views.ViewContext) -> None:
+def _dspark_stage2(event, ctx: ViewContext) -> None:
     st.subheader("Stage 2 — verification (one target forward, exact rule)")
-    views.table(dspark.verdicts_table(event), f"{ctx.prefix}.ds_verdicts", f"round{event.index}-verdicts")
+    display.table(dspark.verdicts_table(event), f"{ctx.prefix}.ds_verdicts", f"round{event.index}-verdicts")
     c1, c2 = st.columns([1, 3])
     with c1:
         st.html(token_box_html(dspark.piece_of(event, event.next_token), event.next_token, event.next_from))
     c2.text(dspark.next_tooltip(event).replace(" · ", "\n"))
 
 
-def _dspark_running(events, ctx: views.ViewContext) -> None:
+def _dspark_running(events, ctx: ViewContext) -> None:
     m = dspark.dspark_metrics(events)
     _metrics_row(m, f"Running metrics over {m['rounds']} drafting round(s)", "accepted / verified nodes",
                  "Drafting rounds", f"{ctx.prefix}.ds_per_position", "dspark-per-position-acceptance")
     phases = dspark.phase_table(events)
     if len(phases):
-        views.plot(dspark.phase_bars(phases), f"{ctx.prefix}.ds_phases", "dspark-phase-shares")
+        display.plot(dspark.phase_bars(phases), f"{ctx.prefix}.ds_phases", "dspark-phase-shares")
         with st.expander("Phase totals table"):
-            views.table(phases, f"{ctx.prefix}.ds_phase_table", "dspark-phases")
+            display.table(phases, f"{ctx.prefix}.ds_phase_table", "dspark-phases")
 
 
 # ---------------------------------------------------------------- registration
 
-views.register_panel("beam", beam_panel)
+step_panel.register_panel("beam", beam_panel)
 chips.register_sequence_chips("beam", beam.beam_chips)
 tables.register_rows("beam", beam.beam_row)
 tables.register_output("beam", beam.beam_output)
 
-views.register_panel("spec_round", spec_panel)
+step_panel.register_panel("spec_round", spec_panel)
 chips.register_chips("spec_round", spec.spec_chips)
 tables.register_rows("spec_round", spec.spec_row)
 
-views.register_panel("dspark_round", dspark_panel)
+step_panel.register_panel("dspark_round", dspark_panel)
 chips.register_chips("dspark_round", dspark.dspark_chips)
 tables.register_rows("dspark_round", dspark.dspark_row)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from decoding.core.errors import ConfigError, check
 from decoding.runner import emitted_ids
-from ui.chips import visible
+from ui.views.chips import visible
 
 
 @dataclass(frozen=True)

@@ -1,11 +1,11 @@
 """Every session-state and widget key the app uses, in one place."""
 
 # session state (not widgets)
-SETTINGS = "ds.settings"          # ui.params.Settings of the current sidebar
+SETTINGS = "ds.settings"          # ui.widgets.params.Settings of the current sidebar
 QP_LOADED = "ds.qp_loaded"        # query params were copied into the widgets once
 QP_BAD = "ds.qp_bad"              # names of link parameters that did not parse
 QP_LINK_ERRORS = "ds.qp_link_errors"  # messages for link values that are none of a widget's choices
-RUN = "ds.run"                    # ui.live.LiveRun of the playground
+RUN = "ds.run"                    # ui.widgets.live.LiveRun of the playground
 RUN_SIGNATURE = "ds.run_signature"
 BRANCH = "ds.branch"              # a LiveRun branched by forcing a candidate
 CURSOR = "ds.cursor"              # index of the playground step on view

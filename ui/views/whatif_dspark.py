@@ -109,7 +109,7 @@ def sweep_figure(table: pd.DataFrame, measured_values: dict):
     """Forecast and replayed tokens per target forward per chain γ' and tree budget."""
     import plotly.graph_objects as go
 
-    from ui import palette
+    from ui.views import palette
 
     fig = go.Figure()
     styles = {("chain", "forecast"): (palette.BLUE, "circle", "solid"),
@@ -122,13 +122,13 @@ def sweep_figure(table: pd.DataFrame, measured_values: dict):
         if part.empty or part[col].isna().all():
             continue
         fig.add_scatter(name=f"{mode} — {what}", x=list(part["size"]), y=list(part[col]), mode="lines+markers",
-                        line=dict(color=color, dash=dash), marker=dict(symbol=symbol, size=8))
+                        line={"color": color, "dash": dash}, marker={"symbol": symbol, "size": 8})
     if measured_values.get("tokens_per_forward") is not None:
         size = measured_values["gamma"] if measured_values["select"] == "chain" else measured_values["nodes"]
         fig.add_scatter(name=f"measured ({measured_values['select']}, size {size})", x=[size],
                         y=[measured_values["tokens_per_forward"]], mode="markers",
-                        marker=dict(symbol="star", size=16, color=palette.VERMILLION))
+                        marker={"symbol": "star", "size": 16, "color": palette.VERMILLION})
     fig.update_layout(title="Tokens per target forward vs chain length γ / tree budget",
-                      xaxis=dict(title="γ (chain) or nodes (tree)", dtick=1), yaxis_title="tokens per verification",
-                      legend=dict(orientation="h", y=-0.25), margin=dict(t=50, b=10, l=10, r=10), height=400)
+                      xaxis={"title": "γ (chain) or nodes (tree)", "dtick": 1}, yaxis_title="tokens per verification",
+                      legend={"orientation": "h", "y": -0.25}, margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=400)
     return fig

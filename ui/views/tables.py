@@ -6,8 +6,8 @@ from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
-from ui.chips import first_divergence, visible
-from ui.figures import emitted_count
+from ui.views.chips import first_divergence, visible
+from ui.views.figures import emitted_count
 
 
 def _p(logprob: float) -> float:

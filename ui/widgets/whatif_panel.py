@@ -1,9 +1,12 @@
-"""Streamlit section of the what-if page for DSpark traces (numbers from ui/whatif_dspark, no model)."""
+"""Streamlit sections of the what-if page: a DSpark trace's sweep over chain lengths and tree budgets
+(numbers from ui/views/whatif_dspark.py) and the cost-table caption of a speculative one (ui/views/whatif.py).
+No model."""
 from __future__ import annotations
 
 import streamlit as st
 
-from ui import keys, views, whatif, whatif_dspark
+from ui.views import whatif, whatif_dspark
+from ui.widgets import display, keys
 
 
 def dspark(trace) -> None:
@@ -23,17 +26,12 @@ def dspark(trace) -> None:
     budgets = st.multiselect("Tree budgets", [2, 4, 6, 8, 12, 16, 24, 32], default=[4, 8, 16],
                              key=keys.WHATIF_BUDGETS)
     table = whatif_dspark.sweep(trace.steps, range(1, measured["gamma"] + 1), sorted(budgets))
-    views.plot(whatif_dspark.sweep_figure(table, measured), "wi.ds_sweep", "whatif-dspark-sweep")
-    views.table(table, "wi.ds_table", "whatif-dspark-sweep")
+    display.plot(whatif_dspark.sweep_figure(table, measured), "wi.ds_sweep", "whatif-dspark-sweep")
+    display.table(table, "wi.ds_table", "whatif-dspark-sweep")
 
 
 def cost_caption(table, events) -> None:
     """For a cost-policy trace: the γ the recorded cost table makes fastest, against plain greedy."""
-    priced = table.dropna(subset=["expected_ms_per_token"])
-    if priced.empty:
-        return
-    best = priced.loc[priced["expected_ms_per_token"].idxmin()]
-    greedy_ms = whatif.recorded_cost(events)[0][0]
-    st.caption(f"With the cost table this trace recorded (`expected_ms_per_token`): the fastest fixed γ would be "
-               f"{int(best['gamma'])} at {best['expected_ms_per_token']:.1f} ms per token; plain greedy costs "
-               f"{greedy_ms:.1f} ms per token (one 1-token forward). Bookkeeping outside the forwards is not counted.")
+    note = whatif.cost_note(table, events)
+    if note is not None:
+        st.caption(note)

@@ -9,9 +9,9 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from ui import palette
-from ui.chips import Chip, visible
-from ui.figures import plot_text
+from ui.views import palette
+from ui.views.chips import Chip, visible
+from ui.views.figures import plot_text
 
 VERDICT_STYLE = {   # verdict -> (colour, bar pattern, text twin)
     "accepted": (palette.GREEN, "", "✓ accepted"),
@@ -83,6 +83,15 @@ def final_tooltip(event) -> str:
     parts.append(f"u {_num(event.final_draw)}" if event.final_draw is not None else "argmax (T=0)")
     parts.append(f"round {event.index}")
     return " · ".join(parts)
+
+
+def lookup_text(event) -> str:
+    """Where prompt lookup found the round's drafts (empty for another drafter), after "Drafter: …"."""
+    if event.lookup is None:
+        return ""
+    m = event.lookup
+    return (f" · matched n-gram {list(m.ngram)} earlier at context position {m.match_position}, "
+            f"continuation from {m.continuation_start}")
 
 
 # ---------------------------------------------------------------- tables
@@ -159,27 +168,27 @@ def draft_bars(event) -> go.Figure:
                     hovertemplate="%{x}<br>q_draft %{y:.4f}<extra></extra>")
     styles = [VERDICT_STYLE.get(d.verdict, VERDICT_STYLE["recorded"]) for d in event.drafts]
     fig.add_bar(name="p_target (bar colour = verdict)", x=labels, y=[d.p_target for d in event.drafts],
-                marker=dict(color=[s[0] for s in styles], pattern=dict(shape=[s[1] for s in styles])),
+                marker={"color": [s[0] for s in styles], "pattern": {"shape": [s[1] for s in styles]}},
                 text=[s[2] for s in styles], textposition="outside", cliponaxis=False,
                 hovertemplate="%{x}<br>p_target %{y:.4f}<extra></extra>")
     if any(d.u is not None for d in event.drafts):
         fig.add_scatter(name="ratio min(1, p/q) (right axis)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
-                        mode="markers", yaxis="y2", marker=dict(symbol="diamond", size=11, color=palette.BLACK))
+                        mode="markers", yaxis="y2", marker={"symbol": "diamond", "size": 11, "color": palette.BLACK})
         fig.add_scatter(name="u: accept if u < ratio (right axis)", x=labels, y=[d.u for d in event.drafts],
-                        mode="markers", yaxis="y2", marker=dict(symbol="x", size=11, color=palette.ORANGE))
-        fig.update_layout(yaxis2=dict(title="ratio, u", overlaying="y", side="right", range=[0, 1.05], dtick=0.25,
-                                      showgrid=False))
+                        mode="markers", yaxis="y2", marker={"symbol": "x", "size": 11, "color": palette.ORANGE})
+        fig.update_layout(yaxis2={"title": "ratio, u", "overlaying": "y", "side": "right", "range": [0, 1.05],
+                                  "dtick": 0.25, "showgrid": False})
         rule = "accept while u < p_target/q_draft"
     else:   # temperature 0: the verifier compares with the target's argmax
         fig.add_bar(name="p_target of the target's argmax", x=labels,
                     y=[d.target_top[0].prob if d.target_top else None for d in event.drafts],
-                    marker=dict(color="white", line=dict(color=palette.BLUE, width=1.5)))
+                    marker={"color": "white", "line": {"color": palette.BLUE, "width": 1.5}})
         rule = "temperature 0: accept while the draft is the target's argmax"
     peak = max([d.p_target for d in event.drafts] + [d.q_draft or 0 for d in event.drafts] + [0.0])
     fig.update_layout(barmode="group", title=f"Round {event.index}: {event.gamma} draft(s) verified, "
                       f"{event.accepted} accepted ({rule})",
-                      yaxis=dict(title="probability", range=[0, 1.15] if peak > 0.2 else None),
-                      legend=dict(orientation="h", y=-0.3), margin=dict(t=50, b=10, l=10, r=10), height=400)
+                      yaxis={"title": "probability", "range": [0, 1.15] if peak > 0.2 else None},
+                      legend={"orientation": "h", "y": -0.3}, margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=400)
     return fig
 
 
@@ -191,10 +200,10 @@ def residual_bars(event) -> go.Figure:
                 hovertemplate="%{x}<br>residual p %{y:.4f}<extra></extra>")
     targets = [_prob_in(event.final_top, e.token_id) for e in event.residual_top]
     fig.add_scatter(name="p_target", x=labels, y=targets, mode="markers",
-                    marker=dict(symbol="diamond", size=10, color=palette.BLUE))
+                    marker={"symbol": "diamond", "size": 10, "color": palette.BLUE})
     fig.update_layout(title="Residual norm(max(0, p_target − q_draft)): top-N (resampled token in purple)",
-                      yaxis_title="probability", legend=dict(orientation="h", y=-0.3),
-                      margin=dict(t=50, b=10, l=10, r=10), height=360)
+                      yaxis_title="probability", legend={"orientation": "h", "y": -0.3},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=360)
     return fig
 
 
@@ -203,6 +212,6 @@ def per_position_bars(per_position: Sequence[float]) -> go.Figure:
     fig = go.Figure(go.Bar(x=xs, y=list(per_position), marker_color=palette.GREEN,
                            text=[f"{a:.2f}" for a in per_position], textposition="outside", cliponaxis=False))
     fig.update_layout(title="Per-position acceptance (rounds in which position k was accepted / drafted)",
-                      yaxis=dict(title="acceptance", range=[0, 1.1]), margin=dict(t=50, b=10, l=10, r=10),
+                      yaxis={"title": "acceptance", "range": [0, 1.1]}, margin={"t": 50, "b": 10, "l": 10, "r": 10},
                       height=300)
     return fig

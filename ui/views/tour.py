@@ -1,8 +1,8 @@
 """The guided tour: its stops (text, prompt and decoding config), the pre-recorded traces shipped in
-assets/tour/, and the recorder that writes them. No streamlit here (ui/tour_view.py draws the page).
+assets/tour/, and the recorder that writes them. No streamlit here (ui/widgets/tour_page.py draws the page).
 
-    python -m ui.tour record                 # every stop, on the embedded model
-    python -m ui.tour record --only dspark   # one stop (repeat --only for more)
+    python -m ui.views.tour record                 # every stop, on the embedded model
+    python -m ui.views.tour record --only dspark   # one stop (repeat --only for more)
 """
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from typing import Any
 from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.core.trace import Trace, from_json, to_json
-from ui.params import build_config
+from decoding.runner import STRATEGIES, run
 
-TOUR_DIR = Path(__file__).resolve().parents[1] / "assets" / "tour"
+TOUR_DIR = Path(__file__).resolve().parents[2] / "assets" / "tour"
 MAX_SHIPPED_BYTES = 300_000          # a shipped trace stays small (lower top_n or max_new_tokens if not)
 MODEL = "default"                    # the traces are recorded on the embedded SmolLM2-135M-Instruct
 
@@ -39,8 +39,10 @@ class Stop:
     focus: str = "first"             # which step is shown first (see focus_step)
 
     def config(self) -> BaseConfig:
-        return build_config(self.strategy, dict(self.params), seed=self.seed,
-                            max_new_tokens=self.max_new_tokens, top_n=self.top_n)
+        """The stop's validated config (ConfigError names a bad parameter, or an unknown strategy)."""
+        check(self.strategy in STRATEGIES, "strategy", self.strategy, f"choose one of {', '.join(STRATEGIES)}")
+        return STRATEGIES[self.strategy].config_cls(max_new_tokens=self.max_new_tokens, seed=self.seed,
+                                                    top_n=self.top_n, **dict(self.params))
 
 
 COPY_TEXT = ("Speculative decoding lets a small drafter guess several tokens, and the large model checks "
@@ -122,7 +124,8 @@ STOPS: tuple[Stop, ...] = (
             "- **min-p** drops every token below min-p × the top token's probability.\n\n"
             "What is left is renormalised; a uniform number u picks the token whose cumulative "
             "probability first exceeds u. Same prompt as the greedy stop: the answer changes with the "
-            "seed, and this one does not fall into the greedy loop. Here temperature 0.8, top-k 15, top-p 0.9, min-p 0.05, seed 0."),
+            "seed, and this one does not fall into the greedy loop. Here temperature 0.8, top-k 15, top-p 0.9, "
+            "min-p 0.05, seed 0."),
         look_for=(
             "The bars, raw versus processed, with each removed token marked by the filter that removed "
             "it; the filter table with the mass each one cut; the draw u on the CDF. The step shown "
@@ -215,6 +218,11 @@ def stop_by_id(stop_id: str) -> Stop:
     raise ConfigError("stop", stop_id, f"choose one of {', '.join(stop_ids())}")
 
 
+def stop_label(stop_id: str) -> str:
+    """The stop's number and title, as the selector and the page's header show it."""
+    return f"{stop_ids().index(stop_id) + 1}. {stop_by_id(stop_id).title}"
+
+
 def neighbour(stop_id: str, offset: int) -> str:
     """The stop `offset` places away, clamped to the first and last."""
     ids = stop_ids()
@@ -297,8 +305,6 @@ def config_line(stop: Stop) -> str:
 # ---------------------------------------------------------------- recording
 
 def record_stop(lm, stop: Stop) -> Trace:
-    from decoding.runner import run
-
     return run(lm, lm.encode(stop.prompt, chat_template=True), stop.config(), prompt_text=stop.prompt)
 
 
@@ -328,7 +334,7 @@ def record(stops: Sequence[Stop], root: Path, *, device: str = "auto", dtype: st
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ui.tour", description="Record the tour's traces.")
+    parser = argparse.ArgumentParser(prog="python -m ui.views.tour", description="Record the tour's traces.")
     sub = parser.add_subparsers(dest="command", required=True)
     rec = sub.add_parser("record", help="run each stop on the embedded model and write assets/tour/<stop>.json")
     rec.add_argument("--only", action="append", default=None, metavar="STOP",

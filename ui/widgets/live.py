@@ -83,15 +83,15 @@ class LiveRun:
         return [int(t) for t in strategy_for(self.config).output_ids(self.events)]
 
     # ------------------------------------------------------------------ branching
-    def branch(self, at: int, token_id: int) -> "LiveRun":
+    def branch(self, at: int, token_id: int) -> LiveRun:
         """A new run identical to this one for steps [0, at) that emits `token_id` at step `at`
         (forced) and continues from there (strategies whose events emit tokens in order)."""
         self._check_step(at)
         return self.fork(at, [int(t) for t in emitted_ids(self.events[:at])] + [int(token_id)])
 
-    def fork(self, at: int, forced: Sequence[int]) -> "LiveRun":
+    def fork(self, at: int, forced: Sequence[int]) -> LiveRun:
         """A branch departing at recorded event `at`: a run of the same settings that emits `forced`
-        (every token after the prompt, up to and including the chosen one; ui.forcing computes it per
+        (every token after the prompt, up to and including the chosen one; ui.widgets.forcing computes it per
         strategy), then continues. Per-token strategies keep this run's events [0, at): the engine
         re-creates a forced prefix one step per token, so they are the same steps. The others start
         afresh, their first event emitting the forced tokens. Steps until all of them are out."""

@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
-from ui import palette
-from ui.chips import visible
+from ui.views import palette
+from ui.views.chips import visible
 
 FILTERS_ORDER = ("top_k", "top_p", "min_p")
 
@@ -73,7 +73,7 @@ def fixed_margins(fig: go.Figure) -> go.Figure:
     if labels and len(set(labels)) * (chars * CHAR_PX + 12) > MAY_TURN_ABOVE_PX:
         bottom = max(bottom, int(chars * CHAR_PX * math.sin(math.radians(TURN_DEGREES)) + LINE_PX))
     bottom += LINE_PX + 6 if fig.layout.xaxis.title.text else 0
-    fig.update_layout(margin=dict(l=left, r=right, b=bottom + 6))
+    fig.update_layout(margin={"l": left, "r": right, "b": bottom + 6})
     fig.update_xaxes(automargin=False)
     fig.update_yaxes(automargin=False)
     return fig
@@ -139,15 +139,15 @@ def probability_bars(step) -> go.Figure:
         if any(y is not None for y in ys):
             color, shape = palette.FILTER_STYLE[name]
             fig.add_bar(name=f"removed by {name} ✂", x=labels, y=ys,
-                        marker=dict(color="white", line=dict(color=color, width=1.5),
-                                    pattern=dict(shape=shape, fgcolor=color)),
+                        marker={"color": "white", "line": {"color": color, "width": 1.5},
+                                "pattern": {"shape": shape, "fgcolor": color}},
                         hovertemplate="%{x}<br>would have had p %{y:.4f}<extra>" + name + "</extra>")
     _add_chosen(fig, step, labels)
     _add_top_p(fig, step, labels)
     _add_min_p(fig, step, space)
     fig.update_layout(barmode="group", title=f"Step {step.index}: top-{len(labels)} candidates",
-                      yaxis_title="probability", legend=dict(orientation="h", y=-0.3),
-                      margin=dict(t=50, b=10, l=10, r=10), height=420)
+                      yaxis_title="probability", legend={"orientation": "h", "y": -0.3},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=420)
     return fig
 
 
@@ -165,14 +165,14 @@ def _add_top_p(fig: go.Figure, step, labels: list[str]) -> None:
     if cut is None:
         return
     fig.add_scatter(name="top-p: cumulative p (right axis)", x=labels, y=top_p_cumulative(step),
-                    mode="lines+markers", yaxis="y2", line=dict(color=palette.PURPLE, dash="dot"),
-                    marker=dict(symbol="diamond"), connectgaps=True)
+                    mode="lines+markers", yaxis="y2", line={"color": palette.PURPLE, "dash": "dot"},
+                    marker={"symbol": "diamond"}, connectgaps=True)
     fig.add_shape(type="line", xref="paper", x0=0, x1=1, yref="y2", y0=cut.value, y1=cut.value,
-                  line=dict(color=palette.PURPLE, dash="dash"))
+                  line={"color": palette.PURPLE, "dash": "dash"})
     fig.add_annotation(xref="paper", x=1, yref="y2", y=cut.value, text=f"top_p = {cut.value:g}",
                        showarrow=False, xanchor="right", yshift=8)
-    fig.update_layout(yaxis2=dict(title="cumulative p", overlaying="y", side="right", range=[0, 1.05], dtick=0.25,
-                                  showgrid=False))
+    fig.update_layout(yaxis2={"title": "cumulative p", "overlaying": "y", "side": "right", "range": [0, 1.05],
+                              "dtick": 0.25, "showgrid": False})
 
 
 def _add_min_p(fig: go.Figure, step, space: list[float]) -> None:
@@ -180,7 +180,7 @@ def _add_min_p(fig: go.Figure, step, space: list[float]) -> None:
     if cut is None:
         return
     floor = cut.value * max(space)
-    fig.add_hline(y=floor, line=dict(color=palette.ORANGE, dash="dashdot"),
+    fig.add_hline(y=floor, line={"color": palette.ORANGE, "dash": "dashdot"},
                   annotation_text=f"min-p floor = {cut.value:g} × max p = {floor:.4f}",
                   annotation_position="top right")
 
@@ -208,12 +208,12 @@ def draw_cdf(step, tolerance: float = 1e-3) -> go.Figure | None:
     fig.add_bar(name="cdf interval", x=xs, y=[c.prob for c in kept], base=lows, marker_color=colors,
                 hovertemplate="%{x}<br>[%{base:.4f}, %{y:.4f} wide)<extra></extra>")
     fig.add_scatter(name="cumulative p (vocabulary order)", x=xs, y=highs, mode="lines+markers",
-                    line=dict(color=palette.BLACK, shape="hv"))
-    fig.add_hline(y=step.draw * total, line=dict(color=palette.VERMILLION, dash="dash"),
+                    line={"color": palette.BLACK, "shape": "hv"})
+    fig.add_hline(y=step.draw * total, line={"color": palette.VERMILLION, "dash": "dash"},
                   annotation_text=f"u = {step.draw:.4f}", annotation_position="top left")
     fig.update_layout(title="The draw: u against the CDF (chosen interval in vermillion)",
-                      yaxis=dict(title="cumulative p", range=[0, 1.02]), showlegend=False,
-                      margin=dict(t=50, b=10, l=10, r=10), height=360)
+                      yaxis={"title": "cumulative p", "range": [0, 1.02]}, showlegend=False,
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=360)
     return fig
 
 
@@ -229,8 +229,9 @@ def timing_waterfall(timings_ms: Mapping[str, float], title: str = "Where the st
                            orientation="h", marker_color=colors, text=[f"{timings_ms[n]:.2f} ms" for n in names],
                            textposition="outside", cliponaxis=False,
                            hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))
-    fig.update_layout(title=f"{title} (total {t:.1f} ms)", xaxis=dict(title="ms since step start", range=[0, t * 1.2]),
-                      yaxis=dict(autorange="reversed"), margin=dict(t=50, b=10, l=10, r=10),
+    fig.update_layout(title=f"{title} (total {t:.1f} ms)",
+                      xaxis={"title": "ms since step start", "range": [0, t * 1.2]}, yaxis={"autorange": "reversed"},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10},
                       height=80 + 40 * max(1, len(names)))
     return fig
 
@@ -250,9 +251,9 @@ def tokens_vs_time(lanes: Mapping[str, Sequence]) -> go.Figure:
             xs.append(t)
             ys.append(n)
         fig.add_scatter(name=label, x=xs, y=ys, mode="lines+markers",
-                        line=dict(color=palette.LANE_COLORS[i % 4], dash=palette.LANE_DASHES[i % 4], shape="hv"))
+                        line={"color": palette.LANE_COLORS[i % 4], "dash": palette.LANE_DASHES[i % 4], "shape": "hv"})
     fig.update_layout(title="Tokens vs wall time", xaxis_title="ms (sum of step timings)",
-                      yaxis_title="tokens emitted", margin=dict(t=50, b=10, l=10, r=10), height=380)
+                      yaxis_title="tokens emitted", margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)
     return fig
 
 
@@ -262,11 +263,11 @@ def tokens_per_forward_bars(rows: Sequence[tuple[str, float]]) -> go.Figure:
     labels = [plot_text(label) for label, _ in rows]
     fig = go.Figure(go.Bar(x=labels, y=[v for _, v in rows], text=[f"{v:.2f}" for _, v in rows],
                            textposition="outside", cliponaxis=False,
-                           marker=dict(color=[palette.LANE_COLORS[i % 4] for i in range(len(rows))],
-                                       pattern=dict(shape=[LANE_PATTERNS[i % 4] for i in range(len(rows))]))))
+                           marker={"color": [palette.LANE_COLORS[i % 4] for i in range(len(rows))],
+                                   "pattern": {"shape": [LANE_PATTERNS[i % 4] for i in range(len(rows))]}}))
     peak = max([v for _, v in rows] + [1.0])
-    fig.update_layout(title="Tokens per target forward", yaxis=dict(title="tokens / forward", range=[0, peak * 1.2]),
-                      margin=dict(t=50, b=10, l=10, r=10), height=340)
+    fig.update_layout(title="Tokens per target forward", yaxis={"title": "tokens / forward", "range": [0, peak * 1.2]},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=340)
     return fig
 
 
@@ -281,9 +282,9 @@ def per_position_lanes(lanes: Mapping[str, Sequence[float] | None]) -> go.Figure
         if not rates:
             continue
         fig.add_bar(name=plot_text(label), x=[f"k={k + 1}" for k in range(len(rates))], y=list(rates),
-                    marker=dict(color=palette.LANE_COLORS[i % 4], pattern=dict(shape=LANE_PATTERNS[i % 4])),
+                    marker={"color": palette.LANE_COLORS[i % 4], "pattern": {"shape": LANE_PATTERNS[i % 4]}},
                     hovertemplate="%{x}: %{y:.3f}<extra>" + plot_text(label) + "</extra>")
     fig.update_layout(barmode="group", title="Per-position acceptance (speculative and dspark lanes)",
-                      yaxis=dict(title="acceptance", range=[0, 1.05]), legend=dict(orientation="h", y=-0.25),
-                      margin=dict(t=50, b=10, l=10, r=10), height=360)
+                      yaxis={"title": "acceptance", "range": [0, 1.05]}, legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=360)
     return fig

@@ -11,8 +11,11 @@ import streamlit as st
 from decoding.core.errors import ConfigError
 from decoding.core.trace import Trace, TraceFormatError
 from decoding.runner import run
-from ui import keys, session, sidebar, tour, views
-from ui.chips import first_divergence
+from ui.views import tour
+from ui.views.chips import first_divergence
+from ui.widgets import keys, session, sidebar
+from ui.widgets.display import show_chips, show_metrics
+from ui.widgets.step_panel import ViewContext, show_step
 
 SOURCES = ("Recorded", "Live")
 
@@ -37,17 +40,13 @@ def _picked() -> None:
     _go(st.session_state[keys.TOUR_SELECT])
 
 
-def _label(stop_id: str) -> str:
-    return f"{tour.stop_ids().index(stop_id) + 1}. {tour.stop_by_id(stop_id).title}"
-
-
 def navigation(stop: tour.Stop) -> None:
     ids = tour.stop_ids()
     st.session_state[keys.TOUR_SELECT] = stop.id          # the selector follows Previous/Next
     left, middle, right = st.columns([1, 4, 1], vertical_alignment="bottom")
     left.button("← Previous", key=keys.TOUR_PREV, on_click=_go, args=(tour.neighbour(stop.id, -1),),
                 disabled=stop.id == ids[0], width="stretch")
-    middle.selectbox("Stop", ids, format_func=_label, key=keys.TOUR_SELECT, on_change=_picked)
+    middle.selectbox("Stop", ids, format_func=tour.stop_label, key=keys.TOUR_SELECT, on_change=_picked)
     right.button("Next →", key=keys.TOUR_NEXT, on_click=_go, args=(tour.neighbour(stop.id, 1),),
                  disabled=stop.id == ids[-1], width="stretch")
 
@@ -60,7 +59,7 @@ def render() -> None:
         st.warning(f"stop={bad[:40]!r} in the link is not a tour stop; showing the first one.")
     navigation(stop)
     st.query_params[keys.QP_TOUR_STOP] = stop.id
-    st.header(_label(stop.id))
+    st.header(tour.stop_label(stop.id))
     st.caption(stop.terms)
     st.markdown(stop.body)
     trace_section(stop)
@@ -86,7 +85,7 @@ def trace_section(stop: tour.Stop) -> None:
     trace = live if source == "Live" else recorded
     if trace is None:
         st.info("The trace of this stop is not recorded yet. Press **Re-run live** to run it now, or record it "
-                f"with `python -m ui.tour record --only {stop.id}`.")
+                f"with `python -m ui.views.tour record --only {stop.id}`.")
         return
     show_trace(stop, trace, source)
 
@@ -135,7 +134,7 @@ def show_trace(stop: tour.Stop, trace: Trace, source: str) -> None:
     stale = tour.stale_fields(stop, trace)
     if stale:
         st.warning(f"This trace was recorded with other settings than the stop's ({', '.join(stale)}); "
-                   f"record it again with `python -m ui.tour record --only {stop.id}`.")
+                   f"record it again with `python -m ui.views.tour record --only {stop.id}`.")
     if not trace.steps:
         st.info("This trace has no steps.")
         return
@@ -144,7 +143,7 @@ def show_trace(stop: tour.Stop, trace: Trace, source: str) -> None:
     start = st.session_state.get(cursor_key, tour.focus_step(stop, trace.steps))
     st.session_state[cursor_key] = min(max(int(start), 0), n - 1)
     cursor = st.slider("Step", 0, n - 1, key=cursor_key) if n > 1 else 0
-    views.show_chips(trace.steps, current_step=cursor)
-    views.show_metrics(trace.steps[: cursor + 1])
+    show_chips(trace.steps, current_step=cursor)
+    show_metrics(trace.steps[: cursor + 1])
     st.markdown("**What to look at.** " + stop.look_for)
-    views.show_step(trace.steps, cursor, views.ViewContext(f"tour.{stop.id}.{source}"))
+    show_step(trace.steps, cursor, ViewContext(f"tour.{stop.id}.{source}"))

@@ -111,6 +111,19 @@ def with_cost(table: pd.DataFrame, events: Sequence) -> pd.DataFrame:
     return out
 
 
+def cost_note(table: pd.DataFrame, events: Sequence) -> str | None:
+    """For a cost-policy trace (`table` from with_cost): the γ the recorded cost table makes fastest, against
+    plain greedy; None when no γ is priced."""
+    priced = table.dropna(subset=["expected_ms_per_token"])
+    if priced.empty:
+        return None
+    best = priced.loc[priced["expected_ms_per_token"].idxmin()]
+    greedy_ms = recorded_cost(events)[0][0]
+    return (f"With the cost table this trace recorded (`expected_ms_per_token`): the fastest fixed γ would be "
+            f"{int(best['gamma'])} at {best['expected_ms_per_token']:.1f} ms per token; plain greedy costs "
+            f"{greedy_ms:.1f} ms per token (one 1-token forward). Bookkeeping outside the forwards is not counted.")
+
+
 def max_recorded(events: Sequence) -> int:
     return max((len(e.drafts) for e in spec_rounds(events)), default=0)
 
@@ -119,18 +132,18 @@ def sweep_figure(table: pd.DataFrame, measured_values: dict):
     """Expected tokens per target forward against γ, with the trace's measured value at its own γ."""
     import plotly.graph_objects as go
 
-    from ui import palette
+    from ui.views import palette
 
     fig = go.Figure()
     fig.add_scatter(name="expected (recorded acceptance probabilities)", x=list(table["gamma"]),
                     y=list(table["expected_tokens_per_forward"]), mode="lines+markers",
-                    line=dict(color=palette.BLUE), marker=dict(symbol="circle"))
+                    line={"color": palette.BLUE}, marker={"symbol": "circle"})
     if measured_values.get("tokens_per_forward") is not None:
         gamma = measured_values["gamma"]
         fig.add_scatter(name=f"measured in the trace (γ up to {gamma})", x=[gamma],
                         y=[measured_values["tokens_per_forward"]], mode="markers",
-                        marker=dict(symbol="star", size=16, color=palette.VERMILLION))
-    fig.update_layout(title="Tokens per target forward vs γ", xaxis=dict(title="γ", dtick=1),
-                      yaxis_title="tokens per verification", legend=dict(orientation="h", y=-0.25),
-                      margin=dict(t=50, b=10, l=10, r=10), height=380)
+                        marker={"symbol": "star", "size": 16, "color": palette.VERMILLION})
+    fig.update_layout(title="Tokens per target forward vs γ", xaxis={"title": "γ", "dtick": 1},
+                      yaxis_title="tokens per verification", legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)
     return fig

@@ -12,7 +12,7 @@ from typing import Any
 from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES
-from ui.advanced import COST_FIELD, LINK_MODEL_OPTIONS, CostPick, optional_fields
+from ui.widgets.advanced import COST_FIELD, LINK_MODEL_OPTIONS, CostPick, optional_fields
 
 SHARED_FIELDS = {f.name for f in dataclasses.fields(BaseConfig)}   # max_new_tokens, seed, top_n
 EDITABLE_TYPES = (bool, int, float, str)
@@ -81,7 +81,7 @@ class Settings:
 # ------------------------------------------------------------------ URL form
 
 QP_SCALARS = {"model": str, "device": str, "dtype": str, "prompt": str, "chat": bool, "strategy": str,
-              "seed": int, "max_new": int, "top_n": int, **{name: str for name in LINK_MODEL_OPTIONS}}
+              "seed": int, "max_new": int, "top_n": int, **dict.fromkeys(LINK_MODEL_OPTIONS, str)}
 
 
 def parse_value(text: str, tp: type) -> Any:

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from ui import palette
-from ui.chips import Chip, visible
+from ui.views import palette
+from ui.views.chips import Chip, visible
 
 # status -> (fill colour, border style, shape, text twin)
 STATUS_STYLE = {
@@ -166,8 +166,7 @@ def beam_dot(events: Sequence, upto: int | None = None, window: int = 8) -> str:
         step = events[s]
         kept_ranks = {}
         if s > first:
-            kept_ranks = {j: r for j, r in enumerate(r for r, c in enumerate(events[s - 1].pool)
-                                                     if c.status == "kept")}
+            kept_ranks = dict(enumerate(r for r, c in enumerate(events[s - 1].pool) if c.status == "kept"))
         for rank, cand in enumerate(step.pool):
             node = f"s{s}c{rank}"
             text = STATUS_STYLE.get(cand.status, STATUS_STYLE["pruned"])[3]

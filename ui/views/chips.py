@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from ui.palette import ORIGINS
+from ui.views.palette import ORIGINS
 
 
 @dataclass(frozen=True)

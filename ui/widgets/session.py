@@ -7,9 +7,9 @@ from decoding.core.errors import ConfigError
 from decoding.drafters.factory import load_draft
 from decoding.runner import check_inputs
 from decoding.runtime.models import ModelSpec, load
-from ui import keys
-from ui.live import LiveRun
-from ui.params import Settings
+from ui.widgets import keys
+from ui.widgets.live import LiveRun
+from ui.widgets.params import Settings
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)

@@ -1,11 +1,13 @@
 """"Force & branch" widgets of the beam, speculative and DSpark step panels (charts cannot be
-clicked in tests, so a choice is made in select boxes beside them). What gets forced is ui.forcing's
-rule; the branch itself is made by the view context's on_force (the playground's stepper.force)."""
+clicked in tests, so a choice is made in select boxes beside them). What gets forced is
+ui.widgets.forcing's rule; the branch itself is made by the view context's on_force (the playground's
+stepper.force)."""
 from __future__ import annotations
 
 import streamlit as st
 
-from ui import forcing, views
+from ui.widgets import forcing
+from ui.widgets.step_panel import ViewContext, force_button
 
 BEAM_HELP = ("Forces the chosen candidate's whole hypothesis: the tokens of the beam it extends (as they "
              "stood after the previous step), then its token. Beam search then starts again from that prefix "
@@ -29,7 +31,7 @@ def _pick(where, label: str, key: str, options: list, labels: dict):
     return where.selectbox(label, options, format_func=labels.get, key=key)
 
 
-def beam_force(step, ctx: views.ViewContext) -> None:
+def beam_force(step, ctx: ViewContext) -> None:
     ranks = forcing.beam_ranks(step)
     if not ranks:
         st.caption("Nothing to force at this step: every candidate finished.")
@@ -40,10 +42,10 @@ def beam_force(step, ctx: views.ViewContext) -> None:
     _pick(c1, "Force a candidate (its hypothesis) at this step", pick_key, ranks,
           {r: forcing.beam_label(step, r) for r in ranks})
     at = len(events) - 1          # ctx.events ends with the step on view
-    views.force_button(c2, ctx, at, lambda: forcing.beam_forced(events, at, st.session_state[pick_key]), BEAM_HELP)
+    force_button(c2, ctx, at, lambda: forcing.beam_forced(events, at, st.session_state[pick_key]), BEAM_HELP)
 
 
-def spec_force(event, ctx: views.ViewContext) -> None:
+def spec_force(event, ctx: ViewContext) -> None:
     positions = forcing.spec_positions(event)
     if not positions:
         st.caption("Nothing to force in this round: it emitted no new token.")
@@ -52,7 +54,7 @@ def spec_force(event, ctx: views.ViewContext) -> None:
                  lambda k: forcing.spec_choices(event, k), forcing.spec_forced, "Position in the round", SPEC_HELP)
 
 
-def dspark_force(event, ctx: views.ViewContext) -> None:
+def dspark_force(event, ctx: ViewContext) -> None:
     depths = forcing.dspark_depths(event)
     if not depths:
         return
@@ -78,4 +80,4 @@ def _round_force(event, ctx, places: list[int], place_labels: dict, choices_at, 
         where = st.session_state[at_key]
         return forced_of(events, at, where, choices_at(where)[st.session_state[pick_key]].token_id)
 
-    views.force_button(c3, ctx, at, forced, help)
+    force_button(c3, ctx, at, forced, help)

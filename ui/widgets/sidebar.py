@@ -11,8 +11,8 @@ from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import DEVICES, DTYPES, ModelSpec
-from ui import keys
-from ui.advanced import (
+from ui.widgets import keys
+from ui.widgets.advanced import (
     COST_FIELD,
     COST_LABELS,
     COST_MODES,
@@ -27,7 +27,7 @@ from ui.advanced import (
     optional_value,
     pick_cost,
 )
-from ui.params import ParamField, Settings, build_config, from_query, param_fields, to_query
+from ui.widgets.params import ParamField, Settings, build_config, from_query, param_fields, to_query
 
 MODEL_ENV = "DECODESCOPE_MODEL"
 QP_WIDGETS = {"model": keys.MODEL, "device": keys.DEVICE, "dtype": keys.DTYPE, "prompt": keys.PROMPT,

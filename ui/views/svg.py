@@ -411,8 +411,8 @@ def _scale_color(scale, frac: float) -> str:
     for (p0, c0), (p1, c1) in zip(stops, stops[1:]):
         if frac <= p1:
             w = 0 if p1 == p0 else (frac - p0) / (p1 - p0)
-            return "#%02x%02x%02x" % tuple(round(a + w * (b - a)) for a, b in zip(c0, c1))
-    return "#%02x%02x%02x" % stops[-1][1]
+            return "#{:02x}{:02x}{:02x}".format(*(round(a + w * (b - a)) for a, b in zip(c0, c1)))
+    return "#{:02x}{:02x}{:02x}".format(*stops[-1][1])
 
 
 def _rgb(color: str) -> tuple[int, int, int]:

@@ -1,0 +1,83 @@
+"""Streamlit widgets shared by every page: a chart or a table with its download button (SVG, CSV), the
+output as token chips, the running metrics, and token streams side by side. What they draw is built in
+ui/views (figures, tables, chips)."""
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+
+import streamlit as st
+
+from ui.views import figures, tables
+from ui.views.chips import (
+    chips_for,
+    chips_html,
+    first_divergence,
+    last_chips,
+    legend_html,
+    name_forced,
+    origins_present,
+)
+from ui.views.svg import figure_svg
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", text)[:60]
+
+
+def plot(fig, key: str, filename: str) -> None:
+    """A plotly chart with margins fixed here (figures.fixed_margins): its modebar's camera saves PNG;
+    the button under it saves SVG, drawn by ui/views/svg.py only when clicked (kaleido is not installed, so
+    plotly cannot export offline)."""
+    st.plotly_chart(figures.fixed_margins(fig), key=key, config={"displaylogo": False,
+                                          "toImageButtonOptions": {"format": "png", "filename": _slug(filename),
+                                                                   "scale": 2}})
+    st.download_button("SVG", lambda: figure_svg(fig), file_name=f"{_slug(filename)}.svg", mime="image/svg+xml",
+                       key=f"{key}.svg", on_click="ignore", type="tertiary", icon=":material/download:",
+                       help="Download this chart as SVG (PNG: the camera in the chart's toolbar)")
+
+
+def table(df, key: str, filename: str, label: str = "Download CSV") -> None:
+    st.dataframe(df, hide_index=True, key=f"{key}.df")
+    st.download_button(label, df.to_csv(index=False), file_name=f"{_slug(filename)}.csv", mime="text/csv",
+                       key=f"{key}.csv", on_click="ignore")
+
+
+def show_chips(events: Sequence, current_step: int | None = None, diverge_at: int | None = None,
+               legend: Sequence[str] | None = None, keep: int | None = None) -> None:
+    """The output as chips; the legend lists the origins present unless `legend` names them. `keep`:
+    only the last chips (a long run in progress redraws them every chunk), with a note of the rest."""
+    chips = chips_for(events)
+    st.html(legend_html(legend if legend is not None else origins_present(chips, ("target", "forced"))))
+    shown, note = last_chips(chips, keep if diverge_at is None else None)
+    st.html(chips_html(shown, current_step=current_step, diverge_at=diverge_at, prefix=note))
+
+
+def show_metrics(events: Sequence) -> None:
+    m = tables.running_metrics(events)
+    cols = st.columns(4)
+    cols[0].metric("Tokens", m["tokens"])
+    cols[1].metric("Target forwards", m["target_forwards"])
+    cols[2].metric("Model time", f"{m['model_ms']:.0f} ms")
+    cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}")
+
+
+def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None,
+                 piece_of: Callable[[int], str] | None = None) -> None:
+    """Token streams side by side; each lane after the first marks its first divergence from the first.
+    `piece_of` (token id -> text) names forced tokens whose events carry no text for them."""
+    if legend is None:
+        legend = origins_present([c for events in lanes.values() for c in chips_for(events)], ("target", "forced"))
+    st.html(legend_html(legend))
+    labels = list(lanes)
+    base = tables.emitted_stream(lanes[labels[0]]) if labels else []
+    cols = st.columns(len(labels))
+    for col, label in zip(cols, labels):
+        stream = tables.emitted_stream(lanes[label])
+        diverge = first_divergence(base, stream) if label != labels[0] else None
+        chips = chips_for(lanes[label])
+        if piece_of is not None:
+            chips = name_forced(chips, stream, piece_of)
+        with col:
+            st.markdown(f"**{label}**" + (f" — diverges at token {diverge}" if diverge is not None else ""))
+            st.html(chips_html(chips, diverge_at=diverge))
