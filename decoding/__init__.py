@@ -25,7 +25,7 @@ _LAZY = {
     "GreedyConfig": "decoding.core.config", "SampleConfig": "decoding.core.config", "BeamConfig": "decoding.core.config",
     "SpeculativeConfig": "decoding.core.config", "DSparkConfig": "decoding.core.config",
     "Trace": "decoding.core.trace", "to_json": "decoding.core.trace", "from_json": "decoding.core.trace",
-    "without_timings": "decoding.core.trace", "load_draft": "decoding.drafters.base",
+    "without_timings": "decoding.core.trace", "load_draft": "decoding.drafters.factory",
 }
 
 __all__ = ["ConfigError", *_LAZY]

@@ -145,7 +145,7 @@ def append(path: Path, line: str) -> None:
     ("decoding/drafters/base.py", "def f():\n    from decoding.train import parallel", "only the trainers"),
     ("decoding/runtime/paths.py", "from decoding.runtime.models import LM", " <-> "),
     ("decoding/core/trace.py", "import plotly.graph_objects", "imports plotly.graph_objects"),
-    ("ui/chips.py", "import torch", "imports torch"),
+    ("ui/views/chips.py", "import torch", "imports torch"),
     ("app_pages/compare.py", "from torch import nn", "imports torch"),
 ])
 def test_a_bad_import_is_caught(tree_copy, where, line, expect):

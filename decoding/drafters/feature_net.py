@@ -36,10 +36,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decoding.core.errors import ConfigError, check
+from decoding.core.errors import check
 from decoding.drafters.shallow import full_vocabulary
 from decoding.runtime.paths import ASSETS
-from decoding.runtime.weights_file import read_header, save_weights
+from decoding.runtime.weights_file import read_header, resolve_weights, save_weights, trained_for
 
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
 DEFAULT_FEATURE = ASSETS / "feature-draft-smollm2-135m.safetensors"
@@ -222,10 +222,7 @@ def load_feature(target, path: str | Path | None = None) -> FeatureNet:
     dtype, matmuls in INFERENCE_MATMULS; errors name `draft`."""
     from safetensors.torch import load_file
 
-    path = Path(path) if path is not None else DEFAULT_FEATURE
-    if not path.is_file():
-        raise ConfigError("draft", str(path), "has no feature-drafter weights file: train one with "
-                                              "`python -m decoding train feature`")
+    path = resolve_weights(path, DEFAULT_FEATURE, "feature-drafter", "python -m decoding train feature")
     info = read_meta(path)
     state = load_file(str(path))
     net = FeatureNet(FeatureShape(**info["shape"]), state["vocab_ids"].tolist())
@@ -233,10 +230,7 @@ def load_feature(target, path: str | Path | None = None) -> FeatureNet:
     net.eval().requires_grad_(False)
     net.attach(target)
     net.to(dtype=target.dtype).matmuls_in(INFERENCE_MATMULS)
-    net.name = f"{target.name}[feature]"
-    target_name = info["meta"].get("target")
-    if target_name and target_name != target.name:
-        net.name += f" (trained for {target_name})"
+    net.name = f"{target.name}[feature]" + trained_for(info["meta"], target.name)
     return net
 
 
@@ -266,7 +260,7 @@ def unrolled(net: FeatureNet, features: torch.Tensor, tokens: torch.Tensor, step
     -> per step (B, T − base, H) predicted next LM-head inputs (index t − base)."""
     att, scale = net.attention, net.attention.head_dim ** -0.5
     q1, k1, v1 = att.project(net.inputs(features, tokens))                        # (B, h, T, d)
-    T, n = features.shape[1], features.shape[1] - base
+    T = features.shape[1]
     t = torch.arange(base, T, device=features.device)
     keys, values, outs = [], [], []
     feat_in, tok_in = features[:, base:], tokens[:, base:]                         # (B, n, ·)

@@ -19,11 +19,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from decoding.core.errors import ConfigError, check
+from decoding.core.errors import check
 from decoding.runtime import packed_gemm
 from decoding.runtime.models import LM
 from decoding.runtime.paths import ASSETS
-from decoding.runtime.weights_file import read_header, save_weights
+from decoding.runtime.weights_file import read_header, resolve_weights, save_weights, trained_for
 
 WEIGHTS_FORMAT = "decodescope-shallow-draft/1"
 DEFAULT_SHALLOW = ASSETS / "shallow-draft-smollm2-135m.safetensors"
@@ -128,10 +128,7 @@ def load_shallow(target: LM, path: str | Path | None = None) -> LM:
     """The shipped (or given) trained shallow draft built on `target`; errors name `draft`."""
     from safetensors.torch import load_file
 
-    path = Path(path) if path is not None else DEFAULT_SHALLOW
-    if not path.is_file():
-        raise ConfigError("draft", str(path), "has no shallow-draft weights file: train one with "
-                                              "`python -m decoding train draft`")
+    path = resolve_weights(path, DEFAULT_SHALLOW, "shallow-draft", "python -m decoding train draft")
     info = read_meta(path)
     state = load_file(str(path))
     draft = build_shallow(target, info["layers"], info["adapters"], state["head.vocab_ids"],
@@ -140,9 +137,7 @@ def load_shallow(target: LM, path: str | Path | None = None) -> LM:
     if target.packed_linears:                       # the adapters' packs predate their trained weights
         packed_gemm.pack_linears(draft.model, target.gemm_plan)
         draft.packed_linears, draft.gemm_plan = packed_gemm.packed_count(draft.model), target.gemm_plan
-    target_name = info["meta"].get("target")
-    if target_name and target_name != target.name:
-        draft.name += f" (trained for {target_name})"
+    draft.name += trained_for(info["meta"], target.name)
     return draft
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from decoding.core.errors import check
+from decoding.core.errors import ConfigError, check
 
 
 def save_weights(state: dict[str, torch.Tensor], path: str | Path, header: dict[str, str]) -> None:
@@ -29,3 +29,17 @@ def read_header(path: str | Path, weights_format: str, what: str) -> dict[str, s
     check(header.get("format") == weights_format, "draft", str(path),
           f"is not a {what} weights file (format {header.get('format')!r})")
     return header
+
+
+def resolve_weights(path: str | Path | None, default: Path, what: str, train_command: str) -> Path:
+    """The weights file given, else the shipped `default`; one line naming `draft` when there is none."""
+    path = Path(path) if path is not None else default
+    if not path.is_file():
+        raise ConfigError("draft", str(path), f"has no {what} weights file: train one with `{train_command}`")
+    return path
+
+
+def trained_for(meta: dict, target_name: str) -> str:
+    """' (trained for X)' when the file's metadata names another target than `target_name`, else ''."""
+    trained = meta.get("target")
+    return f" (trained for {trained})" if trained and trained != target_name else ""

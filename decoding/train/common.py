@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 
@@ -47,3 +49,15 @@ def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: P
         return 2
     print(f"wrote {report.weights} ({report.size_bytes / 1e6:.1f} MB) and its model card; {summary(report)}")
     return 0
+
+
+def finish(report, out: Path, card: Callable[[object], str]):
+    """Put the weights file's path and size on the report and write its model card beside it."""
+    report.weights, report.size_bytes = str(out), out.stat().st_size
+    out.with_suffix(".md").write_text(card(report), encoding="utf-8")
+    return report
+
+
+def tau_summary(tau_chain: dict) -> str:
+    """The one-line τ(chain) summary a trainer prints: {γ: τ} rounded to 2 decimals."""
+    return "tau(chain) " + json.dumps({k: round(v, 2) for k, v in tau_chain.items()})

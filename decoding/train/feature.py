@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -32,7 +31,7 @@ import torch
 
 from decoding.core.errors import check
 from decoding.drafters.feature_net import DEFAULT_FEATURE, FeatureNet, FeatureShape, save_feature
-from decoding.train.common import display_name, run_trainer, settings_parser
+from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
 from decoding.train.data import DataSettings, DistillData, anchors, data_split, distill_set, sequence_ends, vocab_slice
 from decoding.train.feature_loss import position_loss
 from decoding.train.shallow import budget_note, changed_flags, lead_metrics
@@ -321,10 +320,7 @@ def train_feature(lm, settings: FeatureSettings, out: str | Path, *, prompts=Non
     out = Path(out)
     save_feature(net, out, meta={"target": lm.name, "after": report.after, "before": report.before,
                                  "data": report.data, "steps": report.steps})
-    report.weights, report.size_bytes = str(out), out.stat().st_size
-    out.with_suffix(".md").write_text(model_card(report, title or f"Feature drafter for {display_name(lm)}"),
-                                      encoding="utf-8")
-    return report
+    return finish(report, out, lambda r: model_card(r, title or f"Feature drafter for {display_name(lm)}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -334,5 +330,5 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main_train_feature(argv: Sequence[str] | None = None) -> int:
     return run_trainer(argv, build_parser(), FeatureSettings, DEFAULT_FEATURE, "feature", train_feature,
-                       lambda r: f"first draft {r.before['top1']:.3f} -> {r.after['top1']:.3f}; tau(chain) "
-                                 + json.dumps({k: round(v, 2) for k, v in r.after["tau_chain"].items()}))
+                       lambda r: f"first draft {r.before['top1']:.3f} -> {r.after['top1']:.3f}; "
+                                 f"{tau_summary(r.after['tau_chain'])}")

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from decoding.core.errors import check
 from decoding.drafters.parallel import DrafterShape, DraftOut, ParallelDrafter
 from decoding.runtime.hooks import check_feature_layers, decoder_layers
-from decoding.train.common import display_name, run_trainer, settings_parser
+from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
 from decoding.train.data import (
     Batch,
     DataSettings,
@@ -384,9 +384,7 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     drafter.save(out, meta={"target": lm.name, "metrics": report.metrics, "data": report.data})
-    report.weights, report.size_bytes = str(out), out.stat().st_size
-    out.with_suffix(".md").write_text(model_card(report, title or f"Parallel drafter for {display_name(lm)}"), encoding="utf-8")
-    return report
+    return finish(report, out, lambda r: model_card(r, title or f"Parallel drafter for {display_name(lm)}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -398,4 +396,4 @@ def main_train_parallel(argv: Sequence[str] | None = None) -> int:
     from decoding.strategies.dspark import DEFAULT_WEIGHTS
 
     return run_trainer(argv, build_parser(), TrainSettings, DEFAULT_WEIGHTS, "dspark", train_parallel,
-                       lambda r: "tau(chain) " + json.dumps({k: round(v, 2) for k, v in r.metrics["tau_chain"].items()}))
+                       lambda r: tau_summary(r.metrics["tau_chain"]))

@@ -16,7 +16,6 @@ Entry point: `python -m decoding train draft [flags]`.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import time
 from dataclasses import asdict, dataclass
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 
 from decoding.core.errors import check
 from decoding.drafters.shallow import DEFAULT_SHALLOW, build_shallow, save_shallow, trainable
-from decoding.train.common import display_name, run_trainer, settings_parser
+from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
 from decoding.train.data import DataSettings, DistillData, data_split, distill_set
 
 
@@ -292,9 +291,7 @@ def train_shallow(lm, settings: DraftSettings, out: str | Path, *, prompts=None,
     out = Path(out)
     save_shallow(draft, out, meta={"target": lm.name, "after": report.after, "before": report.before,
                                    "data": report.data, "steps": report.steps})
-    report.weights, report.size_bytes = str(out), out.stat().st_size
-    out.with_suffix(".md").write_text(model_card(report, title or f"Shallow draft for {display_name(lm)}"), encoding="utf-8")
-    return report
+    return finish(report, out, lambda r: model_card(r, title or f"Shallow draft for {display_name(lm)}"))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,5 +301,4 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main_train_draft(argv: Sequence[str] | None = None) -> int:
     return run_trainer(argv, build_parser(), DraftSettings, DEFAULT_SHALLOW, "shallow", train_shallow,
-                       lambda r: f"top-1 {r.before['top1']:.3f} -> {r.after['top1']:.3f}; tau(chain) "
-                                 + json.dumps({k: round(v, 2) for k, v in r.after["tau_chain"].items()}))
+                       lambda r: f"top-1 {r.before['top1']:.3f} -> {r.after['top1']:.3f}; {tau_summary(r.after['tau_chain'])}")
