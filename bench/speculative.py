@@ -20,12 +20,14 @@ import time
 
 import torch
 
+from bench.interleave import interleaved
 from bench.memory import NOTE as MEMORY_NOTE
-from bench.memory import mib_cell, peak_memory
+from bench.memory import mib_cell
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.core.config import GreedyConfig, SpeculativeConfig
+from decoding.core.formulas import break_even_tau, round_ms
 from decoding.drafters.draft_model import truncated_draft
 from decoding.drafters.feature import FeatureDrafter
 from decoding.drafters.feature_net import DEFAULT_FEATURE, load_feature
@@ -104,9 +106,10 @@ def break_even(verify_ms, draft_ms: float, gammas) -> list[dict]:
     greedy_ms = verify_ms[0]
     rows = []
     for g in gammas:
-        round_ms = verify_ms[g] + g * draft_ms
-        rows.append({"gamma": g, "verify_ms": verify_ms[g], "round_ms": round_ms,
-                     "tau_parity": round_ms / greedy_ms, "tau_1_2": 1.2 * round_ms / greedy_ms, "tau_max": g + 1})
+        cost = round_ms(verify_ms[g], g, draft_ms)
+        rows.append({"gamma": g, "verify_ms": verify_ms[g], "round_ms": cost,
+                     "tau_parity": break_even_tau(cost, greedy_ms), "tau_1_2": break_even_tau(cost, greedy_ms, 1.2),
+                     "tau_max": g + 1})
     return rows
 
 
@@ -133,21 +136,14 @@ def measure(lm, draft, args, feature=None) -> dict:
     encoded = [lm.encode(p) for p in PROMPTS.values()]
     for model in (lm.model, draft.model):
         model.generation_config.pad_token_id = 0  # see the module docstring
-    for rep in range(args.repeats):
-        for ids in encoded:
-            base_tps = None
-            names = list(runs) if rep % 2 == 0 else list(reversed(runs))
-            results = {}
-            for name in names:
-                with peak_memory(lm.device) as mem:
-                    results[name] = runs[name](ids)
-                rows[name]["peak"].append(mem.above_mib)
-            base_tps = results["greedy (ours)"][0] / results["greedy (ours)"][1]
-            for name, (tokens, wall, stats) in results.items():
-                rows[name]["tps"].append(tokens / wall / base_tps)
-                if stats is not None and stats.mean_accepted_length is not None:
-                    rows[name]["tau"].append(stats.mean_accepted_length)
-                    rows[name]["acc"].append(stats.acceptance_rate or 0.0)
+    for results in interleaved(runs, encoded, args.repeats, lm.device):
+        for name, r in results.items():
+            rows[name]["peak"].append(r.peak_mib)
+            rows[name]["tps"].append(r.speed)
+            stats = r.extra
+            if stats is not None and stats.mean_accepted_length is not None:
+                rows[name]["tau"].append(stats.mean_accepted_length)
+                rows[name]["acc"].append(stats.acceptance_rate or 0.0)
     return rows
 
 
@@ -162,7 +158,8 @@ def render(rows, args, model, costs=None) -> str:
     lines = ["## Speculative decoding vs plain greedy and transformers", "",
              f"Command: `python -m bench speculative --repeats {args.repeats} --max-new-tokens "
              f"{args.max_new_tokens} --gamma {args.gamma} --draft-layers {args.draft_layers}`  ",
-             f"Model: {model}; prompts: bench/prompts.py (chat template; pad id 0 for generate); machine: {machine()}.  ",
+             f"Model: {model}; prompts: bench/prompts.py (chat template; pad id 0 for generate); "
+             f"machine: {machine()}.  ",
              "Speed is tokens/s relative to our plain greedy on the same prompt in the same repeat "
              "(all contenders interleaved, order alternating). Temperature 0 throughout. "
              f"Draft model: {draft_note(args)}. Values: median [min–max] over prompts × repeats. {MEMORY_NOTE}", "",

@@ -17,8 +17,8 @@ exact enumeration) or 1-D torch tensors (in the engine).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import torch
 
@@ -38,7 +38,14 @@ def children_of(parents: Sequence[int]) -> list[list[int]]:
 
 
 def residual(p_target, token: int):
-    """p with `token` zeroed and renormalized; None when nothing is left (p(token) was 1)."""
+    """After rejecting a point-mass proposal `token` (a tree sibling here, a prompt-lookup draft in
+    speculative decoding): p_target with `token` zeroed and renormalized. A list/tuple in gives a list
+    out (Fractions stay exact), a 1-D tensor (V,) a new tensor; the input is left unchanged.
+
+    Edge case, one policy: when nothing is left (every bit of mass was on `token`, i.e. p(token) = 1)
+    the result is None. The rejection then has probability 0: exact enumeration stops there, and the
+    samplers never get there, since they only reject a token with p(token) < 1 and a distribution
+    that was divided by its own sum holds exactly 1.0 wherever all other entries are 0."""
     if isinstance(p_target, torch.Tensor):
         out = p_target.clone()  # (V,)
         out[token] = 0

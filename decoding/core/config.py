@@ -97,7 +97,9 @@ class BeamConfig(BaseConfig):
               "must be true or false")
 
 
-MAX_GAMMA = 32
+SPEC_MAX_GAMMA = 32                    # speculative decoding's longest draft (gamma, gamma_max)
+MAX_LOOKUP_NGRAM = 16                  # prompt lookup's longest n-gram matched (both strategies)
+MAX_GAMMA = SPEC_MAX_GAMMA             # TRANSITIONAL alias: speculative.py still imports it; remove then
 LOOKUP = "lookup"
 LOOKUP_THEN = "lookup+"                # "lookup+MODEL": prompt lookup, else the draft model MODEL
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")
@@ -135,16 +137,16 @@ class SpeculativeConfig(SamplingParams):
               "give 'lookup' or a draft model id or path")
         check(self.draft_model is None or self.draft_model.strip() not in ("", LOOKUP), "draft", self.draft,
               f"give a draft model after '{LOOKUP_THEN}' (e.g. '{LOOKUP_THEN}shallow')")
-        check(_is_int(self.gamma) and 1 <= self.gamma <= MAX_GAMMA, "gamma", self.gamma,
-              f"must be an integer in [1, {MAX_GAMMA}]")
+        check(_is_int(self.gamma) and 1 <= self.gamma <= SPEC_MAX_GAMMA, "gamma", self.gamma,
+              f"must be an integer in [1, {SPEC_MAX_GAMMA}]")
         check(self.gamma_policy in GAMMA_POLICIES, "gamma_policy", self.gamma_policy,
               f"choose one of {', '.join(GAMMA_POLICIES)}")
         check(_is_num(self.confidence_threshold) and 0 <= self.confidence_threshold <= 1,
               "confidence_threshold", self.confidence_threshold, "must be in [0, 1]")
-        check(_is_int(self.gamma_max) and (self.gamma_max == 0 or self.gamma <= self.gamma_max <= MAX_GAMMA),
-              "gamma_max", self.gamma_max, f"must be 0 (off) or an integer in [gamma, {MAX_GAMMA}]")
-        check(_is_int(self.lookup_max_ngram) and 1 <= self.lookup_max_ngram <= 16, "lookup_max_ngram",
-              self.lookup_max_ngram, "must be an integer in [1, 16]")
+        check(_is_int(self.gamma_max) and (self.gamma_max == 0 or self.gamma <= self.gamma_max <= SPEC_MAX_GAMMA),
+              "gamma_max", self.gamma_max, f"must be 0 (off) or an integer in [gamma, {SPEC_MAX_GAMMA}]")
+        check(_is_int(self.lookup_max_ngram) and 1 <= self.lookup_max_ngram <= MAX_LOOKUP_NGRAM, "lookup_max_ngram",
+              self.lookup_max_ngram, f"must be an integer in [1, {MAX_LOOKUP_NGRAM}]")
 
     @property
     def is_lookup(self) -> bool:
@@ -163,8 +165,8 @@ class SpeculativeConfig(SamplingParams):
 
 
 DSPARK_SELECT = ("chain", "tree")
-DSPARK_MAX_GAMMA = 16
-DSPARK_MAX_BUDGET = 256
+DSPARK_MAX_GAMMA = 16                  # DSpark's most positions per drafter pass (also bounds a Lattice)
+DSPARK_MAX_BUDGET = 256                # most tree nodes verified in one round (also bounds best_tree)
 AUTO_COST = "auto"                     # profile the verify cost on this device once, then cache it
 DEFAULT_DRAFTER = "default"            # assets/dspark-smollm2-135m.safetensors for the embedded model
 
@@ -207,8 +209,8 @@ class DSparkConfig(SamplingParams):
               "applies to temperature > 0 only (temperature 0 accepts by argmax)")
         check(isinstance(self.drafter, str) and self.drafter.strip() != "", "drafter", self.drafter,
               "give 'default' or a drafter weights file")
-        check(_is_int(self.lookup_max_ngram) and 0 <= self.lookup_max_ngram <= 16, "lookup_max_ngram",
-              self.lookup_max_ngram, "must be an integer in [0, 16] (0: no prompt-lookup candidates)")
+        check(_is_int(self.lookup_max_ngram) and 0 <= self.lookup_max_ngram <= MAX_LOOKUP_NGRAM, "lookup_max_ngram",
+              self.lookup_max_ngram, f"must be an integer in [0, {MAX_LOOKUP_NGRAM}] (0: no prompt-lookup candidates)")
 
     def cost_need(self) -> int:
         """Tokens a cost table must cover for this config: the largest chain or tree verified, plus one."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from numbers import Real
 
+from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
 
-MAX_GAMMA = 16
+MAX_GAMMA = DSPARK_MAX_GAMMA   # TRANSITIONAL alias: decoding/drafters/parallel.py still imports it; remove then
 
 
 def is_real(value) -> bool:
@@ -37,7 +38,7 @@ class Lattice:
         object.__setattr__(self, "q_draft", _tuplify(self.q_draft, 2))
         object.__setattr__(self, "scores", _tuplify(self.scores, 3))
         gamma = len(self.token_ids)
-        check(1 <= gamma <= MAX_GAMMA, "gamma", gamma, f"must be an integer in [1, {MAX_GAMMA}]")
+        check(1 <= gamma <= DSPARK_MAX_GAMMA, "gamma", gamma, f"must be an integer in [1, {DSPARK_MAX_GAMMA}]")
         check(len(self.q_draft) == gamma and len(self.scores) == gamma, "lattice", gamma,
               "token_ids, q_draft and scores must have one entry per position")
         for k in range(gamma):
@@ -61,7 +62,7 @@ class Lattice:
               f"must be numbers in [0, 1] (position {k + 1})")
 
     @classmethod
-    def independent(cls, token_ids, q_draft, scores) -> "Lattice":
+    def independent(cls, token_ids, q_draft, scores) -> Lattice:
         """A lattice whose scores do not depend on the parent: scores[k][j] (γ, K_k)."""
         full = [[tuple(scores[0])]] + [[tuple(scores[k])] * len(token_ids[k - 1])
                                        for k in range(1, len(token_ids))]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from decoding.core.formulas import expected_accepted_by_size, round_ms, survival
 from decoding.core.trace import GammaChoiceInfo
 from decoding.runtime.cost_table import CostTable
 
@@ -48,12 +49,8 @@ def choose_gamma(counts: AcceptanceCounts, cost: CostTable, draft_ms: float, max
                  source: str = "") -> GammaChoiceInfo:
     """The γ in 1..max_gamma with the most expected tokens per ms (ties: the smaller γ)."""
     acceptance = tuple(counts.estimate(i) for i in range(max_gamma))
-    expected, survive, total = [], 1.0, 1.0
-    for a in acceptance:
-        survive *= a
-        total += survive
-        expected.append(total)                            # 1 + E[accepted] for γ = len(expected)
-    ms = [cost.ms(g + 1) + g * draft_ms for g in range(1, max_gamma + 1)]
+    expected = expected_accepted_by_size(survival(acceptance), start=1.0)   # 1 + E[accepted] per γ = 1..max
+    ms = [round_ms(cost.ms(g + 1), g, draft_ms) for g in range(1, max_gamma + 1)]
     per_token = tuple(m / e for m, e in zip(ms, expected))
     gamma = min(range(max_gamma), key=lambda g: (per_token[g], g)) + 1
     return GammaChoiceInfo(source=source, cost_source=cost.source, verify_ms=tuple(cost.verify_ms[:max_gamma + 1]),

@@ -8,7 +8,8 @@ emitted token). Nothing here looks at the target, so any plan chosen here keeps 
 - chain mode: V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)), V_{γ+1} = 0, with
   back-pointers; V_1 of the chosen first candidate is the path's expected accepted length.
 - tree mode: best-first, the n nodes of highest survival product (product of ŝ along the path);
-  a tree's expected accepted length is the sum of its nodes' survival products.
+  a tree's expected accepted length is the sum of its nodes' survival products (decoding.core.formulas
+  holds these sums, for a chain and a tree alike).
 - cost-aware size (adaptive γ): the chain length or tree budget maximizing
   (1 + E[accepted]) / (verify cost + overhead).
 
@@ -20,11 +21,11 @@ import heapq
 from dataclasses import dataclass
 from numbers import Real
 
+from decoding.core.config import DSPARK_MAX_BUDGET
 from decoding.core.errors import check
+from decoding.core.formulas import expected_accepted, expected_accepted_by_size, plan_expected_accepted
 from decoding.core.lattice import Lattice, is_real
 from decoding.runtime.cost_table import CostTable
-
-MAX_BUDGET = 256
 
 
 # ---------------------------------------------------------------------------------------- chain
@@ -77,13 +78,7 @@ def best_chain(lattice: Lattice, length: int | None = None) -> ChainPlan:
                      back=tuple(back))
 
 
-def chain_value(step_scores) -> Real:
-    """Expected accepted length of a chain: Σ_k Π_{i<=k} ŝ_i."""
-    total, survival = 0, 1
-    for s in step_scores:
-        survival = survival * s
-        total = total + survival
-    return total
+chain_value = expected_accepted   # a chain's expected accepted length from its step scores: Σ_k Π_{i<=k} ŝ_i
 
 
 # ---------------------------------------------------------------------------------------- tree
@@ -105,7 +100,7 @@ class TreePlan:
 
     @property
     def expected_accepted(self) -> Real:
-        return sum((n.survival for n in self.nodes), 0)
+        return plan_expected_accepted(n.survival for n in self.nodes)
 
     @property
     def tokens(self) -> tuple[int, ...]:
@@ -115,21 +110,21 @@ class TreePlan:
     def parents(self) -> tuple[int, ...]:
         return tuple(n.parent for n in self.nodes)
 
-    def prefix(self, n: int) -> "TreePlan":
+    def prefix(self, n: int) -> TreePlan:
         return TreePlan(self.nodes[:n])
 
 
 def best_tree(lattice: Lattice, budget: int) -> TreePlan:
     """The `budget` nodes of highest survival product (a connected tree: ŝ <= 1 makes survival
     non-increasing along a path, and a child enters the heap only once its parent is taken)."""
-    check(isinstance(budget, int) and 1 <= budget <= MAX_BUDGET, "budget", budget,
-          f"must be an integer in [1, {MAX_BUDGET}]")
+    check(isinstance(budget, int) and 1 <= budget <= DSPARK_MAX_BUDGET, "budget", budget,
+          f"must be an integer in [1, {DSPARK_MAX_BUDGET}]")
     heap: list = []
     counter = 0
 
     def push(depth: int, parent_node: int, parent_cand: int, parent_survival) -> None:
         nonlocal counter
-        for j, token in enumerate(lattice.token_ids[depth - 1]):
+        for j in range(len(lattice.token_ids[depth - 1])):
             s = lattice.score(depth - 1, parent_cand, j)
             heapq.heappush(heap, (-(parent_survival * s), counter, depth, j, parent_node, s))
             counter += 1
@@ -179,11 +174,7 @@ def choose_tree(lattice: Lattice, cost: CostTable, max_budget: int,
     """Best-first once up to max_budget; its first n nodes are the best n-node tree, so every
     budget is priced from one run. Verified in one forward of n + 1 tokens."""
     plan = best_tree(lattice, max_budget)
-    expected, running = [], 0
-    for node in plan.nodes:
-        running = running + node.survival
-        expected.append(running)
-    choice = _choose(expected, cost, overhead_ms)
+    choice = _choose(expected_accepted_by_size(n.survival for n in plan.nodes), cost, overhead_ms)
     return plan.prefix(choice.size), choice
 
 

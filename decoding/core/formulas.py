@@ -1,0 +1,103 @@
+"""Shared formulas: one definition of each rule that the strategies, the benchmarks and the views use.
+
+Pure functions over plain Python numbers (int, float, fractions.Fraction) and token ids; no torch, so
+the UI may import this module. Nothing is rounded: Fractions in give exact Fractions out, and a float
+result is summed in the order written here (the recorded traces depend on it).
+
+Expected accepted length. A verification round whose draft position i is accepted with probability a_i
+given every position before it was accepted (a chain) survives to position k with probability
+S_k = Π_{i≤k} a_i, and accepts E[accepted] = Σ_k S_k drafts on average; it emits 1 + E[accepted]
+tokens (the accepted drafts, then a residual or bonus token). A tree of draft nodes accepts
+Σ_nodes S_node on average, S_node being the product along the node's path, so the same sums price
+a chain (S from `survival`) and a best-first tree (S recorded per node).
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+
+# ------------------------------------------------------------------------ expected accepted length
+def survival(acceptance_probs: Iterable) -> list:
+    """S_k = Π_{i≤k} a_i for k = 1..n: the probability that a chain's first k drafts are all accepted."""
+    out, running = [], 1
+    for a in acceptance_probs:
+        running = running * a
+        out.append(running)
+    return out
+
+
+def expected_accepted_by_size(survivals: Iterable, start=0) -> list:
+    """start + Σ_{i≤n} S_i for n = 1..N: E[accepted drafts] of the plan made of the first n nodes
+    (a chain's first n positions, or a best-first tree's first n nodes), given each node's survival
+    S_i. start=1 gives the expected tokens per verification forward (1 + E[accepted]) per size."""
+    out, total = [], start
+    for s in survivals:
+        total = total + s
+        out.append(total)
+    return out
+
+
+def plan_expected_accepted(survivals: Iterable):
+    """E[accepted drafts] of a whole plan (chain or tree): Σ_nodes S_node; 0 for no nodes."""
+    total = 0
+    for s in survivals:
+        total = total + s
+    return total
+
+
+def expected_accepted(acceptance_probs: Sequence, length: int | None = None):
+    """E[accepted drafts] of a chain: Σ_{k=1}^{L} Π_{i≤k} a_i over its first L = `length` positions
+    (all of them when None; fewer when fewer are given); 0 for none."""
+    return plan_expected_accepted(survival(acceptance_probs[:length]))
+
+
+# ------------------------------------------------------------------------ cost of a speculative round
+def round_ms(verify_ms: float, drafts: int, draft_token_ms: float) -> float:
+    """What a speculative round costs: one target forward over drafts + 1 tokens (`verify_ms`, read
+    from a cost table) plus `drafts` draft tokens of `draft_token_ms` each (0 for prompt lookup)."""
+    return verify_ms + drafts * draft_token_ms
+
+
+def break_even_tau(round_cost_ms: float, greedy_token_ms: float, speedup: float = 1.0) -> float:
+    """The tokens per round (τ) at which rounds costing `round_cost_ms` each run at `speedup` × the
+    speed of plain greedy decoding, which pays `greedy_token_ms` per token: speedup · round / greedy."""
+    return speedup * round_cost_ms / greedy_token_ms
+
+
+# ------------------------------------------------------------------------ metrics (vLLM's definitions)
+def acceptance_rate(accepted: int, drafted: int) -> float | None:
+    """Accepted draft tokens / drafted (verified) draft tokens; None when nothing was drafted."""
+    return accepted / drafted if drafted else None
+
+
+def round_metrics(emitted: Sequence[int], drafted: Sequence[int], accepted: Sequence[int],
+                  depth: Sequence[int]) -> dict:
+    """vLLM's speculative metrics over verification rounds r (one target forward each), given per round
+    the tokens it emitted (forced tokens excluded), the draft nodes it verified, the drafts it accepted
+    and its deepest verified position (a chain's γ; a tree's depth):
+      mean_accepted_length (τ) = Σ emitted / rounds;
+      acceptance_rate = Σ accepted / Σ drafted (None when nothing was drafted);
+      per_position_acceptance[k] = #{r: depth_r > k and accepted_r > k} / #{r: depth_r > k}.
+    {} for no rounds."""
+    if not emitted:
+        return {}
+    per_position = tuple(
+        sum(1 for d, a in zip(depth, accepted) if d > k and a > k) / sum(1 for d in depth if d > k)
+        for k in range(max(depth, default=0)))
+    return {"mean_accepted_length": sum(emitted) / len(emitted),
+            "acceptance_rate": acceptance_rate(sum(accepted), sum(drafted)),
+            "per_position_acceptance": per_position}
+
+
+# ------------------------------------------------------------------------ end of the answer
+def cut_at_eos(tokens: Iterable[int], eos_ids, limit: int | None = None) -> tuple[int, ...]:
+    """The tokens up to and including the first EOS (an answer ends there, emitted or forced), at
+    most `limit` of them (None: no limit; below 0: none). Cutting at the EOS and taking the first
+    `limit` tokens commute, so either order gives this."""
+    tokens = list(tokens)
+    out = []
+    for token in tokens[:max(limit, 0)] if limit is not None else tokens:
+        out.append(int(token))
+        if token in eos_ids:
+            break
+    return tuple(out)
