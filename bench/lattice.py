@@ -17,7 +17,7 @@ from bench.report import machine, write_section
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter, build_lattice
 from decoding.runtime.cost_table import profile_verify_cost
 
-SHIPPED = dict(gamma_max=16, feature_layers=(7, 15, 23))
+SHIPPED = {"gamma_max": 16, "feature_layers": (7, 15, 23)}
 SLICE = 9274          # the shipped drafter's vocabulary slice
 
 
@@ -64,7 +64,8 @@ def render(rows: list[dict], args) -> str:
              f"Command: `python -m bench lattice --repeats {args.repeats} --cases {args.cases}`  ",
              "Model: SmolLM2-135M-Instruct (embedded), fp32. Drafters: the shipped shape (feature layers 7, 15, 23, "
              f"γ_max 16, vocabulary slice {SLICE}), random weights. `build_lattice` from one anchor, median ms; "
-             "`forward γ+1`: one target forward over γ + 1 new tokens after a 32-token prefix (decoding.runtime.cost_table's profile), the verification "
+             "`forward γ+1`: one target forward over γ + 1 new tokens after a 32-token prefix "
+             "(decoding.runtime.cost_table's profile), the verification "
              f"a chain of γ costs. Machine: {machine()}.", "",
              "| γ | K | plain ms | parent_mlp ms | × | forward γ+1 ms |", "|---:|---:|---:|---:|---:|---:|"]
     for r in rows:

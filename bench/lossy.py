@@ -35,12 +35,12 @@ def toy_cost(threshold: Fraction | None, length: int = 5) -> tuple[float, float]
     for seed in TOY_SEEDS:
         rng = random.Random(seed)
         target, draft = random_table(rng, 3), random_table(rng, 3)
-        plan = lambda last: flat_tree(last, best_chain(draft_lattice(draft, last, 4, 2)))  # noqa: E731
+        plan = lambda last, draft=draft: flat_tree(last, best_chain(draft_lattice(draft, last, 4, 2)))
         rule = exact_branches if threshold is None else (lambda p, c: lossy_branches(p, c, threshold))
         got = speculative_sequences(target, 0, length, plan, rule)
         tvs.append(float(total_variation(got, target_sequences(target, 0, length))))
         tokens, parents = plan(0)
-        one = round_distribution(tokens, parents, lambda i: target.rows[tokens[i]], rule)
+        one = round_distribution(tokens, parents, lambda i, rows=target.rows, tokens=tokens: rows[tokens[i]], rule)
         per_round.append(float(sum(w * len(e) for e, w in one.items())))
     return statistics.mean(tvs), statistics.mean(per_round)
 

@@ -100,7 +100,8 @@ def render(counts, matmuls: dict[str, list[float]], forwards: dict[str, list[flo
              f"Model: SmolLM2-135M-Instruct (embedded), fp32; {n_weights} weight matrices ({mib:.0f} MiB); "
              f"machine: {machine()}.  ",
              "matmuls: every weight of the model in order on n rows (nothing else); forward: the model over n "
-             "new tokens after a 32-token cached prefix (decoding.runtime.cost_table's profile), every linear on the kernel. "
+             "new tokens after a 32-token cached prefix (decoding.runtime.cost_table's profile), every linear on the "
+             "kernel. "
              "plain: MKL's sgemm (F.linear); packed: MKL's packed weights; onednn: oneDNN's matmul "
              "(decoding/runtime/packed_gemm.py). auto plan: the kernel a loaded model uses for n rows on this machine "
              f"(its one-time profile, {plan.tag}). Medians of the repeats (kernels and row counts interleaved; "

@@ -20,10 +20,10 @@ def speedup_figure(points: dict[str, tuple[list[int], list[float]]], title: str)
     fig = go.Figure()
     for i, (name, (xs, ys)) in enumerate(points.items()):
         fig.add_scatter(name=name, x=xs, y=ys, mode="lines+markers",
-                        line=dict(color=colors[i % 4]), marker=dict(symbol=symbols[i % 4], size=9))
-    fig.add_hline(y=1.0, line=dict(color=palette.GREY, dash="dash"), annotation_text="plain greedy")
-    fig.update_layout(title=title, xaxis=dict(title="γ", dtick=4), yaxis_title="speed vs our greedy (×), or τ",
-                      legend=dict(orientation="h", y=-0.25), height=420)
+                        line={"color": colors[i % 4]}, marker={"symbol": symbols[i % 4], "size": 9})
+    fig.add_hline(y=1.0, line={"color": palette.GREY, "dash": "dash"}, annotation_text="plain greedy")
+    fig.update_layout(title=title, xaxis={"title": "γ", "dtick": 4}, yaxis_title="speed vs our greedy (×), or τ",
+                      legend={"orientation": "h", "y": -0.25}, height=420)
     return fig
 
 

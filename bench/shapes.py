@@ -32,12 +32,13 @@ REPEATS = 3          # timed runs per strategy after the warm-up; the table show
 GREEDY_EXACT = ("greedy", "speculative", "dspark")
 GENERATE = "transformers generate (greedy)"
 
-EMBEDDED_SHAPES = dict(vocab_size=49152, hidden_size=576, intermediate_size=1536, num_hidden_layers=30,
-                       num_attention_heads=9, num_key_value_heads=3, head_dim=64, max_position_embeddings=8192,
-                       rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
-TINY_SHAPES = dict(vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                   num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=1024,
-                   rms_norm_eps=1e-5, rope_theta=100000.0, tie_word_embeddings=True)
+EMBEDDED_SHAPES = {"vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+                       "num_attention_heads": 9, "num_key_value_heads": 3, "head_dim": 64,
+                       "max_position_embeddings": 8192,
+                       "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True}
+TINY_SHAPES = {"vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 1024,
+                   "rms_norm_eps": 1e-5, "rope_theta": 100000.0, "tie_word_embeddings": True}
 
 
 @dataclass(frozen=True)
@@ -128,7 +129,7 @@ def measure(lm: LM, ids: list[int], config, kwargs: dict, label: str,
 def measure_generate(lm: LM, ids: list[int], n: int, greedy_ids: list[int]) -> Row:
     """transformers' own greedy `generate` on the same model and prompt: the baseline for our engine."""
     x = torch.tensor([ids], device=lm.device)
-    kwargs = dict(max_new_tokens=n, min_new_tokens=n, do_sample=False, num_beams=1, pad_token_id=0)
+    kwargs = {"max_new_tokens": n, "min_new_tokens": n, "do_sample": False, "num_beams": 1, "pad_token_id": 0}
     with torch.inference_mode():
         wall, out, peak = _median_run(lm, lambda: lm.model.generate(x, **kwargs))
     tokens = out[0, len(ids):].tolist()

@@ -22,7 +22,8 @@ from decoding.core.errors import ConfigError
 _LAZY = {
     "load": "decoding.runtime.models", "ModelSpec": "decoding.runtime.models", "LM": "decoding.runtime.models",
     "run": "decoding.runner", "run_lockstep": "decoding.runner", "STRATEGIES": "decoding.runner",
-    "GreedyConfig": "decoding.core.config", "SampleConfig": "decoding.core.config", "BeamConfig": "decoding.core.config",
+    "GreedyConfig": "decoding.core.config", "SampleConfig": "decoding.core.config",
+    "BeamConfig": "decoding.core.config",
     "SpeculativeConfig": "decoding.core.config", "DSparkConfig": "decoding.core.config",
     "Trace": "decoding.core.trace", "to_json": "decoding.core.trace", "from_json": "decoding.core.trace",
     "without_timings": "decoding.core.trace", "load_draft": "decoding.drafters.factory",

@@ -19,9 +19,9 @@ TEST_DTYPE = {"float32": torch.float32, "float16": torch.float16,
 # activations to 11 (float16) or 8 (bfloat16) significant bits, at other places in the two
 # computations (other shapes, other kernels). Measured on the tiny models (|logits| <= 1.5, on the
 # CPU): float16 <= 2e-3 (two float16 steps at 1.5), bfloat16 <= 7.8e-3 (one bfloat16 step). The
-# bounds are about ten float16 steps and four bfloat16 steps. The negative controls that plant a wrong mask or a stale cache entry (3e-2 and more)
-# stay above them; the one that plants sequential positions (7e-4) does not, so the negative controls
-# run in float32 only (scripts/gpu_check.sh).
+# bounds are about ten float16 steps and four bfloat16 steps. The negative controls that plant a wrong mask or a
+# stale cache entry (3e-2 and more) stay above them; the one that plants sequential positions (7e-4) does not, so
+# the negative controls run in float32 only (scripts/gpu_check.sh).
 HALF_LOGIT_ATOL = {torch.float16: 0.01, torch.bfloat16: 0.03}
 if TEST_DEVICE.type == "cuda":       # exactness in float32 means IEEE float32 matmuls, not TF32
     torch.backends.cuda.matmul.allow_tf32 = False

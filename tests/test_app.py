@@ -192,7 +192,8 @@ def test_query_params_reproduce_the_settings(tiny_dir):
     at = new_app(query)
     ok(at)
     settings = at.session_state["ds.settings"]
-    assert (settings.strategy, settings.seed, settings.prompt, settings.chat_template) == ("sample", 7, "Hi there", False)
+    assert (settings.strategy, settings.seed, settings.prompt, settings.chat_template) == ("sample", 7, "Hi there",
+                                                                                          False)
     assert settings.config.temperature == 0.7 and settings.config.top_k == 5 and settings.config.top_n == 5
     for name, value in query.items():           # the URL is written back
         assert at.query_params[name] == value or float(at.query_params[name]) == float(value)

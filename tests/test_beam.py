@@ -122,7 +122,8 @@ def test_tiny_negative_controls_break_parity(sharp_lm, tiny_generated, private):
 
 # ---------------------------------------------------------------- tiny model: trace structure
 
-def _check_step(event, previous_beams, config, pool_size, device=torch.device("cpu")):
+def _check_step(event, previous_beams, config, pool_size, device=None):
+    device = device or torch.device("cpu")
     assert len(event.pool) == pool_size
     scores = [c.score for c in event.pool]
     assert scores == sorted(scores, reverse=True)

@@ -9,7 +9,7 @@ from tests.dspark_helpers import varied_llama
 
 
 def test_drafters_differ_only_in_the_parent_block():
-    pair = drafters(varied_llama(), dict(gamma_max=4, rank=8, trunk=32, width=16), vocab=40)
+    pair = drafters(varied_llama(), {"gamma_max": 4, "rank": 8, "trunk": 32, "width": 16}, vocab=40)
     assert pair["parent_mlp"].parent_in is not None and pair["plain"].parent_in is None
     assert pair["plain"].shape == pair["parent_mlp"].shape.__class__(**{**vars(pair["parent_mlp"].shape),
                                                                          "parent_mlp": False})
@@ -18,7 +18,7 @@ def test_drafters_differ_only_in_the_parent_block():
 
 def test_measure_and_table():
     rows = measure(varied_llama(), parse_cases("3x2,2x1"), repeats=5,
-                   shape_args=dict(gamma_max=4, rank=8, trunk=32, width=16), vocab=40)
+                   shape_args={"gamma_max": 4, "rank": 8, "trunk": 32, "width": 16}, vocab=40)
     assert [(r["gamma"], r["k"]) for r in rows] == [(3, 2), (2, 1)]
     assert all(r["plain"] > 0 and r["parent_mlp"] > 0 and r["forward"] > 0 for r in rows)
     text = render([{"gamma": 8, "k": 2, "plain": 16.0, "parent_mlp": 38.0, "forward": 90.0}],

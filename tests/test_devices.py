@@ -144,7 +144,7 @@ class FakeEvent:
     def synchronize(self):
         FakeEvent.synchronized += 1
 
-    def elapsed_time(self, end: "FakeEvent") -> float:
+    def elapsed_time(self, end: FakeEvent) -> float:
         return (end.at - self.at) * 1000.0
 
 

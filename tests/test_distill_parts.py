@@ -12,7 +12,7 @@ from decoding.train.data import data_split, distill_set
 from decoding.train.parallel import TrainSettings
 from decoding.train.shallow import DraftSettings
 
-SMALL = dict(n_prompts=24, n_varied=12, answer_tokens=40, gen_batch=12, heldout_every=4)
+SMALL = {"n_prompts": 24, "n_varied": 12, "answer_tokens": 40, "gen_batch": 12, "heldout_every": 4}
 
 
 @pytest.fixture(scope="module")

@@ -77,8 +77,8 @@ def test_window_is_what_the_anchor_sees(lm):
 
 
 def test_untrained_blocks_are_the_identity(lm):
-    shape = dict(hidden_size=lm.model.config.hidden_size, vocab_size=lm.vocab_size, gamma_max=4, rank=8,
-                 trunk=32, width=16, heads=4, mlp=32)
+    shape = {"hidden_size": lm.model.config.hidden_size, "vocab_size": lm.vocab_size, "gamma_max": 4, "rank": 8,
+                 "trunk": 32, "width": 16, "heads": 4, "mlp": 32}
     plain = ParallelDrafter(DrafterShape(**shape), seed=3).attach(lm)
     deep = ParallelDrafter(DrafterShape(**shape, layers=2, window=4), seed=3).attach(lm)
     hidden, tokens = torch.randn(2, 6, shape["hidden_size"]), torch.randint(lm.vocab_size, (2, 6))
@@ -167,7 +167,7 @@ def test_backbone_round_trips_through_the_file(lm, tmp_path):
 
 @pytest.mark.parametrize("field,bad", [("layers", -1), ("window", 0), ("heads", 5), ("mlp", 0)])
 def test_bad_backbone_shape_is_one_line(field, bad):
-    args = dict(hidden_size=16, vocab_size=32, trunk=32, layers=1, window=4, heads=4)
+    args = {"hidden_size": 16, "vocab_size": 32, "trunk": 32, "layers": 1, "window": 4, "heads": 4}
     with pytest.raises(ConfigError) as err:
         DrafterShape(**{**args, field: bad})
     assert field in str(err.value) and str(bad) in str(err.value) and "\n" not in str(err.value)
@@ -188,6 +188,7 @@ def test_lattice_confidences_are_trainings_definition(lm, temperature):
         parents = [history[-1]]
         for pos, row in enumerate(draft.confidence):
             logits = out.base[0, pos] + drafter.parent_bias(pos, torch.tensor(parents))
-            want = drafter.calibrated(pos, drafter.confidence_logit(pos, out.z[0, pos].expand(len(parents), -1), logits))
+            want = drafter.calibrated(pos, drafter.confidence_logit(pos, out.z[0, pos].expand(len(parents), -1),
+                                                                    logits))
             torch.testing.assert_close(torch.tensor(row), want.float(), rtol=1e-5, atol=1e-6)
             parents = draft.lattice.token_ids[pos]

@@ -148,7 +148,8 @@ def test_trained_feature_drafter_fits_and_stays_exact(lm, tmp_path):
     slice_of = slice_index(drafter)
     assert (evaluate(drafter, data, 6, slice_of)["hits"].float().mean()
             > evaluate(untrained, data, 6, slice_of)["hits"].float().mean() + 0.1)
-    assert "at that position, the outputs of the target's decoder layers 0 (0-based)" in out.with_suffix(".md").read_text()
+    assert ("at that position, the outputs of the target's decoder layers 0 (0-based)"
+            in out.with_suffix(".md").read_text())
     for prompt in prompts[:3]:
         tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, gamma=6, top_k_candidates=2), drafter=drafter)
         assert tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids

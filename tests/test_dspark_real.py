@@ -69,7 +69,8 @@ def test_shipped_drafter_equals_greedy_and_accepts(real_lm, select):
 def test_offline_evaluation_predicts_every_runtime_round(real_lm):
     """Training's held-out numbers (the model card's τ) and the runtime measure the same drafter: a
     greedy chain (K = 1, γ = 8) run accepts, round by round, exactly what the offline teacher-forced
-    evaluation on the same answer predicts (decoding.train.parallel.chain_rounds) (all rounds but the last, which the token budget cuts).
+    evaluation on the same answer predicts (decoding.train.parallel.chain_rounds) (all rounds but the last,
+    which the token budget cuts).
     Control: the offline side fed the hidden state one position late (the state at the root token
     rather than the one that predicted it, a plausible tapping mistake) does not."""
     import dataclasses

@@ -17,7 +17,7 @@ _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPT = [3, 1, 4, 1, 5]
 VOCAB = 12
 RUNS = 1000
-PROCESSING = dict(temperature=0.8, top_p=0.95)
+PROCESSING = {"temperature": 0.8, "top_p": 0.95}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +42,8 @@ def exact_marginals(lm, depth: int) -> list[torch.Tensor]:
         probs = torch.softmax(pipeline(logits), -1).double()        # (S, V)
         joint = weights[:, None] * probs                            # (S, V)
         out.append(joint.sum(0).cpu())
-        seqs = torch.cat([seqs.repeat_interleave(VOCAB, 0), torch.arange(VOCAB, device=lm.device).repeat(len(seqs))[:, None]], 1)
+        seqs = torch.cat([seqs.repeat_interleave(VOCAB, 0),
+                          torch.arange(VOCAB, device=lm.device).repeat(len(seqs))[:, None]], 1)
         weights = joint.flatten()
     return out
 
@@ -79,7 +80,7 @@ def test_lossy_mode_fails_the_same_test(lm, drafter):
 
 def test_lookup_candidates_keep_the_target_distribution(lm, drafter):
     """Prompt lookup's continuation in the lattice (the prompt repeats a token, so it matches often)."""
-    config = dict(select="tree", top_k_candidates=1, budget=4, lookup_max_ngram=1)
+    config = {"select": "tree", "top_k_candidates": 1, "budget": 4, "lookup_max_ngram": 1}
     values = pvalues(lm, drafter, **config)
     assert min(values) > 1e-3, values
     verified = sum(n.lookup for seed in range(50)

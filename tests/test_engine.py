@@ -36,7 +36,7 @@ def _chi2_pvalue(counts, probs, n):
     return chisquare(counts[support].double().cpu().numpy(), expected.cpu().numpy()).pvalue
 
 
-PARAMS = dict(temperature=1.5, top_k=20, top_p=0.9, min_p=0.02)
+PARAMS = {"temperature": 1.5, "top_k": 20, "top_p": 0.9, "min_p": 0.02}
 
 
 def test_inverse_cdf_frequencies_match_processed_distribution(tiny_lm):

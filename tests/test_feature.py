@@ -38,7 +38,8 @@ def random_net(lm: LM, seed: int = 0, vocab=None, **shape) -> FeatureNet:
     """An untrained net with a random (not zero) output map, so its drafts vary with the features."""
     torch.manual_seed(seed)
     hidden = int(lm.model.config.hidden_size)
-    net = FeatureNet(FeatureShape(hidden, **{"width": 16, "mlp": 32, "blocks": 1, **shape}), vocab or range(lm.vocab_size))
+    net = FeatureNet(FeatureShape(hidden, **{"width": 16, "mlp": 32, "blocks": 1, **shape}),
+                     vocab or range(lm.vocab_size))
     torch.nn.init.normal_(net.out.weight, std=0.5)
     return net.attach(lm).eval().requires_grad_(False)
 
@@ -83,7 +84,8 @@ def test_greedy_identity_with_accepts_and_rejects(lm):
         trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=40, draft="feature", gamma=gamma),
                            drafter=FeatureDrafter(random_net(lm, seed)))
         assert trace.error is None
-        assert not divergence(lm, prompt, expected, trace.output_ids), divergence(lm, prompt, expected, trace.output_ids)
+        assert not divergence(lm, prompt, expected, trace.output_ids), divergence(lm, prompt, expected,
+                                                                                  trace.output_ids)
         assert not trace.steps[0].drafts            # no head input yet: the first round verifies the prompt only
         verdicts = [d.verdict for r in trace.steps for d in r.drafts]
         seen_accept |= "accepted" in verdicts

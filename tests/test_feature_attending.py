@@ -125,7 +125,8 @@ def test_greedy_identity_with_accepts_and_rejects(lm):
         trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=40, draft="feature", gamma=gamma),
                            drafter=make_drafter("feature", lm, draft_lm=net))
         assert trace.error is None
-        assert not divergence(lm, prompt, expected, trace.output_ids), divergence(lm, prompt, expected, trace.output_ids)
+        assert not divergence(lm, prompt, expected, trace.output_ids), divergence(lm, prompt, expected,
+                                                                                  trace.output_ids)
         assert not trace.steps[0].drafts
         verdicts += [d.verdict for r in trace.steps for d in r.drafts]
     assert "accepted" in verdicts and "rejected" in verdicts
@@ -134,7 +135,8 @@ def test_greedy_identity_with_accepts_and_rejects(lm):
 def test_sampled_drafts_are_proper_distributions(lm):
     ids = list(range(0, 32, 2))
     trace = runner.run(lm, [1, 2, 3], SpeculativeConfig(max_new_tokens=24, draft="feature", gamma=4, temperature=1.0,
-                                                         seed=3), drafter=AttendingDrafter(attending_net(lm, vocab=ids)))
+                                                         seed=3),
+                       drafter=AttendingDrafter(attending_net(lm, vocab=ids)))
     drafted = [d for r in trace.steps for d in r.drafts]
     assert drafted and all(d.token_id in ids and 0 < d.q_draft <= 1 for d in drafted)
     assert all(abs(sum(c.prob for c in d.draft_top) - 1) < 1e-4 or len(d.draft_top) < len(ids) for d in drafted)
@@ -254,7 +256,8 @@ def test_init_from_a_plain_drafter_starts_where_it_ended(tmp_path):
     lm = _llama()
     rng = random.Random(1)
     prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(24)]
-    common = dict(width=32, mlp=64, blocks=1, unroll=2, lr=3e-3, answer_tokens=16, gen_batch=12, heldout_every=4)
+    common = {"width": 32, "mlp": 64, "blocks": 1, "unroll": 2, "lr": 3e-3, "answer_tokens": 16, "gen_batch": 12,
+              "heldout_every": 4}
     plain_file = tmp_path / "plain.safetensors"
     plain = train_feature(lm, FeatureSettings(steps=60, batch_size=64, **common), plain_file, prompts=prompts,
                           progress=False)

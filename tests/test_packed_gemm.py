@@ -146,7 +146,7 @@ def test_a_packed_tiny_llama_gives_the_same_logits_and_greedy_tokens():
     assert list(packed.state_dict()) == keys                # no new state: checkpoints unchanged
     ids = torch.tensor([[3, 14, 15, 9, 26, 5, 35, 8, 9, 7]])                  # 10 rows: the packed path
     torch.testing.assert_close(packed(ids).logits, plain(ids).logits, rtol=1e-5, atol=1e-5)
-    kwargs = dict(do_sample=False, max_new_tokens=12, attention_mask=torch.ones_like(ids))
+    kwargs = {"do_sample": False, "max_new_tokens": 12, "attention_mask": torch.ones_like(ids)}
     assert torch.equal(packed.generate(ids, **kwargs), plain.generate(ids, **kwargs))
     assert unpack_linears(packed) == len([m for m in plain.modules() if isinstance(m, nn.Linear)])
     assert packed_count(packed) == 0 and all(type(m) is not PackedLinear for m in packed.modules())

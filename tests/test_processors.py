@@ -66,10 +66,10 @@ def test_row_and_batch_agree():
 
 
 @pytest.mark.parametrize("params", [
-    dict(temperature=0.7, top_k=10, top_p=0.9, min_p=0.05),
-    dict(temperature=1.3, top_p=0.5),
-    dict(top_k=3, min_p=0.3),
-    dict(temperature=0.5),
+    {"temperature": 0.7, "top_k": 10, "top_p": 0.9, "min_p": 0.05},
+    {"temperature": 1.3, "top_p": 0.5},
+    {"top_k": 3, "min_p": 0.3},
+    {"temperature": 0.5},
 ])
 def test_pipeline_equals_transformers_order(params):
     logits = _cases()["random"]

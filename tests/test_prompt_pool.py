@@ -33,7 +33,7 @@ def test_prompts_are_distinct_reproducible_and_balanced():
     assert prompts == varied_prompts(120, TEXTS, seed=3)
     assert prompts != varied_prompts(120, TEXTS, seed=4)
     counts = {name: sum(family_of(p) == name for p in prompts) for name in FAMILIES}
-    assert counts == {name: 30 for name in FAMILIES}, counts
+    assert counts == dict.fromkeys(FAMILIES, 30), counts
 
 
 def test_each_text_prompt_has_its_own_passage():

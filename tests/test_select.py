@@ -193,12 +193,12 @@ def test_profile_verify_cost_on_tiny_model(tiny_lm):
 
 
 @pytest.mark.parametrize("kwargs,param", [
-    (dict(token_ids=[], q_draft=[], scores=[]), "gamma"),
-    (dict(token_ids=[[1]] * 17, q_draft=[[1]] * 17, scores=[[[1]]] * 17), "gamma"),
-    (dict(token_ids=[[]], q_draft=[[]], scores=[[[]]]), "top_k_candidates"),
-    (dict(token_ids=[[1, 1]], q_draft=[[0.5, 0.5]], scores=[[[0.5, 0.5]]]), "token_ids"),
-    (dict(token_ids=[[1]], q_draft=[[0.5]], scores=[[[1.5]]]), "scores"),
-    (dict(token_ids=[[1], [2]], q_draft=[[0.5], [0.5]], scores=[[[0.5]], [[0.5], [0.5]]]), "scores"),
+    ({"token_ids": [], "q_draft": [], "scores": []}, "gamma"),
+    ({"token_ids": [[1]] * 17, "q_draft": [[1]] * 17, "scores": [[[1]]] * 17}, "gamma"),
+    ({"token_ids": [[]], "q_draft": [[]], "scores": [[[]]]}, "top_k_candidates"),
+    ({"token_ids": [[1, 1]], "q_draft": [[0.5, 0.5]], "scores": [[[0.5, 0.5]]]}, "token_ids"),
+    ({"token_ids": [[1]], "q_draft": [[0.5]], "scores": [[[1.5]]]}, "scores"),
+    ({"token_ids": [[1], [2]], "q_draft": [[0.5], [0.5]], "scores": [[[0.5]], [[0.5], [0.5]]]}, "scores"),
 ])
 def test_bad_lattices_are_one_line_errors(kwargs, param):
     with pytest.raises(ConfigError) as err:

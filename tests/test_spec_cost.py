@@ -33,7 +33,8 @@ def test_choice_on_a_table():
     info = choose_gamma(AcceptanceCounts(), TABLE, 1.0, 3, "d")
     assert info.expected_tokens == (1.5, 1.75, 1.875)
     assert info.ms_per_token == pytest.approx((12 / 1.5, 14 / 1.75, 22 / 1.875))
-    assert info.gamma == 1 and info.source == "d" and info.cost_source == "test" and info.verify_ms == TABLE.verify_ms[:4]
+    assert (info.gamma == 1 and info.source == "d" and info.cost_source == "test"
+            and info.verify_ms == TABLE.verify_ms[:4])
     free = choose_gamma(AcceptanceCounts(), TABLE, 0.0, 3)          # prompt lookup: drafting is free
     assert free.gamma == 2                                            # 12 / 1.75 < 11 / 1.5
     confident = AcceptanceCounts([50, 50, 50, 50, 50, 50], [49, 49, 49, 49, 49, 49])
@@ -82,7 +83,8 @@ def test_auto_table_and_draft_cost_are_profiled_once(target, draft, tmp_path, mo
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
     calls = []
     real = cost_module.profile_verify_cost
-    monkeypatch.setattr(cost_module, "profile_verify_cost", lambda lm, n, **kw: calls.append((lm.name, n)) or real(lm, n, **kw))
+    monkeypatch.setattr(cost_module, "profile_verify_cost",
+                        lambda lm, n, **kw: calls.append((lm.name, n)) or real(lm, n, **kw))
     first = runner.run(target, PROMPTS[0], cost_config(), draft_lm=draft)
     second = runner.run(target, PROMPTS[0], cost_config(), draft_lm=draft)
     assert sorted(calls) == sorted([(target.name, 17), (draft.name, 1)])

@@ -1,5 +1,6 @@
 """Monte Carlo chi-square: speculative sampling on tiny random llamas (target and draft from different
-seeds, same vocabulary; and a feature drafter over the target's LM-head input) reproduces plain sampling's exact first-token and two-token distributions.
+seeds, same vocabulary; and a feature drafter over the target's LM-head input) reproduces plain sampling's exact
+first-token and two-token distributions.
 
 alpha = 1e-3 for every test: a correct implementation fails with probability 1e-3 over seed sets (the
 seeds are fixed, so the outcome is deterministic). Power: each negative control's exact wrong

@@ -26,7 +26,7 @@ def rects(root: ET.Element, fill: str) -> list[ET.Element]:
 
 def test_vertical_bars_one_rect_each_with_height_by_value():
     fig = go.Figure(go.Bar(x=["a", "b", "c"], y=[1.0, 2.0, 4.0], marker_color="#123456", text=["x", "y", "z"]))
-    fig.update_layout(title="Three bars", yaxis=dict(title="value", range=[0, 4]))
+    fig.update_layout(title="Three bars", yaxis={"title": "value", "range": [0, 4]})
     root = parse(svg.figure_svg(fig, width=600, height=300))
     bars = rects(root, "#123456")
     assert len(bars) == 3
@@ -40,7 +40,7 @@ def test_vertical_bars_one_rect_each_with_height_by_value():
 def test_grouped_bars_sit_side_by_side_and_patterns_are_kept():
     fig = go.Figure()
     fig.add_bar(name="first", x=["a", "b"], y=[1, 1], marker_color="#111111")
-    fig.add_bar(name="second", x=["a", "b"], y=[1, 1], marker=dict(color="#222222", pattern=dict(shape="x")))
+    fig.add_bar(name="second", x=["a", "b"], y=[1, 1], marker={"color": "#222222", "pattern": {"shape": "x"}})
     root = parse(svg.figure_svg(fig))
     first, second = rects(root, "#111111"), rects(root, "#222222")
     assert len(first) == len(second) == 2 + 1                       # two bars and a legend swatch each
@@ -75,10 +75,10 @@ def test_heatmap_cells_colour_scale_and_colour_bar():
 def test_scatter_lines_dashes_markers_and_steps():
     fig = go.Figure()
     fig.add_scatter(name="dashed", x=[0, 1, None, 2, 3], y=[0, 1, None, 1, 0], mode="lines",
-                    line=dict(color="#aa0000", dash="dash"))
+                    line={"color": "#aa0000", "dash": "dash"})
     fig.add_scatter(name="pts", x=[0, 1], y=[1, 0], mode="markers",
-                    marker=dict(symbol=["x", "diamond"], color="#00aa00"))
-    fig.add_scatter(name="step", x=[0, 1, 2], y=[0, 1, 2], mode="lines", line=dict(color="#0000aa", shape="hv"))
+                    marker={"symbol": ["x", "diamond"], "color": "#00aa00"})
+    fig.add_scatter(name="step", x=[0, 1, 2], y=[0, 1, 2], mode="lines", line={"color": "#0000aa", "shape": "hv"})
     root = parse(svg.figure_svg(fig))
     lines = [el for el in root.iter(f"{NS}polyline") if el.get("stroke") == "#aa0000"]
     assert len(lines) == 2 and all(el.get("stroke-dasharray") == "6,4" for el in lines)   # split at the gap
@@ -91,13 +91,13 @@ def test_scatter_lines_dashes_markers_and_steps():
 def test_hline_annotation_second_axis_and_reversed_axis():
     fig = go.Figure(go.Bar(x=["a"], y=[0.5]))
     fig.add_scatter(x=["a"], y=[10], yaxis="y2", mode="markers", name="right")
-    fig.add_hline(y=0.25, line=dict(color="#abcdef", dash="dot"), annotation_text="floor")
-    fig.update_layout(yaxis2=dict(title="ms", overlaying="y", side="right"))
+    fig.add_hline(y=0.25, line={"color": "#abcdef", "dash": "dot"}, annotation_text="floor")
+    fig.update_layout(yaxis2={"title": "ms", "overlaying": "y", "side": "right"})
     root = parse(svg.figure_svg(fig))
     assert [el for el in root.iter(f"{NS}line") if el.get("stroke") == "#abcdef"]
     assert {"floor", "ms"} <= set(texts(root))
-    up = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="markers", marker=dict(color="#010101")))
-    down = go.Figure(up).update_layout(yaxis=dict(autorange="reversed"))
+    up = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="markers", marker={"color": "#010101"}))
+    down = go.Figure(up).update_layout(yaxis={"autorange": "reversed"})
 
     def first_y(f):
         return float(next(el for el in parse(svg.figure_svg(f)).iter(f"{NS}circle")

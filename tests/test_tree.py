@@ -148,7 +148,8 @@ def test_greedy_tree_rounds_on_tiny_llama_equal_plain_greedy(lm_sdpa):
         expect.append(token)
         feed = [token]
     with torch.inference_mode():   # a Markov drafter: the tiny model's next token after one token
-        single = lm_sdpa.model(input_ids=torch.arange(64, device=lm_sdpa.device)[:, None]).logits[:, -1].float().softmax(-1)  # (V, V)
+        single = (lm_sdpa.model(input_ids=torch.arange(64, device=lm_sdpa.device)[:, None])
+                  .logits[:, -1].float().softmax(-1))  # (V, V)
     draft = MarkovTable(tuple(tuple(row) for row in single.tolist()))
     cache = lm_sdpa.new_cache()
     lm_sdpa.forward(PROMPT[:-1], cache)

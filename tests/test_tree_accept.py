@@ -69,7 +69,7 @@ def test_one_node_emits_the_target_distribution(children):
     first = {}
     for seq, w in dist.items():
         first[seq[0]] = first.get(seq[0], 0) + w
-    assert first == {t: p for t, p in enumerate(p_target)}
+    assert first == dict(enumerate(p_target))
     assert sum(dist.values()) == 1
 
 

@@ -95,7 +95,8 @@ def test_a_file_pick_without_a_file_or_with_a_bad_one_is_an_error():
 
 def test_build_config_checks_the_picked_table_covers_the_run():
     pick = pick_cost("file", ("short.json", table_json([1.0, 2.0, 3.0])), None)
-    with pytest.raises(ConfigError, match=r"cost_table='short.json' is invalid: covers 3 tokens; this run verifies up to 4"):
+    with pytest.raises(ConfigError,
+                       match=r"cost_table='short.json' is invalid: covers 3 tokens; this run verifies up to 4"):
         build_config("dspark", {"gamma": 3, "cost_table": pick}, seed=0, max_new_tokens=8, top_n=5)
     config = build_config("dspark", {"gamma": 2, "cost_table": pick}, seed=0, max_new_tokens=8, top_n=5)
     assert config.cost_table == pick.path                              # negative control: 3 tokens cover γ=2
@@ -126,4 +127,5 @@ def test_model_options_and_settings_key():
     placed = Settings(model="m", model_options=options)
     assert placed.model_key()[:3] == ("m", "auto", "auto") and dict(placed.model_key()[3:]) == options
     assert advanced.device_map_link_error("auto") is None and advanced.device_map_link_error("none") is None
-    assert advanced.device_map_link_error("everywhere").startswith("device_map='everywhere' is invalid: choose one of auto")
+    assert advanced.device_map_link_error("everywhere").startswith(
+        "device_map='everywhere' is invalid: choose one of auto")

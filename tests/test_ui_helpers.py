@@ -50,9 +50,9 @@ def close(xs, ys, tol=1e-5) -> bool:
 
 # ------------------------------------------------------------------ figure maths
 
-@pytest.mark.parametrize("kwargs", [dict(temperature=0.7, top_k=20, top_p=0.8),
-                                    dict(temperature=1.6, top_p=0.6, min_p=0.05),
-                                    dict(temperature=1.0, min_p=0.2)])
+@pytest.mark.parametrize("kwargs", [{"temperature": 0.7, "top_k": 20, "top_p": 0.8},
+                                    {"temperature": 1.6, "top_p": 0.6, "min_p": 0.05},
+                                    {"temperature": 1.0, "min_p": 0.2}])
 def test_scaled_and_processed_probs_match_full_vocab(tiny_lm, kwargs):
     step, raw, applied = make_step(tiny_lm, **kwargs)
     ids = [c.token_id for c in step.raw_top]

@@ -4,9 +4,9 @@ N tokens emitted by speculative rounds (memoized), to compare with the target's 
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Callable
 
 from decoding.core.acceptance import Rule, exact_branches, round_distribution
 from decoding.core.lattice import Lattice

@@ -43,7 +43,7 @@ class Drafter(ABC):
     has_distributions: bool = False
     reads_target: bool = False       # wants the target's LM-head input after each round (`observe`)
 
-    def start(self, prompt_ids: Sequence[int]) -> None:
+    def start(self, prompt_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook, no state by default
         """Forget any state from an earlier run."""
 
     @abstractmethod
@@ -62,7 +62,7 @@ class Drafter(ABC):
         """The draft models it drafts with, by source name (none for prompt lookup)."""
         return {}
 
-    def observe(self, head_input: torch.Tensor, context_length: int) -> None:
+    def observe(self, head_input: torch.Tensor, context_length: int) -> None:  # noqa: B027 - optional hook
         """For a drafter that reads_target: the target's LM-head input (H,) that produced the last token of
         the context of `context_length` tokens (taken from the verification forward)."""
 

@@ -135,7 +135,7 @@ class FeatureNet(nn.Module):
         self.eos_ids: frozenset[int] = frozenset()
         self.token_ms: float | None = None               # ms per drafted token, timed on first use (drafters)
 
-    def attach(self, lm) -> "FeatureNet":
+    def attach(self, lm) -> FeatureNet:
         emb = lm.model.get_input_embeddings().weight.detach()
         check(emb.shape[1] == self.shape.hidden_size, "draft", lm.name,
               f"has hidden size {emb.shape[1]}, the feature drafter was built for {self.shape.hidden_size}")
@@ -158,7 +158,7 @@ class FeatureNet(nn.Module):
         """The dtype of the features it takes and returns (its norms' and residual stream's)."""
         return self.scale.dtype
 
-    def matmuls_in(self, dtype: torch.dtype) -> "FeatureNet":
+    def matmuls_in(self, dtype: torch.dtype) -> FeatureNet:
         """Run every weight matmul (its linear layers and the head slice) in `dtype`, norms, the residual
         stream and the logits' bias staying as they are. float16 is how the weights are shipped, so they
         keep their stored values; a drafted token reads half the bytes (see `load_feature`)."""

@@ -41,7 +41,7 @@ class LookupRate:
         return (float(Fraction(self.first_hits + 1, self.first_tries + 2)),
                 float(Fraction(self.next_hits + 1, self.next_tries + 2)))
 
-    def updated(self, tries: Sequence[tuple[int, bool]]) -> "LookupRate":
+    def updated(self, tries: Sequence[tuple[int, bool]]) -> LookupRate:
         """After a round: (depth, equal) of each lookup token compared (see `hits`)."""
         first = [ok for depth, ok in tries if depth == 1]
         later = [ok for depth, ok in tries if depth > 1]

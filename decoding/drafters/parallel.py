@@ -1,13 +1,13 @@
 """Parallel drafter ("DSpark" stage 0): one forward over the target's hidden states and tokens of the
 last few emitted positions yields γ positions of draft logits, a low-rank sequential bias from the token
-at k−1, and a confidence per position; `build_lattice` turns that into a select.Lattice for stage 1.
+at k−1, and a confidence per position; `build_lattice` turns that into a core.lattice.Lattice for stage 1.
 
-Inputs (no extra target pass): for each of the last T ≤ span = layers·(window − 1) + 1 emitted tokens
-t_j (one without a backbone), the hidden state h_j the target's LM head read at the position that produced it (captured from the verification forward
-by `HeadInputTap`) and, for a drafter with `feature_layers`, the outputs f_j^1..f_j^E of those decoder
-layers at that position (same forward, forward hooks); the last pair (h, root) is the anchor. Tokens
-are embedded with the target's frozen input embedding. Position k (1..γ) predicts the k-th token after
-root. Architecture:
+Inputs (no extra target pass): for each of the last T ≤ span = layers·(window − 1) + 1 emitted tokens t_j (one
+without a backbone), the hidden state h_j the target's LM head read at the position that produced it (captured
+from the verification forward by `HeadInputTap`) and, for a drafter with `feature_layers`, the outputs
+f_j^1..f_j^E of those decoder layers at that position (same forward, forward hooks); the last pair (h, root)
+is the anchor. Tokens are embedded with the target's frozen input embedding. Position k (1..γ) predicts the
+k-th token after root. Architecture:
 
     x_j = silu(W_in [rms(h_j); rms(E[t_j]); rms(f_j^1); …])         (B, T, D)    trunk, per row
     u   = backbone(x)[last]                                         (B, D)       `layers` causal blocks
@@ -31,9 +31,9 @@ training); tokens outside it get no draft probability. The frozen target tensors
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Sequence
 
 import torch
 import torch.nn.functional as F
@@ -165,7 +165,7 @@ class ParallelDrafter(nn.Module):
         self.gemm_plan = packed_gemm.DEFAULT_PLAN   # the target's CPU kernels per row count (attach)
 
     # ------------------------------------------------------------------ frozen target parts
-    def attach(self, lm) -> "ParallelDrafter":
+    def attach(self, lm) -> ParallelDrafter:
         """Share the target's input embedding and LM head (frozen, not part of the weights); the
         drafter moves to the head's device (its own weights keep their dtype)."""
         model = lm.model if hasattr(lm, "model") else lm

@@ -46,7 +46,7 @@ class CostTable:
         return {"version": COST_TABLE_VERSION, **asdict(self), "verify_ms": list(self.verify_ms)}
 
     @classmethod
-    def from_dict(cls, data: dict, source: str | None = None) -> "CostTable":
+    def from_dict(cls, data: dict, source: str | None = None) -> CostTable:
         check(isinstance(data, dict) and data.get("version") == COST_TABLE_VERSION, "cost_table",
               source or "<dict>", f"must be a JSON object with version {COST_TABLE_VERSION}")
         check(isinstance(data.get("verify_ms"), list), "cost_table", source or "<dict>",
@@ -55,7 +55,7 @@ class CostTable:
                    device=str(data.get("device", "")), model=str(data.get("model", "")))
 
     @classmethod
-    def load(cls, path: str | Path) -> "CostTable":
+    def load(cls, path: str | Path) -> CostTable:
         try:
             data = json.loads(Path(path).read_text())
         except (OSError, ValueError) as err:

@@ -152,7 +152,7 @@ def _one_line(err: Exception) -> str:
     return (text[0] if text else type(err).__name__)[:200]
 
 
-def load(spec: ModelSpec) -> "LM":
+def load(spec: ModelSpec) -> LM:
     """Load the model named by `spec` onto its device (on the engine thread when it is enabled), warmed
     up; raise ConfigError with one line on failure. Only local files are read unless
     DECODESCOPE_ALLOW_DOWNLOAD=1 (then an HF id may download). With all of torch's threads: a load
@@ -160,7 +160,7 @@ def load(spec: ModelSpec) -> "LM":
     return ENGINE.call_wide(_load, spec)
 
 
-def _load(spec: ModelSpec) -> "LM":
+def _load(spec: ModelSpec) -> LM:
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
@@ -174,7 +174,7 @@ def _load(spec: ModelSpec) -> "LM":
     except RuntimeError as err:
         if not is_out_of_memory(err):
             raise
-        del model
+        model = None                               # free its memory before reporting
         free_device_memory()
         raise ConfigError("model", spec.name, f"does not fit in {device.type} memory ({_one_line(err)[:120]}); "
                           "use dtype float16 or bfloat16, device cpu, or a smaller model") from None
@@ -197,7 +197,7 @@ def free_device_memory() -> None:
         torch.cuda.empty_cache()
 
 
-def _load_placed(spec: ModelSpec) -> "LM":
+def _load_placed(spec: ModelSpec) -> LM:
     """A model placed by accelerate across GPUs, CPU and disk (spec.device_map)."""
     dtype = resolve_dtype(spec.dtype, placement.compute_device(spec.max_memory))
     model, tok = _load_any(spec, dtype, spec.placement_kwargs())
@@ -348,7 +348,7 @@ class LM:
                              logits_to_keep=logits_to_keep)
         return self.check_logits(out.logits[0].float())  # (T, V)
 
-    def warm_up(self, ids: Sequence[int] = ()) -> "LM":
+    def warm_up(self, ids: Sequence[int] = ()) -> LM:
         """Throwaway forwards (over `ids`, or 8 tokens, then over one more) on a cache of their
         own, so that the first step timed does not pay the first calls' one-time costs (weights paged
         in, buffers allocated). Its errors are left to the run that meets them. Returns self."""

@@ -234,7 +234,7 @@ def packed_count(model: nn.Module) -> int:
 
 # ---------------------------------------------------------------- the auto plan
 
-def _run_kernel(kernel: str, module: "PackedLinear", x: torch.Tensor) -> torch.Tensor:
+def _run_kernel(kernel: str, module: PackedLinear, x: torch.Tensor) -> torch.Tensor:
     if kernel == "plain":
         return nn.functional.linear(x, module.weight, module.bias)
     if kernel == "onednn":

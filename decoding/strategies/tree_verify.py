@@ -11,7 +11,7 @@ rows see the wrong rotary phases.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 

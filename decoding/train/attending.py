@@ -13,8 +13,8 @@ token before it was the target's) and the net's own features, evaluation its own
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -77,7 +77,8 @@ def seq_batch(lay: Layout, seqs: Sequence[int]) -> SeqBatch:
     toks = torch.zeros(B, width, dtype=torch.long)
     ans = torch.full((B, width), -1, dtype=torch.long)
     for i, (a, b) in enumerate(spans):
-        feats[i, :b - a], toks[i, :b - a], ans[i, :b - a] = lay.features[a:b].float(), lay.tokens[a:b], lay.answer_row[a:b]
+        feats[i, :b - a], toks[i, :b - a], ans[i, :b - a] = (lay.features[a:b].float(), lay.tokens[a:b],
+                                                              lay.answer_row[a:b])
     first = lay.prompt_len[list(seqs)] - 1
     return SeqBatch(feats, toks, ans, first, int(first.min()))
 
@@ -89,7 +90,8 @@ def step_masks(batch: SeqBatch, steps: int) -> list[torch.Tensor]:
     return [labelled & ((t - s + 1)[None, :] >= batch.first_anchor[:, None]) for s in range(1, steps + 1)]
 
 
-def attending_loss(net: FeatureNet, data: DistillData, batch: SeqBatch, slice_of: torch.Tensor, settings) -> torch.Tensor:
+def attending_loss(net: FeatureNet, data: DistillData, batch: SeqBatch, slice_of: torch.Tensor,
+                   settings) -> torch.Tensor:
     """The plain drafter's loss per unrolled step (train.feature_loss.position_loss), weighted decay^(s−1)."""
 
     outs = unrolled(net, batch.features, batch.tokens, settings.unroll, batch.base)

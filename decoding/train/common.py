@@ -33,7 +33,8 @@ def settings_parser(prog: str, description: str, settings_type) -> argparse.Argu
     return p
 
 
-def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: Path, prefix: str, train, summary) -> int:
+def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: Path, prefix: str, train,
+                summary) -> int:
     """Parse, load the model, train to --out (or the shipped asset for the embedded model, else
     <prefix>-<model>.safetensors), print one line; one-line errors with exit status 2."""
     from decoding.runtime.models import ModelSpec, load
@@ -42,7 +43,8 @@ def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: P
     try:
         settings = settings_type(**{k: v for k, v in vars(args).items() if k in settings_type.__dataclass_fields__})
         lm = load(ModelSpec(args.model))
-        out = args.out or (shipped if args.model == "default" else Path(f"{prefix}-{Path(args.model).name}.safetensors"))
+        out = args.out or (shipped if args.model == "default"
+                           else Path(f"{prefix}-{Path(args.model).name}.safetensors"))
         report = train(lm, settings, out, progress=not args.no_progress)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

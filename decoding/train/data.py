@@ -8,9 +8,9 @@ import hashlib
 import json
 import random
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Sequence
 
 import torch
 
@@ -49,7 +49,8 @@ _CODE = (
     "Write a Python function that returns the n-th Fibonacci number.", "Write a SQL query that counts rows per day.",
     "Write a Python function that merges two sorted lists.", "Explain what a hash map is, with an example.",
     "Write a bash command that counts lines in all .txt files.", "Write a Python class for a simple stack.",
-    "What is the difference between a list and a tuple in Python?", "Write a JavaScript function that debounces another.",
+    "What is the difference between a list and a tuple in Python?",
+    "Write a JavaScript function that debounces another.",
     "Solve: a train travels 120 km in 1.5 hours. What is its average speed?", "What is 17 times 23? Show your work.",
     "Convert 98.6 degrees Fahrenheit to Celsius and explain the steps.", "What is the derivative of x^3 + 2x?",
 )
@@ -93,11 +94,11 @@ class DistillData:
         tmp.replace(path)
 
     @classmethod
-    def load(cls, path: Path) -> "DistillData":
+    def load(cls, path: Path) -> DistillData:
         return cls(**torch.load(path, weights_only=True))
 
     @classmethod
-    def concat(cls, parts: Sequence["DistillData"]) -> "DistillData":
+    def concat(cls, parts: Sequence[DistillData]) -> DistillData:
         """The sequences of all parts in order; info["parts"] lists each part's number of sequences."""
         shift = torch.tensor([0] + [int(p.offsets[-1]) for p in parts]).cumsum(0)
         offsets = torch.cat([parts[0].offsets[:1]] + [p.offsets[1:] + shift[i] for i, p in enumerate(parts)])
@@ -110,7 +111,7 @@ class DistillData:
     def answer(self, seq: int) -> list[int]:
         return self.tokens[int(self.offsets[seq]):int(self.offsets[seq + 1])].tolist()
 
-    def subset(self, seqs: Sequence[int]) -> "DistillData":
+    def subset(self, seqs: Sequence[int]) -> DistillData:
         rows = [torch.arange(int(self.offsets[s]), int(self.offsets[s + 1])) for s in seqs]
         idx = torch.cat(rows) if rows else torch.zeros(0, dtype=torch.long)
         lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
@@ -138,7 +139,7 @@ def _left_pad(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Ten
 def _generate(lm, ids, mask, answer_tokens: int, temperature: float, seed: int) -> torch.Tensor:
     eos = sorted(lm.eos_ids)
     pad = eos[0] if eos else 0
-    kwargs = dict(max_new_tokens=answer_tokens, pad_token_id=pad, eos_token_id=eos or None)
+    kwargs = {"max_new_tokens": answer_tokens, "pad_token_id": pad, "eos_token_id": eos or None}
     if temperature > 0:
         kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
     else:
@@ -424,8 +425,9 @@ def distill_set(lm, settings, progress: bool = True, prompts: Sequence[Sequence[
     templated prompts; each part is generated and cached on its own."""
     from decoding.train.prompt_pool import more_varied_prompts, passage, varied_prompts
 
-    gen = dict(answer_tokens=settings.answer_tokens, batch_size=settings.gen_batch,
-               temperature=settings.gen_temperature, soft_k=settings.soft_k, seed=settings.seed, progress=progress)
+    gen = {"answer_tokens": settings.answer_tokens, "batch_size": settings.gen_batch,
+               "temperature": settings.gen_temperature, "soft_k": settings.soft_k, "seed": settings.seed,
+               "progress": progress}
     if prompts is not None:
         return [list(p) for p in prompts], generate_distill(lm, prompts, **gen), "given as token ids"
     check(lm.tokenizer is not None, "prompts", None, "a model without a tokenizer needs token-id prompts")
@@ -441,7 +443,8 @@ def distill_set(lm, settings, progress: bool = True, prompts: Sequence[Sequence[
                                                              settings.seed)] if settings.n_extra else []
     data = DistillData.concat([data] + [generate_distill(lm, part, **gen) for part in (second, third) if part])
     return first + second + third, data, (
-        source + f" + {len(second) + len(third)} varied prompts (decoding.train.prompt_pool: text tasks on the target's "
+        source + f" + {len(second) + len(third)} varied prompts (decoding.train.prompt_pool: text tasks on the "
+        "target's "
         "own answers, advice, code, other writing), chat template")
 
 

@@ -12,7 +12,7 @@ None of the benchmark prompts (bench/prompts.py) is in it, nor any of their exac
 from __future__ import annotations
 
 import random
-from typing import Sequence
+from collections.abc import Sequence
 
 from decoding.core.errors import ConfigError, check
 
