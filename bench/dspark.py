@@ -193,13 +193,14 @@ def offline_vs_runtime(lm, drafter, args, gamma: int = 8) -> list[dict]:
     """Per prompt: the drafter's τ as training's offline evaluation estimates it (teacher forced, every
     anchor of the prompt's greedy answer, as the model card's held-out τ), the same over the anchors a
     decode visits (decoding.train.parallel.chain_rounds), and a greedy chain run's τ (one candidate per position)."""
+    from decoding.train import data as train_data
     from decoding.train import parallel as train
 
     n, out = args.max_new_tokens, []
     for name, text in PROMPTS.items():
         ids = lm.encode(text)
-        data = train.generate_distill(lm, [ids], answer_tokens=n, use_cache=False, progress=False)
-        data = train.drafter_data(lm, [ids], data, drafter.shape.feature_layers, use_cache=False, progress=False)
+        data = train_data.generate_distill(lm, [ids], answer_tokens=n, use_cache=False, progress=False)
+        data = train_data.drafter_data(lm, [ids], data, drafter.shape.feature_layers, use_cache=False, progress=False)
         lead, full = train.leading_hits(drafter, data, gamma)
         visited = train.chain_rounds(drafter, data, gamma)
         trace = runner.run(lm, ids, DSparkConfig(max_new_tokens=n, gamma=gamma, top_k_candidates=1), drafter=drafter)

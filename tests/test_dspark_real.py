@@ -77,6 +77,7 @@ def test_offline_evaluation_predicts_every_runtime_round(real_lm):
 
     from decoding.drafters.parallel import load_drafter
     from decoding.strategies.dspark import DEFAULT_WEIGHTS
+    from decoding.train import data as train_data
     from decoding.train import parallel as train
 
     drafter = load_drafter(DEFAULT_WEIGHTS, real_lm)
@@ -85,9 +86,10 @@ def test_offline_evaluation_predicts_every_runtime_round(real_lm):
     trace = run(real_lm, prompt, DSparkConfig(max_new_tokens=n, gamma=gamma, top_k_candidates=1), drafter=drafter)
     # a round's position is where its first drafted token goes; its anchor is the answer token before it
     runtime = [(s.position - len(prompt) - 1, len(s.accepted_path)) for s in trace.steps if not s.prefill]
-    data = train.generate_distill(real_lm, [prompt], answer_tokens=n, use_cache=False, progress=False)
+    data = train_data.generate_distill(real_lm, [prompt], answer_tokens=n, use_cache=False, progress=False)
     assert data.tokens.tolist() == list(trace.output_ids)                 # the same answer (greedy)
-    data = train.drafter_data(real_lm, [prompt], data, drafter.shape.feature_layers, use_cache=False, progress=False)
+    data = train_data.drafter_data(real_lm, [prompt], data, drafter.shape.feature_layers, use_cache=False,
+                                   progress=False)
     offline = train.chain_rounds(drafter, data, gamma)
     assert sum(a for _, a in runtime) >= 5                                 # a drafter that accepts something
     assert runtime[:-1] == offline[:len(runtime) - 1]

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -25,7 +27,16 @@ from decoding.runtime.cost_table import CostTable, load_table
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.models import LM, Timer
 from decoding.runtime.paths import ASSETS
-from decoding.strategies.dspark_select import ChainPlan, best_chain, best_tree, choose_chain, choose_tree, flat_tree
+from decoding.strategies.dspark_select import (
+    ChainPlan,
+    SizeChoice,
+    TreePlan,
+    best_chain,
+    best_tree,
+    choose_chain,
+    choose_tree,
+    flat_tree,
+)
 from decoding.strategies.tree_verify import compact_cache, depths, verify_tree
 
 DEFAULT_WEIGHTS = ASSETS / "dspark-smollm2-135m.safetensors"
@@ -81,7 +92,228 @@ def select_plan(lattice, config: DSparkConfig, cost: CostTable | None):
     return choose_tree(lattice, cost, max_budget=config.budget)
 
 
-# ------------------------------------------------------------------------------ trace pieces
+# ------------------------------------------------------------------------------ one round
+@dataclass(frozen=True)
+class RoundStep:
+    """What one round starts from."""
+
+    index: int
+    position: int                      # absolute position of the round's first emitted token
+    room: int                          # tokens the answer may still add
+    gamma: int                         # draft positions (0: a plain step)
+    history: Sequence[int]             # the last emitted tokens, the root (node 0) last
+    hidden: torch.Tensor               # (len(history), F) the drafter's input row that produced each
+    lookup: LookupInput | None         # prompt lookup's chain (None: lookup off or no drafts)
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """What one round did: the lattice, the plan verified as a tree, the target's verdicts."""
+
+    draft: LatticeDraft | None         # None: a plain step
+    plan: ChainPlan | TreePlan | None
+    choice: SizeChoice | None          # the cost-aware size, with a cost table
+    tokens: tuple[int, ...]            # verified nodes, node 0 the root
+    parents: tuple[int, ...]
+    p_rows: torch.Tensor               # (q, V) processed target distribution at each node
+    outcome: RoundOutcome
+    produced: torch.Tensor             # (1 + accepted, F) the rows that produced the emitted tokens
+    timer: Timer                       # read (done) when the event is built
+
+
+@dataclass(frozen=True)
+class PrefillResult:
+    position: int                      # prompt length
+    forced: tuple[int, ...]            # as given
+    token: int                         # the first free token
+    draw: float | None
+    timer: Timer
+
+
+class DSparkDecoder:
+    """One trace's parallel drafting: the target KV cache, the drafter's hidden-row history (the rows
+    that produced the last emitted tokens), the emitted context and prompt lookup's hit rate."""
+
+    def __init__(self, lm: LM, config: DSparkConfig, drafter: ParallelDrafter, generator: torch.Generator,
+                 cost: CostTable | None = None, cache=None):
+        self.lm, self.config, self.drafter, self.generator, self.cost = lm, config, drafter, generator, cost
+        self.pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
+                                                                     config.top_p, config.min_p)
+        self.cache = lm.new_cache() if cache is None else cache
+        self.hidden: torch.Tensor | None = None    # (T, F): what produced each of the last T context tokens
+        self.context: list[int] = []               # prompt + emitted
+        self.prompt_len, self.index, self.rate = 0, 0, LookupRate()
+        self.last: tuple[int, ...] = ()            # the latest event's emitted tokens
+
+    def prefill(self, prompt_ids: Sequence[int], forced: Sequence[int]) -> DSparkRound:
+        """Forward over prompt + forced tokens; choose the first free token. The history starts with
+        the drafter's input row (the LM-head input, then the feature layers' outputs) at the last position."""
+        timer = Timer(self.lm)
+        with tap_head_input(self.lm, self.drafter.shape.feature_layers) as tap:
+            row = self.lm.forward(list(prompt_ids) + list(forced), self.cache, logits_to_keep=1)[-1]  # (V,)
+        self.hidden = tap.hidden[0, -1][None]      # (1, F) the head reads the last position only
+        timer.lap("prefill")
+        token, draw = self._first_token(row)
+        timer.lap("acceptance")
+        event = prefill_event(self.lm, self.config,
+                              PrefillResult(len(prompt_ids), tuple(forced), token, draw, timer))
+        self.context, self.prompt_len = list(prompt_ids) + list(event.emitted), len(prompt_ids)
+        self.last, self.index = event.emitted, 1
+        return event
+
+    def rounds(self) -> Iterator[DSparkRound]:
+        """One DSparkRound per target forward until EOS, max_new_tokens or the context end."""
+        while (step := self.next_step()) is not None:
+            event, produced = draft_round(*self.legacy_args(step))   # by module name: tests wrap it
+            yield event
+            self.advance(step, event.emitted, produced)
+
+    def next_step(self) -> RoundStep | None:
+        """The next round's inputs; None once the answer is complete or the context is full."""
+        position, config = len(self.context), self.config
+        done = position - self.prompt_len
+        if done >= config.max_new_tokens or self.last[-1] in self.lm.eos_ids or position >= self.lm.context_length:
+            return None
+        room = config.max_new_tokens - done
+        gamma = max(0, min(config.gamma, room - 1, self.lm.context_length - position - 1))
+        history = self.context[len(self.context) - len(self.hidden):]
+        return RoundStep(self.index, position, room, gamma, history, self.hidden, self._lookup(gamma))
+
+    def round(self, step: RoundStep) -> RoundResult:
+        """One target forward: draft -> select -> verify -> accept -> roll back (compact the cache)."""
+        timer = Timer(self.lm)
+        draft = self._draft(step) if step.gamma >= 1 else None
+        if draft is not None:
+            timer.lap("drafter")
+        plan, choice = select_plan(draft.lattice, self.config, self.cost) if draft else (None, None)
+        root = int(step.history[-1])
+        tokens, parents = flat_tree(root, plan) if plan else ((root,), (-1,))
+        timer.lap("dp")
+        past = self.cache.get_seq_length()
+        logits, rows = self._verify(tokens, parents)               # (q, V), (q, F)
+        timer.lap("verification")
+        p_rows = target_probs(logits, self.pipeline)               # (q, V)
+        outcome = self._accept(tokens, parents, logits, p_rows)
+        timer.lap("acceptance")
+        kept = [0] + list(outcome.accepted)
+        compact_cache(self.cache, past, kept)
+        timer.lap("cache")
+        return RoundResult(draft, plan, choice, tokens, parents, p_rows, outcome, rows[kept], timer)
+
+    def advance(self, step: RoundStep, emitted: Sequence[int], produced: torch.Tensor) -> None:
+        """After a round: the context, the history rows (at most the drafter's span) and the lookup rate."""
+        self.context.extend(emitted)
+        self.hidden = torch.cat([self.hidden, produced[:len(emitted)]])[-self.drafter.span:]
+        if step.lookup:
+            self.rate = self.rate.updated(hits(step.lookup.tokens, emitted))
+        self.last, self.index = emitted, self.index + 1
+
+    def legacy_args(self, step: RoundStep) -> LegacyRound:
+        return LegacyRound(self.lm, self.cache, self.drafter, step.hidden, step.history, step.gamma, self.config,
+                           self.cost, self.pipeline, self.generator, step.index, step.position, step.room,
+                           step.lookup)
+
+    # -- the round's parts
+    def _first_token(self, row: torch.Tensor) -> tuple[int, float | None]:
+        if self.pipeline is None:
+            return int(torch.argmax(row)), None
+        return sample_inverse_cdf(torch.softmax(self.pipeline(row), -1), self.generator)
+
+    def _lookup(self, gamma: int) -> LookupInput | None:
+        """This round's prompt-lookup input (None when lookup is off or there are no drafts)."""
+        if self.config.lookup_max_ngram < 1 or gamma < 1:
+            return None
+        tokens, match = continuation(self.context, self.config.lookup_max_ngram, gamma, self.lm.eos_ids)
+        return LookupInput(tokens, match, self.rate.scores())
+
+    def _draft(self, step: RoundStep) -> LatticeDraft:
+        """The drafter's lattice, with prompt lookup's chain added and scored when there is one."""
+        lookup = step.lookup
+        draft = build_lattice(self.drafter, step.hidden, step.history, step.gamma, self.config.top_k_candidates,
+                              self.config.temperature, lookup.tokens if lookup else ())
+        if not draft.extra:
+            return draft
+        return dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
+
+    def _verify(self, tokens, parents) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (q, V) of one target forward over the tree, and the drafter's input rows (q, F)."""
+        with tap_head_input(self.lm, self.drafter.shape.feature_layers) as tap:
+            logits = verify_tree(self.lm, self.cache, tokens, parents)
+        return logits, tap.hidden[0]
+
+    def _accept(self, tokens, parents, logits: torch.Tensor, p_rows: torch.Tensor) -> RoundOutcome:
+        if self.pipeline is None:
+            return greedy_round(tokens, parents, logits)
+        return sample_round(tokens, parents, p_rows, self.generator, self.config.lossy_threshold)
+
+
+class LegacyRound(NamedTuple):
+    """draft_round's positional parameters, in order."""
+
+    lm: LM
+    cache: object
+    drafter: ParallelDrafter
+    hidden: torch.Tensor
+    history: Sequence[int]
+    gamma: int
+    config: DSparkConfig
+    cost: CostTable | None
+    pipeline: object
+    generator: torch.Generator
+    index: int
+    position: int
+    room: int
+    lookup: LookupInput | None = None
+
+
+def draft_round(*args) -> tuple[DSparkRound, torch.Tensor]:
+    """One round as a function, called with LegacyRound's fields in order -> (event, the rows (m, F)
+    that produced the round's m emitted tokens). DSparkDecoder.rounds calls it by its module name
+    because tests wrap it (tests/test_dspark_backbone.py's Recorder)."""
+    a = LegacyRound(*args)
+    decoder = DSparkDecoder(a.lm, a.config, a.drafter, a.generator, a.cost, cache=a.cache)
+    decoder.pipeline = a.pipeline
+    step = RoundStep(a.index, a.position, a.room, a.gamma, a.history, a.hidden, a.lookup)
+    result = decoder.round(step)
+    return round_event(a.lm, a.config, a.cost, step, result), result.produced
+
+
+def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
+           forced: Sequence[int] = (), drafter: ParallelDrafter | None = None) -> Iterator[DSparkRound]:
+    """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
+    the context end."""
+    drafter = resolve_drafter(lm, config, drafter)
+    decoder = DSparkDecoder(lm, config, drafter, generator, load_cost(lm, config))
+    yield decoder.prefill(prompt_ids, forced)
+    yield from decoder.rounds()
+
+
+# ------------------------------------------------------------------------------ trace events
+def prefill_event(lm: LM, config: DSparkConfig, done: PrefillResult) -> DSparkRound:
+    emitted = truncate(list(done.forced) + [done.token], config.max_new_tokens, lm.eos_ids)
+    return DSparkRound(index=0, position=done.position, prefill=True, select=config.select, lattice=(),
+                       dp=None, nodes=(), expected_accepted=0.0, size=None, accepted_path=(),
+                       next_token=done.token, next_from="prefill", next_draw=done.draw, emitted=emitted,
+                       lossy=config.is_lossy, forced_ids=tuple(int(t) for t in done.forced),
+                       fed_tokens=done.position + len(done.forced), timings_ms=done.timer.done(),
+                       next_piece=lm.piece(done.token))
+
+
+def round_event(lm: LM, config: DSparkConfig, cost: CostTable | None, step: RoundStep,
+                result: RoundResult) -> DSparkRound:
+    draft, plan, outcome, lookup = result.draft, result.plan, result.outcome, step.lookup
+    return DSparkRound(
+        index=step.index, position=step.position, prefill=False, select=config.select,
+        lattice=lattice_columns(lm, draft) if draft else (), dp=chain_dp(plan),
+        nodes=plan_nodes(lm, result) if plan else (),
+        expected_accepted=float(plan.expected_accepted) if plan else 0.0, size=size_info(cost, result.choice),
+        accepted_path=outcome.accepted, next_token=outcome.next_token, next_from=outcome.next_from,
+        next_draw=outcome.next_draw, emitted=truncate(outcome.emitted, step.room, lm.eos_ids),
+        lossy=config.is_lossy, fed_tokens=len(result.tokens), timings_ms=result.timer.done(),
+        next_piece=lm.piece(outcome.next_token), lookup=lookup.match if lookup else None,
+        lookup_scores=lookup.scores if lookup else None)
+
+
 def lattice_columns(lm: LM, draft: LatticeDraft) -> tuple[LatticeColumn, ...]:
     lat, cols = draft.lattice, []
     for k in range(lat.gamma):
@@ -100,30 +332,30 @@ def chain_dp(plan) -> ChainDP | None:
     return ChainDP(values, plan.back, plan.path)
 
 
-def plan_nodes(lm: LM, plan, tokens, parents, p_rows: torch.Tensor, outcome: RoundOutcome,
-               extra: Sequence[int] = ()) -> tuple[PlanNode, ...]:
-    """Every verified draft node with its score, the target's probability, its verdict and whether
-    it lies on prompt lookup's chain (`extra`: the lookup candidate's index per position)."""
-    checks = {c.node: c for c in outcome.checks}
-    accepted = set(outcome.accepted)
-    depth = depths(parents)
+def plan_scores(plan) -> tuple[Sequence, list[float], Sequence[int]]:
+    """(score given its parent, survival product, candidate index) of every plan node."""
     if isinstance(plan, ChainPlan):
-        survival, scores, running = [], plan.scores, 1.0
-        for s in scores:
+        survival, running = [], 1.0
+        for s in plan.scores:
             running *= float(s)
             survival.append(running)
-        cands = plan.path
-    else:
-        scores = [n.score for n in plan.nodes]
-        survival = [float(n.survival) for n in plan.nodes]
-        cands = [n.cand for n in plan.nodes]
-    on_chain = lookup_nodes(cands, [p - 1 for p in parents[1:]], extra)
+        return plan.scores, survival, plan.path
+    return [n.score for n in plan.nodes], [float(n.survival) for n in plan.nodes], [n.cand for n in plan.nodes]
+
+
+def plan_nodes(lm: LM, result: RoundResult) -> tuple[PlanNode, ...]:
+    """Every verified draft node with its score, the target's probability, its verdict and whether
+    it lies on prompt lookup's chain."""
+    tokens, parents, outcome = result.tokens, result.parents, result.outcome
+    checks, accepted, depth = {c.node: c for c in outcome.checks}, set(outcome.accepted), depths(parents)
+    scores, survival, cands = plan_scores(result.plan)
+    on_chain = lookup_nodes(cands, [p - 1 for p in parents[1:]], result.draft.extra)
     out = []
     for i in range(1, len(tokens)):
         chk = checks.get(i)
         verdict = "accepted" if i in accepted else ("rejected" if chk else "not_reached")
         out.append(PlanNode(i, parents[i], depth[i], cands[i - 1], tokens[i], lm.piece(tokens[i]),
-                            float(scores[i - 1]), survival[i - 1], float(p_rows[parents[i], tokens[i]]),
+                            float(scores[i - 1]), survival[i - 1], float(result.p_rows[parents[i], tokens[i]]),
                             chk.p_accept if chk else None, chk.draw if chk else None, verdict,
                             lookup=on_chain[i - 1]))
     return tuple(out)
@@ -134,122 +366,6 @@ def size_info(cost: CostTable | None, choice) -> SizeChoiceInfo | None:
         return None
     return SizeChoiceInfo(cost.source, tuple(cost.verify_ms), choice.size, choice.expected_accepted,
                           choice.tokens_per_s)
-
-
-# ------------------------------------------------------------------------------ prefill and rounds
-def prefill(lm: LM, cache, prompt_ids, forced, config: DSparkConfig, pipeline, generator, feature_layers=()):
-    """Forward over prompt + forced tokens; choose the first free token. -> (event, hidden (F,)): the
-    drafter's input row (the LM-head input, then `feature_layers`' outputs) at the last position."""
-    timer = Timer(lm)
-    with tap_head_input(lm, feature_layers) as tap:
-        row = lm.forward(list(prompt_ids) + list(forced), cache, logits_to_keep=1)[-1]  # (V,)
-    hidden = tap.hidden[0, -1]                                          # (F,) the head reads the last position only
-    timer.lap("prefill")
-    if pipeline is None:
-        token, draw = int(torch.argmax(row)), None
-    else:
-        token, draw = sample_inverse_cdf(torch.softmax(pipeline(row), -1), generator)
-    timer.lap("acceptance")
-    emitted = truncate(list(forced) + [token], config.max_new_tokens, lm.eos_ids)
-    event = DSparkRound(index=0, position=len(prompt_ids), prefill=True, select=config.select, lattice=(),
-                        dp=None, nodes=(), expected_accepted=0.0, size=None, accepted_path=(),
-                        next_token=token, next_from="prefill", next_draw=draw, emitted=emitted,
-                        lossy=config.is_lossy, forced_ids=tuple(int(t) for t in forced),
-                        fed_tokens=len(prompt_ids) + len(forced), timings_ms=timer.done(),
-                        next_piece=lm.piece(token))
-    return event, hidden
-
-
-def draft_lattice(drafter, hidden, history: Sequence[int], gamma: int, config: DSparkConfig,
-                  lookup: LookupInput | None) -> LatticeDraft:
-    """The drafter's lattice, with prompt lookup's chain added and scored when there is one."""
-    extra = lookup.tokens if lookup else ()
-    draft = build_lattice(drafter, hidden, history, gamma, config.top_k_candidates, config.temperature, extra)
-    if not draft.extra:
-        return draft
-    return dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
-
-
-def draft_round(lm: LM, cache, drafter, hidden, history: Sequence[int], gamma: int, config: DSparkConfig,
-                cost, pipeline, generator, index: int, position: int, room: int,
-                lookup: LookupInput | None = None):
-    """One round with up to `gamma` draft positions (0: a plain step). `history`: the last emitted
-    tokens (the root last), `hidden` (len(history), F) the drafter's input row (LM-head input first)
-    at the position that produced each. -> (event, the rows (m, F) that produced the round's m
-    emitted tokens)."""
-    timer = Timer(lm)
-    draft = plan = choice = None
-    root = int(history[-1])
-    if gamma >= 1:
-        draft = draft_lattice(drafter, hidden, history, gamma, config, lookup)
-        timer.lap("drafter")
-        plan, choice = select_plan(draft.lattice, config, cost)
-        tokens, parents = flat_tree(root, plan)
-    else:
-        tokens, parents = (root,), (-1,)
-    timer.lap("dp")
-    past = cache.get_seq_length()
-    with tap_head_input(lm, drafter.shape.feature_layers) as tap:
-        logits = verify_tree(lm, cache, tokens, parents)              # (q, V)
-    rows_hidden = tap.hidden[0]                                         # (q, F)
-    timer.lap("verification")
-    p_rows = target_probs(logits, pipeline)                             # (q, V)
-    if pipeline is None:
-        outcome = greedy_round(tokens, parents, logits)
-    else:
-        outcome = sample_round(tokens, parents, p_rows, generator, config.lossy_threshold)
-    timer.lap("acceptance")
-    compact_cache(cache, past, [0] + list(outcome.accepted))
-    timer.lap("cache")
-    event = DSparkRound(
-        index=index, position=position, prefill=False, select=config.select,
-        lattice=lattice_columns(lm, draft) if draft else (), dp=chain_dp(plan),
-        nodes=plan_nodes(lm, plan, tokens, parents, p_rows, outcome, draft.extra) if plan else (),
-        expected_accepted=float(plan.expected_accepted) if plan else 0.0, size=size_info(cost, choice),
-        accepted_path=outcome.accepted, next_token=outcome.next_token, next_from=outcome.next_from,
-        next_draw=outcome.next_draw, emitted=truncate(outcome.emitted, room, lm.eos_ids),
-        lossy=config.is_lossy, fed_tokens=len(tokens), timings_ms=timer.done(),
-        next_piece=lm.piece(outcome.next_token), lookup=lookup.match if lookup else None,
-        lookup_scores=lookup.scores if lookup else None)
-    return event, rows_hidden[[0] + list(outcome.accepted)]
-
-
-def round_lookup(config: DSparkConfig, context: Sequence[int], gamma: int, rate: LookupRate,
-                 eos_ids) -> LookupInput | None:
-    """This round's prompt-lookup input (None when lookup is off or there are no drafts)."""
-    if config.lookup_max_ngram < 1 or gamma < 1:
-        return None
-    tokens, match = continuation(context, config.lookup_max_ngram, gamma, eos_ids)
-    return LookupInput(tokens, match, rate.scores())
-
-
-def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
-           forced: Sequence[int] = (), drafter: ParallelDrafter | None = None) -> Iterator[DSparkRound]:
-    """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
-    the context end."""
-    drafter = resolve_drafter(lm, config, drafter)
-    cost = load_cost(lm, config)
-    pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
-                                                            config.top_p, config.min_p)
-    cache = lm.new_cache()
-    event, hidden = prefill(lm, cache, prompt_ids, forced, config, pipeline, generator, drafter.shape.feature_layers)
-    yield event
-    hidden = hidden[None]                                           # (T, F): what produced each history token
-    context, index, rate = list(prompt_ids) + list(event.emitted), 1, LookupRate()
-    while len(context) - len(prompt_ids) < config.max_new_tokens and event.emitted[-1] not in lm.eos_ids:
-        position = len(context)
-        if position >= lm.context_length:
-            return
-        room = config.max_new_tokens - (position - len(prompt_ids))
-        gamma = max(0, min(config.gamma, room - 1, lm.context_length - position - 1))
-        lookup = round_lookup(config, context, gamma, rate, lm.eos_ids)
-        event, produced = draft_round(lm, cache, drafter, hidden, context[len(context) - len(hidden):], gamma,
-                                      config, cost, pipeline, generator, index, position, room, lookup)
-        yield event
-        context.extend(event.emitted)
-        hidden = torch.cat([hidden, produced[:len(event.emitted)]])[-drafter.span:]
-        rate = rate.updated(hits(lookup.tokens, event.emitted)) if lookup else rate
-        index += 1
 
 
 # ------------------------------------------------------------------------------ stats

@@ -7,7 +7,6 @@ fractions, or torch tensors) so tests can check it with exact arithmetic.
 """
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -16,7 +15,7 @@ import torch
 from decoding.core.config import COST_POLICY, LOOKUP, MAX_GAMMA, SpeculativeConfig
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import sample_inverse_cdf
-from decoding.core.trace import Candidate, DraftPosition, ProbEntry, SpecRound
+from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, ProbEntry, SpecRound
 from decoding.drafters.base import Drafter, DraftRequest, Proposal
 from decoding.drafters.factory import make_drafter
 from decoding.runtime.cost_table import AUTO, load_table
@@ -133,6 +132,7 @@ class Speculator:
             index, forced_now = index + 1, ()
 
     def round(self, index: int, context: list[int], forced_now: tuple[int, ...], budget: int) -> SpecRound:
+        """draft -> verify (one target forward) -> accept -> roll back both caches -> the event."""
         timer = Timer(self.lm)
         gamma, reason, choice = self._gamma_for(context)
         cap = max(0, min(budget - 1, self.lm.context_length - len(context) - 1))
@@ -146,17 +146,14 @@ class Speculator:
         verdicts = self._accept(raw, p_target, proposal, n_verify)
         timer.lap("accept")
         new = self._new_tokens(proposal, verdicts, budget)
-        kept_context = context + list(new)
-        cropped = self._rollback(kept_context)
-        cropped_draft = self.drafter.rollback(kept_context)
-        kept_rows = len(kept_context) - 1 - self.cached_before     # up to the row that produced the last kept token
-        if self.head_rows is not None and kept_rows > 0:
-            self.drafter.observe_rows(self.head_rows[:kept_rows], self.cached_before)
+        cropped = self._roll_back_caches(context + list(new))
         timer.lap("rollback")
-        self._update_gamma(verdicts.accepted, n_verify, proposal.source or self.drafter.name)
-        event = self._event(index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
-                            p_target, verdicts, new, (cropped, cropped_draft), timer)
-        return dataclasses.replace(event, gamma_choice=choice) if choice is not None else event
+        drafter = proposal.source or self.drafter.name
+        self._update_gamma(verdicts.accepted, n_verify, drafter)
+        return spec_event(self.lm, self.config, SpecResult(
+            index=index, position=len(context) - len(forced_now), forced=tuple(forced_now), drafter=drafter,
+            reason=reason, choice=choice, proposal=proposal, n_verify=n_verify, processed=processed,
+            p_target=p_target, verdicts=verdicts, new=new, cropped=cropped, fed=self.last_fed, timer=timer))
 
     def _gamma_for(self, context: list[int]):
         """(γ, why, cost-aware choice or None) for the round after `context`."""
@@ -251,6 +248,16 @@ class Speculator:
         return tuple(new[:max(budget, 0)])
 
     # -- rollback
+    def _roll_back_caches(self, kept_context: list[int]) -> tuple[int, int]:
+        """Both caches back to `kept_context`; the drafter sees the target rows it kept.
+        -> (positions cropped from the target cache, from the drafter's)."""
+        cropped = self._rollback(kept_context)
+        cropped_draft = self.drafter.rollback(kept_context)
+        kept_rows = len(kept_context) - 1 - self.cached_before     # up to the row that produced the last kept token
+        if self.head_rows is not None and kept_rows > 0:
+            self.drafter.observe_rows(self.head_rows[:kept_rows], self.cached_before)
+        return cropped, cropped_draft
+
     def _rollback(self, kept_context: list[int]) -> int:
         removed = self.cached - (len(kept_context) - 1)
         if removed > 0:
@@ -273,54 +280,81 @@ class Speculator:
         else:
             self.reason = f"fixed: gamma={gamma}"
 
-    # -- trace
-    def _event(self, index, context, forced_now, gamma, reason, proposal, n_verify, raw, processed,
-               p_target, verdicts, new, cropped, timer) -> SpecRound:
-        target_tops = top_rows(self.lm, processed, p_target, self.config.top_n)      # n+1 rows
-        drafts = self._positions(proposal, n_verify, p_target, verdicts, target_tops)
-        kind = verdicts.final_kind if verdicts.final_id in new[verdicts.accepted:] else "none"
-        return SpecRound(
-            index=index, position=len(context) - len(forced_now), drafter=proposal.source or self.drafter.name,
-            gamma=n_verify, gamma_policy=self.config.gamma_policy, gamma_reason=reason, drafts=drafts,
-            accepted=verdicts.accepted, final_kind=kind,
-            final_id=verdicts.final_id if kind != "none" else None, final_draw=verdicts.final_draw,
-            final_top=target_tops[verdicts.accepted],
-            residual_top=self._residual_top(verdicts.residual), emitted=tuple(forced_now) + tuple(new),
-            forced_ids=tuple(forced_now), fed_tokens=self.last_fed, kv_cropped_target=cropped[0], kv_cropped_draft=cropped[1],
-            lookup=proposal.lookup, timings_ms=timer.done(),
-            final_piece=self.lm.piece(verdicts.final_id) if kind != "none" else "")
 
-    def _positions(self, proposal, n_verify, p_target, verdicts, target_tops) -> tuple[DraftPosition, ...]:
-        """Every drafted position's numbers, each kind gathered for all positions at once."""
-        n = len(proposal)
-        if n == 0:
-            return ()
-        rows = torch.arange(n, device=p_target.device)
-        tokens = torch.tensor(proposal.tokens, device=p_target.device)
-        p_x = p_target[rows, tokens].tolist()                                          # (n,)
-        q_draft = proposal.q_draft
-        if q_draft is None:
-            q_x, masses, draft_tops = [None] * n, p_x, [()] * n
-        else:
-            q_draft = q_draft.to(p_target.device)
-            q_x = q_draft[rows, tokens].tolist()                                      # (n,)
-            masses = accepted_mass(p_target[:n], q_draft).tolist()                    # (n,)
-            draft_tops = top_rows(self.lm, None, q_draft, self.config.top_n)          # logits = log q
-        return tuple(DraftPosition(
-            index=k, token_id=token, piece=self.lm.piece(token), q_draft=q_x[k], p_target=p_x[k],
-            ratio=p_x[k] / q_x[k] if q_x[k] else p_x[k], accept_prob=masses[k],
-            u=verdicts.us[k] if k < len(verdicts.us) else None,
-            verdict=_verdict(k, n_verify, verdicts.accepted),
-            draft_draw=proposal.draft_draws[k] if k < len(proposal.draft_draws) else None,
-            target_top=target_tops[k], draft_top=draft_tops[k])
-            for k, token in enumerate(proposal.tokens))
+# ---------------------------------------------------------------- the round's result and its event
 
-    def _residual_top(self, residual: torch.Tensor | None) -> tuple[ProbEntry, ...]:
-        if residual is None:
-            return ()
-        top = torch.topk(residual, min(self.config.top_n, residual.shape[-1]))
-        return tuple(ProbEntry(int(t), self.lm.piece(int(t)), float(p))
-                     for t, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0)
+@dataclass(frozen=True)
+class SpecResult:
+    """What one round did, for the trace."""
+
+    index: int
+    position: int                       # absolute position of the round's first emitted token
+    forced: tuple[int, ...]             # forced tokens emitted first
+    drafter: str                        # the drafter that drafted this round
+    reason: str                         # why this γ
+    choice: GammaChoiceInfo | None      # gamma_policy "cost": how γ was chosen
+    proposal: Proposal
+    n_verify: int                       # drafts verified (after caps and stops)
+    processed: torch.Tensor             # (n+1, V) the target's processed logits
+    p_target: torch.Tensor              # (n+1, V) their softmax
+    verdicts: _Verdicts
+    new: tuple[int, ...]                # tokens emitted after the forced ones
+    cropped: tuple[int, int]            # positions cropped from the target cache, the drafter's
+    fed: int                            # tokens in the target forward
+    timer: Timer                        # read (done) when the event is built
+
+
+def spec_event(lm: LM, config: SpeculativeConfig, result: SpecResult) -> SpecRound:
+    """The trace event of one round."""
+    target_tops = top_rows(lm, result.processed, result.p_target, config.top_n)      # n+1 rows
+    drafts = draft_positions(lm, config.top_n, result, target_tops)
+    verdicts, new = result.verdicts, result.new
+    kind = verdicts.final_kind if verdicts.final_id in new[verdicts.accepted:] else "none"
+    return SpecRound(
+        index=result.index, position=result.position, drafter=result.drafter, gamma=result.n_verify,
+        gamma_policy=config.gamma_policy, gamma_reason=result.reason, drafts=drafts,
+        accepted=verdicts.accepted, final_kind=kind,
+        final_id=verdicts.final_id if kind != "none" else None, final_draw=verdicts.final_draw,
+        final_top=target_tops[verdicts.accepted],
+        residual_top=residual_top(lm, config.top_n, verdicts.residual), emitted=result.forced + tuple(new),
+        forced_ids=result.forced, fed_tokens=result.fed, kv_cropped_target=result.cropped[0],
+        kv_cropped_draft=result.cropped[1], lookup=result.proposal.lookup, timings_ms=result.timer.done(),
+        final_piece=lm.piece(verdicts.final_id) if kind != "none" else "", gamma_choice=result.choice)
+
+
+def draft_positions(lm: LM, top_n: int, result: SpecResult, target_tops) -> tuple[DraftPosition, ...]:
+    """Every drafted position's numbers, each kind gathered for all positions at once."""
+    proposal, p_target, verdicts = result.proposal, result.p_target, result.verdicts
+    n = len(proposal)
+    if n == 0:
+        return ()
+    rows = torch.arange(n, device=p_target.device)
+    tokens = torch.tensor(proposal.tokens, device=p_target.device)
+    p_x = p_target[rows, tokens].tolist()                                          # (n,)
+    q_draft = proposal.q_draft
+    if q_draft is None:
+        q_x, masses, draft_tops = [None] * n, p_x, [()] * n
+    else:
+        q_draft = q_draft.to(p_target.device)
+        q_x = q_draft[rows, tokens].tolist()                                      # (n,)
+        masses = accepted_mass(p_target[:n], q_draft).tolist()                    # (n,)
+        draft_tops = top_rows(lm, None, q_draft, top_n)                           # logits = log q
+    return tuple(DraftPosition(
+        index=k, token_id=token, piece=lm.piece(token), q_draft=q_x[k], p_target=p_x[k],
+        ratio=p_x[k] / q_x[k] if q_x[k] else p_x[k], accept_prob=masses[k],
+        u=verdicts.us[k] if k < len(verdicts.us) else None,
+        verdict=_verdict(k, result.n_verify, verdicts.accepted),
+        draft_draw=proposal.draft_draws[k] if k < len(proposal.draft_draws) else None,
+        target_top=target_tops[k], draft_top=draft_tops[k])
+        for k, token in enumerate(proposal.tokens))
+
+
+def residual_top(lm: LM, top_n: int, residual: torch.Tensor | None) -> tuple[ProbEntry, ...]:
+    if residual is None:
+        return ()
+    top = torch.topk(residual, min(top_n, residual.shape[-1]))
+    return tuple(ProbEntry(int(t), lm.piece(int(t)), float(p))
+                 for t, p in zip(top.indices.tolist(), top.values.tolist()) if p > 0)
 
 
 def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -> list[tuple[Candidate, ...]]:
