@@ -15,7 +15,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from bench import dspark, engine, memory, speculative
+from bench import dspark, engine, interleave, memory, speculative
 from bench.memory import MIB, Peak, mib_cell, peak_memory, resident_bytes
 
 SIZE = 96 * MIB
@@ -155,7 +155,7 @@ def test_contender_tables_have_a_peak_column(bench, monkeypatch):
     monkeypatch.setattr(bench, "contenders", lambda *a: runs)
     args = types.SimpleNamespace(repeats=2, gammas=[4], budget=4, max_new_tokens=4, gamma=5, draft_layers=4, lookup=2)
     with fake_peaks([5, 7, 9, 3]) as fake:                            # rep 0 in order, rep 1 reversed
-        monkeypatch.setattr(bench, "peak_memory", fake)
+        monkeypatch.setattr(interleave, "peak_memory", fake)       # both benches time through interleave
         rows = bench.measure(fake_lm(), fake_lm(), args)      # (lm, draft or drafter, args)
     assert rows["greedy (ours)"]["peak"] == [5, 3] and rows["other"]["peak"] == [7, 9]
     table = bench.render(rows, args) if bench is dspark else bench.render(rows, args, "m")
