@@ -9,6 +9,7 @@ import torch
 
 from decoding.core.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError, StepError, check
+from decoding.core.formulas import cut_at_eos
 from decoding.core.trace import SCHEMA_VERSION, Stats, Trace
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import LM, free_device_memory, is_out_of_memory
@@ -83,12 +84,7 @@ def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Se
 
 def until_eos(forced: Sequence[int], eos_ids) -> list[int]:
     """The forced tokens up to and including the first EOS: an answer ends there, forced or not."""
-    out = []
-    for token in forced:
-        out.append(int(token))
-        if token in eos_ids:
-            break
-    return out
+    return list(cut_at_eos(forced, eos_ids))
 
 
 def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: str = "",

@@ -99,7 +99,6 @@ class BeamConfig(BaseConfig):
 
 SPEC_MAX_GAMMA = 32                    # speculative decoding's longest draft (gamma, gamma_max)
 MAX_LOOKUP_NGRAM = 16                  # prompt lookup's longest n-gram matched (both strategies)
-MAX_GAMMA = SPEC_MAX_GAMMA             # TRANSITIONAL alias: speculative.py still imports it; remove then
 LOOKUP = "lookup"
 LOOKUP_THEN = "lookup+"                # "lookup+MODEL": prompt lookup, else the draft model MODEL
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")

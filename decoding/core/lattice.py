@@ -8,8 +8,6 @@ from numbers import Real
 from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
 
-MAX_GAMMA = DSPARK_MAX_GAMMA   # TRANSITIONAL alias: decoding/drafters/parallel.py still imports it; remove then
-
 
 def is_real(value) -> bool:
     """A real number (int, float, Fraction), not a bool and not NaN."""

@@ -39,8 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import ConfigError, check
-from decoding.core.lattice import MAX_GAMMA, Lattice
+from decoding.core.lattice import Lattice
 from decoding.runtime import packed_gemm
 from decoding.runtime.hooks import check_feature_layers
 
@@ -74,8 +75,8 @@ class DrafterShape:
         check(isinstance(self.layers, int) and self.layers >= 0, "layers", self.layers, "must be an integer >= 0")
         check(self.layers == 0 or (self.trunk % self.heads == 0 and (self.trunk // self.heads) % 2 == 0), "heads",
               self.heads, f"must divide trunk ({self.trunk}) into heads of even size")
-        check(isinstance(self.gamma_max, int) and 1 <= self.gamma_max <= MAX_GAMMA, "gamma_max",
-              self.gamma_max, f"must be an integer in [1, {MAX_GAMMA}]")
+        check(isinstance(self.gamma_max, int) and 1 <= self.gamma_max <= DSPARK_MAX_GAMMA, "gamma_max",
+              self.gamma_max, f"must be an integer in [1, {DSPARK_MAX_GAMMA}]")
 
     @property
     def row_width(self) -> int:

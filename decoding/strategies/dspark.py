@@ -18,6 +18,7 @@ import torch
 from decoding.core.acceptance import RoundOutcome, greedy_round, sample_round
 from decoding.core.config import DEFAULT_DRAFTER, DSparkConfig
 from decoding.core.errors import check
+from decoding.core.formulas import cut_at_eos, round_metrics, survival
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import sample_inverse_cdf
 from decoding.core.trace import ChainDP, DSparkRound, LatticeCell, LatticeColumn, PlanNode, SizeChoiceInfo
@@ -68,16 +69,6 @@ def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
 def target_probs(logits: torch.Tensor, pipeline) -> torch.Tensor:
     """Processed target distribution per row (q, V); plain softmax at temperature 0 (for display)."""
     return torch.softmax(logits if pipeline is None else pipeline(logits), -1)
-
-
-def truncate(emitted: Sequence[int], room: int, eos_ids) -> tuple[int, ...]:
-    """At most `room` tokens, cut after the first EOS."""
-    out = []
-    for token in list(emitted)[:room]:
-        out.append(int(token))
-        if token in eos_ids:
-            break
-    return tuple(out)
 
 
 # ------------------------------------------------------------------------------ stage 1
@@ -290,7 +281,7 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
 
 # ------------------------------------------------------------------------------ trace events
 def prefill_event(lm: LM, config: DSparkConfig, done: PrefillResult) -> DSparkRound:
-    emitted = truncate(list(done.forced) + [done.token], config.max_new_tokens, lm.eos_ids)
+    emitted = cut_at_eos(list(done.forced) + [done.token], lm.eos_ids, config.max_new_tokens)
     return DSparkRound(index=0, position=done.position, prefill=True, select=config.select, lattice=(),
                        dp=None, nodes=(), expected_accepted=0.0, size=None, accepted_path=(),
                        next_token=done.token, next_from="prefill", next_draw=done.draw, emitted=emitted,
@@ -308,7 +299,7 @@ def round_event(lm: LM, config: DSparkConfig, cost: CostTable | None, step: Roun
         nodes=plan_nodes(lm, result) if plan else (),
         expected_accepted=float(plan.expected_accepted) if plan else 0.0, size=size_info(cost, result.choice),
         accepted_path=outcome.accepted, next_token=outcome.next_token, next_from=outcome.next_from,
-        next_draw=outcome.next_draw, emitted=truncate(outcome.emitted, step.room, lm.eos_ids),
+        next_draw=outcome.next_draw, emitted=cut_at_eos(outcome.emitted, lm.eos_ids, step.room),
         lossy=config.is_lossy, fed_tokens=len(result.tokens), timings_ms=result.timer.done(),
         next_piece=lm.piece(outcome.next_token), lookup=lookup.match if lookup else None,
         lookup_scores=lookup.scores if lookup else None)
@@ -335,11 +326,7 @@ def chain_dp(plan) -> ChainDP | None:
 def plan_scores(plan) -> tuple[Sequence, list[float], Sequence[int]]:
     """(score given its parent, survival product, candidate index) of every plan node."""
     if isinstance(plan, ChainPlan):
-        survival, running = [], 1.0
-        for s in plan.scores:
-            running *= float(s)
-            survival.append(running)
-        return plan.scores, survival, plan.path
+        return plan.scores, survival([float(s) for s in plan.scores]), plan.path
     return [n.score for n in plan.nodes], [float(n.survival) for n in plan.nodes], [n.cand for n in plan.nodes]
 
 
@@ -374,13 +361,6 @@ def dspark_stats(events: Sequence) -> dict:
     forward, accepted / drafted nodes, per depth k the fraction of rounds (that drafted depth k)
     whose accepted path reached k."""
     rounds = [e for e in events if isinstance(e, DSparkRound) and not e.prefill]
-    if not rounds:
-        return {}
-    drafted = sum(len(r.nodes) for r in rounds)
-    accepted = sum(len(r.accepted_path) for r in rounds)
-    reach = [max((n.depth for n in r.nodes), default=0) for r in rounds]
-    per_position = tuple(sum(1 for r, d in zip(rounds, reach) if d > k and len(r.accepted_path) > k)
-                         / sum(1 for d in reach if d > k) for k in range(max(reach)))
-    return {"mean_accepted_length": sum(len(r.emitted) for r in rounds) / len(rounds),
-            "acceptance_rate": accepted / drafted if drafted else None,
-            "per_position_acceptance": per_position}
+    return round_metrics([len(r.emitted) for r in rounds], [len(r.nodes) for r in rounds],
+                         [len(r.accepted_path) for r in rounds],
+                         [max((n.depth for n in r.nodes), default=0) for r in rounds])

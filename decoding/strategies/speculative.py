@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 import torch
 
-from decoding.core.config import COST_POLICY, LOOKUP, MAX_GAMMA, SpeculativeConfig
+from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
+from decoding.core.config import COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
+from decoding.core.formulas import cut_at_eos, round_metrics
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import sample_inverse_cdf
 from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, ProbEntry, SpecRound
@@ -46,14 +48,6 @@ def residual_distribution(p_target, q_draft):
     return _normalized([max(0, p - q) for p, q in zip(p_target, q_draft)], p_target)
 
 
-def point_mass_residual(p_target, token: int):
-    """After rejecting a point-mass draft `token`: p_target with that token zeroed, renormalized."""
-    if isinstance(p_target, torch.Tensor):
-        index = torch.tensor([token], device=p_target.device)
-        return _normalized(p_target.clone().index_fill_(0, index, 0), p_target)  # (V,)
-    return _normalized([0 if i == token else p for i, p in enumerate(p_target)], p_target)
-
-
 def _normalized(weights, fallback):
     total = weights.sum() if isinstance(weights, torch.Tensor) else sum(weights)
     if total <= 0:
@@ -65,7 +59,7 @@ def _normalized(weights, fallback):
 
 def heuristic_next(gamma: int, accepted: int, drafted: int) -> int:
     """transformers' "heuristic" schedule: +2 after a fully accepted round, -1 otherwise (min 1)."""
-    return min(MAX_GAMMA, gamma + 2) if accepted == drafted else max(1, gamma - 1)
+    return min(SPEC_MAX_GAMMA, gamma + 2) if accepted == drafted else max(1, gamma - 1)
 
 
 def confidence_cut(q_own: Sequence[float], threshold: float) -> int:
@@ -241,11 +235,7 @@ class Speculator:
     def _new_tokens(self, proposal: Proposal, verdicts: _Verdicts, budget: int) -> tuple[int, ...]:
         """Accepted drafts + the final token, cut after an EOS and at the token budget."""
         new = list(proposal.tokens[:verdicts.accepted]) + [verdicts.final_id]
-        for i, token in enumerate(new):
-            if token in self.lm.eos_ids:
-                new = new[:i + 1]
-                break
-        return tuple(new[:max(budget, 0)])
+        return cut_at_eos(new, self.lm.eos_ids, budget)
 
     # -- rollback
     def _roll_back_caches(self, kept_context: list[int]) -> tuple[int, int]:
@@ -391,15 +381,5 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, gene
 def spec_stats(events: Sequence) -> dict:
     """vLLM's definitions: tokens per verification forward, accepted/drafted, per-position rates."""
     rounds = [e for e in events if isinstance(e, SpecRound)]
-    if not rounds:
-        return {}
-    emitted = sum(len(r.emitted) - len(r.forced_ids) for r in rounds)
-    drafted = sum(r.gamma for r in rounds)
-    accepted = sum(r.accepted for r in rounds)
-    depth = max((r.gamma for r in rounds), default=0)
-    per_position = tuple(
-        sum(1 for r in rounds if r.accepted > k) / sum(1 for r in rounds if r.gamma > k)
-        for k in range(depth))
-    return {"mean_accepted_length": emitted / len(rounds),
-            "acceptance_rate": accepted / drafted if drafted else None,
-            "per_position_acceptance": per_position}
+    return round_metrics([len(r.emitted) - len(r.forced_ids) for r in rounds], [r.gamma for r in rounds],
+                         [r.accepted for r in rounds], [r.gamma for r in rounds])

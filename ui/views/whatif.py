@@ -14,14 +14,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-
-def expected_accepted(accept_probs: Sequence[float], gamma: int) -> float:
-    """Σ_{k=1}^{γ} Π_{i≤k} a_i over the first γ positions (fewer when fewer were recorded)."""
-    total, survive = 0.0, 1.0
-    for a in accept_probs[:gamma]:
-        survive *= a
-        total += survive
-    return total
+from decoding.core.formulas import acceptance_rate, expected_accepted, round_ms
 
 
 def tokens_per_verification(accept_probs: Sequence[float], gamma: int) -> float:
@@ -59,7 +52,7 @@ def sweep(events: Sequence, gammas: Sequence[int]) -> pd.DataFrame:
         drafted = sum(min(gamma, len(a)) for a in rounds)
         rows.append({"gamma": gamma, "expected_accepted": sum(accepted) / len(rounds) if rounds else 0.0,
                      "expected_tokens_per_forward": 1.0 + (sum(accepted) / len(rounds) if rounds else 0.0),
-                     "expected_acceptance_rate": sum(accepted) / drafted if drafted else None,
+                     "expected_acceptance_rate": acceptance_rate(sum(accepted), drafted),
                      "short_rounds": sum(len(a) < gamma for a in rounds), "rounds": len(rounds)})
     return pd.DataFrame(rows, columns=["gamma", "expected_accepted", "expected_tokens_per_forward",
                                        "expected_acceptance_rate", "short_rounds", "rounds"])
@@ -75,7 +68,7 @@ def measured(events: Sequence) -> dict:
     drafted = sum(r.gamma for r in rounds)
     return {"rounds": len(rounds), "tokens_per_forward": emitted / len(rounds),
             "mean_accepted": sum(r.accepted for r in rounds) / len(rounds),
-            "acceptance_rate": sum(r.accepted for r in rounds) / drafted if drafted else None,
+            "acceptance_rate": acceptance_rate(sum(r.accepted for r in rounds), drafted),
             "gammas": tuple(sorted({r.gamma for r in rounds})), "gamma": max(r.gamma for r in rounds)}
 
 
@@ -104,7 +97,7 @@ def with_cost(table: pd.DataFrame, events: Sequence) -> pd.DataFrame:
         if gamma >= len(verify) or not rounds:
             column.append(None)
             continue
-        ms = sum(verify[min(gamma, len(a))] + min(gamma, len(a)) * d for a, d in rounds)
+        ms = sum(round_ms(verify[min(gamma, len(a))], min(gamma, len(a)), d) for a, d in rounds)
         column.append(ms / sum(tokens_per_verification(a, gamma) for a, _ in rounds))
     out = table.copy()
     out["expected_ms_per_token"] = column
