@@ -6,6 +6,8 @@ tokens (checked against a fresh forward over the whole context), output stays to
 greedy, the weights round-trip, and bad shapes are one-line errors."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -87,21 +89,24 @@ def test_untrained_blocks_are_the_identity(lm):
 
 
 class Recorder:
-    """Wraps dspark.draft_round: keeps each round's history (hidden rows, tokens, position) and hands
+    """Wraps DSparkDecoder.round: keeps each round's history (hidden rows, tokens, position) and hands
     the round an oracle lookup chain (the greedy continuation's next 3 tokens, strongly scored), so
     rounds accept several drafts and the history is refilled from multi-token rounds."""
 
     def __init__(self, real, prompt, greedy):
         self.real, self.prompt, self.greedy, self.calls = real, prompt, greedy, []
 
-    def __call__(self, lm, cache, drafter, hidden, history, gamma, config, cost, pipeline, generator, index,
-                 position, room, lookup=None):
-        self.calls.append((hidden.clone(), list(history), position))
-        done = position - len(self.prompt)
-        oracle = tuple(self.greedy[done:done + min(gamma, 3)])
-        lookup = LookupInput(oracle, None, (0.99, 0.99)) if gamma >= 1 and oracle else None
-        return self.real(lm, cache, drafter, hidden, history, gamma, config, cost, pipeline, generator, index,
-                         position, room, lookup)
+    def __call__(self, decoder, step):
+        self.calls.append((step.hidden.clone(), list(step.history), step.position))
+        done = step.position - len(self.prompt)
+        oracle = tuple(self.greedy[done:done + min(step.gamma, 3)])
+        lookup = LookupInput(oracle, None, (0.99, 0.99)) if step.gamma >= 1 and oracle else None
+        return self.real(decoder, dataclasses.replace(step, lookup=lookup))
+
+    def install(self, monkeypatch) -> Recorder:
+        """Every decoder's round() goes through this recorder until monkeypatch undoes it."""
+        monkeypatch.setattr(dspark.DSparkDecoder, "round", lambda decoder, step: self(decoder, step))
+        return self
 
 
 @pytest.mark.parametrize("select,k,budget", [("chain", 1, 1), ("tree", 3, 10)])
@@ -111,8 +116,7 @@ def test_decoder_history_is_the_targets_own_hidden_states(lm, monkeypatch, selec
     drafter = random_drafter(lm, gamma_max=6, layers=1, window=4)
     prompt = [3, 14, 15, 9]
     greedy = list(run(lm, prompt, GreedyConfig(max_new_tokens=40)).output_ids)
-    recorder = Recorder(dspark.draft_round, prompt, greedy)
-    monkeypatch.setattr(dspark, "draft_round", recorder)
+    recorder = Recorder(dspark.DSparkDecoder.round, prompt, greedy).install(monkeypatch)
     tr = run(lm, prompt, DSparkConfig(max_new_tokens=40, gamma=5, top_k_candidates=k, select=select,
                                       budget=budget), drafter=drafter)
     out = list(tr.output_ids)
@@ -137,14 +141,13 @@ def test_history_check_bites(lm, monkeypatch):
     drafter = random_drafter(lm, gamma_max=6, layers=1, window=4)
     prompt = [3, 14, 15, 9]
     greedy = list(run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids)
-    real = dspark.draft_round
+    real = dspark.DSparkDecoder.round
 
-    def stale(*args, **kwargs):
-        event, produced = real(*args, **kwargs)
-        return event, produced[:1].expand(len(produced), -1)
+    def stale(decoder, step):
+        result = real(decoder, step)
+        return dataclasses.replace(result, produced=result.produced[:1].expand(len(result.produced), -1))
 
-    recorder = Recorder(stale, prompt, greedy)
-    monkeypatch.setattr(dspark, "draft_round", recorder)
+    recorder = Recorder(stale, prompt, greedy).install(monkeypatch)
     out = run(lm, prompt, DSparkConfig(max_new_tokens=30, gamma=5), drafter=drafter).output_ids
     out = list(out)
     with tap_head_input(lm) as tap:

@@ -48,8 +48,7 @@ def training_rows(lm, prompts, answers, layers):
 
 def decode_recorded(lm, drafter, prompt, monkeypatch, n=30):
     greedy = list(run(lm, prompt, GreedyConfig(max_new_tokens=n)).output_ids)
-    recorder = Recorder(dspark.draft_round, prompt, greedy)
-    monkeypatch.setattr(dspark, "draft_round", recorder)
+    recorder = Recorder(dspark.DSparkDecoder.round, prompt, greedy).install(monkeypatch)
     tr = run(lm, prompt, DSparkConfig(max_new_tokens=n, gamma=5, top_k_candidates=2, select="tree", budget=8),
              drafter=drafter)
     monkeypatch.undo()

@@ -11,7 +11,6 @@ import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 import torch
 
@@ -155,9 +154,10 @@ class DSparkDecoder:
     def rounds(self) -> Iterator[DSparkRound]:
         """One DSparkRound per target forward until EOS, max_new_tokens or the context end."""
         while (step := self.next_step()) is not None:
-            event, produced = draft_round(*self.legacy_args(step))   # by module name: tests wrap it
+            result = self.round(step)
+            event = round_event(self.lm, self.config, self.cost, step, result)
             yield event
-            self.advance(step, event.emitted, produced)
+            self.advance(step, event.emitted, result.produced)
 
     def next_step(self) -> RoundStep | None:
         """The next round's inputs; None once the answer is complete or the context is full."""
@@ -199,11 +199,6 @@ class DSparkDecoder:
             self.rate = self.rate.updated(hits(step.lookup.tokens, emitted))
         self.last, self.index = emitted, self.index + 1
 
-    def legacy_args(self, step: RoundStep) -> LegacyRound:
-        return LegacyRound(self.lm, self.cache, self.drafter, step.hidden, step.history, step.gamma, self.config,
-                           self.cost, self.pipeline, self.generator, step.index, step.position, step.room,
-                           step.lookup)
-
     # -- the round's parts
     def _first_token(self, row: torch.Tensor) -> tuple[int, float | None]:
         if self.pipeline is None:
@@ -236,37 +231,6 @@ class DSparkDecoder:
         if self.pipeline is None:
             return greedy_round(tokens, parents, logits)
         return sample_round(tokens, parents, p_rows, self.generator, self.config.lossy_threshold)
-
-
-class LegacyRound(NamedTuple):
-    """draft_round's positional parameters, in order."""
-
-    lm: LM
-    cache: object
-    drafter: ParallelDrafter
-    hidden: torch.Tensor
-    history: Sequence[int]
-    gamma: int
-    config: DSparkConfig
-    cost: CostTable | None
-    pipeline: object
-    generator: torch.Generator
-    index: int
-    position: int
-    room: int
-    lookup: LookupInput | None = None
-
-
-def draft_round(*args) -> tuple[DSparkRound, torch.Tensor]:
-    """One round as a function, called with LegacyRound's fields in order -> (event, the rows (m, F)
-    that produced the round's m emitted tokens). DSparkDecoder.rounds calls it by its module name
-    because tests wrap it (tests/test_dspark_backbone.py's Recorder)."""
-    a = LegacyRound(*args)
-    decoder = DSparkDecoder(a.lm, a.config, a.drafter, a.generator, a.cost, cache=a.cache)
-    decoder.pipeline = a.pipeline
-    step = RoundStep(a.index, a.position, a.room, a.gamma, a.history, a.hidden, a.lookup)
-    result = decoder.round(step)
-    return round_event(a.lm, a.config, a.cost, step, result), result.produced
 
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
