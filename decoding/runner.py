@@ -108,7 +108,7 @@ def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: s
         stop_reason, error = "error", error_line(err, config, step=len(events))
     wall = time.perf_counter() - start
     return assemble(lm, prompt_ids, config, events, prompt_text=prompt_text, forced=until_eos(forced, lm.eos_ids),
-                    wall_s=wall, stop_reason=stop_reason, error=error)
+                    end=RunEnd(wall, stop_reason, error))
 
 
 RUN_ERRORS = (ConfigError, RuntimeError, ValueError)   # a run that fails mid-way keeps its trace so far
@@ -148,7 +148,7 @@ def run_lockstep(lm: LM, prompt_ids: Sequence[int], lanes: Mapping[str, tuple[Ba
                 lane.live, lane.stop_reason = False, "stopped"
     forced = until_eos(forced, lm.eos_ids)
     return {label: assemble(lm, prompt_ids, lane.config, lane.events, prompt_text=prompt_text, forced=forced,
-                            wall_s=lane.busy_s, stop_reason=lane.stop_reason, error=lane.error)
+                            end=RunEnd(lane.busy_s, lane.stop_reason, lane.error))
             for label, lane in state.items()}
 
 
@@ -198,10 +198,19 @@ def oom_line(err: Exception, config: BaseConfig, step: int) -> str:
             "or use dtype float16 or bfloat16, or a smaller model")
 
 
+@dataclass(frozen=True)
+class RunEnd:
+    """How a run ended: its wall time, why it stopped, and the error line when it failed."""
+
+    wall_s: float
+    stop_reason: str
+    error: str | None = None
+
+
 def assemble(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, events: Iterable, *,
-             prompt_text: str, forced: Sequence[int], wall_s: float, stop_reason: str,
-             error: str | None = None) -> Trace:
-    events = tuple(events)
+             prompt_text: str, forced: Sequence[int], end: RunEnd) -> Trace:
+    """The Trace of a run's events: output ids, stats and the natural stop reason."""
+    events, wall_s, stop_reason = tuple(events), end.wall_s, end.stop_reason
     strategy = strategy_for(config)
     out = [int(t) for t in strategy.output_ids(events)]
     if stop_reason == "max_new_tokens":
@@ -212,7 +221,7 @@ def assemble(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, events: Iter
     return Trace(schema_version=SCHEMA_VERSION, strategy=config.strategy, config=config.to_dict(),
                  model=lm.describe(), prompt_text=prompt_text, prompt_ids=tuple(int(t) for t in prompt_ids),
                  forced_ids=tuple(int(t) for t in forced), output_ids=tuple(out), text=lm.decode(out),
-                 steps=events, stats=stats, stop_reason=stop_reason, error=error)
+                 steps=events, stats=stats, stop_reason=stop_reason, error=end.error)
 
 
 def _natural_stop(lm: LM, out: list[int], config: BaseConfig, prompt_len: int) -> str:

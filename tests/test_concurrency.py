@@ -99,8 +99,8 @@ def test_interleaved_step_by_step_equals_alone(shared, alone):
     gens = {name: runner.iterate(lm, PROMPT, cfg, **kwargs_for(name, drafter)) for name, cfg in CONFIGS.items()}
     events = interleave(lm, gens)
     for name, cfg in CONFIGS.items():
-        trace = runner.assemble(lm, PROMPT, cfg, events[name], prompt_text="", forced=(), wall_s=1.0,
-                                stop_reason="max_new_tokens")
+        trace = runner.assemble(lm, PROMPT, cfg, events[name], prompt_text="", forced=(),
+                                end=runner.RunEnd(1.0, "max_new_tokens"))
         assert without_timings(trace) == alone[name], name
     assert unlocked == []
 
@@ -181,7 +181,7 @@ def test_control_shared_random_state_changes_the_traces(shared, alone):
     second = runner.strategy_for(cfg).decode(lm, PROMPT, cfg, generator=generator, forced=[])
     events = interleave(lm, {"a": first, "b": second})
     traces = [without_timings(runner.assemble(lm, PROMPT, cfg, events[k], prompt_text="", forced=(),
-                                              wall_s=1.0, stop_reason="max_new_tokens")) for k in "ab"]
+                                              end=runner.RunEnd(1.0, "max_new_tokens"))) for k in "ab"]
     assert traces[0] != alone["sample"] or traces[1] != alone["sample"]
 
 

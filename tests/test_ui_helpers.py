@@ -12,7 +12,7 @@ import torch
 from decoding.core.config import GreedyConfig, SampleConfig
 from decoding.core.errors import ConfigError
 from decoding.core.processors import apply_tracked, build_pipeline
-from decoding.core.token_step import sample_inverse_cdf, token_step
+from decoding.core.token_step import Choice, Scored, sample_inverse_cdf, token_step
 from decoding.core.trace import TokenStep, without_timings
 from decoding.runner import run
 from ui.views import figures, tables
@@ -38,8 +38,8 @@ def make_step(tiny_lm, *, seed=0, temperature=0.7, top_k=0, top_p=1.0, min_p=0.0
     pipeline = build_pipeline(temperature, top_k, top_p, min_p)
     applied = apply_tracked(pipeline, raw)
     token, draw = sample_inverse_cdf(applied.logits.softmax(-1), torch.Generator().manual_seed(generator_seed))
-    step = token_step(tiny_lm, index=0, position=5, raw=raw, pipeline=pipeline, applied=applied, chosen=token,
-                      draw=draw, forced=False, top_n=top_n)
+    step = token_step(tiny_lm, index=0, position=5, scored=Scored(raw, pipeline, applied),
+                      choice=Choice(token, draw), top_n=top_n)
     return step, raw, applied
 
 
@@ -107,8 +107,8 @@ def test_greedy_bars_have_no_filter_marks(tiny_lm):
     raw = torch.randn(V, generator=torch.Generator().manual_seed(3))
     pipeline = build_pipeline()
     applied = apply_tracked(pipeline, raw)
-    step = token_step(tiny_lm, index=0, position=1, raw=raw, pipeline=pipeline, applied=applied,
-                      chosen=int(raw.argmax()), draw=None, forced=False, top_n=5)
+    step = token_step(tiny_lm, index=0, position=1, scored=Scored(raw, pipeline, applied),
+                      choice=Choice(int(raw.argmax())), top_n=5)
     fig = figures.probability_bars(step)
     assert [t.name for t in fig.data] == ["raw p (T=1, no filters)", "processed p (sampled from)"]
     assert figures.draw_cdf(step) is None

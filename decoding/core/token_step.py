@@ -2,6 +2,8 @@
 copies to Python), and choose tokens by argmax or inverse-CDF sampling with a recorded draw."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from decoding.core.processors import Applied, MinP, Pipeline, Temperature, TopK, TopP
@@ -72,9 +74,28 @@ def candidates(lm, ids: torch.Tensor, logits: torch.Tensor, probs: torch.Tensor,
                  for t, lg, pr, r in zip(ids_l, logit_l, prob_l, rem_l))
 
 
-def token_step(lm, *, index: int, position: int, raw: torch.Tensor, pipeline: Pipeline, applied: Applied,
-               chosen: int, draw: float | None, forced: bool, top_n: int) -> TokenStep:
-    """Build the trace event for one position. raw and applied.logits are (V,)."""
+@dataclass(frozen=True)
+class Scored:
+    """One position's logits: raw (V,), the pipeline, and what it did (applied.logits (V,))."""
+
+    raw: torch.Tensor
+    pipeline: Pipeline
+    applied: Applied
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The token taken at a position, the uniform draw that chose it (None: argmax) and whether it was
+    imposed (a forced token)."""
+
+    token: int
+    draw: float | None = None
+    forced: bool = False
+
+
+def token_step(lm, *, index: int, position: int, scored: Scored, choice: Choice, top_n: int) -> TokenStep:
+    """Build the trace event for one position."""
+    raw, pipeline, applied, chosen = scored.raw, scored.pipeline, scored.applied, choice.token
     raw_logp = torch.log_softmax(raw, -1)  # (V,)
     proc_logp = raw_logp if not pipeline.steps else torch.log_softmax(applied.logits, -1)  # (V,)
     top = torch.topk(raw, min(top_n, raw.shape[-1])).indices  # (N,)
@@ -87,4 +108,4 @@ def token_step(lm, *, index: int, position: int, raw: torch.Tensor, pipeline: Pi
         entropy_raw=entropy_of_logp(raw_logp), entropy_processed=entropy_of_logp(proc_logp),
         chosen_id=chosen, chosen_piece=lm.piece(chosen),
         chosen_logprob=float(proc_logp[chosen]), chosen_raw_logprob=float(raw_logp[chosen]),
-        chosen_rank=int((raw > raw[chosen]).sum()), draw=draw, forced=forced)
+        chosen_rank=int((raw > raw[chosen]).sum()), draw=choice.draw, forced=choice.forced)

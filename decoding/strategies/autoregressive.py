@@ -7,24 +7,25 @@ from collections.abc import Callable, Iterator, Sequence
 
 import torch
 
+from decoding.core.config import BaseConfig
 from decoding.core.processors import Applied, Pipeline, apply_tracked
-from decoding.core.token_step import token_step
+from decoding.core.token_step import Choice, Scored, token_step
 from decoding.runtime.models import LM, Timer
 
 # choose(applied, raw, generator) -> (token, draw or None)
 Chooser = Callable[[Applied, torch.Tensor, torch.Generator], tuple[int, float | None]]
 
 
-def decode_loop(lm: LM, prompt_ids: Sequence[int], *, max_new_tokens: int, top_n: int,
-                pipeline: Pipeline, choose: Chooser, generator: torch.Generator,
-                forced: Sequence[int] = ()) -> Iterator:
-    """Yield one TokenStep per new token until EOS, max_new_tokens or the context end.
+def decode_loop(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, pipeline: Pipeline, choose: Chooser,
+                generator: torch.Generator, forced: Sequence[int] = ()) -> Iterator:
+    """Yield one TokenStep per new token until EOS, config.max_new_tokens or the context end (config.top_n
+    candidates per step).
     Tokens in `forced` are imposed first (the choice rule still runs, so random draws stay aligned
     with an unforced run)."""
     cache = lm.new_cache()
     feed = list(prompt_ids)
     position = len(feed)
-    for index in range(max_new_tokens):
+    for index in range(config.max_new_tokens):
         if position >= lm.context_length:
             return
         timer = Timer(lm)
@@ -37,8 +38,8 @@ def decode_loop(lm: LM, prompt_ids: Sequence[int], *, max_new_tokens: int, top_n
         if is_forced:
             token = int(forced[index])
         timer.lap("sampling")
-        step = token_step(lm, index=index, position=position, raw=raw, pipeline=pipeline,
-                          applied=applied, chosen=token, draw=draw, forced=is_forced, top_n=top_n)
+        step = token_step(lm, index=index, position=position, scored=Scored(raw, pipeline, applied),
+                          choice=Choice(token, draw, is_forced), top_n=config.top_n)
         yield dataclasses.replace(step, timings_ms=timer.done())
         if token in lm.eos_ids:
             return

@@ -44,6 +44,7 @@ class _Search:
     config: BeamConfig
     pool_factor: int | None = None
     count_prompt: bool = False
+    forced: tuple[int, ...] = ()            # the imposed prefix, recorded on every step
     scores: torch.Tensor | None = None      # (B,) float32 summed log-probs of the live beams
     tokens: list[tuple[int, ...]] = field(default_factory=list)  # new tokens of each live beam
     finished: list[BeamHypothesis] = field(default_factory=list)  # best first, at most B
@@ -90,7 +91,8 @@ def _decode(lm: LM, prompt_ids: Sequence[int], config: BeamConfig, *, forced: Se
         return
     if len(context) >= limit:
         return
-    search = _Search(lm, len(context), limit, config, pool_factor=_pool_factor, count_prompt=_count_prompt)
+    search = _Search(lm, len(context), limit, config, pool_factor=_pool_factor, count_prompt=_count_prompt,
+                     forced=tuple(int(t) for t in forced))
     search.scores = torch.full((config.num_beams,), NEG, dtype=torch.float32, device=lm.device)  # (B,)
     search.scores[0] = 0.0
     search.tokens = [()] * config.num_beams
@@ -111,7 +113,7 @@ def _decode(lm: LM, prompt_ids: Sequence[int], config: BeamConfig, *, forced: Se
             _reorder(cache, pool.source[keep], first=index == 0)
             feed = pool.token[keep].unsqueeze(1)  # (B, 1)
         timer.lap("cache")
-        event = _event(search, pool, keep, admitted, old_tokens, index, done, forced)
+        event = _event(search, pool, keep, admitted, old_tokens, index, done)
         yield replace(event, timings_ms=timer.done())
         if done:
             return
@@ -217,7 +219,7 @@ def _statuses(search: _Search, pool: _Pool, keep: torch.Tensor, admitted: set[in
 
 
 def _event(search: _Search, pool: _Pool, keep: torch.Tensor, admitted: set[int],
-           old_tokens: list[tuple[int, ...]], index: int, done: bool, forced: Sequence[int]) -> BeamStep:
+           old_tokens: list[tuple[int, ...]], index: int, done: bool) -> BeamStep:
     lm = search.lm
     statuses = _statuses(search, pool, keep, admitted)
     rows = zip(pool.source.tolist(), pool.token.tolist(), pool.logprob.tolist(), pool.scores.tolist(),
@@ -233,7 +235,7 @@ def _event(search: _Search, pool: _Pool, keep: torch.Tensor, admitted: set[int],
     return BeamStep(index=index, position=search.prompt_len + index, num_beams=search.num_beams,
                     pool=candidates, beams=beams, finished=tuple(search.finished),
                     early_stop=not search.improvable, all_finished=all_finished, done=done,
-                    forced_ids=tuple(int(t) for t in forced))
+                    forced_ids=search.forced)
 
 
 def _forced_only(lm: LM, position: int, config: BeamConfig, forced: Sequence[int]) -> BeamStep:

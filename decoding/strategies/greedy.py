@@ -17,5 +17,5 @@ def choose_argmax(applied, raw: torch.Tensor, generator) -> tuple[int, None]:
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: GreedyConfig, *, generator: torch.Generator,
            forced: Sequence[int] = ()) -> Iterator:
-    return decode_loop(lm, prompt_ids, max_new_tokens=config.max_new_tokens, top_n=config.top_n,
-                       pipeline=Pipeline(()), choose=choose_argmax, generator=generator, forced=forced)
+    return decode_loop(lm, prompt_ids, config, pipeline=Pipeline(()), choose=choose_argmax,
+                       generator=generator, forced=forced)

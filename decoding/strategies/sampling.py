@@ -19,5 +19,5 @@ def choose_sample(applied, raw: torch.Tensor, generator: torch.Generator) -> tup
 def decode(lm: LM, prompt_ids: Sequence[int], config: SampleConfig, *, generator: torch.Generator,
            forced: Sequence[int] = ()) -> Iterator:
     pipeline = build_pipeline(config.temperature, config.top_k, config.top_p, config.min_p)
-    return decode_loop(lm, prompt_ids, max_new_tokens=config.max_new_tokens, top_n=config.top_n,
-                       pipeline=pipeline, choose=choose_sample, generator=generator, forced=forced)
+    return decode_loop(lm, prompt_ids, config, pipeline=pipeline, choose=choose_sample,
+                       generator=generator, forced=forced)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.core.trace import Trace
-from decoding.runner import RUN_ERRORS, assemble, emitted_ids, error_line, iterate, strategy_for
+from decoding.runner import RUN_ERRORS, RunEnd, assemble, emitted_ids, error_line, iterate, strategy_for
 
 ENGINE_ERRORS = RUN_ERRORS
 PER_TOKEN = ("greedy", "sample")   # one event per token, a forced prefix included
@@ -137,5 +137,5 @@ class LiveRun:
         if self.done and stop == "max_new_tokens" and not self.events:
             stop = "stopped"
         return assemble(self.lm, self.prompt_ids, self.config, self.events, prompt_text=self.prompt_text,
-                        forced=self.forced, wall_s=wall_ms / 1000.0, stop_reason=stop, error=self.error)
+                        forced=self.forced, end=RunEnd(wall_ms / 1000.0, stop, self.error))
 
