@@ -16,8 +16,6 @@ import statistics
 import time
 from fractions import Fraction
 
-from toy import draft_lattice, random_table, speculative_sequences, target_sequences
-
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
@@ -25,6 +23,7 @@ from decoding.core.acceptance import exact_branches, lossy_branches, round_distr
 from decoding.core.config import DSparkConfig
 from decoding.runtime.models import ModelSpec, load
 from decoding.strategies.dspark_select import best_chain, flat_tree
+from tests.toy import draft_lattice, random_table, speculative_sequences, target_sequences
 
 TOY_SEEDS = (1, 2, 3, 4, 5)
 

@@ -1,0 +1,16 @@
+"""`python -m bench` (what `make bench` runs) imports every benchmark module: run from the repository root
+as the Makefile does, with no arguments it prints its usage line, not an ImportError."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_bench_entry_point_imports_every_benchmark():
+    done = subprocess.run([sys.executable, "-m", "bench"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().startswith("usage: python -m bench {engine,speculative,"), done.stderr
+    assert "Traceback" not in done.stderr
