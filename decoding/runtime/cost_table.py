@@ -17,6 +17,8 @@ from decoding.core.errors import ConfigError, check
 from decoding.runtime.paths import cache_root, safe_name
 
 COST_TABLE_VERSION = 1
+MAX_COST_BYTES = 1 << 20        # a cost-table file (or upload) larger than this is refused before parsing
+MAX_COST_ENTRIES = 1024         # verify_ms entries; a run verifies at most DSPARK_MAX_BUDGET + 1 tokens
 
 
 @dataclass(frozen=True)
@@ -28,9 +30,11 @@ class CostTable:
 
     def __post_init__(self):
         object.__setattr__(self, "verify_ms", tuple(self.verify_ms))
-        check(len(self.verify_ms) >= 1, "cost_table", self.verify_ms, "needs at least one entry")
+        count = len(self.verify_ms)
+        check(1 <= count <= MAX_COST_ENTRIES, "cost_table", f"<{count} entries>",
+              f"needs 1 to {MAX_COST_ENTRIES} entries")
         check(all(isinstance(v, Real) and not isinstance(v, bool) and v == v and 0 < v < 1e7
-                  for v in self.verify_ms), "cost_table", self.verify_ms,
+                  for v in self.verify_ms), "cost_table", self.verify_ms if count <= 8 else f"<{count} entries>",
               "entries must be positive milliseconds")
 
     @property
@@ -55,12 +59,29 @@ class CostTable:
                    device=str(data.get("device", "")), model=str(data.get("model", "")))
 
     @classmethod
-    def load(cls, path: str | Path) -> CostTable:
+    def parse(cls, data: bytes | str, source: str) -> CostTable:
+        """A table from its JSON text; anything else is one line naming `source`."""
         try:
-            data = json.loads(Path(path).read_text())
-        except (OSError, ValueError) as err:
+            parsed = json.loads(data)
+        except RecursionError:
+            raise ConfigError("cost_table", source, "could not be read (JSON nested too deeply)") from None
+        except ValueError as err:
+            raise ConfigError("cost_table", source, f"could not be read ({err})") from None
+        try:
+            return cls.from_dict(parsed, source=source)
+        except ConfigError as err:                 # name the file, not the entries
+            raise ConfigError("cost_table", source, err.expected) from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> CostTable:
+        """The table in a JSON file; a file over MAX_COST_BYTES is refused after reading that much."""
+        try:
+            with open(path, "rb") as file:
+                data = file.read(MAX_COST_BYTES + 1)
+        except OSError as err:
             raise ConfigError("cost_table", str(path), f"could not be read ({err})") from None
-        return cls.from_dict(data, source=str(path))
+        check(len(data) <= MAX_COST_BYTES, "cost_table", str(path), f"is over {MAX_COST_BYTES} bytes")
+        return cls.parse(data, str(path))
 
     def save(self, path: str | Path) -> None:
         """Write atomically (a temporary file renamed over `path`), so that a session reading the

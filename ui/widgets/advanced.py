@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import json
+import os
 import re
+import shutil
 import types
 import typing
 from dataclasses import dataclass
@@ -16,13 +17,14 @@ from typing import Any
 from decoding.core.config import AUTO_COST
 from decoding.core.errors import ConfigError, check
 from decoding.runner import STRATEGIES
-from decoding.runtime.cost_table import CostTable
+from decoding.runtime.cost_table import MAX_COST_BYTES, MAX_COST_ENTRIES, CostTable
 from decoding.runtime.paths import cache_root
 from decoding.runtime.placement import DEVICE_MAPS
 
 COST_FIELD = "cost_table"              # a file, not a text field: its own widget (none / auto / upload)
 OPTIONAL_TYPES = (int, float, str)
-MAX_COST_BYTES = 1 << 20              # an uploaded cost table larger than this is refused
+MAX_COST_LINK_CHARS = 32 * MAX_COST_ENTRIES   # a link's table longer than this is refused before parsing
+MAX_STORED_COSTS = 32                 # uploaded / linked tables kept in the cache; the least recent go first
 MAX_SHOWN = 60                        # characters of a bad link value quoted in a message
 
 
@@ -72,14 +74,7 @@ LINK_HINT = "give 'auto', 'none' or the verify milliseconds per token count, com
 def cost_from_json(data: bytes, name: str) -> CostTable:
     """An uploaded cost table (the JSON of decoding.runtime.cost_table: version 1, verify_ms from 1 token)."""
     check(len(data) <= MAX_COST_BYTES, "cost_table", name, f"is over {MAX_COST_BYTES} bytes")
-    try:
-        parsed = json.loads(data)
-    except (ValueError, RecursionError) as err:
-        raise ConfigError("cost_table", name, f"could not be read ({err})") from None
-    try:
-        return CostTable.from_dict(parsed, source=name)
-    except ConfigError as err:                 # name the file, not the entries
-        raise ConfigError("cost_table", name, err.expected) from None
+    return CostTable.parse(data, name)
 
 
 def cost_to_link(table: CostTable) -> str:
@@ -88,6 +83,8 @@ def cost_to_link(table: CostTable) -> str:
 
 
 def cost_from_link(text: str) -> CostTable:
+    check(len(text) <= MAX_COST_LINK_CHARS, "cost_table", shorten(text),
+          f"is {len(text)} characters long, over the {MAX_COST_LINK_CHARS} a link's table may have")
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError:
@@ -107,11 +104,28 @@ def store_cost(table: CostTable, name: str) -> str:
     """Save a table under the cache (one file per content and name) for the config to point at."""
     digest = hashlib.sha256(cost_to_link(table).encode()).hexdigest()[:12]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name).strip("._")[:60] or "cost"
-    path = cache_root() / "cost" / "uploads" / digest / (safe if safe.endswith(".json") else safe + ".json")
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        dataclasses.replace(table, source=name).save(path)
+    root = cache_root() / "cost" / "uploads"
+    path = root / digest / (safe if safe.endswith(".json") else safe + ".json")
+    if path.is_file():
+        os.utime(path.parent)                  # recently used: the last to be pruned
+        return str(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    dataclasses.replace(table, source=name).save(path)
+    prune_stored(root)
     return str(path)
+
+
+def prune_stored(root: Path) -> None:
+    """Keep the MAX_STORED_COSTS most recently used tables under `root` (one directory each)."""
+    def used(folder: Path) -> float:
+        try:
+            return folder.stat().st_mtime
+        except OSError:                        # removed meanwhile by another session
+            return 0.0
+
+    folders = sorted((d for d in root.iterdir() if d.is_dir()), key=used, reverse=True)
+    for old in folders[MAX_STORED_COSTS:]:
+        shutil.rmtree(old, ignore_errors=True)
 
 
 @dataclass(frozen=True)
