@@ -51,7 +51,7 @@ traces = st.session_state.get(keys.COMPARE)
 if traces:
     for label, trace in traces.items():
         if trace.error:
-            st.error(f"{label}: {trace.error}")
+            st.error(f"{label}: {session.shown(trace.error, settings)}")
     traces = {label: trace for label, trace in traces.items() if trace.steps}   # refused lanes: message only
 if traces:
     display.show_streams({label: trace.steps for label, trace in traces.items()})

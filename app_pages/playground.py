@@ -33,7 +33,7 @@ def step_through() -> None:
     cursor = stepper.move_cursor(run, pressed)
     model_ms = sum(sum(e.timings_ms.values()) for e in run.events[before:])
     if run.error:
-        st.error(f"The run stopped with an error: {run.error}")
+        st.error(f"The run stopped with an error: {session.shown(run.error, settings)}")
     st.caption(f"{len(run.events)} step(s) recorded ({'finished' if run.done else 'in progress'}); viewing step "
                f"{cursor if cursor >= 0 else '—'}. Strategy {config.strategy}, seed {config.seed}.")
     if not run.events:

@@ -28,6 +28,8 @@ from decoding.drafters.factory import load_draft
 from decoding.runner import run
 from decoding.runtime.cost_table import CostTable
 from decoding.runtime.models import LM, ModelSpec, load, resolve_device
+from ui.widgets import keys as ui_keys
+from ui.widgets.params import LINK_PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -575,6 +577,20 @@ def upload(at, payload: bytes, page: str = "app_pages/traces.py", key: str = "tr
     return at
 
 
+def path_widget(name: str, strategy: str | None) -> str:
+    return {"model": ui_keys.MODEL, "gguf_file": ui_keys.GGUF_FILE}.get(name) or ui_keys.param_key("w", strategy, name)
+
+
+def open_app(case: Case, env, typed: bool = True):
+    """The app with the case's values from the link; server paths typed in the sidebar instead when
+    `typed` (a path a link sets gets one line whatever the cause: test_app_link_paths_...)."""
+    values = {k: fill(v, env) for k, v in case.app.items()}
+    at = new_app({k: v for k, v in values.items() if not (typed and k in LINK_PATHS)})
+    for name in (n for n in LINK_PATHS if typed and n in values):
+        at.text_input(key=path_widget(name, values.get("strategy"))).set_value(values[name]).run()
+    return at
+
+
 def errors_of(at) -> list[str]:
     assert not at.exception, [e.value for e in at.exception]
     return [e.value for e in at.error]
@@ -590,7 +606,7 @@ def test_app(case, env, app_model, monkeypatch):
             monkeypatch.setattr(trace_mod, "MAX_TRACE_BYTES", 1000)
         at = upload(new_app({}), case.upload(env))
     else:
-        at = new_app({k: fill(v, env) for k, v in case.app.items()})
+        at = open_app(case, env)
         if case.sidebar:
             case.sidebar(at, env)
         if case.action == "step":
@@ -600,6 +616,25 @@ def test_app(case, env, app_model, monkeypatch):
     errors = errors_of(at)
     assert any(re.search(case.pattern, e) for e in errors), errors
     assert all(len(e.strip().splitlines()) == 1 for e in errors), errors
+
+
+def link_path(case: Case) -> str | None:
+    """The server-path parameter a case's message is about, when the case sets it in the app."""
+    return next((n for n in LINK_PATHS if case.app and n in case.app and case.pattern.startswith(f"{n}=")), None)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in CASES if link_path(c)])
+def test_app_link_paths_say_only_that_they_cannot_be_used(case, env, app_model):
+    """The same path typed in the sidebar gets the full message (test_app); from a link, whatever the
+    cause (missing, not a directory, damaged, another vocabulary), only that it cannot be used."""
+    at = open_app(case, env, typed=False)
+    if case.action == "step":
+        at.button(key="pg.step").click().run()
+    errors, name = errors_of(at), link_path(case)
+    line = rf"(^|: ){name}='[^']*' from the link cannot be used on this server \(a link is not told why; a value " \
+           r"typed in the sidebar is\)$"
+    assert any(re.search(line, e) for e in errors), errors
+    assert not any(re.search(case.pattern, e) for e in errors), errors
 
 
 def test_app_error_mid_run_keeps_the_trace_viewable_and_downloadable(env, app_model):

@@ -5,6 +5,7 @@ SETTINGS = "ds.settings"          # ui.widgets.params.Settings of the current si
 QP_LOADED = "ds.qp_loaded"        # query params were copied into the widgets once
 QP_BAD = "ds.qp_bad"              # names of link parameters that did not parse
 QP_LINK_ERRORS = "ds.qp_link_errors"  # messages for link values that are none of a widget's choices
+QP_PATHS = "ds.qp_paths"          # the server-path values a link set ({name: value}; see params.link_safe)
 RUN = "ds.run"                    # ui.widgets.live.LiveRun of the playground
 RUN_SIGNATURE = "ds.run_signature"
 BRANCH = "ds.branch"              # a LiveRun branched by forcing a candidate

@@ -12,7 +12,7 @@ from typing import Any
 from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES
-from ui.widgets.advanced import COST_FIELD, LINK_MODEL_OPTIONS, CostPick, optional_fields
+from ui.widgets.advanced import COST_FIELD, LINK_MODEL_OPTIONS, CostPick, optional_fields, shorten
 
 SHARED_FIELDS = {f.name for f in dataclasses.fields(BaseConfig)}   # max_new_tokens, seed, top_n
 EDITABLE_TYPES = (bool, int, float, str)
@@ -129,3 +129,30 @@ def from_query(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
                     bad.append(f.name)
         params.update({f.name: str(query[f.name]) for f in optional_fields(strategy) if f.name in query})
     return shared, params, bad
+
+
+# ------------------------------------------------------------------ server paths in links
+
+LINK_PATHS = ("model", "gguf_file", "draft", "drafter")   # link values that may name a file on the server
+
+
+def path_values(shared: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, str]:
+    """The path parameters among a link's (or the sidebar's) shared values and strategy params, as text."""
+    values = {**{k: v for k, v in shared.items() if k in LINK_PATHS}, **{k: v for k, v in params.items()
+                                                                         if k in LINK_PATHS}}
+    return {k: str(v).strip() for k, v in values.items()}
+
+
+def current_paths(settings: Settings) -> dict[str, str]:
+    return path_values({"model": settings.model, **settings.model_options}, settings.params)
+
+
+def link_safe(message: str, from_link: Mapping[str, str], current: Mapping[str, str]) -> str:
+    """`message`, unless it is about a path parameter whose value a link set and the sidebar still holds:
+    then one line that is the same whatever the cause, so that a link cannot learn whether a path exists
+    on the server (or anything else about it). A value typed in the sidebar gets the full message."""
+    name = message.split("=", 1)[0]
+    if name not in from_link or current.get(name) != from_link[name]:
+        return message
+    return (f"{name}={shorten(from_link[name])!r} from the link cannot be used on this server (a link is "
+            f"not told why; a value typed in the sidebar is)")

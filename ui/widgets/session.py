@@ -9,7 +9,7 @@ from decoding.runner import check_inputs
 from decoding.runtime.models import ModelSpec, load
 from ui.widgets import keys
 from ui.widgets.live import LiveRun
-from ui.widgets.params import Settings
+from ui.widgets.params import Settings, current_paths, link_safe
 
 
 @st.cache_resource(show_spinner=False, max_entries=2)
@@ -26,15 +26,22 @@ def load_lm_for(model_key: tuple):
     return load_lm(name, device, dtype, **dict(options))
 
 
+def shown(message: str, settings: Settings | None = None) -> str:
+    """An error line as a page may show it: one about a server path that came from the link (and is
+    still in the sidebar) says only that the value cannot be used (params.link_safe)."""
+    settings = settings or st.session_state.get(keys.SETTINGS) or Settings()
+    return link_safe(message, st.session_state.get(keys.QP_PATHS, {}), current_paths(settings))
+
+
 def lm_or_stop(settings: Settings):
     """The settings' model, or an st.error naming what to fix and a stopped page."""
     try:
         with st.spinner(f"Loading model {settings.model!r}…"):
             return load_lm_for(settings.model_key())
     except ConfigError as err:
-        st.error(str(err))
+        st.error(shown(str(err), settings))
     except (OSError, RuntimeError, ValueError) as err:
-        st.error(f"model={settings.model!r} could not be loaded: {str(err).splitlines()[0][:200]}")
+        st.error(shown(f"model={settings.model!r} could not be loaded: {str(err).splitlines()[0][:200]}", settings))
     st.stop()
 
 
@@ -54,9 +61,9 @@ def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
         with st.spinner(f"Loading draft model {name!r}…"):
             return {"draft_lm": load_draft_lm(name, settings.device, settings.dtype, settings.model_key())}
     except ConfigError as err:
-        st.error(str(err))
+        st.error(shown(str(err), settings))
     except (OSError, RuntimeError, ValueError) as err:
-        st.error(f"draft={name!r} could not be loaded: {str(err).splitlines()[0][:200]}")
+        st.error(shown(f"draft={name!r} could not be loaded: {str(err).splitlines()[0][:200]}", settings))
     st.stop()
 
 

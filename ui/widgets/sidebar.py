@@ -27,7 +27,16 @@ from ui.widgets.advanced import (
     optional_value,
     pick_cost,
 )
-from ui.widgets.params import ParamField, Settings, build_config, from_query, param_fields, to_query
+from ui.widgets.params import (
+    ParamField,
+    Settings,
+    build_config,
+    from_query,
+    link_safe,
+    param_fields,
+    path_values,
+    to_query,
+)
 
 MODEL_ENV = "DECODESCOPE_MODEL"
 QP_WIDGETS = {"model": keys.MODEL, "device": keys.DEVICE, "dtype": keys.DTYPE, "prompt": keys.PROMPT,
@@ -74,6 +83,7 @@ def _load_query_params_once() -> None:
         return
     st.session_state[keys.QP_LOADED] = True
     shared, params, bad = from_query(st.query_params.to_dict())
+    st.session_state[keys.QP_PATHS] = path_values(shared, params)
     link_errors = []
     for name, value in shared.items():
         choices = {"device": DEVICES, "dtype": DTYPES, "strategy": STRATEGIES}.get(name)
@@ -220,6 +230,8 @@ def render() -> Settings:
         model = model.strip() or "default"
         config, messages = _validate(model, device, dtype, options, lambda: build_config(
             strategy, params, seed=seed, max_new_tokens=max_new, top_n=top_n))
+        current = path_values({"model": model, **options}, params)
+        messages = [link_safe(m, st.session_state.get(keys.QP_PATHS, {}), current) for m in messages]
         for message in messages:
             st.error(message)
     settings = Settings(model=model, device=device, dtype=dtype, prompt=prompt, chat_template=chat,
