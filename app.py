@@ -2,7 +2,12 @@
 import streamlit as st
 
 from decoding.runtime.engine_thread import ENGINE, threads_beside_ui
-from ui.widgets import keys, sidebar, strategy_panels  # noqa: F401  (registers the beam, speculative and dspark views)
+from ui.widgets import (
+    guard,
+    keys,
+    sidebar,
+    strategy_panels,  # noqa: F401  (registers the beam, speculative and dspark views)
+)
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
 # Every rerun runs in a thread of its own: the tensor work goes to one engine thread, with one core left
@@ -18,4 +23,10 @@ pages = st.navigation([
     st.Page("app_pages/traces.py", title="Traces", icon=":material/save:"),
     st.Page("app_pages/tour.py", title="Tour", icon=":material/school:"),
 ])
-pages.run()
+guard.show_note()
+try:
+    pages.run()
+except Exception as err:          # a failure no check caught: one line here, the traceback in the server's log
+    guard.recover(err)
+else:
+    guard.page_done()

@@ -2,7 +2,7 @@
 import streamlit as st
 
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json, to_json
-from ui.widgets import display, keys, step_panel
+from ui.widgets import display, guard, keys, step_panel
 
 st.title("Traces")
 
@@ -20,7 +20,7 @@ else:
                        mime="application/json", key=keys.DOWNLOAD, on_click="ignore")
 
 st.subheader("Replay")
-upload = st.file_uploader("Upload a trace (.json)", type=["json"], key=keys.UPLOAD)
+upload = st.file_uploader("Upload a trace (.json)", type=["json"], key=guard.uploader_key(keys.UPLOAD))
 if upload is not None:
     if upload.size > MAX_TRACE_BYTES:
         st.error(f"{upload.name} is {upload.size} bytes, over the {MAX_TRACE_BYTES} byte limit")

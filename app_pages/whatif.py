@@ -4,7 +4,7 @@ import streamlit as st
 
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json
 from ui.views import whatif, whatif_dspark
-from ui.widgets import display, keys, whatif_panel
+from ui.widgets import display, guard, keys, whatif_panel
 
 st.title("What-if: other γ or budgets from a recorded trace")
 st.markdown(
@@ -25,7 +25,8 @@ if source == sources[0]:
     if trace is None:
         st.info("Run the speculative or dspark strategy in the Playground first, or upload a trace.")
 else:
-    upload = st.file_uploader("Upload a speculative or dspark trace (.json)", type=["json"], key=keys.WHATIF_UPLOAD)
+    upload = st.file_uploader("Upload a speculative or dspark trace (.json)", type=["json"],
+                              key=guard.uploader_key(keys.WHATIF_UPLOAD))
     if upload is not None:
         if upload.size > MAX_TRACE_BYTES:
             st.error(f"{upload.name} is {upload.size} bytes, over the {MAX_TRACE_BYTES} byte limit")
