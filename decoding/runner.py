@@ -91,9 +91,10 @@ def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: s
         forced: Sequence[int] = (), should_stop: Callable[[], bool] | None = None,
         on_event: Callable[[object], None] | None = None, **strategy_kwargs) -> Trace:
     """Collect a whole run into a Trace. A run stopped by `should_stop`, or one that fails mid-way,
-    still returns the trace so far (stop_reason 'stopped' or 'error' with the message)."""
+    still returns the trace so far (stop_reason 'stopped' or 'error' with the message). Ctrl-C
+    (KeyboardInterrupt) raises RunInterrupted carrying the trace so far (stop_reason 'stopped')."""
     events: list = []
-    stop_reason, error = "max_new_tokens", None
+    stop_reason, error, interrupted = "max_new_tokens", None, False
     start = time.perf_counter()
     gen = iterate(lm, prompt_ids, config, forced=forced, **strategy_kwargs)
     try:
@@ -106,9 +107,23 @@ def run(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: s
                 break
     except RUN_ERRORS as err:
         stop_reason, error = "error", error_line(err, config, step=len(events))
+    except KeyboardInterrupt:
+        stop_reason, interrupted = "stopped", True
     wall = time.perf_counter() - start
-    return assemble(lm, prompt_ids, config, events, prompt_text=prompt_text, forced=until_eos(forced, lm.eos_ids),
-                    end=RunEnd(wall, stop_reason, error))
+    trace = assemble(lm, prompt_ids, config, events, prompt_text=prompt_text, forced=until_eos(forced, lm.eos_ids),
+                     end=RunEnd(wall, stop_reason, error))
+    if interrupted:
+        raise RunInterrupted(trace)
+    return trace
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `run` or `run_lockstep`: still a KeyboardInterrupt, carrying what was recorded until
+    then in `result` (run: the Trace; run_lockstep: label -> Trace), each with stop_reason 'stopped'."""
+
+    def __init__(self, result):
+        super().__init__("interrupted")
+        self.result = result
 
 
 RUN_ERRORS = (ConfigError, RuntimeError, ValueError)   # a run that fails mid-way keeps its trace so far
@@ -134,22 +149,40 @@ def run_lockstep(lm: LM, prompt_ids: Sequence[int], lanes: Mapping[str, tuple[Ba
     (one event: a token, a beam step, a speculative or DSpark round) in the lanes' order, so that a slow
     spell of the machine falls on all of them alike. `lanes` maps a label to (config, strategy kwargs).
     A lane's wall_s is the time of its own steps. A lane refused before its first step (bad input) gets
-    a trace with no steps and the error; one that fails mid-way keeps its steps; the others go on."""
+    a trace with no steps and the error; one that fails mid-way keeps its steps; the others go on.
+    Ctrl-C raises RunInterrupted carrying every lane's trace so far (the live ones 'stopped')."""
     state = {label: _start(lm, prompt_ids, config, forced, kwargs) for label, (config, kwargs) in lanes.items()}
     if warm and any(lane.live for lane in state.values()):
         ENGINE.call(lm.warm_up, prompt_ids)
+    try:
+        _turns(state, should_stop, on_event)
+        interrupted = False
+    except KeyboardInterrupt:
+        _stop_live(state)
+        interrupted = True
+    forced = until_eos(forced, lm.eos_ids)
+    traces = {label: assemble(lm, prompt_ids, lane.config, lane.events, prompt_text=prompt_text, forced=forced,
+                              end=RunEnd(lane.busy_s, lane.stop_reason, lane.error))
+              for label, lane in state.items()}
+    if interrupted:
+        raise RunInterrupted(traces)
+    return traces
+
+
+def _turns(state: dict[str, _Lane], should_stop, on_event) -> None:
+    """Turns of one step per live lane until every lane has ended or `should_stop` says so."""
     while any(lane.live for lane in state.values()):
         for label, lane in state.items():
             event = _advance(lane) if lane.live else None
             if event is not None and on_event is not None:
                 on_event(label, event)
         if should_stop is not None and should_stop():
-            for lane in (lane for lane in state.values() if lane.live):
-                lane.live, lane.stop_reason = False, "stopped"
-    forced = until_eos(forced, lm.eos_ids)
-    return {label: assemble(lm, prompt_ids, lane.config, lane.events, prompt_text=prompt_text, forced=forced,
-                            end=RunEnd(lane.busy_s, lane.stop_reason, lane.error))
-            for label, lane in state.items()}
+            _stop_live(state)
+
+
+def _stop_live(state: dict[str, _Lane]) -> None:
+    for lane in (lane for lane in state.values() if lane.live):
+        lane.live, lane.stop_reason = False, "stopped"
 
 
 def _start(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, forced: Sequence[int], kwargs: dict) -> _Lane:

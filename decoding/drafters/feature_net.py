@@ -39,7 +39,7 @@ from torch import nn
 from decoding.core.errors import check
 from decoding.drafters.shallow import full_vocabulary
 from decoding.runtime.paths import ASSETS
-from decoding.runtime.weights_file import read_header, resolve_weights, save_weights, trained_for
+from decoding.runtime.weights_file import read_header, reading, resolve_weights, save_weights, trained_for
 
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
 DEFAULT_FEATURE = ASSETS / "feature-draft-smollm2-135m.safetensors"
@@ -213,20 +213,22 @@ def save_feature(net: FeatureNet, path: str | Path, meta: dict | None = None) ->
 
 
 def read_meta(path: str | Path) -> dict:
-    header = read_header(path, WEIGHTS_FORMAT, "feature-drafter")
-    return {"shape": json.loads(header["shape"]), "meta": json.loads(header.get("meta", "{}"))}
+    with reading("draft", path):
+        header = read_header(path, WEIGHTS_FORMAT, "feature-drafter")
+        return {"shape": json.loads(header["shape"]), "meta": json.loads(header.get("meta", "{}"))}
 
 
 def load_feature(target, path: str | Path | None = None) -> FeatureNet:
     """The shipped (or given) feature drafter attached to `target`: norms and features in the target's
-    dtype, matmuls in INFERENCE_MATMULS; errors name `draft`."""
+    dtype, matmuls in INFERENCE_MATMULS; errors name `draft` (a damaged file: draft=PATH could not be read)."""
     from safetensors.torch import load_file
 
     path = resolve_weights(path, DEFAULT_FEATURE, "feature-drafter", "python -m decoding train feature")
-    info = read_meta(path)
-    state = load_file(str(path))
-    net = FeatureNet(FeatureShape(**info["shape"]), state["vocab_ids"].tolist())
-    net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+    with reading("draft", path):
+        info = read_meta(path)
+        state = load_file(str(path))
+        net = FeatureNet(FeatureShape(**info["shape"]), state["vocab_ids"].tolist())
+        net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     net.eval().requires_grad_(False)
     net.attach(target)
     net.to(dtype=target.dtype).matmuls_in(INFERENCE_MATMULS)

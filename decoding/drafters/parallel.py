@@ -44,6 +44,7 @@ from decoding.core.errors import ConfigError, check
 from decoding.core.lattice import Lattice
 from decoding.runtime import packed_gemm
 from decoding.runtime.hooks import check_feature_layers
+from decoding.runtime.weights_file import reading, save_weights
 
 WEIGHTS_FORMAT = "decodescope-parallel-drafter/1"
 
@@ -321,36 +322,26 @@ class ParallelDrafter(nn.Module):
     # ------------------------------------------------------------------ weights
     def save(self, path: str | Path, meta: dict | None = None) -> None:
         """float16 safetensors with the shape and `meta` (target model, training run) in the header."""
-        from safetensors.torch import save_file
-
-        tensors = {k: v.detach().to(torch.float16 if v.is_floating_point() else v.dtype).contiguous()
-                   for k, v in self.state_dict().items()}
-        header = {"format": WEIGHTS_FORMAT, "shape": json.dumps(asdict(self.shape)),
-                  "meta": json.dumps(meta or {})}
-        save_file(tensors, str(path), metadata=header)
+        save_weights(self.state_dict(), path, {"format": WEIGHTS_FORMAT, "shape": json.dumps(asdict(self.shape)),
+                                               "meta": json.dumps(meta or {})})
 
 
 def load_drafter(path: str | Path, lm=None) -> ParallelDrafter:
-    """Load saved weights (float32 in memory); attach to `lm` when given. Missing or foreign files
-    raise a one-line ConfigError."""
+    """Load saved weights (float32 in memory); attach to `lm` when given. Missing, foreign or damaged
+    files raise a one-line ConfigError naming `drafter` and the file."""
     from safetensors import safe_open
 
     path = Path(path)
     check(path.is_file(), "drafter", str(path),
           "no drafter weights there (train them: python -m decoding train parallel)")
-    try:
+    with reading("drafter", path):
         with safe_open(str(path), framework="pt") as fh:
             header = fh.metadata() or {}
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
         check(header.get("format") == WEIGHTS_FORMAT, "drafter", str(path), "is not a parallel-drafter file")
-        shape = DrafterShape(**json.loads(header["shape"]))
-    except ConfigError:
-        raise
-    except Exception as err:  # noqa: BLE001 - a corrupt file becomes one line
-        raise ConfigError("drafter", str(path), f"could not be read ({str(err).splitlines()[0][:120]})") from None
-    drafter = ParallelDrafter(shape, vocab_ids=tensors["vocab_ids"].tolist())
-    drafter.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
-    drafter.meta = json.loads(header.get("meta", "{}"))
+        drafter = ParallelDrafter(DrafterShape(**json.loads(header["shape"])), vocab_ids=tensors["vocab_ids"].tolist())
+        drafter.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
+        drafter.meta = json.loads(header.get("meta", "{}"))
     drafter.eval()
     return drafter.attach(lm) if lm is not None else drafter
 
@@ -358,7 +349,7 @@ def load_drafter(path: str | Path, lm=None) -> ParallelDrafter:
 def drafter_meta(path: str | Path) -> dict:
     from safetensors import safe_open
 
-    with safe_open(str(path), framework="pt") as fh:
+    with reading("drafter", path), safe_open(str(path), framework="pt") as fh:
         return json.loads((fh.metadata() or {}).get("meta", "{}"))
 
 

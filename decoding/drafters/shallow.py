@@ -23,7 +23,7 @@ from decoding.core.errors import check
 from decoding.runtime import packed_gemm
 from decoding.runtime.models import LM
 from decoding.runtime.paths import ASSETS
-from decoding.runtime.weights_file import read_header, resolve_weights, save_weights, trained_for
+from decoding.runtime.weights_file import read_header, reading, resolve_weights, save_weights, trained_for
 
 WEIGHTS_FORMAT = "decodescope-shallow-draft/1"
 DEFAULT_SHALLOW = ASSETS / "shallow-draft-smollm2-135m.safetensors"
@@ -119,21 +119,24 @@ def save_shallow(draft: LM, path: str | Path, meta: dict | None = None) -> None:
 
 
 def read_meta(path: str | Path) -> dict:
-    header = read_header(path, WEIGHTS_FORMAT, "shallow-draft")
-    return {"layers": int(header["layers"]), "adapters": int(header["adapters"]),
-            "meta": json.loads(header.get("meta", "{}"))}
+    with reading("draft", path):
+        header = read_header(path, WEIGHTS_FORMAT, "shallow-draft")
+        return {"layers": int(header["layers"]), "adapters": int(header["adapters"]),
+                "meta": json.loads(header.get("meta", "{}"))}
 
 
 def load_shallow(target: LM, path: str | Path | None = None) -> LM:
-    """The shipped (or given) trained shallow draft built on `target`; errors name `draft`."""
+    """The shipped (or given) trained shallow draft built on `target`; errors name `draft` (a damaged
+    file: draft=PATH could not be read)."""
     from safetensors.torch import load_file
 
     path = resolve_weights(path, DEFAULT_SHALLOW, "shallow-draft", "python -m decoding train draft")
-    info = read_meta(path)
-    state = load_file(str(path))
-    draft = build_shallow(target, info["layers"], info["adapters"], state["head.vocab_ids"],
-                          name=f"{target.name}[shallow {info['layers']}+{info['adapters']}]")
-    _load_trained(draft, state)
+    with reading("draft", path):
+        info = read_meta(path)
+        state = load_file(str(path))
+        draft = build_shallow(target, info["layers"], info["adapters"], state["head.vocab_ids"],
+                              name=f"{target.name}[shallow {info['layers']}+{info['adapters']}]")
+        _load_trained(draft, state)
     if target.packed_linears:                       # the adapters' packs predate their trained weights
         packed_gemm.pack_linears(draft.model, target.gemm_plan)
         draft.packed_linears, draft.gemm_plan = packed_gemm.packed_count(draft.model), target.gemm_plan

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import statistics
-import threading
 import time
 from dataclasses import asdict, dataclass
 from numbers import Real
 from pathlib import Path
 
 from decoding.core.errors import ConfigError, check
+from decoding.runtime.files import write_text_atomic
 from decoding.runtime.paths import cache_root, safe_name
 
 COST_TABLE_VERSION = 1
@@ -86,10 +85,7 @@ class CostTable:
     def save(self, path: str | Path) -> None:
         """Write atomically (a temporary file renamed over `path`), so that a session reading the
         cached table while another writes it never sees half a file."""
-        path = Path(path)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1) + "\n")
-        os.replace(tmp, path)
+        write_text_atomic(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
 
 def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: int = 32) -> CostTable:

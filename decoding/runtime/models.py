@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import inspect
+import json
 import os
 import re
 import threading
@@ -222,6 +223,7 @@ def _load_any(spec: ModelSpec, dtype: torch.dtype, placed: dict | None = None):
         check(path.is_dir(), "model", spec.name, "must be a directory or a .gguf file")
         has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
         check(has_weights, "model", spec.name, "directory has no weights (*.safetensors or *.bin)")
+        _check_config(path, spec.name)
     online = os.environ.get("DECODESCOPE_ALLOW_DOWNLOAD") == "1" and not path.exists()
     try:
         return _load_dir(spec.name, dtype, spec.trust_remote_code, local_only=not online, placed=placed)
@@ -229,9 +231,33 @@ def _load_any(spec: ModelSpec, dtype: torch.dtype, placed: dict | None = None):
         if placed and path.exists():
             raise ConfigError("device_map", spec.device_map, f"could not place {spec.name} "
                               f"({_one_line(err)})") from None
+        if path.exists():
+            raise ConfigError("model", spec.name, f"could not be loaded ({_one_line(err)})") from None
         where = "locally or online" if online else "in a local directory or the local HF cache"
         raise ConfigError("model", spec.name, f"was not found {where} ({_one_line(err)}); "
                           "give a local path, or set DECODESCOPE_ALLOW_DOWNLOAD=1 to download") from None
+
+
+def _check_config(folder: Path, name: str) -> None:
+    """The model directory's config.json exists and is a JSON object (else one line naming `model`)."""
+    config = folder / "config.json"
+    check(config.is_file(), "model", name, "directory has no config.json")
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:        # unreadable, not UTF-8, not JSON
+        raise ConfigError("model", name, f"its config.json could not be read ({_one_line(err)})") from None
+    check(isinstance(data, dict), "model", name, "its config.json could not be read (not a JSON object)")
+
+
+def check_text(text: str, param: str = "prompt") -> None:
+    """`text` holds only characters UTF-8 can encode: text read with errors='surrogateescape' (a command
+    line argument with bytes that are not UTF-8) holds lone surrogates, which no tokenizer takes."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as err:
+        shown = text if len(text) <= 80 else text[:77] + "..."
+        raise ConfigError(param, shown, f"is not UTF-8 text (character {err.start}, {text[err.start]!r}, "
+                                        "stands for a byte that is not valid UTF-8)") from None
 
 
 _BYTE_TOKEN = re.compile(r"^<0x([0-9A-Fa-f]{2})>$")
@@ -295,6 +321,7 @@ class LM:
     # ------------------------------------------------------------ text
     def encode(self, text: str, chat_template: bool = True) -> list[int]:
         check(isinstance(text, str) and text.strip() != "", "prompt", text, "must not be empty")
+        check_text(text)
         tok = self.tokenizer
         if chat_template and getattr(tok, "chat_template", None):
             ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)

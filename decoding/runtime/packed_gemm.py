@@ -29,6 +29,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from decoding.runtime.files import write_text_atomic
+
 PACK_MIN_ROWS = 4     # below this MKL's plain sgemm is as fast or faster on the machines measured
 
 
@@ -300,5 +302,6 @@ def auto_plan(model: nn.Module, path: Path) -> GemmPlan:
             pass                                              # unreadable: profile again
     plan, medians = profile_plan(model)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"rows": list(plan.rows), "kernels": list(plan.kernels), "ms": medians}, indent=1))
+    write_text_atomic(path, json.dumps({"rows": list(plan.rows), "kernels": list(plan.kernels), "ms": medians},
+                                       indent=1))
     return GemmPlan(plan.rows, plan.kernels, source=str(path))

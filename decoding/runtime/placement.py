@@ -3,6 +3,7 @@ options, build from_pretrained's keyword arguments, and read back where a placed
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from pathlib import Path
 
 import torch
@@ -13,7 +14,8 @@ DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 _SIZE = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?$", re.IGNORECASE)
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
           "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
-_PLACE = re.compile(r"^(cpu|disk|mps|\d+|cuda:\d+)$")
+_PLACE = re.compile(r"^(cpu|disk|mps|\d{1,4}|cuda:\d{1,4})$")
+MAX_BYTES = 2**63 - 1                  # a budget in bytes is a 64-bit signed integer
 
 
 def parse_max_memory(text: str | None) -> dict[str | int, int]:
@@ -30,7 +32,9 @@ def parse_max_memory(text: str | None) -> dict[str | int, int]:
         check(match is not None, "max_memory", text, f"{size!r} is not a size (e.g. 20GiB, 500MB)")
         key = int(where.removeprefix("cuda:")) if where[-1].isdigit() else where
         check(key not in out, "max_memory", text, f"names {where} twice")
-        out[key] = int(float(match.group(1)) * _UNITS[(match.group(2) or "").upper()])
+        size_bytes = Decimal(match.group(1)) * _UNITS[(match.group(2) or "").upper()]
+        check(size_bytes <= MAX_BYTES, "max_memory", text, f"{size!r} is too large (at most {MAX_BYTES} bytes)")
+        out[key] = int(size_bytes)
     return out
 
 

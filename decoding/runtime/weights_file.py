@@ -1,12 +1,16 @@
 """Drafter weights files (safetensors): float tensors stored as float16, a string header with the format
-name and metadata; reading checks the format first, so a wrong file is a one-line `draft` error."""
+name and metadata; reading checks the format first, so a wrong file is a one-line `draft` error, and
+any damage found while reading one (`reading`) is one line naming the file."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
 
 from decoding.core.errors import ConfigError, check
+from decoding.runtime.files import atomic_path
 
 
 def save_weights(state: dict[str, torch.Tensor], path: str | Path, header: dict[str, str]) -> None:
@@ -16,17 +20,42 @@ def save_weights(state: dict[str, torch.Tensor], path: str | Path, header: dict[
               for k, v in state.items()}
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    save_file(stored, str(path), metadata=header)
+    with atomic_path(path) as tmp:
+        save_file(stored, str(tmp), metadata=header)
 
 
-def read_header(path: str | Path, weights_format: str, what: str) -> dict[str, str]:
-    """The file's header, after checking that it is a `weights_format` file (else: draft=PATH is not a
-    `what` weights file)."""
+@contextmanager
+def reading(param: str, path: str | Path) -> Iterator[None]:
+    """Inside the block, any failure reading the weights file at `path` (not safetensors, truncated, a
+    tensor or header entry missing, a header value out of range) becomes one line naming `param` and the
+    file: "could not be read (...)". A ConfigError that already names `param` passes unchanged."""
+    try:
+        yield
+    except ConfigError as err:
+        if err.param == param:
+            raise
+        raise ConfigError(param, str(path), f"could not be read ({err})") from None
+    except Exception as err:  # noqa: BLE001 - a damaged file becomes one line
+        raise ConfigError(param, str(path), f"could not be read ({damage(err)})") from None
+
+
+def damage(err: Exception) -> str:
+    """What went wrong reading a file, in one short line."""
+    if isinstance(err, KeyError):
+        return f"{err.args[0]!r} is missing" if err.args else "an entry is missing"
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()] or [type(err).__name__]
+    text = " ".join(lines[:2]) if lines[0].endswith(":") else lines[0]     # "Error(s) in loading ...:" + what
+    return text[:160]
+
+
+def read_header(path: str | Path, weights_format: str, what: str, param: str = "draft") -> dict[str, str]:
+    """The file's header, after checking that it is a `weights_format` file (else: param=PATH is not a
+    `what` weights file; a damaged file: param=PATH could not be read)."""
     from safetensors import safe_open
 
-    with safe_open(str(path), "pt") as f:
+    with reading(param, path), safe_open(str(path), "pt") as f:
         header = f.metadata() or {}
-    check(header.get("format") == weights_format, "draft", str(path),
+    check(header.get("format") == weights_format, param, str(path),
           f"is not a {what} weights file (format {header.get('format')!r})")
     return header
 

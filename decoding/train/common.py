@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from decoding.core.errors import ConfigError
+from decoding.runtime.files import write_text_atomic
 
 
 def display_name(lm) -> str:
@@ -56,7 +57,7 @@ def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: P
 def finish(report, out: Path, card: Callable[[object], str]):
     """Put the weights file's path and size on the report and write its model card beside it."""
     report.weights, report.size_bytes = str(out), out.stat().st_size
-    out.with_suffix(".md").write_text(card(report), encoding="utf-8")
+    write_text_atomic(out.with_suffix(".md"), card(report))
     return report
 
 

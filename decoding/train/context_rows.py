@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import torch
 
+from decoding.runtime.files import atomic_path
 from decoding.runtime.paths import cache_root
 from decoding.train.data import DISTILL_VERSION, _left_pad
 
@@ -57,6 +58,6 @@ def prompt_rows(lm, prompts: Sequence[Sequence[int]], *, batch_size: int = 16, u
     rows = torch.cat(out) if out else torch.zeros(0, int(lm.model.config.hidden_size), dtype=torch.float16)
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save({"rows": rows, "offsets": offsets}, path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").replace(path)
+        with atomic_path(path) as tmp:
+            torch.save({"rows": rows, "offsets": offsets}, tmp)
     return rows, offsets

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from decoding.core.errors import check
+from decoding.runtime.files import atomic_path
 from decoding.runtime.hooks import check_feature_layers, decoder_layers, tap_head_input
 from decoding.runtime.paths import cache_root
 
@@ -88,10 +89,9 @@ class DistillData:
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save({**{k: getattr(self, k) for k in ("tokens", "hidden", "soft_ids", "soft_probs", "offsets")},
-                    "info": self.info}, tmp)
-        tmp.replace(path)
+        with atomic_path(path) as tmp:
+            torch.save({**{k: getattr(self, k) for k in ("tokens", "hidden", "soft_ids", "soft_probs", "offsets")},
+                        "info": self.info}, tmp)
 
     @classmethod
     def load(cls, path: Path) -> DistillData:
@@ -276,8 +276,8 @@ def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, laye
     feats = torch.cat(chunks)                                               # (N, E, H)
     if use_cache:
         path.parent.mkdir(parents=True, exist_ok=True)
-        torch.save(feats, path.with_suffix(".tmp"))
-        path.with_suffix(".tmp").replace(path)
+        with atomic_path(path) as tmp:
+            torch.save(feats, tmp)
     return feats
 
 
