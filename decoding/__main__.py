@@ -1,7 +1,9 @@
-"""Command line: python -m decoding {run,compare,train} ... (see README for the flag table).
+"""Command line: python -m decoding {run,compare,train} ... (see docs/cli.md for the flag table).
 
 Bad input prints one line naming the parameter and the bad value, and exits with status 2; a run that
-stops mid-way (NaN logits, out of memory) prints its text so far, writes its trace, and exits with 2 too."""
+stops mid-way (NaN logits, out of memory) prints its text so far, writes its trace, and exits with 2 too.
+Ctrl-C stops a run the same way, with a one-line note and status 130. `--out` is checked before the model
+loads and written atomically: a failed write leaves the file that was there unchanged."""
 from __future__ import annotations
 
 import argparse
@@ -10,11 +12,14 @@ import sys
 from pathlib import Path
 
 from decoding.core import trace as trace_mod
-from decoding.core.config import GAMMA_POLICIES
+from decoding.core.config import GAMMA_POLICIES, BaseConfig
 from decoding.core.errors import ConfigError, check
-from decoding.runner import STRATEGIES, run, run_lockstep
+from decoding.runner import STRATEGIES, RunInterrupted, run, run_lockstep
+from decoding.runtime.files import check_writable, write_text_atomic
 from decoding.runtime.models import DEVICES, DTYPES, ModelSpec, load
 from decoding.runtime.placement import DEVICE_MAPS
+
+INTERRUPTED = 130                      # exit status after Ctrl-C (128 + SIGINT), as shells report it
 
 
 class _Parser(argparse.ArgumentParser):
@@ -80,11 +85,28 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _fields(strategy: str) -> set[str]:
+    return {f.name for f in dataclasses.fields(STRATEGIES[strategy].config_cls)}
+
+
 def make_config(strategy: str, args: argparse.Namespace):
     """The frozen config of `strategy`, filled from the CLI flags it knows."""
-    cls = STRATEGIES[strategy].config_cls
-    names = {f.name for f in dataclasses.fields(cls)}
-    return cls(**{k: v for k, v in vars(args).items() if k in names and v is not None})
+    names = _fields(strategy)
+    return STRATEGIES[strategy].config_cls(**{k: v for k, v in vars(args).items() if k in names and v is not None})
+
+
+def check_applicable(strategies: list[str], args: argparse.Namespace) -> None:
+    """Refuse a strategy flag the user gave that none of `strategies` takes (strategy flags default to
+    None, so a flag left out never counts)."""
+    common = {f.name for f in dataclasses.fields(BaseConfig)}
+    chosen = list(dict.fromkeys(strategies))
+    for name in sorted(set().union(*map(_fields, STRATEGIES)) - common):
+        value = getattr(args, name, None)
+        takers = [s for s in STRATEGIES if name in _fields(s)]
+        if value is not None and not set(takers) & set(chosen):
+            which = "strategy" if len(chosen) == 1 else "strategies"
+            raise ConfigError(name, value, f"does not apply to {which} {', '.join(map(repr, chosen))} "
+                                           f"(only to {', '.join(takers)})")
 
 
 def _summary(tr) -> str:
@@ -116,27 +138,67 @@ def _prepare(args):
     return lm, ids
 
 
+def _out_path(args) -> Path | None:
+    """--out, checked writable before any work (None when not given)."""
+    return None if args.out is None else check_writable(args.out, "out")
+
+
+def _write(out: Path | None, text: str) -> None:
+    """`text` into --out atomically; a failed write (a full disk) is one line and leaves the old file."""
+    if out is None:
+        return
+    try:
+        write_text_atomic(out, text)
+    except OSError as err:
+        raise ConfigError("out", str(out), f"could not be written ({err.strerror or err}); "
+                                           "a file already there is unchanged") from None
+
+
+def _collect(call) -> tuple:
+    """(call()'s result, False), or after Ctrl-C during the run (the result so far, True)."""
+    try:
+        return call(), False
+    except RunInterrupted as stop:
+        return stop.result, True
+
+
+def _finish(traces: list, interrupted: bool, out: Path | None, labelled: bool) -> int:
+    """Print the error line of each run that failed mid-way and, after Ctrl-C, a one-line note; the
+    exit status: 130 after Ctrl-C, 2 after an error, else 0."""
+    failed = [t for t in traces if t.error]
+    for tr in failed:
+        print(f"error: {f'[{tr.strategy}] ' if labelled else ''}{tr.error}", file=sys.stderr)
+    if interrupted:
+        kept = "the runs so far are above" if labelled else f"the text so far ({len(traces[0].steps)} steps) is above"
+        where = f", the trace in {out}" if out is not None else ""
+        print(f"interrupted: stopped by Ctrl-C; {kept}{where}", file=sys.stderr)
+        return INTERRUPTED
+    return 2 if failed else 0
+
+
 def cmd_run(args) -> int:
+    check_applicable([args.strategy], args)
     config = make_config(args.strategy, args)
+    out = _out_path(args)
     lm, ids = _prepare(args)
-    tr = run(lm, ids, config, prompt_text=args.prompt, **_strategy_kwargs(config, args, lm))
+    kwargs = _strategy_kwargs(config, args, lm)
+    tr, interrupted = _collect(lambda: run(lm, ids, config, prompt_text=args.prompt, **kwargs))
     if tr.error and not tr.steps:      # refused before the first step: bad input
         raise ConfigError.from_line(tr.error)
     print(tr.text)
     print(_summary(tr))
-    if args.out:
-        Path(args.out).write_text(trace_mod.to_json(tr), encoding="utf-8")
-    if tr.error:                       # stopped mid-way: the text and trace so far are kept
-        print(f"error: {tr.error}", file=sys.stderr)
-        return 2
-    return 0
+    _write(out, trace_mod.to_json(tr))
+    return _finish([tr], interrupted, out, labelled=False)
 
 
 def cmd_compare(args) -> int:
+    check_applicable(args.strategy, args)
     configs = [make_config(s, args) for s in args.strategy]
+    out = _out_path(args)
     lm, ids = _prepare(args)
     lanes = {f"{i}: {c.strategy}": (c, _strategy_kwargs(c, args, lm)) for i, c in enumerate(configs)}
-    traces = list(run_lockstep(lm, ids, lanes, prompt_text=args.prompt).values())
+    result, interrupted = _collect(lambda: run_lockstep(lm, ids, lanes, prompt_text=args.prompt))
+    traces = list(result.values())
     refused = [t for t in traces if t.error and not t.steps]
     if refused:                        # refused before the first step: bad input, one line
         raise ConfigError.from_line(refused[0].error)
@@ -146,26 +208,25 @@ def cmd_compare(args) -> int:
         text = tr.text.replace("\n", " ")[:60]
         print(f"{tr.strategy:<12} {tr.stats.new_tokens:>6} {tr.stats.target_forwards:>5} "
               f"{tr.stats.tokens_per_s:>7.1f} {tau if tau is not None else '-':>5}  {text}")
-    if args.out:
-        Path(args.out).write_text("[" + ",".join(trace_mod.to_json(t) for t in traces) + "]", encoding="utf-8")
-    failed = [t for t in traces if t.error]
-    for tr in failed:
-        print(f"error: [{tr.strategy}] {tr.error}", file=sys.stderr)
-    return 2 if failed else 0
+    _write(out, "[" + ",".join(trace_mod.to_json(t) for t in traces) + "]")
+    return _finish(traces, interrupted, out, labelled=True)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["train"]:          # python -m decoding train parallel [flags] (decoding/train/parallel.py)
-        from decoding.train.cli import main_cli
-
-        return main_cli(argv[1:])
-    args = build_parser().parse_args(argv)
     try:
+        if argv[:1] == ["train"]:      # python -m decoding train parallel [flags] (decoding/train/parallel.py)
+            from decoding.train.cli import main_cli
+
+            return main_cli(argv[1:])
+        args = build_parser().parse_args(argv)
         return cmd_run(args) if args.command == "run" else cmd_compare(args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:          # before a run began (loading) or after it ended (writing)
+        print("interrupted: stopped by Ctrl-C", file=sys.stderr)
+        return INTERRUPTED
 
 
 if __name__ == "__main__":
