@@ -84,3 +84,14 @@ def test_any_link_renders_and_steps_cleanly(tiny_dir, strategy, query):  # noqa:
     for element in list(at.error) + list(at.warning):
         assert len(str(element.value).strip().splitlines()) == 1, element.value
         assert "Traceback" not in str(element.value)
+
+
+def test_an_overlong_link_value_is_ignored_by_name():
+    """A link value longer than MAX_LINK_CHARS is not parsed (a prompt of a million characters would
+    otherwise be tokenized at every rerun); the rest of the link still applies."""
+    from ui.widgets.params import MAX_LINK_CHARS
+
+    shared, _params, bad = from_query({"prompt": "x" * (MAX_LINK_CHARS + 1), "seed": "3"})
+    assert bad == ["prompt"] and shared == {"seed": 3}
+    shared, _params, bad = from_query({"prompt": "x" * MAX_LINK_CHARS})
+    assert bad == [] and len(shared["prompt"]) == MAX_LINK_CHARS

@@ -12,7 +12,14 @@ from typing import Any
 from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES
-from ui.widgets.advanced import COST_FIELD, LINK_MODEL_OPTIONS, CostPick, optional_fields, shorten
+from ui.widgets.advanced import (
+    COST_FIELD,
+    LINK_MODEL_OPTIONS,
+    MAX_COST_LINK_CHARS,
+    CostPick,
+    optional_fields,
+    shorten,
+)
 
 SHARED_FIELDS = {f.name for f in dataclasses.fields(BaseConfig)}   # max_new_tokens, seed, top_n
 EDITABLE_TYPES = (bool, int, float, str)
@@ -108,11 +115,16 @@ def to_query(settings: Settings) -> dict[str, str]:
     return out
 
 
+MAX_LINK_CHARS = MAX_COST_LINK_CHARS      # the longest value a link parameter may carry (a cost table's)
+
+
 def from_query(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """Split query parameters into (shared values, strategy params, names that did not parse).
-    Unknown names are ignored; strategy params are typed by the chosen strategy's fields; optional
-    (Advanced) params stay text, for their widgets to read."""
-    shared, params, bad = {}, {}, []
+    Unknown names are ignored; a value over MAX_LINK_CHARS counts as not parsed; strategy params are
+    typed by the chosen strategy's fields; optional (Advanced) params stay text, for their widgets to read."""
+    bad = sorted(name for name, value in query.items() if len(str(value)) > MAX_LINK_CHARS)
+    query = {name: value for name, value in query.items() if name not in bad}
+    shared, params = {}, {}
     for name, tp in QP_SCALARS.items():
         if name in query:
             try:
