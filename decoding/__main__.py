@@ -114,7 +114,9 @@ def _summary(tr) -> str:
     line = (f"[{tr.strategy}] {s.new_tokens} tokens, {s.target_forwards} target forwards, "
             f"{s.wall_s:.2f} s, {s.tokens_per_s:.1f} tok/s, stop: {tr.stop_reason}")
     if s.mean_accepted_length is not None:
-        line += f", tau {s.mean_accepted_length:.2f}, acceptance {s.acceptance_rate:.2f}"
+        line += f", tau {s.mean_accepted_length:.2f}"
+    if s.acceptance_rate is not None:             # None when no round drafted a token (lookup found no match)
+        line += f", acceptance {s.acceptance_rate:.2f}"
     return line
 
 
