@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import test_app as app_tests
 import torch
 from dspark_helpers import one_thread, random_drafter, varied_llama
 from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from test_cli_hardening import BAD_HEADER, NOT_UTF8, rewrite
 from word_models import PROMPT, build_nan_model_dir, build_word_model_dir
 
 from decoding import __main__ as cli
@@ -25,10 +27,12 @@ from decoding.core.errors import ConfigError
 from decoding.core.trace import Trace, TraceFormatError, from_json, to_dict, to_json, without_timings
 from decoding.drafters.draft_model import check_compatible
 from decoding.drafters.factory import load_draft
+from decoding.drafters.shallow import build_shallow, save_shallow
 from decoding.runner import run
-from decoding.runtime.cost_table import CostTable
+from decoding.runtime.cost_table import MAX_COST_BYTES, MAX_COST_ENTRIES, CostTable
 from decoding.runtime.models import LM, ModelSpec, load, resolve_device
 from ui.widgets import keys as ui_keys
+from ui.widgets.advanced import MAX_COST_LINK_CHARS
 from ui.widgets.params import LINK_PATHS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +121,7 @@ class Case:
     error or returns a trace with .error; upload: fn(env) -> trace file bytes (engine from_json and the
     app's Traces page). `{name}` in cli/app values is a path from env.paths. patch: fn(monkeypatch).
     sidebar: fn(at, env) that sets sidebar widgets after the URL's values (a file to upload, a value a
-    link does not carry)."""
+    link does not carry). warning: the app's line is a warning box (a link value it ignores), not an error."""
 
     id: str
     pattern: str
@@ -129,6 +133,7 @@ class Case:
     patch: Callable | None = None
     needs_no_cuda: bool = False
     sidebar: Callable | None = None
+    warning: bool = False
 
     @property
     def where(self) -> list[str]:
@@ -161,6 +166,7 @@ def traced(e, edit: Callable[[dict], None]) -> bytes:
 
 
 SPEC, DSPARK, SAMPLE = ["--strategy", "speculative"], ["--strategy", "dspark"], ["--strategy", "sample"]
+HUGE_MEMORY = "cpu=1" + "0" * 40 + "GiB"                   # over 2**63 - 1 bytes
 
 CASES = [
     # ---- prompt and length
@@ -168,6 +174,8 @@ CASES = [
          app={"prompt": ""}, engine=lambda e: e.lm.encode("")),
     Case("prompt-whitespace", r"prompt='   ' is invalid: must not be empty", cli=["--prompt", "   "],
          app={"prompt": "   "}, engine=lambda e: e.lm.encode("   ", chat_template=False)),
+    Case("prompt-not-utf8", r"prompt='w1 \\udcff w2' is invalid: is not UTF-8 text \(", cli=["--prompt", NOT_UTF8],
+         engine=lambda e: e.lm.encode(NOT_UTF8)),
     Case("prompt-over-context", r"prompt='<\d+ tokens>' is invalid: is longer than the model's context of \d+ tokens",
          cli=["--prompt", "w1 " * 300, "--no-chat-template"], app={"prompt": "word " * 1100, "chat": "0"},
          engine=lambda e: run(e.lm, [1] * 300, GreedyConfig())),
@@ -253,6 +261,18 @@ CASES = [
          cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{badcost}"],
          app={"strategy": "dspark"}, sidebar=lambda at, e: upload_cost(at, e.paths["badcost"]),
          engine=lambda e: dspark_run(e, str(e.paths["badcost"]))),
+    Case("cost-table-over-size", rf"cost_table='[^']*huge\.json' is invalid: is over {MAX_COST_BYTES} bytes$",
+         cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{hugecost}"],
+         app={"strategy": "dspark"}, sidebar=lambda at, e: upload_cost(at, e.paths["hugecost"]),
+         engine=lambda e: dspark_run(e, str(e.paths["hugecost"]))),
+    Case("cost-table-nested-too-deeply", r"cost_table='[^']*deep\.json' is invalid: could not be read \(JSON nested "
+         r"too deeply\)", cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{deepcost}"],
+         app={"strategy": "dspark"}, sidebar=lambda at, e: upload_cost(at, e.paths["deepcost"]),
+         engine=lambda e: dspark_run(e, str(e.paths["deepcost"]))),
+    Case("cost-table-too-many-entries", rf"cost_table='[^']*long\.json' is invalid: needs 1 to {MAX_COST_ENTRIES} "
+         r"entries$", cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{longcost}"],
+         app={"strategy": "dspark"}, sidebar=lambda at, e: upload_cost(at, e.paths["longcost"]),
+         engine=lambda e: dspark_run(e, str(e.paths["longcost"]))),
     Case("cost-table-too-short",
          r"cost_table='[^']*short\.json' is invalid: covers 2 tokens; this run verifies up to 4",
          cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{shortcost}"],
@@ -264,6 +284,8 @@ CASES = [
          engine=lambda e: SpeculativeConfig(cost_table="auto")),
     Case("cost-table-link-malformed", r"cost_table='fast' is invalid: give 'auto', 'none' or the verify milliseconds",
          app={"strategy": "dspark", "cost_table": "fast"}),
+    Case("cost-table-link-too-long", r"^Ignored unreadable link parameter\(s\): cost_table$", warning=True,
+         app={"strategy": "dspark", "cost_table": ",".join(["1.0"] * (MAX_COST_LINK_CHARS // 4 + 1))}),
     # ---- models, drafts and drafters
     Case("draft-other-vocabulary", r"draft='[^']*' is invalid: has a vocabulary of \d+ tokens, the target has \d+",
          cli=SPEC + ["--draft", "{word80}"], app={"strategy": "speculative", "draft": "{word}"},
@@ -274,6 +296,12 @@ CASES = [
          cli=SPEC + ["--draft", "{tmp}/no-draft"],
          app={"strategy": "speculative", "draft": "{tmp}/no-draft"},
          engine=lambda e: load_draft(str(e.tmp / "no-draft"), e.lm)),
+    Case("draft-not-weights", r"draft='[^']*notes\.txt' is invalid: could not be read \(",
+         cli=SPEC + ["--draft", "shallow:{notes}"], app={"strategy": "speculative", "draft": "shallow:{notes}"},
+         engine=lambda e: load_draft(f"shallow:{e.paths['notes']}", e.lm)),
+    Case("draft-weights-damaged", r"draft='[^']*s\.safetensors' is invalid: could not be read \('head\.vocab_ids' is "
+         r"missing\)", cli=SPEC + ["--draft", "shallow:{badshallow}"],
+         engine=lambda e: load_draft(f"shallow:{e.paths['badshallow']}", e.lm)),
     Case("feature-weights-missing", r"draft='[^']*no-feature\.safetensors' is invalid: has no feature-drafter "
          r"weights file: train one with `python -m decoding train feature`",
          cli=SPEC + ["--draft", "feature:{tmp}/no-feature.safetensors"],
@@ -293,6 +321,9 @@ CASES = [
     Case("drafter-not-weights", r"drafter='[^']*notes\.txt' is invalid: could not be read",
          cli=DSPARK + ["--drafter", "{notes}"],
          engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["notes"])))),
+    Case("drafter-weights-damaged", r"drafter='[^']*p\.safetensors' is invalid: could not be read \(gamma_max=999 ",
+         cli=DSPARK + ["--drafter", "{baddrafter}"],
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["baddrafter"])))),
     Case("model-unknown-offline", r"model='no-such-org/no-such-model' is invalid: was not found in a local "
          r"directory or the local HF cache", cli=["--model", "no-such-org/no-such-model"],
          app={"model": "no-such-org/no-such-model"}, engine=lambda e: load(ModelSpec("no-such-org/no-such-model"))),
@@ -301,6 +332,11 @@ CASES = [
          engine=lambda e: load(ModelSpec(str(e.tmp / "no-model")))),
     Case("model-dir-without-weights", r"model='[^']*empty' is invalid: directory has no weights",
          cli=["--model", "{empty}"], app={"model": "{empty}"}, engine=lambda e: load(ModelSpec(str(e.paths["empty"])))),
+    Case("model-config-broken", r"model='[^']*badcfg' is invalid: its config\.json could not be read \(",
+         cli=["--model", "{badcfg}"], app={"model": "{badcfg}"},
+         engine=lambda e: load(ModelSpec(str(e.paths["badcfg"])))),
+    Case("model-config-missing", r"model='[^']*nocfg' is invalid: directory has no config\.json",
+         cli=["--model", "{nocfg}"], engine=lambda e: load(ModelSpec(str(e.paths["nocfg"])))),
     Case("model-not-a-directory", r"model='[^']*notes\.txt' is invalid: must be a directory or a \.gguf file",
          cli=["--model", "{notes}"], app={"model": "{notes}"}, engine=lambda e: load(ModelSpec(str(e.paths["notes"])))),
     Case("gguf-bad-magic", r"gguf_file='[^']*broken\.gguf' is invalid: is not a GGUF file",
@@ -315,6 +351,10 @@ CASES = [
     Case("max-memory-malformed", r"max_memory='cpu=lots' is invalid: 'lots' is not a size",
          cli=["--device-map", "auto", "--max-memory", "cpu=lots"], app={"device_map": "auto", "max_memory": "cpu=lots"},
          engine=lambda e: ModelSpec(str(e.paths["word"]), device_map="auto", max_memory="cpu=lots")),
+    Case("max-memory-too-large", r"max_memory='cpu=10+GiB' is invalid: '10+GiB' is too large \(at most "
+         r"9223372036854775807 bytes\)", cli=["--device-map", "auto", "--max-memory", HUGE_MEMORY],
+         app={"device_map": "auto", "max_memory": HUGE_MEMORY},
+         engine=lambda e: ModelSpec(str(e.paths["word"]), device_map="auto", max_memory=HUGE_MEMORY)),
     Case("offload-folder-without-device-map", r"offload_folder='[^']*off' is invalid: applies only with device_map",
          cli=["--offload-folder", "{tmp}/off"], app={},
          sidebar=lambda at, e: at.text_input(key="w.offload_folder").set_value(str(e.tmp / "off")).run(),
@@ -329,6 +369,14 @@ CASES = [
     # ---- command line syntax
     Case("strategy-unknown", r"argument --strategy: invalid choice: 'nope'", cli=["--strategy", "nope"]),
     Case("flag-not-a-number", r"argument --top-k: invalid int value: 'abc'", cli=["--top-k", "abc"]),
+    Case("flag-not-for-strategy", r"num_beams=4 is invalid: does not apply to strategy 'greedy' \(only to beam\)$",
+         cli=["--num-beams", "4"]),
+    # ---- the output file (checked before the model loads)
+    Case("out-directory-missing", r"out='[^']*nodir/t\.json' is invalid: its directory \S*nodir does not exist$",
+         cli=["--out", "{tmp}/nodir/t.json"]),
+    Case("out-is-a-directory", r"out='[^']*' is invalid: is a directory; give a file path$", cli=["--out", "{tmp}"]),
+    Case("out-parent-is-a-file", r"out='[^']*notes\.txt/t\.json' is invalid: \S*notes\.txt is not a directory$",
+         cli=["--out", "{notes}/t.json"]),
     # ---- trace files
     Case("trace-malformed-json", r"not valid JSON: Expecting property name", upload=lambda e: b"{nope"),
     Case("trace-not-an-object", r"a trace must be a JSON object", upload=lambda e: b"[1, 2]"),
@@ -365,6 +413,32 @@ def cases_for(place: str):
 
 # ------------------------------------------------------------------------------ fixtures
 
+def write_bad_cost_tables(paths: dict) -> None:
+    """Cost tables over each cap: a sparse file one byte over MAX_COST_BYTES, JSON nested 10,000 deep,
+    one entry more than MAX_COST_ENTRIES."""
+    with open(paths["hugecost"], "wb") as file:
+        file.truncate(MAX_COST_BYTES + 1)
+    paths["deepcost"].write_text("[" * 10_000 + "]" * 10_000)
+    paths["longcost"].write_text(json.dumps({"version": 1, "verify_ms": [1.0] * (MAX_COST_ENTRIES + 1)}))
+
+
+def write_broken_configs(paths: dict) -> None:
+    """Copies of the word model: one whose config.json is not JSON, one without config.json."""
+    for name in ("badcfg", "nocfg"):
+        shutil.copytree(paths["word"], paths[name])
+    (paths["badcfg"] / "config.json").write_text("{broken")
+    (paths["nocfg"] / "config.json").unlink()
+
+
+def write_damaged_weights(paths: dict, lm: LM) -> None:
+    """A shallow draft of the word model without its head's vocab_ids, and a drafter whose header
+    says gamma_max=999."""
+    good = paths["tmp"] / "shallow-good.safetensors"
+    save_shallow(build_shallow(lm, 1, 1), good)
+    rewrite(good, paths["badshallow"], drop="head.vocab_ids")
+    rewrite(paths["drafter"], paths["baddrafter"], header=BAD_HEADER["parallel"])
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """Model directories and files the cases name, the word model loaded, a drafter for it."""
@@ -374,7 +448,9 @@ def env(tmp_path_factory):
              "vword": build_word_model_dir(tmp / "vword", prefix="v"),
              "empty": tmp / "empty", "notes": tmp / "notes.txt", "broken": tmp / "broken.gguf",
              "corrupt": tmp / "corrupt.gguf", "drafter": tmp / "drafter.safetensors",
-             "badcost": tmp / "cost.json", "shortcost": tmp / "short.json"}
+             "badcost": tmp / "cost.json", "shortcost": tmp / "short.json", "hugecost": tmp / "huge.json",
+             "deepcost": tmp / "deep.json", "longcost": tmp / "long.json", "badshallow": tmp / "s.safetensors",
+             "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
     paths["nan"] = nan_dir
     paths["empty"].mkdir()
@@ -383,9 +459,12 @@ def env(tmp_path_factory):
     paths["corrupt"].write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
     paths["badcost"].write_text("not json\n")
     CostTable(verify_ms=(1.0, 2.0)).save(paths["shortcost"])
+    write_bad_cost_tables(paths)
+    write_broken_configs(paths)
     lm = load(ModelSpec(str(paths["word"])))
     drafter = random_drafter(lm, gamma_max=4)
     drafter.save(paths["drafter"])
+    write_damaged_weights(paths, lm)
     trace_json = to_json(run(lm, [1, 2, 3], SampleConfig(max_new_tokens=4, seed=1)))
     return types.SimpleNamespace(tmp=tmp, paths=paths, lm=lm, drafter=drafter, nan_step=nan_step,
                                  trace_json=trace_json)
@@ -614,8 +693,9 @@ def test_app(case, env, app_model, monkeypatch):
         elif case.action == "run_end":
             run_to_end(at)
     errors = errors_of(at)
-    assert any(re.search(case.pattern, e) for e in errors), errors
-    assert all(len(e.strip().splitlines()) == 1 for e in errors), errors
+    lines = [w.value for w in at.warning] if case.warning else errors
+    assert any(re.search(case.pattern, e) for e in lines), (errors, lines)
+    assert all(len(e.strip().splitlines()) == 1 for e in errors + lines), lines
 
 
 def link_path(case: Case) -> str | None:
