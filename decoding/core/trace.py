@@ -3,11 +3,14 @@
 A trace holds plain Python values only (no tensors), so it can be cached, saved, replayed and diffed.
 JSON: `schema_version` is "major.minor"; a reader accepts its own major version and any minor version
 (fields added in a later minor are optional, with defaults). Non-finite floats are written as null;
-a null in a field typed `float` reads back as -inf (the only non-finite value a trace stores).
+a null in a logit, log-probability or score field reads back as -inf (the only non-finite value a
+trace stores). Loading checks every field, every cross-reference between fields and every size limit
+(MAX_* here and in trace_check), so that whatever loads can be drawn.
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import types
@@ -15,13 +18,15 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from decoding.core.trace_check import MAX_BEAM_POOL as MAX_BEAM_POOL
+from decoding.core.trace_check import MAX_BEAMS as MAX_BEAMS
+from decoding.core.trace_check import MAX_LATTICE_CANDIDATES as MAX_LATTICE_CANDIDATES
+from decoding.core.trace_check import TraceFormatError as TraceFormatError
+from decoding.core.trace_check import check_trace, key_part
+
 SCHEMA_VERSION = "1.2"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
 #                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
 MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
-
-
-class TraceFormatError(ValueError):
-    """A trace file that cannot be loaded; the message says what is wrong and where."""
 
 
 @dataclass(frozen=True)
@@ -391,128 +396,352 @@ def to_json(trace: Trace, indent: int | None = None) -> str:
 
 
 # ---------------------------------------------------------------- reading
+# A trace is built by one converter per type, made once per (type, role) from each dataclass's field
+# plan (typing.get_type_hints runs once per class). A refused value raises _Bad deep inside; each
+# enclosing list, object and field adds its part of the path on the way out, so a valid trace pays for
+# no path strings. Cross-references between fields are checked afterwards (decoding.core.trace_check).
+
+# Per-kind limits live with the checks and are imported above: MAX_BEAMS (num_beams), MAX_BEAM_POOL (a beam
+# step's pool), MAX_LATTICE_CANDIDATES (a DSpark lattice position), with the config's MAX_TOP_N,
+# SPEC_MAX_GAMMA, DSPARK_MAX_GAMMA and DSPARK_MAX_BUDGET.
+MAX_STEPS = 1 << 20           # steps per trace: each emits at least one token, so a long model context's worth
+MAX_TOKENS = 1 << 20          # ids in one token list (prompt, output, emitted, a beam's hypothesis)
+MAX_LIST_ITEMS = 4096         # items in any other list or object (top-N, pools, lattices, cost tables)
+MAX_TEXT_CHARS = 1 << 24      # characters in prompt_text, text, error and the free-form config and model
+MAX_LABEL_CHARS = 4096        # characters in any other string: pieces, names, reasons, paths, object keys
+MAX_FLOAT = 1e300             # largest magnitude of a float, so that sums and differences of a few stay finite
+TEXT_FIELDS = frozenset({"prompt_text", "text", "error"})
+LOGIT_FIELDS = frozenset({"logit", "logprob", "score", "normalized_score", "chosen_logprob", "chosen_raw_logprob"})
+ID_FIELDS = frozenset({"token_id", "chosen_id", "final_id", "next_token"})              # one token id
+ID_LIST_FIELDS = frozenset({"prompt_ids", "forced_ids", "output_ids", "emitted", "token_ids", "ngram"})
+INT_RANGE = (-2**63, 2**63)   # integer fields are int64 (the views' tables hold them as such)
+
+
+class _Bad(Exception):
+    """A refused value: `detail` follows the path, which `parts` collects innermost first."""
+
+    def __init__(self, detail: str):
+        super().__init__(detail)
+        self.detail, self.parts = detail, []
+
+    def within(self, part: str) -> _Bad:
+        self.parts.append(part)
+        return self
+
+    def line(self) -> str:
+        return "trace" + "".join(reversed(self.parts)) + self.detail
+
+
+@dataclass(frozen=True)
+class _Reading:
+    strict: bool               # refuse unknown fields (a trace of this or an older minor version)
+    vocab: int | None          # token ids must be below it (None: only >= 0)
+
+
+def _shown(value: Any) -> str:
+    return f"{value!r:.60}"
+
+
+def _check_string(value: Any, limit: int) -> str:
+    if not isinstance(value, str):
+        raise _Bad(f": expected str, got {_shown(value)}")
+    if len(value) > limit:
+        raise _Bad(f": a string of {len(value)} characters is over the {limit} character limit")
+    if not value.isascii():
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as err:
+            raise _Bad(f"={_shown(value)} is not valid Unicode: a lone surrogate "
+                       f"{value[err.start]!r} at character {err.start}") from None
+    return value
+
+
+def _to_str(role: str | None):
+    limit = MAX_TEXT_CHARS if role == "text" else MAX_LABEL_CHARS
+
+    def convert(value: Any, reading: _Reading) -> str:
+        if type(value) is str and value.isascii() and len(value) <= limit:
+            return value
+        return _check_string(value, limit)
+    return convert
+
+
+def _to_int(value: Any, reading: _Reading) -> int:
+    if type(value) is not int and (not isinstance(value, int) or isinstance(value, bool)):
+        raise _Bad(f": expected int, got {_shown(value)}")
+    if not INT_RANGE[0] <= value < INT_RANGE[1]:
+        raise _Bad(f"={_shown(value)} is out of range (a 64-bit integer)")
+    return value
+
+
+def _to_token(value: Any, reading: _Reading) -> int:
+    _to_int(value, reading)
+    if value < 0 or (reading.vocab is not None and value >= reading.vocab):
+        raise _Bad(f"={value} is out of range" + (f" (the model has {reading.vocab} tokens)" if reading.vocab
+                                                  else " (negative)"))
+    return value
+
+
+def _to_float(value: Any, reading: _Reading) -> float:
+    if type(value) is float and -MAX_FLOAT <= value <= MAX_FLOAT:
+        return value
+    return _number(value, negative_infinity=False)
+
+
+def _to_logit(value: Any, reading: _Reading) -> float:
+    """A float that may also be -inf (null): a logit, a log-probability or a beam score."""
+    if type(value) is float and -MAX_FLOAT <= value <= MAX_FLOAT:
+        return value
+    return _number(value, negative_infinity=True)
+
+
+def _number(value: Any, negative_infinity: bool) -> float:
+    if value is None or (type(value) is float and value == -math.inf):
+        if negative_infinity:
+            return -math.inf
+        raise _Bad(f"={value!r} is not a number: only logits, log-probabilities and scores may be -inf (null)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise _Bad(f": expected a number, got {_shown(value)}")
+    if not -MAX_FLOAT <= value <= MAX_FLOAT:
+        raise _Bad(f"={_shown(value)} is not a finite number of magnitude <= {MAX_FLOAT:g}")
+    return float(value)
+
+
+def _to_bool(value: Any, reading: _Reading) -> bool:
+    if not isinstance(value, bool):
+        raise _Bad(f": expected bool, got {_shown(value)}")
+    return value
+
+
+def _free(value: Any, reading: _Reading) -> Any:
+    """A free-form value (config, model): any JSON, its strings and keys checked as text."""
+    if isinstance(value, str):
+        return _check_string(value, MAX_TEXT_CHARS)
+    if isinstance(value, dict):
+        for key, item in value.items():
+            try:
+                _check_string(key, MAX_LABEL_CHARS)
+                _free(item, reading)
+            except _Bad as bad:
+                raise bad.within(key_part(key)) from None
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            try:
+                _free(item, reading)
+            except _Bad as bad:
+                raise bad.within(f"[{i}]") from None
+    return value
+
+
+def _optional(inner):
+    return lambda value, reading: None if value is None else inner(value, reading)
+
+
+def _all_fast(inner):
+    """A whole-list test that passes exactly the lists `inner` takes item by item unchanged."""
+    if inner is _to_float:
+        return lambda items, reading: all(type(v) is float and -MAX_FLOAT <= v <= MAX_FLOAT for v in items)
+    if inner is _to_int:
+        return lambda items, reading: all(type(v) is int for v in items) and (
+            not items or (INT_RANGE[0] <= min(items) and max(items) < INT_RANGE[1]))
+    if inner is _to_token:
+        return lambda items, reading: all(type(v) is int for v in items) and (
+            not items or (min(items) >= 0 and (reading.vocab is None or max(items) < reading.vocab)))
+    return None
+
+
+def _to_tuple(inner, limit: int):
+    fast = _all_fast(inner)
+
+    def convert(value: Any, reading: _Reading) -> tuple:
+        if not isinstance(value, list):
+            raise _Bad(f": expected a list, got {type(value).__name__}")
+        if len(value) > limit:
+            raise _Bad(f": a list of {len(value)} items is over the {limit} item limit")
+        if fast is not None and fast(value, reading):
+            return tuple(value)
+        try:
+            return tuple([inner(v, reading) for v in value])
+        except _Bad:
+            pass
+        for i, v in enumerate(value):   # again, one at a time, to name the item
+            try:
+                inner(v, reading)
+            except _Bad as bad:
+                raise bad.within(f"[{i}]") from None
+        raise AssertionError("unreachable")
+    return convert
+
+
+def _to_pair(inners):
+    def convert(value: Any, reading: _Reading) -> tuple:
+        if not isinstance(value, list) or len(value) != len(inners):
+            raise _Bad(f": expected a list of {len(inners)} items, got {_shown(value)}")
+        out = []
+        for i, (inner, v) in enumerate(zip(inners, value)):
+            try:
+                out.append(inner(v, reading))
+            except _Bad as bad:
+                raise bad.within(f"[{i}]") from None
+        return tuple(out)
+    return convert
+
+
+def _to_dict(inner):
+    def convert(value: Any, reading: _Reading) -> dict:
+        if not isinstance(value, dict):
+            raise _Bad(f": expected an object, got {type(value).__name__}")
+        if len(value) > MAX_LIST_ITEMS:
+            raise _Bad(f": an object of {len(value)} fields is over the {MAX_LIST_ITEMS} field limit")
+        out = {}
+        for key, item in value.items():
+            try:
+                out[_check_string(key, MAX_LABEL_CHARS)] = inner(item, reading)
+            except _Bad as bad:
+                raise bad.within(key_part(key)) from None
+        return out
+    return convert
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How to build one dataclass: (name, converter, required) per field, and the names it knows."""
+
+    fields: tuple[tuple[str, Any, bool], ...]
+    names: frozenset[str]
+
+
+@functools.cache
+def _plan(cls: type) -> _Plan:
+    hints = typing.get_type_hints(cls)
+    fields = tuple((f.name, _converter(hints[f.name], _role(f.name)),
+                    f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                   for f in dataclasses.fields(cls))
+    return _Plan(fields, frozenset(name for name, _c, _r in fields) | {"kind"})
+
+
+def _role(name: str) -> str | None:
+    """How a field's leaf values are read: token ids, floats that may be -inf, long text, or plain."""
+    if name in ID_FIELDS or name in ID_LIST_FIELDS:
+        return "id"
+    if name in LOGIT_FIELDS:
+        return "logit"
+    return "text" if name in TEXT_FIELDS else None
+
+
+@functools.cache
+def _converter(tp: Any, role: str | None = None):
+    """(value, reading) -> the built value of type `tp`, or _Bad."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any:
+        return _free
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in args if a is not type(None)]
+        return _optional(_converter(inner[0], role))
+    if tp is int:
+        return _to_token if role == "id" else _to_int
+    if tp is str:
+        return _to_str(role)
+    if tp is float:
+        return _to_logit if role == "logit" else _to_float
+    if tp is bool:
+        return _to_bool
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return _to_tuple(_converter(args[0], role), MAX_TOKENS if role == "id" else MAX_LIST_ITEMS)
+    if origin is tuple:
+        return _to_pair(tuple(_converter(a, role) for a in args))
+    if origin is dict:
+        return _to_dict(_converter(args[1], role))
+    if dataclasses.is_dataclass(tp):
+        return _to_dataclass(tp)
+    raise TypeError(f"a trace field cannot have type {tp}")
+
+
+_ABSENT = object()
+
+
+def _to_dataclass(cls: type):
+    def convert(value: Any, reading: _Reading) -> Any:
+        if not isinstance(value, dict):
+            raise _Bad(f": expected an object, got {type(value).__name__}")
+        plan = _plan(cls)
+        if reading.strict and not plan.names.issuperset(value):
+            extra = sorted(str(k) for k in value if k not in plan.names)
+            raise _Bad(f": unknown field(s) {extra[:8]}")
+        kwargs = {}
+        for name, convert_field, required in plan.fields:
+            item = value.get(name, _ABSENT)
+            if item is not _ABSENT:
+                try:
+                    kwargs[name] = convert_field(item, reading)
+                except _Bad as bad:
+                    raise bad.within(f".{name}") from None
+            elif required:
+                raise _Bad(f": missing field '{name}'")
+        try:
+            return cls(**kwargs)
+        except TraceFormatError as err:    # a class's own check (e.g. a beam candidate's status)
+            raise _Bad(f".{err}") from None
+    return convert
+
+
+def _to_event(value: Any, reading: _Reading) -> Any:
+    kind = value.get("kind") if isinstance(value, dict) else value
+    cls = EVENT_TYPES.get(kind) if isinstance(kind, str) else None
+    if cls is None:
+        raise _Bad(f": unknown step kind {_shown(kind)}")
+    return _converter(cls)(value, reading)
+
 
 def _major_minor(version: Any) -> tuple[int, int]:
     try:
         major, minor = str(version).split(".")
         return int(major), int(minor)
     except ValueError:
-        raise TraceFormatError(f"schema_version={version!r} is not 'major.minor'") from None
+        raise TraceFormatError(f"schema_version={_shown(version)} is not 'major.minor'") from None
 
 
-def _build(tp: Any, value: Any, where: str, strict: bool) -> Any:
-    origin = typing.get_origin(tp)
-    if tp is Any:
-        return value
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(tp)
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _build(inner[0], value, where, strict)
-    if tp is float:
-        if value is None:
-            return -math.inf
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TraceFormatError(f"{where}: expected a number, got {value!r:.60}")
-        return float(value)
-    if tp in (int, str, bool):
-        ok = isinstance(value, tp) and not (tp is int and isinstance(value, bool))
-        if not ok:
-            raise TraceFormatError(f"{where}: expected {tp.__name__}, got {value!r:.60}")
-        return value
-    if origin is tuple:
-        if not isinstance(value, list):
-            raise TraceFormatError(f"{where}: expected a list, got {type(value).__name__}")
-        (inner, _ellipsis) = typing.get_args(tp)
-        return tuple(_build(inner, v, f"{where}[{i}]", strict) for i, v in enumerate(value))
-    if origin is dict:
-        if not isinstance(value, dict):
-            raise TraceFormatError(f"{where}: expected an object, got {type(value).__name__}")
-        _k, inner = typing.get_args(tp)
-        return {k: _build(inner, v, f"{where}.{k}", strict) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
-        return _build_dataclass(tp, value, where, strict)
-    raise TraceFormatError(f"{where}: unsupported type {tp}")
-
-
-def _build_dataclass(cls: type, value: Any, where: str, strict: bool) -> Any:
-    if not isinstance(value, dict):
-        raise TraceFormatError(f"{where}: expected an object, got {type(value).__name__}")
-    hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
-    extra = set(value) - names - {"kind"}
-    if extra and strict:
-        raise TraceFormatError(f"{where}: unknown field(s) {sorted(extra)}")
-    kwargs = {}
-    for f in dataclasses.fields(cls):
-        if f.name in value:
-            kwargs[f.name] = _build(hints[f.name], value[f.name], f"{where}.{f.name}", strict)
-        elif f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-            raise TraceFormatError(f"{where}: missing field '{f.name}'")
-    return cls(**kwargs)
-
-
-def _build_event(value: Any, where: str, strict: bool) -> Any:
-    if not isinstance(value, dict) or value.get("kind") not in EVENT_TYPES:
-        kind = value.get("kind") if isinstance(value, dict) else value
-        raise TraceFormatError(f"{where}: unknown step kind {kind!r:.60}")
-    return _build_dataclass(EVENT_TYPES[value["kind"]], value, where, strict)
+def _vocab(data: dict, vocab_size: int | None) -> int | None:
+    """The vocabulary given, else the one the trace's own model records."""
+    if vocab_size is not None:
+        return vocab_size
+    model = data.get("model")
+    recorded = model.get("vocab_size") if isinstance(model, dict) else None
+    return recorded if type(recorded) is int and recorded > 0 else None
 
 
 def from_dict(data: Any, vocab_size: int | None = None) -> Trace:
-    """Validate and rebuild a Trace; raise TraceFormatError naming the first problem."""
+    """Validate and rebuild a Trace; raise TraceFormatError naming the first problem: a field's type, a
+    token id outside the vocabulary, a string that is not valid Unicode, a size over its limit (MAX_*),
+    or a cross-reference between fields (decoding.core.trace_check)."""
     if not isinstance(data, dict):
         raise TraceFormatError("a trace must be a JSON object")
     major, minor = _major_minor(data.get("schema_version"))
     our_major, our_minor = _major_minor(SCHEMA_VERSION)
     if major != our_major:
-        raise TraceFormatError(f"schema_version={data.get('schema_version')!r} is not supported "
+        raise TraceFormatError(f"schema_version={_shown(data.get('schema_version'))} is not supported "
                                f"(this version reads {our_major}.x)")
-    strict = minor <= our_minor
-    body = dict(data)
-    steps = body.pop("steps", None)
+    steps = data.get("steps")
     if not isinstance(steps, list):
         raise TraceFormatError("trace.steps: expected a list")
-    body["steps"] = []
-    trace = _build_dataclass(Trace, body, "trace", strict)
-    built = tuple(_build_event(s, f"trace.steps[{i}]", strict) for i, s in enumerate(steps))
-    _check_ids(data, vocab_size)
-    return dataclasses.replace(trace, steps=built)
-
-
-ID_FIELDS = frozenset({"token_id", "chosen_id", "final_id", "next_token"})              # one token id
-ID_LIST_FIELDS = frozenset({"prompt_ids", "forced_ids", "output_ids", "emitted", "token_ids", "ngram"})
-
-
-def _check_ids(data: dict, vocab_size: int | None) -> None:
-    """Every token id in the trace (top level and steps) must be in [0, vocab): the vocabulary given,
-    else the one the trace's own model records."""
-    if vocab_size is None:
-        model = data.get("model")
-        recorded = model.get("vocab_size") if isinstance(model, dict) else None
-        vocab_size = recorded if isinstance(recorded, int) and recorded > 0 else None
-    tokens = {k: v for k, v in data.items() if k not in ("config", "model")}   # free-form, no ids
-    for where, tok in _token_ids(tokens, "trace"):
-        if tok < 0 or (vocab_size is not None and tok >= vocab_size):
-            raise TraceFormatError(f"{where}={tok} is out of range"
-                                   + (f" (the model has {vocab_size} tokens)" if vocab_size else " (negative)"))
-
-
-def _token_ids(value: Any, where: str):
-    """(path, id) for every integer under a token-id field of the plain-JSON `value`."""
-    if isinstance(value, dict):
-        for key, item in value.items():
-            path = f"{where}.{key}"
-            if key in ID_FIELDS and isinstance(item, int):
-                yield path, item
-            elif key in ID_LIST_FIELDS and isinstance(item, list):
-                yield from ((f"{path}[{i}]", t) for i, t in enumerate(item) if isinstance(t, int))
-            else:
-                yield from _token_ids(item, path)
-    elif isinstance(value, list):
-        for i, item in enumerate(value):
-            yield from _token_ids(item, f"{where}[{i}]")
+    if len(steps) > MAX_STEPS:
+        raise TraceFormatError(f"trace.steps: {len(steps)} steps is over the {MAX_STEPS} step limit")
+    reading = _Reading(strict=minor <= our_minor, vocab=_vocab(data, vocab_size))
+    try:
+        trace = _converter(Trace)({**data, "steps": []}, reading)
+        built = []
+        for i, step in enumerate(steps):
+            try:
+                built.append(_to_event(step, reading))
+            except _Bad as bad:
+                raise bad.within(f".steps[{i}]") from None
+    except _Bad as bad:
+        raise TraceFormatError(bad.line()) from None
+    except RecursionError:
+        raise TraceFormatError("not a trace: JSON nested too deeply") from None
+    trace = dataclasses.replace(trace, steps=tuple(built))
+    check_trace(trace)
+    return trace
 
 
 def from_json(text: str | bytes, vocab_size: int | None = None) -> Trace:
@@ -522,10 +751,10 @@ def from_json(text: str | bytes, vocab_size: int | None = None) -> Trace:
                                f"({MAX_TRACE_BYTES / 2**20:g} MiB)")
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise TraceFormatError(f"not valid JSON: {err}") from None
     except RecursionError:
         raise TraceFormatError("not a trace: JSON nested too deeply") from None
+    except ValueError as err:    # malformed JSON, bytes that are not UTF-8, an integer of too many digits
+        raise TraceFormatError(f"not valid JSON: {err}") from None
     return from_dict(data, vocab_size)
 
 
