@@ -1,0 +1,129 @@
+"""Property-based tests of uploaded traces: mutations of real recorded traces of every strategy (the
+golden traces: greedy, sampling, beam, speculative with each drafter, DSpark chain and tree) either load
+or are refused with TraceFormatError — never another exception — and what loads renders: the Traces page
+with every step on view and the What-if page, with no exception and one-line errors, within AppTest's
+timeout. Seeded (derandomize) and bounded."""
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from test_app import tiny_dir  # noqa: F401  (tiny_dir is a fixture: no model is loaded by these pages)
+
+from decoding.core.trace import Trace, TraceFormatError, from_json
+from ui.widgets import keys
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+SOURCES = sorted(p for p in GOLDEN.glob("*.json") if p.name not in ("cost.json", "lockstep.json"))
+TRACES = [json.loads(p.read_text(encoding="utf-8")) for p in SOURCES]
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+
+REPLACEMENTS = st.sampled_from([-1, -(10 ** 6), 10 ** 6, 2 ** 63, 0, 1, 2, 1.5, -0.5, None, "", "\ud800", "x" * 5000,
+                                [], {}, [[]], [-1, 0], True, "token", "dspark", {"kind": "token"}])
+MUTATIONS = st.lists(st.tuples(st.integers(0, 10 ** 9), st.sampled_from(["replace", "delete", "duplicate"]),
+                               REPLACEMENTS, st.booleans()), min_size=1, max_size=3)
+
+
+def locations(value, where=()) -> list[tuple]:
+    """Every path (keys and indices) inside a JSON value, the value's own () excluded."""
+    out = []
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        out.append(where + (key,))
+        out.extend(locations(item, where + (key,)))
+    return out
+
+
+def structural(value) -> set[str]:
+    """Field names that hold an index, an id, a count or a list of them (and `kind`): where a wrong
+    value breaks a cross-reference rather than a number on screen."""
+    names = {"kind"}
+    for where in locations(value):
+        item = value
+        for step in where:
+            item = item[step]
+        if isinstance(where[-1], str) and (type(item) is int or (isinstance(item, list) and item and
+                                                                  all(type(x) is int for x in item))):
+            names.add(where[-1])
+    return names
+
+
+HOT = set().union(*(structural(t) for t in TRACES))
+
+
+def mutate(data: dict, mutations) -> bytes:
+    """Each mutation picks a location (among the structural fields when `hot`) and replaces its value,
+    deletes it, or duplicates the last entry of the list there."""
+    data = copy.deepcopy(data)
+    for pick, how, new, hot in mutations:
+        spots = locations(data)
+        hot_spots = [w for w in spots if w[-1] in HOT]
+        spots = hot_spots if hot and hot_spots else spots
+        *parent_path, key = spots[pick % len(spots)]
+        parent = data
+        for step in parent_path:
+            parent = parent[step]
+        if how == "delete":
+            del parent[key]
+        elif how == "duplicate" and isinstance(parent[key], list) and parent[key]:
+            parent[key].append(copy.deepcopy(parent[key][-1]))
+        else:
+            parent[key] = copy.deepcopy(new)
+    return json.dumps(data).encode()
+
+
+def load(payload: bytes) -> Trace | None:
+    try:
+        return from_json(payload)
+    except TraceFormatError as err:
+        assert "\n" not in str(err), str(err)
+        return None
+
+
+@settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(TRACES) - 1), MUTATIONS)
+def test_any_mutated_trace_loads_or_is_refused_in_one_line(source, mutations):
+    load(mutate(TRACES[source], mutations))
+
+
+def test_the_sources_cover_every_strategy_and_load():
+    assert {t["strategy"] for t in TRACES} == {"greedy", "sample", "beam", "speculative", "dspark"}
+    assert all(isinstance(load(json.dumps(t).encode()), Trace) for t in TRACES)
+
+
+def open_with(payload: bytes):
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(APP, default_timeout=60).run()
+    at.switch_page("app_pages/traces.py").run()
+    at.session_state[keys.REPLAY_VIEW] = "All steps"
+    at.file_uploader(key=keys.UPLOAD).set_value(("t.json", payload, "application/json")).run()
+    return at
+
+
+def clean(at) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    for element in at.error:
+        assert len(str(element.value).strip().splitlines()) == 1, element.value
+    assert not any("could not be shown" in str(e.value) for e in at.error), [e.value for e in at.error]
+
+
+@settings(max_examples=30, derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                 HealthCheck.filter_too_much])
+@given(st.integers(0, len(TRACES) - 1), MUTATIONS)
+def test_any_trace_that_loads_renders_on_every_page(tiny_dir, source, mutations):  # noqa: F811
+    payload = mutate(TRACES[source], mutations)
+    assume(load(payload) is not None)
+    at = open_with(payload)
+    clean(at)
+    assert keys.REPLAY in at.session_state
+    at.switch_page("app_pages/whatif.py").run()
+    at.session_state[keys.WHATIF_SOURCE] = "Upload a trace"
+    at.run()
+    at.file_uploader(key=keys.WHATIF_UPLOAD).set_value(("t.json", payload, "application/json")).run()
+    clean(at)
+    assert keys.WHATIF_TRACE in at.session_state
