@@ -9,6 +9,8 @@ from typing import ClassVar
 from decoding.core.errors import check
 
 MAX_TOP_N = 100
+MAX_NUM_BEAMS = 32                     # beam search's widest search
+MAX_TOP_K_CANDIDATES = 64              # DSpark's most candidates per lattice position
 MAX_SEED = 2**63 - 1               # torch.Generator.manual_seed's range
 MIN_TEMPERATURE = 1e-6             # below it, logits / temperature can overflow float32 to inf
 
@@ -89,8 +91,8 @@ class BeamConfig(BaseConfig):
 
     def __post_init__(self):
         super().__post_init__()
-        check(_is_int(self.num_beams) and 1 <= self.num_beams <= 32, "num_beams", self.num_beams,
-              "must be an integer in [1, 32]")
+        check(_is_int(self.num_beams) and 1 <= self.num_beams <= MAX_NUM_BEAMS, "num_beams", self.num_beams,
+              f"must be an integer in [1, {MAX_NUM_BEAMS}]")
         check(_is_num(self.length_penalty) and abs(self.length_penalty) <= 10, "length_penalty",
               self.length_penalty, "must be a number in [-10, 10]")
         check(isinstance(self.early_stopping, bool), "early_stopping", self.early_stopping,
@@ -195,8 +197,8 @@ class DSparkConfig(SamplingParams):
         super().__post_init__()
         check(_is_int(self.gamma) and 1 <= self.gamma <= DSPARK_MAX_GAMMA, "gamma", self.gamma,
               f"must be an integer in [1, {DSPARK_MAX_GAMMA}]")
-        check(_is_int(self.top_k_candidates) and 1 <= self.top_k_candidates <= 64, "top_k_candidates",
-              self.top_k_candidates, "must be an integer in [1, 64]")
+        check(_is_int(self.top_k_candidates) and 1 <= self.top_k_candidates <= MAX_TOP_K_CANDIDATES,
+              "top_k_candidates", self.top_k_candidates, f"must be an integer in [1, {MAX_TOP_K_CANDIDATES}]")
         check(self.select in DSPARK_SELECT, "select", self.select, f"choose one of {', '.join(DSPARK_SELECT)}")
         check(_is_int(self.budget) and 1 <= self.budget <= DSPARK_MAX_BUDGET, "budget", self.budget,
               f"must be an integer in [1, {DSPARK_MAX_BUDGET}]")

@@ -15,14 +15,16 @@ from decoding.core.config import (
     DSPARK_MAX_BUDGET,
     DSPARK_MAX_GAMMA,
     MAX_LOOKUP_NGRAM,
+    MAX_NUM_BEAMS,
+    MAX_TOP_K_CANDIDATES,
     MAX_TOP_N,
     MIN_TEMPERATURE,
     SPEC_MAX_GAMMA,
 )
 
-MAX_BEAMS = 32                       # BeamConfig's largest num_beams
+MAX_BEAMS = MAX_NUM_BEAMS
 MAX_BEAM_POOL = 32 * MAX_BEAMS       # a pool is max(2, 1 + #EOS ids) x B: room for 31 EOS ids
-MAX_LATTICE_CANDIDATES = 64 + 1      # DSparkConfig's largest top_k_candidates, plus prompt lookup's token
+MAX_LATTICE_CANDIDATES = MAX_TOP_K_CANDIDATES + 1   # plus prompt lookup's token
 STEP_KIND = {"greedy": "token", "sample": "token", "beam": "beam", "speculative": "spec_round",
              "dspark": "dspark_round"}
 
