@@ -457,3 +457,18 @@ def test_flags_left_out_and_flags_one_lane_takes_are_fine(word, capsys):
     code, stdout, err = cli_main(["compare", *base(word)[1:], "--strategy", "greedy", "--strategy", "beam",
                                   "--num-beams", "2"], capsys)
     assert code == 0 and stdout.count("\n") == 3, err
+
+
+@pytest.mark.parametrize("trainer", ["parallel", "draft", "feature"])
+def test_trainers_check_out_before_the_model_loads(trainer, word, tmp_path, capsys, monkeypatch):
+    """Hours of training must not end in a refused write: --out is checked before anything is loaded."""
+    import decoding.runtime.models as models
+
+    def load_(spec):
+        raise AssertionError(f"the model was loaded ({spec.name}) before the bad --out was refused")
+
+    monkeypatch.setattr(models, "load", load_)
+    out = tmp_path / "nodir" / "w.safetensors"
+    code, _, err = cli_main(["train", trainer, "--model", str(word), "--out", str(out)], capsys)
+    line = one_line(err)
+    assert code == 2 and line.startswith(f"error: out='{out}' is invalid: its directory "), line

@@ -9,7 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from decoding.core.errors import ConfigError
-from decoding.runtime.files import write_text_atomic
+from decoding.runtime.files import check_writable, write_text_atomic
 
 
 def display_name(lm) -> str:
@@ -43,9 +43,10 @@ def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: P
     args = parser.parse_args(argv)
     try:
         settings = settings_type(**{k: v for k, v in vars(args).items() if k in settings_type.__dataclass_fields__})
-        lm = load(ModelSpec(args.model))
         out = args.out or (shipped if args.model == "default"
                            else Path(f"{prefix}-{Path(args.model).name}.safetensors"))
+        check_writable(out, "out")                     # before the model loads and the hours of training
+        lm = load(ModelSpec(args.model))
         report = train(lm, settings, out, progress=not args.no_progress)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
