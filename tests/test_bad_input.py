@@ -158,11 +158,15 @@ def greedy(e, n: int = 4, **kw) -> Trace:
     return run(e.lm, [1, 2, 3], GreedyConfig(max_new_tokens=n), **kw)
 
 
-def traced(e, edit: Callable[[dict], None]) -> bytes:
-    """A real trace of the word model as JSON, changed by `edit`."""
-    data = json.loads(e.trace_json)
+def traced(e, edit: Callable[[dict], None], strategy: str = "sample") -> bytes:
+    """A real trace of the word model under `strategy` (env.traces) as JSON, changed by `edit`."""
+    data = json.loads(e.traces[strategy])
     edit(data)
     return json.dumps(data).encode()
+
+
+def steps_of(e, strategy: str) -> list[dict]:
+    return json.loads(e.traces[strategy])["steps"]
 
 
 SPEC, DSPARK, SAMPLE = ["--strategy", "speculative"], ["--strategy", "dspark"], ["--strategy", "sample"]
@@ -392,6 +396,46 @@ CASES = [
     Case("trace-token-id-negative", r"trace\.steps\[1\]\.raw_top\[0\]\.token_id=-1 is out of range",
          upload=lambda e: traced(e, lambda d: d["steps"][1]["raw_top"][0].update(token_id=-1))),
     Case("trace-nested-too-deeply", r"not a trace: JSON nested too deeply", upload=lambda e: b"[" * 100_000),
+    Case("trace-beam-source-out-of-range", r"trace\.steps\[3\]\.pool\[1\]\.source_beam=-1 is out of range \(0 to 2: "
+         r"the previous step's live beams\)$",
+         upload=lambda e: traced(e, lambda d: d["steps"][3]["pool"][1].update(source_beam=-1), "beam")),
+    Case("trace-dspark-node-parent", r"trace\.steps\[1\]\.nodes\[1\]\.parent=2 is out of range \(0 to 1: the root 0 "
+         r"or a node before node 2\)$", upload=lambda e: traced(e, lambda d: d["steps"][1]["nodes"][1].update(parent=2),
+                                                                  "dspark")),
+    Case("trace-dspark-node-depth", r"trace\.steps\[1\]\.nodes\[1\]\.depth=1000000 is not its parent's depth \+ 1 "
+         r"\(2\)$", upload=lambda e: traced(e, lambda d: d["steps"][1]["nodes"][1].update(depth=10**6), "dspark")),
+    Case("trace-dspark-accepted-path", r"trace\.steps\[1\]\.accepted_path\[0\]=3 is not a node of the round \(1 to "
+         r"2\)$", upload=lambda e: traced(e, lambda d: d["steps"][1]["accepted_path"].append(3), "dspark")),
+    Case("trace-dspark-dp-path", r"trace\.steps\[1\]\.dp\.path\[1\]=2 is out of range \(0 to 1: the candidates of "
+         r"lattice position 2\)$",
+         upload=lambda e: traced(e, lambda d: d["steps"][1]["dp"]["path"].__setitem__(1, 2), "dspark")),
+    Case("trace-spec-accepted-over-gamma", r"trace\.steps\[0\]\.accepted=3 is out of range \(0 to gamma=2\)$",
+         upload=lambda e: traced(e, lambda d: d["steps"][0].update(accepted=3), "speculative")),
+    Case("trace-step-kind-unhashable", r"trace\.steps\[1\]: unknown step kind \[\]$",
+         upload=lambda e: traced(e, lambda d: d["steps"][1].update(kind=[]))),
+    Case("trace-step-of-other-strategy", r"trace\.steps\[3\]\.kind='beam' does not belong to a sample trace "
+         r"\(expected 'token'\)$",
+         upload=lambda e: traced(e, lambda d: d["steps"].__setitem__(3, steps_of(e, "beam")[3]))),
+    Case("trace-step-index", r"trace\.steps\[2\]\.index=7 is not the step's place in trace\.steps \(2\)$",
+         upload=lambda e: traced(e, lambda d: d["steps"][2].update(index=7))),
+    Case("trace-lone-surrogate", r"trace\.steps\[1\]\.raw_top\[0\]\.piece='\\ud800' is not valid Unicode: a lone "
+         r"surrogate '\\ud800' at character 0$",
+         upload=lambda e: traced(e, lambda d: d["steps"][1]["raw_top"][0].update(piece="\ud800"))),
+    Case("trace-not-finite", r"trace\.steps\[0\]\.entropy_raw=nan is not a finite number of magnitude <= 1e\+300$",
+         upload=lambda e: traced(e, lambda d: d["steps"][0].update(entropy_raw=float("nan")))),   # a NaN literal
+    Case("trace-null-not-a-logit", r"trace\.steps\[1\]\.processed_top\[1\]\.prob=None is not a number: only logits, "
+         r"log-probabilities and scores may be -inf \(null\)$",
+         upload=lambda e: traced(e, lambda d: d["steps"][1]["processed_top"][1].update(prob=None))),
+    Case("trace-list-over-limit", r"trace\.steps\[2\]\.raw_top: 101 candidates is over the limit of 100$",
+         upload=lambda e: traced(e, lambda d: d["steps"][2].update(raw_top=d["steps"][2]["raw_top"][:1] * 101))),
+    Case("trace-string-over-limit", r"trace\.steps\[0\]\.raw_top\[0\]\.piece: a string of 4097 characters is over "
+         r"the 4096 character limit$",
+         upload=lambda e: traced(e, lambda d: d["steps"][0]["raw_top"][0].update(piece="x" * 4097))),
+    Case("trace-too-many-steps", r"trace\.steps: 1048577 steps is over the 1048576 step limit$",   # 3 MB: [..., 0, 0]
+         upload=lambda e: traced(e, lambda d: d["steps"].extend([0] * (trace_mod.MAX_STEPS + 1 - len(d["steps"]))))),
+    Case("trace-integer-too-long", r"not valid JSON: Exceeds the limit \(4300 digits\) for integer string conversion: "
+         r"value has 5000 digits",
+         upload=lambda e: traced(e, lambda d: None).replace(b'"index": 1,', b'"index": ' + b"9" * 5000 + b",", 1)),
     # ---- runs that stop mid-way (the trace so far is kept)
     Case("logits-nan", r"logits: NaN at step 3 \(64 of 64 values from model '[^']*nan'\); the run stops here",
          cli=["--model", "{nan}", "--max-new-tokens", "8"],
@@ -439,6 +483,16 @@ def write_damaged_weights(paths: dict, lm: LM) -> None:
     rewrite(paths["drafter"], paths["baddrafter"], header=BAD_HEADER["parallel"])
 
 
+def record_traces(lm: LM, drafter) -> dict[str, str]:
+    """Small real traces of the word model (4 new tokens each) as JSON, by strategy: the speculative
+    prompt repeats, so that the lookup draft proposes gamma=2 tokens in round 0."""
+    runs = {"sample": ([1, 2, 3], SampleConfig(max_new_tokens=4, seed=1), {}),
+            "beam": ([1, 2, 3], BeamConfig(max_new_tokens=4, num_beams=3), {}),
+            "speculative": ([1, 2, 3, 1, 2, 3, 1, 2], SpeculativeConfig(max_new_tokens=4, gamma=2), {}),
+            "dspark": ([1, 2, 3], DSparkConfig(max_new_tokens=4, gamma=3), {"drafter": drafter})}
+    return {name: to_json(run(lm, ids, config, **kw)) for name, (ids, config, kw) in runs.items()}
+
+
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """Model directories and files the cases name, the word model loaded, a drafter for it."""
@@ -465,9 +519,8 @@ def env(tmp_path_factory):
     drafter = random_drafter(lm, gamma_max=4)
     drafter.save(paths["drafter"])
     write_damaged_weights(paths, lm)
-    trace_json = to_json(run(lm, [1, 2, 3], SampleConfig(max_new_tokens=4, seed=1)))
     return types.SimpleNamespace(tmp=tmp, paths=paths, lm=lm, drafter=drafter, nan_step=nan_step,
-                                 trace_json=trace_json)
+                                 traces=record_traces(lm, drafter))
 
 
 @pytest.fixture(autouse=True)
