@@ -472,3 +472,26 @@ def test_trainers_check_out_before_the_model_loads(trainer, word, tmp_path, caps
     code, _, err = cli_main(["train", trainer, "--model", str(word), "--out", str(out)], capsys)
     line = one_line(err)
     assert code == 2 and line.startswith(f"error: out='{out}' is invalid: its directory "), line
+
+
+@pytest.mark.parametrize("failure", [OSError("disk full"), KeyboardInterrupt()])
+def test_a_failed_gguf_conversion_leaves_no_temporary_directory(failure, tmp_path):
+    """The converted copy of a GGUF model is written to a temporary directory renamed into place; a write
+    that fails (a full disk: the load goes on without the cache) or is interrupted leaves nothing behind."""
+    from types import SimpleNamespace
+
+    from decoding.runtime import models
+
+    def save(path):
+        Path(path).mkdir()
+        (Path(path) / "model.safetensors").write_bytes(b"half")
+        raise failure
+
+    model = SimpleNamespace(config=SimpleNamespace(), save_pretrained=save)
+    target = tmp_path / "converted"
+    if isinstance(failure, OSError):
+        models._save_converted(model, SimpleNamespace(save_pretrained=save), target)
+    else:
+        with pytest.raises(KeyboardInterrupt):
+            models._save_converted(model, SimpleNamespace(save_pretrained=save), target)
+    assert list(tmp_path.iterdir()) == []

@@ -8,6 +8,7 @@ import inspect
 import json
 import os
 import re
+import shutil
 import threading
 import time
 from collections.abc import Sequence
@@ -136,6 +137,8 @@ def _save_converted(model, tok, target: Path) -> None:
         tmp.rename(target)
     except OSError:
         pass  # another process won the race, or the cache is read-only: the model still works
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)   # what a failed or interrupted write left (renamed: gone already)
 
 
 def _load_dir(name: str, dtype: torch.dtype, trust_remote_code: bool, local_only: bool, placed: dict | None = None):
