@@ -101,3 +101,27 @@ def cut_at_eos(tokens: Iterable[int], eos_ids, limit: int | None = None) -> tupl
         if token in eos_ids:
             break
     return tuple(out)
+
+
+CALIBRATION_BINS = 10
+
+
+def reliability_bins(scores: Sequence[float], hits: Sequence[bool], bins: int = CALIBRATION_BINS
+                     ) -> list[tuple[int, float, float, int]]:
+    """Equal-width bins over [0, 1] (a score of 1 falls in the last): (bin, mean score, hit rate, count)
+    for every non-empty bin, in order."""
+    sums: dict[int, list] = {}
+    for score, hit in zip(scores, hits):
+        b = min(int(float(score) * bins), bins - 1)
+        acc = sums.setdefault(b, [0.0, 0, 0])
+        acc[0] += float(score)
+        acc[1] += bool(hit)
+        acc[2] += 1
+    return [(b, s / n, h / n, n) for b, (s, h, n) in sorted(sums.items())]
+
+
+def calibration_error(scores: Sequence[float], hits: Sequence[bool], bins: int = CALIBRATION_BINS) -> float | None:
+    """Expected calibration error: Σ over bins of (count / N) · |mean score − hit rate|; None without samples."""
+    rows = reliability_bins(scores, hits, bins)
+    total = sum(n for *_, n in rows)
+    return sum(n / total * abs(mean - rate) for _, mean, rate, n in rows) if total else None

@@ -319,6 +319,10 @@ class ParallelDrafter(nn.Module):
     def calibrated(self, position, raw_logit: torch.Tensor) -> torch.Tensor:
         return torch.sigmoid(self.platt_a[position] * raw_logit + self.platt_b[position])
 
+    def lattice(self, hidden: torch.Tensor, history: Sequence[int], request: LatticeRequest) -> LatticeDraft:
+        """The DSpark drafter interface (decoding.strategies.dspark): `build_lattice` over the history's rows."""
+        return build_lattice(self, hidden, history, request.gamma, request.top_k, request.temperature, request.extra)
+
     # ------------------------------------------------------------------ weights
     def save(self, path: str | Path, meta: dict | None = None) -> None:
         """float16 safetensors with the shape and `meta` (target model, training run) in the header."""
@@ -354,6 +358,19 @@ def drafter_meta(path: str | Path) -> dict:
 
 
 # ---------------------------------------------------------------------- lattice
+@dataclass(frozen=True)
+class LatticeRequest:
+    """What a DSpark round asks its drafter for: γ positions of top-K candidates at `temperature`, with
+    `extra` (prompt lookup's chain) among them; `budget`: the most tree nodes the plan may take (None: a
+    chain), which lets a drafter stop once deeper positions cannot enter the plan."""
+
+    gamma: int
+    top_k: int
+    temperature: float = 0.0
+    extra: tuple[int, ...] = ()
+    budget: int | None = None
+
+
 @dataclass(frozen=True)
 class LatticeDraft:
     """The lattice plus what the trace shows: per position and parent, the confidence c_k(parent);

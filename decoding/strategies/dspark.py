@@ -15,14 +15,15 @@ from pathlib import Path
 import torch
 
 from decoding.core.acceptance import RoundOutcome, greedy_round, sample_round
-from decoding.core.config import DEFAULT_DRAFTER, DSparkConfig
+from decoding.core.config import FEATURE_HEAD, PARALLEL_DRAFTER, DSparkConfig
 from decoding.core.errors import check
 from decoding.core.formulas import cut_at_eos, round_metrics, survival
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import sample_inverse_cdf
 from decoding.core.trace import ChainDP, DSparkRound, LatticeCell, LatticeColumn, PlanNode, SizeChoiceInfo
+from decoding.drafters.feature_lattice import FeatureLatticeDrafter, load_feature_lattice
 from decoding.drafters.lattice_lookup import LookupInput, LookupRate, boost_chain, continuation, hits, lookup_nodes
-from decoding.drafters.parallel import LatticeDraft, ParallelDrafter, build_lattice, load_drafter
+from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter, load_drafter
 from decoding.runtime.cost_table import CostTable, load_table
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.models import LM, Timer
@@ -43,18 +44,27 @@ DEFAULT_WEIGHTS = ASSETS / "dspark-smollm2-135m.safetensors"
 
 
 # ------------------------------------------------------------------------------ set-up
-def resolve_drafter(lm: LM, config: DSparkConfig, drafter: ParallelDrafter | None) -> ParallelDrafter:
-    """The drafter passed in (attached to lm if needed), or the weights file config.drafter names."""
+Drafter = ParallelDrafter | FeatureLatticeDrafter
+
+
+def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Drafter:
+    """The drafter passed in (attached to lm if needed), or the one config.drafter names: the shipped
+    parallel drafter, the feature drafter as a sequential head, or a parallel drafter's weights file."""
     if drafter is None:
-        path = DEFAULT_WEIGHTS if config.drafter == DEFAULT_DRAFTER else Path(config.drafter).expanduser()
-        drafter = load_drafter(path, lm)
-    elif drafter.head is None:
+        drafter = load_named_drafter(lm, config.drafter)
+    elif isinstance(drafter, ParallelDrafter) and drafter.head is None:
         drafter.attach(lm)
     check(drafter.shape.vocab_size == lm.vocab_size, "drafter", f"<vocab {drafter.shape.vocab_size}>",
           f"was trained for another model (this one has vocab {lm.vocab_size})")
     check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
           f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
     return drafter
+
+
+def load_named_drafter(lm: LM, name: str) -> Drafter:
+    if name == FEATURE_HEAD:
+        return load_feature_lattice(lm)
+    return load_drafter(DEFAULT_WEIGHTS if name == PARALLEL_DRAFTER else Path(name).expanduser(), lm)
 
 
 def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
@@ -124,7 +134,7 @@ class DSparkDecoder:
     """One trace's parallel drafting: the target KV cache, the drafter's hidden-row history (the rows
     that produced the last emitted tokens), the emitted context and prompt lookup's hit rate."""
 
-    def __init__(self, lm: LM, config: DSparkConfig, drafter: ParallelDrafter, generator: torch.Generator,
+    def __init__(self, lm: LM, config: DSparkConfig, drafter: Drafter, generator: torch.Generator,
                  cost: CostTable | None = None, cache=None):
         self.lm, self.config, self.drafter, self.generator, self.cost = lm, config, drafter, generator, cost
         self.pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
@@ -215,8 +225,11 @@ class DSparkDecoder:
     def _draft(self, step: RoundStep) -> LatticeDraft:
         """The drafter's lattice, with prompt lookup's chain added and scored when there is one."""
         lookup = step.lookup
-        draft = build_lattice(self.drafter, step.hidden, step.history, step.gamma, self.config.top_k_candidates,
-                              self.config.temperature, lookup.tokens if lookup else ())
+        config = self.config
+        budget = config.budget if config.select == "tree" else None
+        request = LatticeRequest(step.gamma, config.top_k_candidates, config.temperature,
+                                 tuple(lookup.tokens) if lookup else (), budget)
+        draft = self.drafter.lattice(step.hidden, step.history, request)
         if not draft.extra:
             return draft
         return dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
@@ -234,7 +247,7 @@ class DSparkDecoder:
 
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
-           forced: Sequence[int] = (), drafter: ParallelDrafter | None = None) -> Iterator[DSparkRound]:
+           forced: Sequence[int] = (), drafter: Drafter | None = None) -> Iterator[DSparkRound]:
     """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
     the context end."""
     drafter = resolve_drafter(lm, config, drafter)

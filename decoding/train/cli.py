@@ -1,4 +1,4 @@
-"""python -m decoding train {parallel,draft,feature} [flags]: dispatch to one trainer."""
+"""python -m decoding train {parallel,draft,feature,head-calibration} [flags]: dispatch to one trainer."""
 from __future__ import annotations
 
 import sys
@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 def main_cli(argv: Sequence[str]) -> int:
     """`train parallel [flags]` (the dspark drafter), `train draft [flags]` (the shallow self-draft) or
-    `train feature [flags]` (the feature drafter)."""
+    `train feature [flags]` (the feature drafter) or `train head-calibration [flags]` (its confidences
+    as DSpark's sequential head)."""
     if argv and argv[0] == "parallel":
         from decoding.train.parallel import main_train_parallel
 
@@ -20,7 +21,12 @@ def main_cli(argv: Sequence[str]) -> int:
         from decoding.train.feature import main_train_feature
 
         return main_train_feature(argv[1:])
-    print("usage: python -m decoding train {parallel,draft,feature} [flags]  (--help for the flags)", file=sys.stderr)
+    if argv and argv[0] == "head-calibration":
+        from decoding.train.head_calibration import main_head_calibration
+
+        return main_head_calibration(argv[1:])
+    print("usage: python -m decoding train {parallel,draft,feature,head-calibration} [flags]  (--help for the flags)",
+          file=sys.stderr)
     return 2
 
 
