@@ -68,7 +68,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost-table", help="verify-cost JSON file, or 'auto' (profiled once); dspark: adaptive size; "
                                         "speculative: the cost policy's table (default auto)")
     p.add_argument("--lossy-threshold", type=float, help="dspark: LOSSY acceptance above this p_target")
-    p.add_argument("--drafter", help="dspark: drafter weights file ('default' = shipped)")
+    p.add_argument("--drafter", help="dspark: 'feature' (default: the feature drafter as a sequential head), "
+                                     "'parallel' (the parallel drafter) or a parallel drafter's weights file")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -94,3 +94,20 @@ def app_drafter(model_dir) -> str:
         token = run(lm, lm.encode(Settings.prompt), GreedyConfig(max_new_tokens=3)).output_ids[-1]
         split_drafter(lm, token, path)
     return str(path)
+
+
+# DSpark's defaults before the sequential head became the default drafter (the parallel drafter, a chain
+# of γ positions, two candidates each, no prompt lookup): what the tests written for that drafter assume.
+CHAIN_SETTINGS = {"drafter": "parallel", "top_k_candidates": 2, "select": "chain", "budget": 16,
+                  "lookup_max_ngram": 0}
+
+
+def chain_config(**kwargs):
+    """A DSparkConfig with CHAIN_SETTINGS under the given fields."""
+    from decoding.core.config import DSparkConfig
+
+    return DSparkConfig(**{**CHAIN_SETTINGS, **kwargs})
+
+
+# The same settings as the app's query parameters.
+APP_CHAIN = {k: str(v) for k, v in CHAIN_SETTINGS.items() if k != "drafter"}

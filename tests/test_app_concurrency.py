@@ -7,6 +7,7 @@ Stop ends a long run and keeps its trace."""
 from __future__ import annotations
 
 import pytest
+from dspark_helpers import APP_CHAIN
 from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 from decoding.core.trace import from_json, to_json, without_timings
@@ -36,7 +37,7 @@ def sessions(drafter_file) -> dict[str, dict]:
         "beam": {"strategy": "beam", "num_beams": "3", "prompt": "Count to three."},
         "speculative": {"strategy": "speculative", "gamma": "3", "temperature": "0", "seed": "2",
                         "prompt": REPEAT, "chat": "0"},
-        "dspark": {"strategy": "dspark", "drafter": str(drafter_file), "gamma": "3", "temperature": "0.6",
+        "dspark": {**APP_CHAIN, "strategy": "dspark", "drafter": str(drafter_file), "gamma": "3", "temperature": "0.6",
                    "seed": "9", "prompt": REPEAT, "chat": "0"},
     }
 

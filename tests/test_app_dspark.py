@@ -6,6 +6,7 @@ import json
 import re
 
 import pytest
+from dspark_helpers import APP_CHAIN, chain_config
 from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_strategies import html_of
 
@@ -43,7 +44,7 @@ def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
     from decoding.core.config import GreedyConfig
     from decoding.runner import run as run_engine
 
-    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
+    at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
                   "max_new": "8"})
     ok(at)
     assert not at.error
@@ -97,7 +98,7 @@ def _keys(at) -> set[str]:
 
 
 def test_dspark_tree_round_panel(tiny_dir, drafter_file):
-    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "3",
+    at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "3",
                   "select": "tree", "budget": "5", "max_new": "6"})
     for _ in range(2):
         at.button(key="pg.step").click().run()
@@ -114,7 +115,7 @@ def test_dspark_tree_round_panel(tiny_dir, drafter_file):
 def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     """The tiny model repeats one token, so lookup matches from the second round on: its cells are
     marked on the lattice, its nodes in the verdicts table, its match and rates in the summary."""
-    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
+    at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
                   "lookup_max_ngram": "2", "max_new": "12"})
     for _ in range(4):
         at.button(key="pg.step").click().run()
@@ -131,7 +132,7 @@ def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
 
 
 def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file):
-    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "max_new": "6"})
+    at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "max_new": "6"})
     data = json.loads(_trace_json(at))
     for step in data["steps"]:
         step["next_piece"] = "<script>alert(1)</script>"
@@ -154,7 +155,6 @@ def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file)
 def test_replay_of_a_cost_aware_trace_shows_the_size_choice(tiny_dir, drafter_file, tmp_path):
     """A cost-aware trace from the engine (as from the CLI) replays with its cost table and size chart
     (the sidebar's own cost table is tested in test_app_options.py)."""
-    from decoding.core.config import DSparkConfig
     from decoding.core.trace import to_json
     from decoding.runner import run
     from decoding.runtime.cost_table import CostTable
@@ -163,7 +163,7 @@ def test_replay_of_a_cost_aware_trace_shows_the_size_choice(tiny_dir, drafter_fi
     table = tmp_path / "cost.json"
     CostTable(verify_ms=tuple(5.0 * n for n in range(1, 10)), source="test").save(table)
     lm = load(ModelSpec(name=str(tiny_dir)))
-    trace = run(lm, lm.encode("Hello"), DSparkConfig(max_new_tokens=6, gamma=4, cost_table=str(table),
+    trace = run(lm, lm.encode("Hello"), chain_config(max_new_tokens=6, gamma=4, cost_table=str(table),
                                                     drafter=drafter_file))
     event = trace.steps[1]
     assert trace.error is None and event.size is not None

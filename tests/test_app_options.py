@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from dspark_helpers import app_drafter, one_thread
+from dspark_helpers import APP_CHAIN, app_drafter, one_thread
 from test_app import new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_devices import half_the_weights, save_tiny
 
@@ -69,7 +69,8 @@ def steps(at, n: int):
 
 def test_lossy_threshold_and_uploaded_cost_table_reach_the_trace_and_the_link(tiny_dir, drafter_file, cache):
     ms = [3.0 + 2.5 * n for n in range(9)]
-    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "temperature": "1", "seed": "4"})
+    at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "temperature": "1",
+                  "seed": "4"})
     at.text_input(key=LOSSY).set_value("0.5").run()
     upload_cost(at, "bench table.json", table_json(ms))
     ok(at)
@@ -98,7 +99,7 @@ def test_lossy_threshold_and_uploaded_cost_table_reach_the_trace_and_the_link(ti
 
 
 def test_cost_table_auto_profiles_on_first_use(tiny_dir, drafter_file, cache):
-    at = new_app({"strategy": "dspark", "drafter": drafter_file, "gamma": "3", "cost_table": "auto"})
+    at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "cost_table": "auto"})
     ok(at)
     assert at.radio(key=COST).value == "auto" and at.session_state["ds.settings"].config.cost_table == "auto"
     event = steps(at, 2).events[1]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import test_app as app_tests
 import torch
-from dspark_helpers import one_thread, random_drafter, varied_llama
+from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_cli_hardening import BAD_HEADER, NOT_UTF8, rewrite
 from word_models import PROMPT, build_nan_model_dir, build_word_model_dir
@@ -151,7 +151,7 @@ def upload_cost(at, path: Path):
 
 
 def dspark_run(e, cost: str) -> Trace:
-    return run(e.lm, [1, 2, 3], DSparkConfig(gamma=3, cost_table=cost), drafter=e.drafter)
+    return run(e.lm, [1, 2, 3], chain_config(gamma=3, cost_table=cost), drafter=e.drafter)
 
 
 def greedy(e, n: int = 4, **kw) -> Trace:
@@ -230,7 +230,7 @@ CASES = [
          engine=lambda e: DSparkConfig(gamma=17)),
     Case("gamma-over-drafter", r"gamma=6 is invalid: must be <= the drafter's gamma_max \(4\)",
          cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "6"],
-         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(gamma=6), drafter=e.drafter)),
+         engine=lambda e: run(e.lm, [1, 2, 3], chain_config(gamma=6), drafter=e.drafter)),
     Case("gamma-max-below-gamma", r"gamma_max=3 is invalid: must be 0 \(off\) or an integer in \[gamma, 32\]",
          cli=SPEC + ["--gamma", "5", "--gamma-max", "3"], app={"strategy": "speculative", "gamma_max": "3"},
          engine=lambda e: SpeculativeConfig(gamma=5, gamma_max=3)),
@@ -279,8 +279,9 @@ CASES = [
          engine=lambda e: dspark_run(e, str(e.paths["longcost"]))),
     Case("cost-table-too-short",
          r"cost_table='[^']*short\.json' is invalid: covers 2 tokens; this run verifies up to 4",
-         cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--cost-table", "{shortcost}"],
-         app={"strategy": "dspark", "gamma": "3"}, sidebar=lambda at, e: upload_cost(at, e.paths["shortcost"]),
+         cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "3", "--select", "chain", "--cost-table", "{shortcost}"],
+         app={"strategy": "dspark", "gamma": "3", "select": "chain"},
+         sidebar=lambda at, e: upload_cost(at, e.paths["shortcost"]),
          engine=lambda e: dspark_run(e, str(e.paths["shortcost"]))),
     Case("cost-table-without-cost-policy", r"cost_table='auto' is invalid: is used by gamma_policy 'cost' only "
          r"\(this run's is 'fixed'\)", cli=SPEC + ["--cost-table", "auto"],
@@ -489,7 +490,7 @@ def record_traces(lm: LM, drafter) -> dict[str, str]:
     runs = {"sample": ([1, 2, 3], SampleConfig(max_new_tokens=4, seed=1), {}),
             "beam": ([1, 2, 3], BeamConfig(max_new_tokens=4, num_beams=3), {}),
             "speculative": ([1, 2, 3, 1, 2, 3, 1, 2], SpeculativeConfig(max_new_tokens=4, gamma=2), {}),
-            "dspark": ([1, 2, 3], DSparkConfig(max_new_tokens=4, gamma=3), {"drafter": drafter})}
+            "dspark": ([1, 2, 3], chain_config(max_new_tokens=4, gamma=3), {"drafter": drafter})}
     return {name: to_json(run(lm, ids, config, **kw)) for name, (ids, config, kw) in runs.items()}
 
 
@@ -619,7 +620,7 @@ def _strategies(lm):
         "speculative-lookup": (SpeculativeConfig(max_new_tokens=8, gamma=3), {}),
         "speculative-draft": (SpeculativeConfig(max_new_tokens=8, gamma=2, draft="d", temperature=0.8),
                               {"draft_lm": draft}),
-        "dspark-chain": (DSparkConfig(max_new_tokens=8, gamma=3), {"drafter": drafter}),
+        "dspark-chain": (chain_config(max_new_tokens=8, gamma=3), {"drafter": drafter}),
         "dspark-tree": (DSparkConfig(max_new_tokens=8, gamma=3, select="tree", budget=6), {"drafter": drafter}),
     }
 

@@ -20,7 +20,7 @@ from decoding.runner import run
 from decoding.runtime import cost_table as cost_module
 from decoding.runtime.cost_table import CostTable
 from decoding.strategies import dspark
-from tests.dspark_helpers import one_thread, random_drafter, varied_llama
+from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 40, 17], [33]]
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -45,7 +45,7 @@ def greedy_ids(lm, prompt, n):
     ("tree", 3, 2, 4), ("tree", 8, 3, 12), ("tree", 16, 4, 40)])
 def test_temperature_zero_equals_greedy(lm, drafter, select, gamma, k, budget):
     for prompt in PROMPTS:
-        config = DSparkConfig(max_new_tokens=30, gamma=gamma, top_k_candidates=k, select=select, budget=budget)
+        config = chain_config(max_new_tokens=30, gamma=gamma, top_k_candidates=k, select=select, budget=budget)
         tr = run(lm, prompt, config, drafter=drafter)
         assert tr.error is None
         assert tr.output_ids == greedy_ids(lm, prompt, 30)
@@ -55,7 +55,7 @@ def test_temperature_zero_equals_greedy(lm, drafter, select, gamma, k, budget):
 def test_rounds_accept_and_reject(lm, drafter):
     """The check above is not vacuous: drafts get both accepted and rejected, and every round
     costs exactly one target forward."""
-    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=40, gamma=4, top_k_candidates=4, select="tree",
+    tr = run(lm, PROMPTS[0], chain_config(max_new_tokens=40, gamma=4, top_k_candidates=4, select="tree",
                                           budget=10), drafter=drafter)
     verdicts = {n.verdict for e in tr.steps for n in e.nodes}
     assert {"accepted", "rejected"} <= verdicts
@@ -71,7 +71,7 @@ def test_wrong_acceptance_rule_diverges(lm, drafter, monkeypatch):
         return RoundOutcome(acc, nxt, "bonus", None, (), tuple(tokens[i] for i in acc) + (nxt,))
 
     monkeypatch.setattr(dspark, "greedy_round", accept_first)
-    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, gamma=4, top_k_candidates=2), drafter=drafter)
+    tr = run(lm, PROMPTS[0], chain_config(max_new_tokens=30, gamma=4, top_k_candidates=2), drafter=drafter)
     assert tr.output_ids != greedy_ids(lm, PROMPTS[0], 30)
 
 
@@ -82,22 +82,22 @@ def test_eos_and_max_new_tokens(drafter):
     lm_eos = varied_llama(seed=0, eos_token_id=eos)
     d = random_drafter(lm_eos, gamma_max=16)
     ref = run(lm_eos, PROMPTS[0], GreedyConfig(max_new_tokens=30))
-    tr = run(lm_eos, PROMPTS[0], DSparkConfig(max_new_tokens=30, gamma=8, top_k_candidates=3), drafter=d)
+    tr = run(lm_eos, PROMPTS[0], chain_config(max_new_tokens=30, gamma=8, top_k_candidates=3), drafter=d)
     assert tr.output_ids == ref.output_ids and tr.output_ids[-1] == eos and tr.stop_reason == "eos"
     for n in (1, 2, 5):
-        tr = run(lm_eos, PROMPTS[1], DSparkConfig(max_new_tokens=n, gamma=8), drafter=d)
+        tr = run(lm_eos, PROMPTS[1], chain_config(max_new_tokens=n, gamma=8), drafter=d)
         assert tr.output_ids == greedy_ids(lm_eos, PROMPTS[1], n)
 
 
 def test_forced_tokens_come_first(lm, drafter):
-    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=20, gamma=4), drafter=drafter, forced=[7, 8])
+    tr = run(lm, PROMPTS[0], chain_config(max_new_tokens=20, gamma=4), drafter=drafter, forced=[7, 8])
     ref = run(lm, PROMPTS[0], GreedyConfig(max_new_tokens=20), forced=[7, 8])
     assert tr.output_ids == ref.output_ids and tr.output_ids[:2] == (7, 8)
 
 
 def test_trace_json_round_trip(lm, drafter):
     for select in ("chain", "tree"):
-        tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=24, gamma=6, top_k_candidates=3, select=select,
+        tr = run(lm, PROMPTS[0], chain_config(max_new_tokens=24, gamma=6, top_k_candidates=3, select=select,
                                               budget=9, temperature=0.8, seed=3), drafter=drafter)
         back = trace.from_json(trace.to_json(tr))
         assert back == tr
@@ -108,7 +108,7 @@ def test_trace_json_round_trip(lm, drafter):
 
 
 def test_seeded_runs_repeat_without_timings(lm, drafter):
-    config = DSparkConfig(max_new_tokens=20, gamma=5, top_k_candidates=3, select="tree", budget=8,
+    config = chain_config(max_new_tokens=20, gamma=5, top_k_candidates=3, select="tree", budget=8,
                           temperature=1.0, top_k=20, seed=11)
     first, second = (run(lm, PROMPTS[0], config, drafter=drafter) for _ in range(2))
     assert trace.without_timings(first) == trace.without_timings(second)
@@ -117,7 +117,7 @@ def test_seeded_runs_repeat_without_timings(lm, drafter):
 
 
 def test_trace_records_the_dp_path(lm, drafter):
-    tr = run(lm, PROMPTS[1], DSparkConfig(max_new_tokens=12, gamma=5, top_k_candidates=3), drafter=drafter)
+    tr = run(lm, PROMPTS[1], chain_config(max_new_tokens=12, gamma=5, top_k_candidates=3), drafter=drafter)
     rnd = tr.steps[1]
     assert tuple(n.cand for n in rnd.nodes) == rnd.dp.path
     assert [n.token_id for n in rnd.nodes] == [rnd.lattice[k].cells[j].token_id for k, j in enumerate(rnd.dp.path)]
@@ -150,7 +150,7 @@ def test_cost_aware_chain_length(lm, drafter, tmp_path):
     CostTable(verify_ms=(10.0,) * 17, source="test").save(flat)
     ref = greedy_ids(lm, PROMPTS[0], 20)
     for path, expect in ((steep, 1), (flat, 8)):
-        tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=20, gamma=8, top_k_candidates=2,
+        tr = run(lm, PROMPTS[0], chain_config(max_new_tokens=20, gamma=8, top_k_candidates=2,
                                               cost_table=str(path)), drafter=drafter)
         assert tr.output_ids == ref
         sizes = [e.size.size for e in tr.steps[1:] if e.size is not None]
@@ -163,7 +163,7 @@ def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monk
     calls = []
     real = cost_module.profile_verify_cost
     monkeypatch.setattr(cost_module, "profile_verify_cost", lambda *a, **kw: calls.append(a) or real(*a, **kw))
-    config = DSparkConfig(max_new_tokens=12, gamma=4, top_k_candidates=2, cost_table="auto")
+    config = chain_config(max_new_tokens=12, gamma=4, top_k_candidates=2, cost_table="auto")
     first = run(lm, PROMPTS[0], config, drafter=drafter)
     second = run(lm, PROMPTS[0], config, drafter=drafter)
     assert len(calls) == 1 and cost_module.auto_cost_path(lm).is_file()
@@ -192,7 +192,7 @@ def test_bad_config_is_one_line(kwargs, param):
 
 
 def test_missing_drafter_weights(lm, tmp_path):
-    tr = run(lm, PROMPTS[0], DSparkConfig(drafter=str(tmp_path / "nope.safetensors")))
+    tr = run(lm, PROMPTS[0], chain_config(drafter=str(tmp_path / "nope.safetensors")))
     assert tr.error is not None and tr.error.startswith("drafter=") and "\n" not in tr.error
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"not a safetensors file")
@@ -202,11 +202,11 @@ def test_missing_drafter_weights(lm, tmp_path):
 
 def test_gamma_beyond_drafter_and_short_cost_table(lm, tmp_path):
     small = random_drafter(lm, gamma_max=4)
-    tr = run(lm, PROMPTS[0], DSparkConfig(gamma=5), drafter=small)
+    tr = run(lm, PROMPTS[0], chain_config(gamma=5), drafter=small)
     assert tr.error.startswith("gamma=5")
     short = tmp_path / "short.json"
     short.write_text(json.dumps({"version": 1, "verify_ms": [1.0, 2.0]}))
-    tr = run(lm, PROMPTS[0], DSparkConfig(gamma=4, cost_table=str(short)), drafter=small)
+    tr = run(lm, PROMPTS[0], chain_config(gamma=4, cost_table=str(short)), drafter=small)
     assert tr.error.startswith("cost_table=") and "covers 2 tokens" in tr.error
 
 
@@ -215,8 +215,8 @@ def test_saved_drafter_reloads_identically(lm, drafter, tmp_path):
     drafter.save(path, meta={"note": "test"})
     again = load_drafter(path, lm)
     assert again.meta == {"note": "test"}
-    tr_a = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=16, gamma=6), drafter=drafter)
-    tr_b = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=16, gamma=6, drafter=str(path)))
+    tr_a = run(lm, PROMPTS[0], chain_config(max_new_tokens=16, gamma=6), drafter=drafter)
+    tr_b = run(lm, PROMPTS[0], chain_config(max_new_tokens=16, gamma=6, drafter=str(path)))
     assert tr_a.output_ids == tr_b.output_ids
 
 
@@ -235,7 +235,7 @@ def test_prefill_computes_the_last_row_of_logits_only(lm, drafter):
     """The prefill needs one row of logits (the first free token) and the head input at the last
     position: a (prompt, vocabulary) logits block would be the run's largest allocation."""
     prompt = PROMPTS[0]
-    rows = _head_rows(lm, lambda: run(lm, prompt, DSparkConfig(max_new_tokens=6, gamma=2), drafter=drafter))
+    rows = _head_rows(lm, lambda: run(lm, prompt, chain_config(max_new_tokens=6, gamma=2), drafter=drafter))
     assert rows[0] == 1 and len(rows) >= 2
     # negative control: the probe sees every row when all positions' logits are asked for
     with torch.inference_mode():

@@ -228,3 +228,18 @@ def test_head_samples_follow_the_true_answer(lm):
                 expected_hit += (net.vocab_ids[cols] == token).tolist()
     assert sorted(samples.q.tolist()) == pytest.approx(sorted(expected_q), abs=1e-5)
     assert int(samples.hit.sum()) == sum(expected_hit) and len(samples.hit) == len(expected_hit)
+
+
+def test_card_section_is_appended_then_replaced():
+    from decoding.train.head_calibration import card_section, with_card_section
+
+    def report(a):
+        row = {"position": 1, "a": a, "b": -0.1, "hit_rate": 0.2, "ece_raw": 0.03, "ece_calibrated": 0.01}
+        return {"data": {"prompts": 4, "answer_tokens": 8, "split": "held out", "positions": 30, "top_k": 4},
+                "positions": [row]}
+
+    card = "# Card\n\ntext\n"
+    once = with_card_section(card, card_section(report(0.9)))
+    assert once.startswith(card.rstrip()) and "| 1 | 0.900 | -0.100 | 0.200 | 0.030 | 0.010 |" in once
+    twice = with_card_section(once, card_section(report(0.5)))
+    assert twice.count("head-calibration -->") == 2 and "| 1 | 0.500 |" in twice and "0.900" not in twice

@@ -29,7 +29,7 @@ from decoding.drafters.lookup import find_lookup
 from decoding.drafters.parallel import build_lattice
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_chain, best_tree, flat_tree
-from tests.dspark_helpers import one_thread, random_drafter, varied_llama
+from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 from tests.test_tree_accept import retrospective_branches
 
 F = Fraction
@@ -224,7 +224,7 @@ LOOP_PROMPT = [5, 9, 12, 5, 9, 12, 5, 9, 12, 5, 9]
 def test_temperature_zero_equals_greedy_with_lookup(lm, drafter, select, gamma, k, budget):
     seen = set()
     for prompt in ([1, 2, 3, 4, 5], [9, 40, 17], LOOP_PROMPT):
-        config = DSparkConfig(max_new_tokens=40, gamma=gamma, top_k_candidates=k, select=select, budget=budget,
+        config = chain_config(max_new_tokens=40, gamma=gamma, top_k_candidates=k, select=select, budget=budget,
                               lookup_max_ngram=2)
         tr = run(lm, prompt, config, drafter=drafter)
         assert tr.error is None
@@ -234,7 +234,7 @@ def test_temperature_zero_equals_greedy_with_lookup(lm, drafter, select, gamma, 
 
 
 def test_rates_are_recounted_from_earlier_rounds(lm, drafter):
-    tr = run(lm, LOOP_PROMPT, DSparkConfig(max_new_tokens=48, gamma=6, top_k_candidates=2, select="tree",
+    tr = run(lm, LOOP_PROMPT, chain_config(max_new_tokens=48, gamma=6, top_k_candidates=2, select="tree",
                                            budget=8, lookup_max_ngram=3), drafter=drafter)
     rate, matched = LookupRate(), 0
     for event in tr.steps[1:]:
@@ -255,10 +255,10 @@ def test_rates_are_recounted_from_earlier_rounds(lm, drafter):
 
 
 def test_lookup_off_records_nothing_and_json_round_trips(lm, drafter):
-    off = run(lm, LOOP_PROMPT, DSparkConfig(max_new_tokens=16, gamma=4), drafter=drafter)
+    off = run(lm, LOOP_PROMPT, chain_config(max_new_tokens=16, gamma=4), drafter=drafter)
     assert all(e.lookup is None and e.lookup_scores is None for e in off.steps)
     assert not any(c.lookup for e in off.steps for col in e.lattice for c in col.cells)
-    on = run(lm, LOOP_PROMPT, DSparkConfig(max_new_tokens=16, gamma=4, lookup_max_ngram=2, temperature=0.7,
+    on = run(lm, LOOP_PROMPT, chain_config(max_new_tokens=16, gamma=4, lookup_max_ngram=2, temperature=0.7,
                                            seed=2), drafter=drafter)
     assert any(e.lookup is not None for e in on.steps)
     assert trace.from_json(trace.to_json(on)) == on
@@ -269,7 +269,7 @@ def test_lookup_raises_tau_when_the_model_repeats_itself():
     beats a random drafter, and the output stays greedy's."""
     looping = varied_llama(seed=1, init=0.05)
     drafter = random_drafter(looping, gamma_max=8)
-    runs = {n: run(looping, LOOP_PROMPT, DSparkConfig(max_new_tokens=60, gamma=8, top_k_candidates=1,
+    runs = {n: run(looping, LOOP_PROMPT, chain_config(max_new_tokens=60, gamma=8, top_k_candidates=1,
                                                       lookup_max_ngram=n), drafter=drafter) for n in (0, 2)}
     assert runs[0].output_ids == runs[2].output_ids
     assert runs[2].stats.mean_accepted_length > runs[0].stats.mean_accepted_length + 2

@@ -7,9 +7,10 @@ import pytest
 import torch
 from spec_helpers import heldout_prompts
 
-from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.config import GreedyConfig
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 from decoding.runner import run
+from tests.dspark_helpers import chain_config
 
 pytestmark = pytest.mark.real
 N = 32
@@ -27,7 +28,7 @@ def test_untrained_drafter_equals_greedy(real_lm, select="tree", k=3, budget=8):
                               vocab_ids=range(8000)).attach(real_lm).eval()
     prompt = real_lm.encode("Name three colours of the rainbow.")
     ref = run(real_lm, prompt, GreedyConfig(max_new_tokens=N)).output_ids
-    tr = run(real_lm, prompt, DSparkConfig(max_new_tokens=N, gamma=6, top_k_candidates=k, select=select,
+    tr = run(real_lm, prompt, chain_config(max_new_tokens=N, gamma=6, top_k_candidates=k, select=select,
                                            budget=budget), drafter=drafter)
     assert tr.error is None
     if tr.output_ids != ref:
@@ -58,7 +59,7 @@ def test_shipped_drafter_equals_greedy_and_accepts(real_lm, select):
     for text in SHIPPED_PROMPTS + tuple(heldout_prompts(2)):
         prompt = real_lm.encode(text)
         ref = run(real_lm, prompt, GreedyConfig(max_new_tokens=48)).output_ids
-        tr = run(real_lm, prompt, DSparkConfig(max_new_tokens=48, gamma=8, select=select, budget=12))
+        tr = run(real_lm, prompt, chain_config(max_new_tokens=48, gamma=8, select=select, budget=12))
         assert tr.error is None and tr.output_ids == ref, text
         traces[text] = tr
     new = tokens_per_forward([traces[t] for t in SHIPPED_PROMPTS])
@@ -83,7 +84,7 @@ def test_offline_evaluation_predicts_every_runtime_round(real_lm):
     drafter = load_drafter(DEFAULT_WEIGHTS, real_lm)
     prompt = real_lm.encode("Write a Python function that checks whether a string is a palindrome, with a docstring.")
     n, gamma = 64, 8
-    trace = run(real_lm, prompt, DSparkConfig(max_new_tokens=n, gamma=gamma, top_k_candidates=1), drafter=drafter)
+    trace = run(real_lm, prompt, chain_config(max_new_tokens=n, gamma=gamma, top_k_candidates=1), drafter=drafter)
     # a round's position is where its first drafted token goes; its anchor is the answer token before it
     runtime = [(s.position - len(prompt) - 1, len(s.accepted_path)) for s in trace.steps if not s.prefill]
     data = train_data.generate_distill(real_lm, [prompt], answer_tokens=n, use_cache=False, progress=False)
@@ -108,7 +109,7 @@ def test_shipped_drafter_with_lookup_equals_greedy_and_copies(real_lm):
     ref = run(real_lm, prompt, GreedyConfig(max_new_tokens=64)).output_ids
     taus = {}
     for n in (0, 2):
-        tr = run(real_lm, prompt, DSparkConfig(max_new_tokens=64, gamma=8, lookup_max_ngram=n))
+        tr = run(real_lm, prompt, chain_config(max_new_tokens=64, gamma=8, lookup_max_ngram=n))
         if tr.output_ids != ref:
             at = next(i for i, (a, b) in enumerate(zip(tr.output_ids, ref)) if a != b)
             pytest.fail(f"lookup {n}: diverged at token {at}; top-2 logit gap {top2_gap(real_lm, prompt, ref, at):.3g}")
@@ -118,16 +119,39 @@ def test_shipped_drafter_with_lookup_equals_greedy_and_copies(real_lm):
     assert taus[2] > taus[0] + 0.2, taus
 
 
-def test_tour_dspark_stop_with_lookup_matches_its_prose(real_lm):
-    """The tour's DSpark stop says lookup candidates bring its 26 tokens down to 8 forwards with the
-    same output: checked against its recording."""
+def test_tour_dspark_stop_matches_its_prose(real_lm):
+    """The tour's DSpark stop (DSpark's defaults) says its 26 tokens take 9 target forwards and that the
+    head alone gets 1.24 per forward: checked against its recording and a run without lookup."""
     import dataclasses
 
     from ui.views import tour
 
     stop = tour.stop_by_id("dspark")
     recorded = tour.load_recorded(stop)
-    config = dataclasses.replace(stop.config(), lookup_max_ngram=2)
-    tr = run(real_lm, real_lm.encode(stop.prompt), config)
-    assert tr.output_ids == recorded.output_ids
-    assert tr.stats.target_forwards == 8 and "8 forwards" in stop.body
+    assert stop.params == () and tour.stale_fields(stop, recorded) == []
+    tr = run(real_lm, real_lm.encode(stop.prompt), stop.config())
+    assert tr.output_ids == recorded.output_ids == run(real_lm, real_lm.encode(stop.prompt),
+                                                       GreedyConfig(max_new_tokens=40)).output_ids
+    assert (tr.stats.new_tokens, tr.stats.target_forwards) == (26, 9)
+    assert "26 tokens take 9 target forwards" in stop.body
+    alone = run(real_lm, real_lm.encode(stop.prompt), dataclasses.replace(stop.config(), lookup_max_ngram=0))
+    assert alone.output_ids == tr.output_ids
+    assert f"{alone.stats.new_tokens / alone.stats.target_forwards:.2f} per forward" in stop.body
+
+
+def test_default_sequential_head_equals_greedy_and_accepts(real_lm):
+    """DSpark's defaults (the shipped feature drafter as a sequential head with its calibration, a tree
+    of 8 nodes, prompt lookup in the lattice) at temperature 0: output identical to greedy on new
+    prompts, more than 2.2 tokens per target forward (the parallel drafter's chain gets about 1.6
+    there), and every round one target forward."""
+    from decoding.core.config import DSparkConfig
+
+    traces = []
+    for text in SHIPPED_PROMPTS:
+        prompt = real_lm.encode(text)
+        ref = run(real_lm, prompt, GreedyConfig(max_new_tokens=48)).output_ids
+        tr = run(real_lm, prompt, DSparkConfig(max_new_tokens=48))
+        assert tr.error is None and tr.output_ids == ref, text
+        assert tr.stats.target_forwards == len(tr.steps)
+        traces.append(tr)
+    assert tokens_per_forward(traces) > 2.2, tokens_per_forward(traces)

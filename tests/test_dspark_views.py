@@ -9,10 +9,10 @@ import math
 import pandas as pd
 import pytest
 
-from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig
+from decoding.core.config import GreedyConfig, SampleConfig
 from decoding.runner import run
 from decoding.runtime.cost_table import CostTable
-from tests.dspark_helpers import one_thread, random_drafter, varied_llama
+from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 from ui.views import dspark, figures, svg, tables
 from ui.views.chips import chips_html, visible
 from ui.views.figures import plot_text
@@ -34,12 +34,12 @@ def drafter(lm):
 
 @pytest.fixture(scope="module")
 def chain_trace(lm, drafter):
-    return run(lm, PROMPT, DSparkConfig(max_new_tokens=40, gamma=4, top_k_candidates=3), drafter=drafter)
+    return run(lm, PROMPT, chain_config(max_new_tokens=40, gamma=4, top_k_candidates=3), drafter=drafter)
 
 
 @pytest.fixture(scope="module")
 def tree_trace(lm, drafter):
-    return run(lm, PROMPT, DSparkConfig(max_new_tokens=40, gamma=4, top_k_candidates=4, select="tree", budget=10,
+    return run(lm, PROMPT, chain_config(max_new_tokens=40, gamma=4, top_k_candidates=4, select="tree", budget=10,
                                         temperature=0.8, seed=2), drafter=drafter)
 
 
@@ -47,7 +47,7 @@ def tree_trace(lm, drafter):
 def cost_trace(lm, drafter, tmp_path_factory):
     path = tmp_path_factory.mktemp("cost") / "cost.json"
     CostTable(verify_ms=tuple(10.0 + 2.0 * n for n in range(1, 18)), source="test").save(path)
-    return run(lm, PROMPT, DSparkConfig(max_new_tokens=20, gamma=6, top_k_candidates=2, cost_table=str(path)),
+    return run(lm, PROMPT, chain_config(max_new_tokens=20, gamma=6, top_k_candidates=2, cost_table=str(path)),
                drafter=drafter)
 
 
@@ -182,7 +182,7 @@ def test_selection_summary(chain_trace, tree_trace):
 
 def test_a_round_without_drafts_does_not_call_lookup_off(lm, drafter):
     """The last round of a run has no room to draft: lookup was on but not used, and says so."""
-    trace = run(lm, PROMPT, DSparkConfig(max_new_tokens=7, gamma=5, lookup_max_ngram=2), drafter=drafter)
+    trace = run(lm, PROMPT, chain_config(max_new_tokens=7, gamma=5, lookup_max_ngram=2), drafter=drafter)
     rounds = [e for e in trace.steps if not e.prefill]
     bare = [e for e in rounds if not e.lattice]
     assert bare, "the run should end on a round with no room to draft"

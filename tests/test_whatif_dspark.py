@@ -6,10 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from decoding.core.config import DSparkConfig
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_chain, best_tree
-from tests.dspark_helpers import one_thread, random_drafter, varied_llama
+from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 from ui.views import whatif_dspark as wd
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -26,7 +25,7 @@ def drafter(lm):
 
 
 def _trace(lm, drafter, **kw):
-    return run(lm, [3, 1, 4, 1, 5], DSparkConfig(max_new_tokens=40, **kw), drafter=drafter)
+    return run(lm, [3, 1, 4, 1, 5], chain_config(max_new_tokens=40, **kw), drafter=drafter)
 
 
 @pytest.mark.parametrize("case", [("11", [5, 6, 7], [-1, 0, 1], [5, 6], (2, False)),

@@ -169,31 +169,32 @@ DSPARK_SELECT = ("chain", "tree")
 DSPARK_MAX_GAMMA = 16                  # DSpark's most positions per drafter pass (also bounds a Lattice)
 DSPARK_MAX_BUDGET = 256                # most tree nodes verified in one round (also bounds best_tree)
 AUTO_COST = "auto"                     # profile the verify cost on this device once, then cache it
-PARALLEL_DRAFTER = "default"           # assets/dspark-smollm2-135m.safetensors for the embedded model
+PARALLEL_DRAFTER = "parallel"          # assets/dspark-smollm2-135m.safetensors for the embedded model
+PARALLEL_ALIASES = (PARALLEL_DRAFTER, "default")   # "default" named it while it was DSpark's default
 FEATURE_HEAD = "feature"               # the shipped feature drafter as a sequential head (drafters/feature_lattice.py)
-DEFAULT_DRAFTER = PARALLEL_DRAFTER
+DEFAULT_DRAFTER = FEATURE_HEAD
 
 
 @dataclass(frozen=True)
 class DSparkConfig(SamplingParams):
     """Parallel drafting: one drafter pass proposes γ positions × K candidates (a lattice); a DP on
     the draft side picks a chain or a tree (cost-aware when a cost table is given); one target forward
-    verifies it with the exact rules. `drafter`: "default" (the shipped parallel drafter for the embedded
-    model), "feature" (the shipped feature drafter as a sequential head) or a parallel drafter's weights
-    file; a run may also pass a loaded drafter as `drafter=`. lossy_threshold (LOSSY, off
+    verifies it with the exact rules. `drafter`: "feature" (the shipped feature drafter as a sequential
+    head, the default), "parallel" (the shipped parallel drafter; "default" is an older name for it) or a
+    parallel drafter's weights file; a run may also pass a loaded drafter as `drafter=`. lossy_threshold (LOSSY, off
     by default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram > 0 adds
     prompt lookup's continuation (longest n-gram matched) to the lattice as one more candidate per
     position, scored by its acceptance rate so far in the run (0: off)."""
 
     strategy: ClassVar[str] = "dspark"
     gamma: int = 8
-    top_k_candidates: int = 2
-    select: str = "chain"                 # chain | tree
-    budget: int = 16                      # tree nodes verified (tree mode)
+    top_k_candidates: int = 3
+    select: str = "tree"                  # chain | tree
+    budget: int = 8                       # tree nodes verified (tree mode)
     cost_table: str | None = None         # JSON file of verify ms per token count, or "auto" (adaptive γ)
     lossy_threshold: float | None = None
     drafter: str = DEFAULT_DRAFTER
-    lookup_max_ngram: int = 0             # prompt-lookup candidates in the lattice (0: off)
+    lookup_max_ngram: int = 2             # prompt-lookup candidates in the lattice (0: off)
     temperature: float = 0.0
 
     def __post_init__(self):
@@ -212,8 +213,8 @@ class DSparkConfig(SamplingParams):
         check(self.lossy_threshold is None or self.temperature > 0, "lossy_threshold", self.lossy_threshold,
               "applies to temperature > 0 only (temperature 0 accepts by argmax)")
         check(isinstance(self.drafter, str) and self.drafter.strip() != "", "drafter", self.drafter,
-              f"give '{PARALLEL_DRAFTER}' (the parallel drafter), '{FEATURE_HEAD}' (the feature drafter as a "
-              "sequential head) or a parallel drafter's weights file")
+              f"give '{FEATURE_HEAD}' (the feature drafter as a sequential head), '{PARALLEL_DRAFTER}' (the "
+              "parallel drafter) or a parallel drafter's weights file")
         check(_is_int(self.lookup_max_ngram) and 0 <= self.lookup_max_ngram <= MAX_LOOKUP_NGRAM, "lookup_max_ngram",
               self.lookup_max_ngram, f"must be an integer in [0, {MAX_LOOKUP_NGRAM}] (0: no prompt-lookup candidates)")
 

@@ -28,6 +28,7 @@ from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
 from decoding.core.lattice import Lattice
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest
+from decoding.runtime.paths import calibration_path
 
 CALIBRATION_FORMAT = "decodescope-head-calibration/1"
 DEFAULT_EXPAND = 2          # parents stepped per position
@@ -187,11 +188,6 @@ class _Walk:
     def draft(self) -> LatticeDraft:
         lattice = Lattice(self.tokens, self.q_rows, self.score_rows)
         return LatticeDraft(lattice, tuple(self.conf_rows), tuple(self.extra_at))
-
-
-def calibration_path(weights: Path) -> Path:
-    """Where a feature drafter's head calibration lives: next to its weights."""
-    return weights.with_suffix(".calibration.json")
 
 
 def load_feature_lattice(lm, path: str | Path | None = None) -> FeatureLatticeDrafter:

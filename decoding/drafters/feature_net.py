@@ -38,11 +38,11 @@ from torch import nn
 
 from decoding.core.errors import check
 from decoding.drafters.shallow import full_vocabulary
-from decoding.runtime.paths import ASSETS
+from decoding.runtime.paths import FEATURE_WEIGHTS
 from decoding.runtime.weights_file import read_header, reading, resolve_weights, save_weights, trained_for
 
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
-DEFAULT_FEATURE = ASSETS / "feature-draft-smollm2-135m.safetensors"
+DEFAULT_FEATURE = FEATURE_WEIGHTS
 FEATURE = "feature"
 # A loaded drafter's matmuls run in float16 (its weights as shipped; the target's head rows rounded to
 # float16). They are matrix-vector products that read every weight once a token: on the 2-core AMD EPYC

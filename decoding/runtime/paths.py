@@ -7,6 +7,12 @@ import re
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
+FEATURE_WEIGHTS = ASSETS / "feature-draft-smollm2-135m.safetensors"   # the shipped feature drafter
+
+
+def calibration_path(weights: Path) -> Path:
+    """Where a feature drafter's calibration as DSpark's head lives: next to its weights."""
+    return weights.with_suffix(".calibration.json")
 
 
 def cache_root() -> Path:

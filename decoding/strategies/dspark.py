@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from decoding.core.acceptance import RoundOutcome, greedy_round, sample_round
-from decoding.core.config import FEATURE_HEAD, PARALLEL_DRAFTER, DSparkConfig
+from decoding.core.config import FEATURE_HEAD, PARALLEL_ALIASES, DSparkConfig
 from decoding.core.errors import check
 from decoding.core.formulas import cut_at_eos, round_metrics, survival
 from decoding.core.processors import build_pipeline
@@ -64,7 +64,7 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
 def load_named_drafter(lm: LM, name: str) -> Drafter:
     if name == FEATURE_HEAD:
         return load_feature_lattice(lm)
-    return load_drafter(DEFAULT_WEIGHTS if name == PARALLEL_DRAFTER else Path(name).expanduser(), lm)
+    return load_drafter(DEFAULT_WEIGHTS if name in PARALLEL_ALIASES else Path(name).expanduser(), lm)
 
 
 def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:

@@ -22,8 +22,9 @@ from pathlib import Path
 import torch
 
 from decoding.core.formulas import calibration_error
-from decoding.drafters.feature_lattice import CALIBRATION_FORMAT, calibration_path
+from decoding.drafters.feature_lattice import CALIBRATION_FORMAT
 from decoding.runtime.files import write_text_atomic
+from decoding.runtime.paths import calibration_path
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,33 @@ def heldout_prompts(lm, n: int, pool: int = 3072, every: int = 16, seed: int = 0
     return [lm.encode(texts[i]) for i in held[:n]]
 
 
+CARD_START, CARD_END = "<!-- head-calibration -->", "<!-- /head-calibration -->"
+
+
+def card_section(report: dict) -> str:
+    """The model card's section on the head's calibration (Markdown, from the report only)."""
+    d = report["data"]
+    lines = [CARD_START, "## As DSpark's sequential head: calibration", "",
+             f"`python -m decoding train head-calibration --prompts {d['prompts']} --answer-tokens "
+             f"{d['answer_tokens']}`: {d['split']}, answered greedily by the target ({d['positions']} positions); "
+             f"from every anchor the head steps along the target's tokens and scores its top {d['top_k']} "
+             "candidates per position. ŝ = σ(a · logit q + b) per position; ECE (10 bins) on the half of the "
+             "answers the pair was not fitted on.", "",
+             "| k | a | b | hit rate (top-" + str(d["top_k"]) + " candidates) | ECE raw | ECE calibrated |",
+             "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| {r['position']} | {r['a']:.3f} | {r['b']:.3f} | {r['hit_rate']:.3f} | {r['ece_raw']:.3f} | "
+              f"{r['ece_calibrated']:.3f} |" for r in report["positions"]]
+    return "\n".join(lines + [CARD_END])
+
+
+def with_card_section(card: str, section: str) -> str:
+    """The card with its calibration section replaced (appended when it has none)."""
+    if CARD_START in card and CARD_END in card:
+        head, rest = card.split(CARD_START, 1)
+        return head + section + rest.split(CARD_END, 1)[1]
+    return card.rstrip() + "\n\n" + section + "\n"
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m decoding train head-calibration", description=__doc__.split("\n")[0])
     p.add_argument("--prompts", type=int, default=96, help="held-out prompts answered by the target")
@@ -154,6 +182,9 @@ def main_head_calibration(argv: Sequence[str] | None = None) -> int:
                       "top_k": args.top_k, "split": "the feature drafter's held-out prompts (one base prompt in 16)"}
     out = Path(args.out) if args.out else calibration_path(Path(args.draft) if args.draft else DEFAULT_FEATURE)
     write_text_atomic(out, json.dumps(report, indent=1) + "\n")
+    card = out.with_name(out.name.replace(".calibration.json", ".md"))
+    if card.is_file():
+        write_text_atomic(card, with_card_section(card.read_text(encoding="utf-8"), card_section(report)))
     for row in report["positions"]:
         print(f"k={row['position']}: a={row['a']:.3f} b={row['b']:.3f} hit rate {row['hit_rate']:.3f} "
               f"ECE raw {row['ece_raw']:.3f} -> {row['ece_calibrated']:.3f} ({row['samples']} samples)")

@@ -15,6 +15,9 @@ HERE = Path(__file__).resolve().parent
 COST = str(HERE / "cost.json")        # a fixed verify-cost table: no timing may steer a recorded run
 PROMPT = "List the days of the week, one per line."
 FORCED = ("Sure", ",", " the")       # pieces encoded to ids at run time: a forced branch from step 0
+# The parallel drafter's cases keep the settings they were recorded with, DSpark's defaults until the
+# sequential head replaced them ("default" is the parallel drafter's older name, as in those traces).
+PARALLEL = {"drafter": "default", "top_k_candidates": 2, "select": "chain", "budget": 16, "lookup_max_ngram": 0}
 
 
 @dataclass(frozen=True)
@@ -43,14 +46,17 @@ CASES = (
                                             "confidence_threshold": 0.3}),
     Case("spec_cost", "speculative", {"draft": "lookup", "gamma": 8, "gamma_policy": "cost", "cost_table": COST}),
     Case("spec_forced", "speculative", {"draft": "feature", "gamma": 3}, forced=True),
-    Case("dspark_chain", "dspark", {"gamma": 8}),
-    Case("dspark_tree", "dspark", {"gamma": 6, "select": "tree", "budget": 10, "top_k_candidates": 3}),
-    Case("dspark_sampled", "dspark", {"gamma": 6, "temperature": 0.8, "seed": 4}),
-    Case("dspark_tree_sampled", "dspark", {"select": "tree", "budget": 8, "temperature": 1.0, "seed": 1}),
-    Case("dspark_lookup_cost", "dspark", {"gamma": 8, "lookup_max_ngram": 2, "cost_table": COST}),
-    Case("dspark_tree_cost", "dspark", {"select": "tree", "budget": 16, "cost_table": COST}),
-    Case("dspark_lossy", "dspark", {"gamma": 5, "temperature": 1.0, "lossy_threshold": 0.5, "seed": 6}),
-    Case("dspark_forced", "dspark", {"gamma": 6}, forced=True),
+    Case("dspark_chain", "dspark", {**PARALLEL, "gamma": 8}),
+    Case("dspark_tree", "dspark", {**PARALLEL, "gamma": 6, "select": "tree", "budget": 10, "top_k_candidates": 3}),
+    Case("dspark_sampled", "dspark", {**PARALLEL, "gamma": 6, "temperature": 0.8, "seed": 4}),
+    Case("dspark_tree_sampled", "dspark", {**PARALLEL, "select": "tree", "budget": 8, "temperature": 1.0, "seed": 1}),
+    Case("dspark_lookup_cost", "dspark", {**PARALLEL, "gamma": 8, "lookup_max_ngram": 2, "cost_table": COST}),
+    Case("dspark_tree_cost", "dspark", {**PARALLEL, "select": "tree", "budget": 16, "cost_table": COST}),
+    Case("dspark_lossy", "dspark", {**PARALLEL, "gamma": 5, "temperature": 1.0, "lossy_threshold": 0.5, "seed": 6}),
+    Case("dspark_forced", "dspark", {**PARALLEL, "gamma": 6}, forced=True),
+    Case("dspark_head", "dspark"),
+    Case("dspark_head_sampled", "dspark", {"temperature": 0.8, "seed": 2}),
+    Case("dspark_head_chain_cost", "dspark", {"select": "chain", "cost_table": COST}),
 )
 LOCKSTEP = ("greedy", "spec_lookup", "dspark_chain")   # also recorded side by side as lockstep.json
 

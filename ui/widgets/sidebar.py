@@ -57,6 +57,10 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                                     "the context's last n-gram (n up to this) as one more candidate per position, "
                                     "scored by how often lookup's tokens matched the output so far. 0: off. "
                                     "Helps when the answer copies from the prompt; stays exact.",
+    ("dspark", "drafter"): "feature: the trained feature drafter as a sequential head; each position's candidates "
+                           "come from the candidate chosen before it (the default). parallel: the trained "
+                           "parallel drafter, every position from one pass over the target's states. Or a "
+                           "parallel drafter's weights file.",
     ("speculative", "lookup_max_ngram"): "Prompt lookup (draft 'lookup' or 'lookup+…'): the longest n-gram matched.",
     ("speculative", "gamma_policy"): "fixed: γ every round. heuristic: +2 after a fully accepted round, −1 "
                                      "otherwise. confidence: stop drafting below the confidence threshold. "
