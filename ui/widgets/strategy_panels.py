@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import streamlit as st
 
-from ui.views import beam, chips, dspark, spec, tables
+from decoding.runtime.paths import FEATURE_WEIGHTS, calibration_path
+from ui.views import beam, calibration, chips, dspark, spec, tables
 from ui.views.chips import token_box_html
 from ui.widgets import display, force_pickers, step_panel
 from ui.widgets.step_panel import ViewContext
+
+HEAD_CALIBRATION = calibration_path(FEATURE_WEIGHTS)   # DSpark's default head
 
 # ---------------------------------------------------------------- beam
 
@@ -200,6 +203,25 @@ def _dspark_running(events, ctx: ViewContext) -> None:
         display.plot(dspark.phase_bars(phases), f"{ctx.prefix}.ds_phases", "dspark-phase-shares")
         with st.expander("Phase totals table"):
             display.table(phases, f"{ctx.prefix}.ds_phase_table", "dspark-phases")
+    _dspark_calibration(events, ctx)
+
+
+def _dspark_calibration(events, ctx: ViewContext) -> None:
+    """ŝ against the measured acceptance over the run so far, per position or per source."""
+    table = calibration.samples(events)
+    with st.expander(f"Calibration of ŝ ({len(table)} nodes whose parent was accepted)"):
+        if not len(table):
+            st.caption("No drafted node yet.")
+            return
+        by = st.radio("Group by", ["position", "source"], horizontal=True, key=f"{ctx.prefix}.ds_cal_by")
+        display.plot(calibration.reliability_figure(table, by), f"{ctx.prefix}.ds_cal", f"dspark-reliability-{by}")
+        display.table(calibration.reliability_table(table, by), f"{ctx.prefix}.ds_cal_table",
+                      f"dspark-reliability-{by}")
+        card = calibration.card_table(HEAD_CALIBRATION)
+        if card is not None:
+            st.caption("Held out, before any run: the shipped feature head's calibration (its model card; drafter "
+                       "= feature). hit_rate is over its top-4 candidates per position.")
+            display.table(card, f"{ctx.prefix}.ds_cal_card", "feature-head-calibration")
 
 
 # ---------------------------------------------------------------- registration

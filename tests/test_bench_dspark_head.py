@@ -1,0 +1,21 @@
+"""bench/dspark_head.py's report: the table and the goal's arithmetic from synthetic measurements."""
+from __future__ import annotations
+
+import argparse
+
+from bench import dspark_head
+
+
+def _row(speed, tau, rounds, ms, verify, draft):
+    return {"speed": speed, "tau": tau, "rounds": rounds, "ms": ms, "verify": verify, "draft": draft}
+
+
+def test_table_and_needed_tau():
+    rows = {"greedy (ours)": _row([1.0, 1.0], [], 100, 10_000.0, 10_000.0, 0.0),
+            "DSpark defaults (feature head, tree of 8, lookup)": _row([1.3, 1.5], [2.8, 3.0], 10, 2_000.0, 1_700.0,
+                                                                      300.0)}
+    lines = dspark_head.render_set("fresh", rows, argparse.Namespace(temperature=0.0))
+    assert "| DSpark defaults (feature head, tree of 8, lookup) | 1.400 [1.300–1.500] | 2.900 [2.800–3.000] | " \
+           "200.0 | 170.0 | 30.0 |" in lines
+    # a round costs 200 ms against 100 ms per greedy token: parity at τ = 2, 1.5× at τ = 3
+    assert any("parity needs τ ≥ 2.00 and 1.5× needs τ ≥ 3.00; the runs' median τ is 2.90" in ln for ln in lines)
