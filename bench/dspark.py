@@ -29,6 +29,14 @@ from decoding.runtime.cost_table import CostTable, auto_cost_path
 from decoding.runtime.models import ModelSpec, load
 from decoding.strategies.dspark import DEFAULT_WEIGHTS
 
+# The parallel drafter's settings, DSpark's defaults before the sequential head: what this section measures.
+PARALLEL = {"drafter": "parallel", "top_k_candidates": 2, "select": "chain", "budget": 16, "lookup_max_ngram": 0}
+
+
+def parallel_config(**kw) -> DSparkConfig:
+    return DSparkConfig(**{**PARALLEL, **kw})
+
+
 PHASES = ("drafter", "dp", "verification", "acceptance", "cache", "other")
 
 
@@ -56,23 +64,23 @@ def contenders(lm, drafter, args) -> dict:
             "greedy (generate)": lambda ids: _generate(lm, ids, n)}
     for g in args.gammas:
         runs[f"dspark chain γ={g}"] = (lambda g: lambda ids: _ours(
-            lm, ids, DSparkConfig(max_new_tokens=n, gamma=g), drafter=drafter))(g)
+            lm, ids, parallel_config(max_new_tokens=n, gamma=g), drafter=drafter))(g)
     g_tree = max(g for g in args.gammas if g <= 16)
     runs[f"dspark tree γ={g_tree} K=2 budget={args.budget}"] = lambda ids: _ours(
-        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget), drafter=drafter)
+        lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget), drafter=drafter)
     runs[f"dspark chain γ≤{g_tree} cost-aware (auto table)"] = lambda ids: _ours(
-        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, cost_table="auto"), drafter=drafter)
+        lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, cost_table="auto"), drafter=drafter)
     runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware (auto table)"] = lambda ids: _ours(
-        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto"),
+        lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto"),
         drafter=drafter)
     lk = {"lookup_max_ngram": args.lookup}
     runs[f"dspark chain γ=8 + lookup (n≤{args.lookup})"] = lambda ids: _ours(
-        lm, ids, DSparkConfig(max_new_tokens=n, gamma=8, **lk), drafter=drafter)
+        lm, ids, parallel_config(max_new_tokens=n, gamma=8, **lk), drafter=drafter)
     runs[f"dspark tree γ={g_tree} K=2 budget={args.budget} + lookup"] = lambda ids: _ours(
-        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, **lk),
+        lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, **lk),
         drafter=drafter)
     runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware + lookup"] = lambda ids: _ours(
-        lm, ids, DSparkConfig(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto",
+        lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto",
                               **lk), drafter=drafter)
     runs["speculative lookup γ=10"] = lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10))
     if DEFAULT_SHALLOW.is_file():
@@ -203,7 +211,7 @@ def offline_vs_runtime(lm, drafter, args, gamma: int = 8) -> list[dict]:
         data = train_data.drafter_data(lm, [ids], data, drafter.shape.feature_layers, use_cache=False, progress=False)
         lead, full = train.leading_hits(drafter, data, gamma)
         visited = train.chain_rounds(drafter, data, gamma)
-        trace = runner.run(lm, ids, DSparkConfig(max_new_tokens=n, gamma=gamma, top_k_candidates=1), drafter=drafter)
+        trace = runner.run(lm, ids, parallel_config(max_new_tokens=n, gamma=gamma, top_k_candidates=1), drafter=drafter)
         out.append({"prompt": name, "all": 1 + float(lead[full].float().mean()),
                     "visited": 1 + statistics.mean(a for _, a in visited), "run": trace.stats.mean_accepted_length})
     return out

@@ -11,6 +11,7 @@ import argparse
 import statistics
 import time
 
+from bench.dspark import PARALLEL
 from bench.interleave import interleaved
 from bench.prompts import FRESH_PROMPTS, PROMPTS
 from bench.report import machine, spread, write_section
@@ -21,8 +22,6 @@ from decoding.drafters.feature_net import load_feature
 from decoding.runtime.models import ModelSpec, load
 
 GOAL_SPEED = 1.5                       # issue 25's goal: 1.5× plain greedy (floor 1.3×)
-PARALLEL_CHAIN = {"drafter": "parallel", "top_k_candidates": 2, "select": "chain", "budget": 16,
-                  "lookup_max_ngram": 0}   # DSpark's defaults before the sequential head
 SETS = {"benchmark prompts (bench/prompts.py PROMPTS)": PROMPTS,
         "fresh prompts (bench/prompts.py FRESH_PROMPTS)": FRESH_PROMPTS}
 
@@ -48,7 +47,7 @@ def contenders(lm, feature, temperature: float, n: int) -> tuple[dict, str]:
             "speculative lookup+feature γ=5": spec(gamma=5),
             "speculative lookup+feature cost-aware γ≤8": spec(gamma=8, gamma_policy="cost"),
             "DSpark defaults (feature head, tree of 8, lookup)": dspark(),
-            "DSpark parallel drafter, chain γ=8 (the old defaults)": dspark(gamma=8, **PARALLEL_CHAIN)}
+            "DSpark parallel drafter, chain γ=8 (the old defaults)": dspark(gamma=8, **PARALLEL)}
     return runs, reference
 
 

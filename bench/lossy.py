@@ -16,11 +16,11 @@ import statistics
 import time
 from fractions import Fraction
 
+from bench.dspark import parallel_config
 from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.core.acceptance import exact_branches, lossy_branches, round_distribution, total_variation
-from decoding.core.config import DSparkConfig
 from decoding.runtime.models import ModelSpec, load
 from decoding.strategies.dspark_select import best_chain, flat_tree
 from tests.toy import draft_lattice, random_table, speculative_sequences, target_sequences
@@ -45,9 +45,9 @@ def toy_cost(threshold: Fraction | None, length: int = 5) -> tuple[float, float]
 
 
 def real_gain(lm, thresholds, args) -> dict:
-    configs = {"exact": DSparkConfig(max_new_tokens=args.max_new_tokens, temperature=0.8, seed=0)}
+    configs = {"exact": parallel_config(max_new_tokens=args.max_new_tokens, temperature=0.8, seed=0)}
     for t in thresholds:
-        configs[f"lossy {t}"] = DSparkConfig(max_new_tokens=args.max_new_tokens, temperature=0.8, seed=0,
+        configs[f"lossy {t}"] = parallel_config(max_new_tokens=args.max_new_tokens, temperature=0.8, seed=0,
                                              lossy_threshold=t)
     rows = {name: {"speed": [], "tau": []} for name in configs}
     encoded = [lm.encode(p) for p in PROMPTS.values()]

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 
 import torch
 
+from bench.dspark import parallel_config
 from decoding import runner
-from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.config import BeamConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.drafters.draft_model import truncated_draft
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 from decoding.drafters.shallow import build_shallow
@@ -89,9 +90,9 @@ def contenders(lm: LM, n: int, draft_layers: int) -> dict:
         "speculative, shallow self-draft shape (γ=5)": (
             SpeculativeConfig(max_new_tokens=n, gamma=5, draft="shallow"), {"draft_lm": shallow}),
         "dspark, random drafter (chain γ=8, K=2)": (
-            DSparkConfig(max_new_tokens=n, gamma=8, top_k_candidates=2), {"drafter": drafter}),
+            parallel_config(max_new_tokens=n, gamma=8, top_k_candidates=2), {"drafter": drafter}),
         "dspark, random drafter (tree γ=16, K=2, budget 16)": (
-            DSparkConfig(max_new_tokens=n, gamma=16, top_k_candidates=2, select="tree", budget=16),
+            parallel_config(max_new_tokens=n, gamma=16, top_k_candidates=2, select="tree", budget=16),
             {"drafter": drafter}),
     }
 
