@@ -40,7 +40,8 @@ def parallel_config(**kw) -> DSparkConfig:
 PHASES = ("drafter", "dp", "verification", "acceptance", "cache", "other")
 
 
-def _ours(lm, ids, cfg, **kw):
+def timed_run(lm, ids, cfg, **kw):
+    """One of our runs as the interleaved timing wants it: (tokens, seconds, trace); an error fails it."""
     start = time.perf_counter()
     tr = runner.run(lm, ids, cfg, **kw)
     wall = time.perf_counter() - start
@@ -60,32 +61,32 @@ def contenders(lm, drafter, args) -> dict:
     """Every contender as ids -> (tokens, seconds, trace). Drafters are loaded once, outside the timed
     runs (the shallow draft likewise)."""
     n = args.max_new_tokens
-    runs = {"greedy (ours)": lambda ids: _ours(lm, ids, GreedyConfig(max_new_tokens=n)),
+    runs = {"greedy (ours)": lambda ids: timed_run(lm, ids, GreedyConfig(max_new_tokens=n)),
             "greedy (generate)": lambda ids: _generate(lm, ids, n)}
     for g in args.gammas:
-        runs[f"dspark chain γ={g}"] = (lambda g: lambda ids: _ours(
+        runs[f"dspark chain γ={g}"] = (lambda g: lambda ids: timed_run(
             lm, ids, parallel_config(max_new_tokens=n, gamma=g), drafter=drafter))(g)
     g_tree = max(g for g in args.gammas if g <= 16)
-    runs[f"dspark tree γ={g_tree} K=2 budget={args.budget}"] = lambda ids: _ours(
+    runs[f"dspark tree γ={g_tree} K=2 budget={args.budget}"] = lambda ids: timed_run(
         lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget), drafter=drafter)
-    runs[f"dspark chain γ≤{g_tree} cost-aware (auto table)"] = lambda ids: _ours(
+    runs[f"dspark chain γ≤{g_tree} cost-aware (auto table)"] = lambda ids: timed_run(
         lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, cost_table="auto"), drafter=drafter)
-    runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware (auto table)"] = lambda ids: _ours(
+    runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware (auto table)"] = lambda ids: timed_run(
         lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto"),
         drafter=drafter)
     lk = {"lookup_max_ngram": args.lookup}
-    runs[f"dspark chain γ=8 + lookup (n≤{args.lookup})"] = lambda ids: _ours(
+    runs[f"dspark chain γ=8 + lookup (n≤{args.lookup})"] = lambda ids: timed_run(
         lm, ids, parallel_config(max_new_tokens=n, gamma=8, **lk), drafter=drafter)
-    runs[f"dspark tree γ={g_tree} K=2 budget={args.budget} + lookup"] = lambda ids: _ours(
+    runs[f"dspark tree γ={g_tree} K=2 budget={args.budget} + lookup"] = lambda ids: timed_run(
         lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, **lk),
         drafter=drafter)
-    runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware + lookup"] = lambda ids: _ours(
+    runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware + lookup"] = lambda ids: timed_run(
         lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto",
                               **lk), drafter=drafter)
-    runs["speculative lookup γ=10"] = lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10))
+    runs["speculative lookup γ=10"] = lambda ids: timed_run(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10))
     if DEFAULT_SHALLOW.is_file():
         shallow = load_shallow(lm)
-        runs["speculative shallow γ=5"] = lambda ids: _ours(
+        runs["speculative shallow γ=5"] = lambda ids: timed_run(
             lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=5, draft="shallow"), draft_lm=shallow)
     return runs
 

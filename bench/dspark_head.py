@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
-from bench.dspark import PARALLEL
+from bench.dspark import PARALLEL, timed_run
 from bench.interleave import interleaved
 from bench.prompts import FRESH_PROMPTS, PROMPTS
 from bench.report import machine, spread, write_section
-from decoding import runner
 from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.formulas import break_even_tau
 from decoding.drafters.feature_net import load_feature
@@ -26,24 +24,16 @@ SETS = {"benchmark prompts (bench/prompts.py PROMPTS)": PROMPTS,
         "fresh prompts (bench/prompts.py FRESH_PROMPTS)": FRESH_PROMPTS}
 
 
-def _ours(lm, ids, cfg, **kw):
-    start = time.perf_counter()
-    tr = runner.run(lm, ids, cfg, **kw)
-    wall = time.perf_counter() - start
-    assert tr.error is None, tr.error
-    return len(tr.output_ids), wall, tr
-
-
 def contenders(lm, feature, temperature: float, n: int) -> tuple[dict, str]:
     """(name -> ids -> (tokens, seconds, trace), the reference's name). Drafters are loaded once."""
     sampled = {"temperature": temperature, "seed": 0} if temperature > 0 else {}
     reference = "sample (ours)" if temperature > 0 else "greedy (ours)"
     plain = SampleConfig(max_new_tokens=n, top_k=0, top_p=1.0, **sampled) if temperature > 0 else \
         GreedyConfig(max_new_tokens=n)
-    spec = lambda **kw: (lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, draft="lookup+feature",
+    spec = lambda **kw: (lambda ids: timed_run(lm, ids, SpeculativeConfig(max_new_tokens=n, draft="lookup+feature",
                                                                       **sampled, **kw), draft_lm=feature))
-    dspark = lambda **kw: (lambda ids: _ours(lm, ids, DSparkConfig(max_new_tokens=n, **sampled, **kw)))
-    runs = {reference: lambda ids: _ours(lm, ids, plain),
+    dspark = lambda **kw: (lambda ids: timed_run(lm, ids, DSparkConfig(max_new_tokens=n, **sampled, **kw)))
+    runs = {reference: lambda ids: timed_run(lm, ids, plain),
             "speculative lookup+feature γ=5": spec(gamma=5),
             "speculative lookup+feature cost-aware γ≤8": spec(gamma=8, gamma_policy="cost"),
             "DSpark defaults (feature head, tree of 8, lookup)": dspark(),
