@@ -181,7 +181,10 @@ def test_calibration_identity_platt_and_file(tmp_path):
     good.write_text(json.dumps({"format": feature_lattice.CALIBRATION_FORMAT, "a": [1.5], "b": [0.2]}))
     assert HeadCalibration.load(good) == HeadCalibration((1.5,), (0.2,))
     for text in ("{", json.dumps({"format": "other", "a": [1], "b": [0]}),
-                 json.dumps({"format": feature_lattice.CALIBRATION_FORMAT, "a": [1, 2], "b": [0]})):
+                 json.dumps({"format": feature_lattice.CALIBRATION_FORMAT, "a": [1, 2], "b": [0]}),
+                 json.dumps({"format": feature_lattice.CALIBRATION_FORMAT, "a": 5, "b": [0]}),
+                 json.dumps({"format": feature_lattice.CALIBRATION_FORMAT, "a": ["x"], "b": [0]}),
+                 json.dumps({"format": feature_lattice.CALIBRATION_FORMAT, "b": [0]})):
         bad = tmp_path / "bad.json"
         bad.write_text(text)
         with pytest.raises(ConfigError, match="calibration"):

@@ -65,7 +65,10 @@ class HeadCalibration:
             check(False, "calibration", str(path), f"could not be read ({type(err).__name__})")
         check(isinstance(data, dict) and data.get("format") == CALIBRATION_FORMAT, "calibration", str(path),
               f"is not a {CALIBRATION_FORMAT} file")
-        return cls(tuple(data.get("a", ())), tuple(data.get("b", ())))
+        try:
+            return cls(tuple(data["a"]), tuple(data["b"]))
+        except (KeyError, TypeError, ValueError):
+            check(False, "calibration", str(path), "must give lists a and b of finite numbers, one pair per position")
 
 
 @dataclass(frozen=True)
@@ -105,9 +108,9 @@ class FeatureLatticeDrafter:
         net = self.net
         device = net.head.device
         anchor = hidden.reshape(-1, hidden.shape[-1])[-1, :net.shape.hidden_size].to(device, net.dtype)
-        walk = _Walk(self, request.temperature, min(request.top_k, len(net.vocab_ids)))
+        walk = _Walk(self, request.temperature, min(request.top_k, len(net.vocab_ids)), device)
         features = net.step(anchor[None], torch.tensor([int(history[-1])], device=device))   # (1, H)
-        stepped = torch.zeros(1, dtype=torch.long)            # candidate index (at k−1) of each feature row
+        stepped = torch.zeros(1, dtype=torch.long, device=device)   # candidate index (at k−1) of each feature row
         for pos in range(gamma):
             walk.position(pos, features, stepped, extra[pos] if pos < len(extra) else None)
             if pos + 1 == gamma or walk.settled(self.floor, request.budget):
@@ -121,10 +124,10 @@ class FeatureLatticeDrafter:
 class _Walk:
     """One lattice being built, position by position (FeatureLatticeDrafter.lattice)."""
 
-    def __init__(self, drafter: FeatureLatticeDrafter, temperature: float, top_k: int):
+    def __init__(self, drafter: FeatureLatticeDrafter, temperature: float, top_k: int, device):
         self.drafter, self.net, self.temperature, self.top_k = drafter, drafter.net, temperature, top_k
-        self.survival = torch.ones(1)                   # (P,) per candidate at k−1 (the root at k = 0)
-        self.best_parent = torch.zeros(1, dtype=torch.long)
+        self.survival = torch.ones(1, device=device)    # (P,) per candidate at k−1 (the root at k = 0)
+        self.best_parent = torch.zeros(1, dtype=torch.long, device=device)
         self.row_of: dict[int, int] = {}
         self.drafted: list[float] = []                  # best-path survival of every candidate so far
         self.tokens, self.q_rows, self.score_rows, self.conf_rows, self.extra_at = [], [], [], [], []
@@ -141,9 +144,9 @@ class _Walk:
         if extra is not None:
             ids, q_cols, q_top = self._with_extra(int(extra), ids, q_cols, q_top, q_cond, mix)
         parents = len(self.survival)
-        scores = torch.zeros(parents, len(ids))
+        scores = q_cols.new_zeros(parents, len(ids))
         scores[stepped] = (self.drafter.calibration(pos, q_cols) if self.temperature == 0 else q_cols).clamp(0, 1)
-        conf = torch.zeros(parents)
+        conf = q_cond.new_zeros(parents)
         conf[stepped] = q_cond.amax(-1)
         reach = self.survival[:, None] * scores                                             # (P, K')
         self.survival, self.best_parent = reach.max(0)
@@ -181,7 +184,7 @@ class _Walk:
         """Step the `expand` surviving candidates of highest survival from their best parent's feature."""
         alive = int((self.survival > 0).sum())
         keep = torch.topk(self.survival, max(1, min(self.drafter.expand, alive))).indices        # (E',)
-        parent_rows = torch.tensor([self.row_of.get(int(p), 0) for p in self.best_parent[keep]])
+        parent_rows = torch.tensor([self.row_of.get(int(p), 0) for p in self.best_parent[keep]], device=features.device)
         tokens = torch.tensor([self.tokens[-1][int(j)] for j in keep], device=features.device)
         return self.net.step(features[parent_rows], tokens), keep
 
