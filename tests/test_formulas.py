@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import itertools
+import json
 import random
 import subprocess
 import sys
@@ -120,6 +121,8 @@ def golden(name: str):
 
 SPEC_CASES = sorted(p.stem for p in GOLDEN.glob("spec_*.json"))
 DSPARK_CASES = sorted(p.stem for p in GOLDEN.glob("dspark_*.json"))
+CHAIN_CASES = [n for n in DSPARK_CASES
+               if json.loads((GOLDEN / f"{n}.json").read_bytes())["config"]["select"] == "chain"]
 
 
 @pytest.mark.parametrize("name", SPEC_CASES + DSPARK_CASES)
@@ -150,7 +153,11 @@ def test_round_metrics_by_hand_and_negative_control():
     assert wrong != got["acceptance_rate"]
 
 
-@pytest.mark.parametrize("name", [n for n in DSPARK_CASES if "tree" not in n])
+def test_chain_cases_are_the_recorded_chains():
+    assert {"dspark_chain", "dspark_head_chain_cost"} <= set(CHAIN_CASES) and "dspark_head" not in CHAIN_CASES
+
+
+@pytest.mark.parametrize("name", CHAIN_CASES)
 def test_chain_survival_reproduces_the_recorded_nodes(name):
     for event in golden(name).steps:
         if isinstance(event, DSparkRound) and event.nodes:

@@ -97,8 +97,9 @@ def test_build_config_checks_the_picked_table_covers_the_run():
     pick = pick_cost("file", ("short.json", table_json([1.0, 2.0, 3.0])), None)
     with pytest.raises(ConfigError,
                        match=r"cost_table='short.json' is invalid: covers 3 tokens; this run verifies up to 4"):
-        build_config("dspark", {"gamma": 3, "cost_table": pick}, seed=0, max_new_tokens=8, top_n=5)
-    config = build_config("dspark", {"gamma": 2, "cost_table": pick}, seed=0, max_new_tokens=8, top_n=5)
+        build_config("dspark", {"gamma": 3, "select": "chain", "cost_table": pick}, seed=0, max_new_tokens=8, top_n=5)
+    config = build_config("dspark", {"gamma": 2, "select": "chain", "cost_table": pick}, seed=0, max_new_tokens=8,
+                          top_n=5)
     assert config.cost_table == pick.path                              # negative control: 3 tokens cover γ=2
 
 
