@@ -274,10 +274,12 @@ def test_engine_lockstep_hands_back_every_trace_on_ctrl_c(lm):
 
 def test_sigint_to_a_real_process(word, tmp_path):
     """A real SIGINT, sent by the process to itself during its 4th forward: exit 130, no traceback, the
-    text and the trace of the steps before it."""
+    text and the trace of the steps before it. The child restores Python's Ctrl-C handler first: a suite
+    started in the background (nohup, `&`) passes SIGINT on ignored, and Python then installs none."""
     out = tmp_path / "t.json"
     script = textwrap.dedent("""
         import os, signal, sys
+        signal.signal(signal.SIGINT, signal.default_int_handler)   # as under a terminal (see the docstring)
         from transformers import LlamaForCausalLM
         from decoding.runtime.models import LM
         LM.warm_up = lambda self, ids=(): self
