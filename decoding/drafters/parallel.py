@@ -337,7 +337,8 @@ def load_drafter(path: str | Path, lm=None) -> ParallelDrafter:
 
     path = Path(path)
     check(path.is_file(), "drafter", str(path),
-          "no drafter weights there (train them: python -m decoding train parallel)")
+          "no drafter weights there (give 'feature', 'parallel' or a parallel drafter's weights file; train one: "
+          "python -m decoding train parallel)")
     with reading("drafter", path):
         with safe_open(str(path), framework="pt") as fh:
             header = fh.metadata() or {}
