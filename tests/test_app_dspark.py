@@ -131,6 +131,28 @@ def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     assert summary["prompt lookup"].startswith("n-gram [") and "λ_first" in summary["prompt lookup"]
 
 
+def test_calibration_of_the_scores_over_the_run(tiny_dir, drafter_file):
+    """The running metrics' calibration expander: the reliability diagram from the steps so far, its
+    table per position (then per source), and as many samples as the pure view counts."""
+    from ui.views import calibration
+
+    at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
+                  "lookup_max_ngram": "2", "max_new": "12"})
+    for _ in range(4):
+        at.button(key="pg.step").click().run()
+    ok(at)
+    samples = calibration.samples(run_state(at).events)
+    assert len(samples) > 0
+    assert any(f"Calibration of ŝ ({len(samples)} nodes" in e.label for e in at.expander)
+    fig = chart_titled(at, "Reliability of")
+    assert fig["data"][0]["name"] == "perfectly calibrated"
+    assert int(frame_with(at, "mean_score")["samples"].sum()) == len(samples)
+    radio = next(r for r in at.radio if r.label == "Group by")
+    radio.set_value("source").run()
+    ok(at)
+    assert set(frame_with(at, "mean_score")["source"]) == set(samples["source"])
+
+
 def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file):
     at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "max_new": "6"})
     data = json.loads(_trace_json(at))
