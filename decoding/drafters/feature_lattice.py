@@ -27,7 +27,7 @@ import torch
 from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
 from decoding.core.lattice import Lattice
-from decoding.drafters.parallel import LatticeDraft, LatticeRequest
+from decoding.drafters.parallel import LatticeDraft, LatticeRequest, with_extra
 from decoding.runtime.paths import calibration_path
 
 CALIBRATION_FORMAT = "decodescope-head-calibration/1"
@@ -140,9 +140,12 @@ class _Walk:
         weight = self.survival[stepped]                                                      # (E,)
         mix = (weight[:, None] * q_cond).sum(0) / weight.sum().clamp_min(1e-12)            # (V_s,)
         q_top, cols = torch.topk(mix, self.top_k)
-        ids, q_cols = self.net.vocab_ids[cols].tolist(), q_cond[:, cols]                 # (E, K)
-        if extra is not None:
-            ids, q_cols, q_top = self._with_extra(int(extra), ids, q_cols, q_top, q_cond, mix)
+        ids = self.net.vocab_ids[cols].tolist()
+        if extra is None:
+            q_cols = q_cond[:, cols]                                                        # (E, K)
+        else:
+            ids, q_cols, q_top, at = with_extra(self.net, int(extra), ids, q_cond, mix, cols, q_top)
+            self.extra_at.append(at)
         parents = len(self.survival)
         scores = q_cols.new_zeros(parents, len(ids))
         scores[stepped] = (self.drafter.calibration(pos, q_cols) if self.temperature == 0 else q_cols).clamp(0, 1)
@@ -152,19 +155,6 @@ class _Walk:
         self.survival, self.best_parent = reach.max(0)
         self.tokens.append(ids), self.q_rows.append(q_top.clamp(0, 1).tolist())
         self.score_rows.append(scores.tolist()), self.conf_rows.append(tuple(conf.tolist()))
-
-    def _with_extra(self, token: int, ids: list, q_cols: torch.Tensor, q_top: torch.Tensor, q_cond: torch.Tensor,
-                    mix: torch.Tensor):
-        """Add prompt lookup's token when it is not a candidate; a token outside the slice gets q = 0."""
-        if token in ids:
-            self.extra_at.append(ids.index(token))
-            return ids, q_cols, q_top
-        self.extra_at.append(len(ids))
-        hit = (self.net.vocab_ids == token).nonzero()
-        col = int(hit[0, 0]) if len(hit) else None
-        extra_q = q_cond[:, col] if col is not None else q_cond.new_zeros(len(q_cond))     # (E,)
-        extra_mix = mix[col] if col is not None else mix.new_zeros(())
-        return ids + [token], torch.cat([q_cols, extra_q[:, None]], 1), torch.cat([q_top, extra_mix[None]])
 
     def lookup_only(self, token: int) -> None:
         """A position past the head's last: prompt lookup's token alone, after the previous one."""

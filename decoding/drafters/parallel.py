@@ -382,15 +382,16 @@ class LatticeDraft:
     extra: tuple[int, ...] = ()                   # candidate index of extra[k] at position k+1
 
 
-def _slice_column(drafter: ParallelDrafter, token: int) -> int | None:
+def _slice_column(drafter, token: int) -> int | None:
     """Index of `token` in the drafter's vocabulary slice (None: the drafter cannot propose it)."""
     hit = (drafter.vocab_ids == int(token)).nonzero()
     return int(hit[0, 0]) if len(hit) else None
 
 
-def _with_extra(drafter, token: int, ids: list, q_cond: torch.Tensor, mix: torch.Tensor, cols: torch.Tensor,
-                q_top: torch.Tensor):
-    """Candidates at one position with `token` added when missing. -> (ids, q_cols (P, K'), q_top, index)."""
+def with_extra(drafter, token: int, ids: list, q_cond: torch.Tensor, mix: torch.Tensor, cols: torch.Tensor,
+               q_top: torch.Tensor):
+    """Candidates at one position with `token` (prompt lookup's) added when missing; a token outside the
+    drafter's vocabulary slice (`drafter.vocab_ids`) gets q = 0. -> (ids, q_cols (P, K'), q_top, index)."""
     q_cols = q_cond[:, cols]                                                         # (P, K)
     if token in ids:
         return ids, q_cols, q_top, ids.index(token)
@@ -459,7 +460,7 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Se
         ids = drafter.vocab_ids[idx].tolist()
         q_cols = q_cond[:, idx]                                                     # (P, K)
         if pos < len(extra):
-            ids, q_cols, q_top, at = _with_extra(drafter, extra[pos], ids, q_cond, mix, idx, q_top)
+            ids, q_cols, q_top, at = with_extra(drafter, extra[pos], ids, q_cond, mix, idx, q_top)
             extra_at.append(at)
         conf = drafter.calibrated(pos, conf_z + drafter.confidence_from_q(pos, logq))               # (P,)
         if temperature > 0:
