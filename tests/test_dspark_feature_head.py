@@ -246,3 +246,15 @@ def test_card_section_is_appended_then_replaced():
     assert once.startswith(card.rstrip()) and "| 1 | 0.900 | -0.100 | 0.200 | 0.030 | 0.010 |" in once
     twice = with_card_section(once, card_section(report(0.5)))
     assert twice.count("head-calibration -->") == 2 and "| 1 | 0.500 |" in twice and "0.900" not in twice
+
+
+def test_only_the_drafters_own_calibration_file_updates_its_card(tmp_path):
+    """Regression: with --out elsewhere the card was derived from the output's name, so a file not
+    named *.calibration.json got the card section appended to the JSON itself."""
+    from decoding.train.head_calibration import card_to_update
+
+    weights = tmp_path / "net.safetensors"
+    assert card_to_update(weights, tmp_path / "net.calibration.json") is None       # no card yet
+    (tmp_path / "net.md").write_text("# card\n")
+    assert card_to_update(weights, tmp_path / "net.calibration.json") == tmp_path / "net.md"
+    assert card_to_update(weights, tmp_path / "other.json") is None

@@ -35,6 +35,12 @@ DEFAULT_EXPAND = 1          # parents stepped per position
 DEFAULT_FLOOR = 0.02        # stop drafting once every path's survival is below this
 
 
+def logit(q: torch.Tensor) -> torch.Tensor:
+    """log(q / (1 − q)), q clamped to [1e-6, 1 − 1e-6]."""
+    q = q.clamp(1e-6, 1 - 1e-6)
+    return torch.log(q / (1 - q))
+
+
 @dataclass(frozen=True)
 class HeadCalibration:
     """Per-position Platt scaling of the head's probability: ŝ_k = σ(a[k] · logit q + b[k]); positions
@@ -53,8 +59,7 @@ class HeadCalibration:
         k = min(position, len(self.a) - 1)
         if self.a[k] == 1.0 and self.b[k] == 0.0:
             return q
-        q = q.clamp(1e-6, 1 - 1e-6)
-        return torch.sigmoid(self.a[k] * torch.log(q / (1 - q)) + self.b[k])
+        return torch.sigmoid(self.a[k] * logit(q) + self.b[k])
 
     @classmethod
     def load(cls, path: str | Path) -> HeadCalibration:

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from decoding.core.formulas import calibration_error
-from decoding.drafters.feature_lattice import CALIBRATION_FORMAT
+from decoding.drafters.feature_lattice import CALIBRATION_FORMAT, HeadCalibration, logit
 from decoding.runtime.files import write_text_atomic
 from decoding.runtime.paths import calibration_path
 
@@ -66,11 +66,6 @@ def head_samples(net, data, gamma: int, top_k: int, chunk: int = 4096) -> Sample
     return Samples(*(torch.cat(x) for x in out))
 
 
-def logit(q: torch.Tensor) -> torch.Tensor:
-    q = q.clamp(1e-6, 1 - 1e-6)
-    return torch.log(q / (1 - q))
-
-
 def fit_platt(q: torch.Tensor, hit: torch.Tensor, steps: int = 200) -> tuple[float, float]:
     """(a, b) minimizing the log loss of σ(a · logit q + b) against the hits (LBFGS from the identity)."""
     x, y = logit(q.double()), hit.double()
@@ -95,7 +90,8 @@ def ece(score: torch.Tensor, hit: torch.Tensor) -> float:
 
 
 def platt(q: torch.Tensor, ab: tuple[float, float]) -> torch.Tensor:
-    return torch.sigmoid(ab[0] * logit(q.double()) + ab[1])
+    """The head's calibrated scores under the pair (a, b)."""
+    return HeadCalibration((ab[0],), (ab[1],))(0, q.double())
 
 
 def calibrate(samples: Samples, gamma: int) -> dict:
@@ -157,6 +153,13 @@ def with_card_section(card: str, section: str) -> str:
     return card.rstrip() + "\n\n" + section + "\n"
 
 
+def card_to_update(weights: Path, out: Path) -> Path | None:
+    """The drafter's model card (its weights' name, .md) when the calibration is written to its own place
+    next to the weights and the card exists; None otherwise (a file written elsewhere leaves it alone)."""
+    card = weights.with_suffix(".md")
+    return card if out == calibration_path(weights) and card.is_file() else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m decoding train head-calibration", description=__doc__.split("\n")[0])
     p.add_argument("--prompts", type=int, default=96, help="held-out prompts answered by the target")
@@ -164,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gamma", type=int, default=8, help="positions calibrated")
     p.add_argument("--top-k", type=int, default=4, help="candidates scored per position")
     p.add_argument("--draft", default=None, help="feature drafter weights (default: the shipped one)")
-    p.add_argument("--out", default=None, help="JSON file (default: next to the weights)")
+    p.add_argument("--out", default=None, help="JSON file (default: next to the weights, which also updates the "
+                                                "drafter's model card)")
     return p
 
 
@@ -180,10 +184,11 @@ def main_head_calibration(argv: Sequence[str] | None = None) -> int:
     report = calibrate(head_samples(net, data, args.gamma, args.top_k), args.gamma)
     report["data"] = {"prompts": args.prompts, "answer_tokens": args.answer_tokens, "positions": data.positions,
                       "top_k": args.top_k, "split": "the feature drafter's held-out prompts (one base prompt in 16)"}
-    out = Path(args.out) if args.out else calibration_path(Path(args.draft) if args.draft else DEFAULT_FEATURE)
+    weights = Path(args.draft) if args.draft else DEFAULT_FEATURE
+    out = Path(args.out) if args.out else calibration_path(weights)
     write_text_atomic(out, json.dumps(report, indent=1) + "\n")
-    card = out.with_name(out.name.replace(".calibration.json", ".md"))
-    if card.is_file():
+    card = card_to_update(weights, out)
+    if card is not None:
         write_text_atomic(card, with_card_section(card.read_text(encoding="utf-8"), card_section(report)))
     for row in report["positions"]:
         print(f"k={row['position']}: a={row['a']:.3f} b={row['b']:.3f} hit rate {row['hit_rate']:.3f} "
