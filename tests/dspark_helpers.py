@@ -5,6 +5,7 @@ import pytest
 import torch
 from conftest import on_test_device
 
+from bench.dspark import PARALLEL
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 from decoding.runtime.models import LM
 
@@ -97,9 +98,9 @@ def app_drafter(model_dir) -> str:
 
 
 # DSpark's defaults before the sequential head became the default drafter (the parallel drafter, a chain
-# of γ positions, two candidates each, no prompt lookup): what the tests written for that drafter assume.
-CHAIN_SETTINGS = {"drafter": "parallel", "top_k_candidates": 2, "select": "chain", "budget": 16,
-                  "lookup_max_ngram": 0}
+# of γ positions, two candidates each, no prompt lookup): what the tests written for that drafter assume,
+# and what `python -m bench dspark` measures.
+CHAIN_SETTINGS = PARALLEL
 
 
 def chain_config(**kwargs):
