@@ -1,8 +1,8 @@
 """The dependency rules of docs/architecture.md, checked on the source: inside `decoding/` imports point one way
-(core <- runtime <- drafters <- strategies <- runner/CLI; nothing but the CLI's `train` command imports the
-trainers) and form no cycle, lazy imports inside functions included; the engine never imports streamlit,
-plotly or pandas; the UI and the pages never import torch. Negative control: a copy of the tree with one bad
-import of each kind fails each rule."""
+(core <- runtime <- drafters <- strategies <- runner/CLI and the Lab's measurements; nothing but the CLI's
+`train` command imports the trainers) and form no cycle, lazy imports inside functions included; the engine
+never imports streamlit, plotly or pandas; the UI and the pages never import torch. Negative control: a copy
+of the tree with one bad import of each kind fails each rule."""
 from __future__ import annotations
 
 import ast
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"core": 0, "runtime": 1, "drafters": 2, "strategies": 3}
-TOP = 4                                    # decoding/__init__, __main__, runner
+LAYERS = {"core": 0, "runtime": 1, "drafters": 2, "strategies": 3, "lab": 4}
+TOP = 4                                    # decoding/__init__, __main__, runner (and lab, beside them)
 UI_FORBIDDEN = ("torch", "transformers")
 ENGINE_FORBIDDEN = ("streamlit", "plotly", "pandas", "ui", "app_pages", "bench")
 

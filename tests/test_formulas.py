@@ -307,10 +307,17 @@ def test_limits_are_not_written_again():
 
 
 # ------------------------------------------------------------------ the UI may import it
-def test_formulas_import_no_torch():
-    tree = ast.parse(Path(formulas.__file__).read_text(encoding="utf-8"))
+@pytest.mark.parametrize(("module", "allowed"), [
+    ("formulas", {"__future__", "collections", "math"}),
+    ("roofline", {"__future__", "dataclasses"}),
+    ("measures", {"__future__", "dataclasses", "statistics", "decoding"}),
+])
+def test_pure_core_modules_import_no_torch(module, allowed):
+    """The formulas, the roofline and the Lab's measurement records are read by the UI and notebooks."""
+    path = ROOT / "decoding" / "core" / f"{module}.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {(n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"__future__", "collections"}, imported
-    code = "import sys, decoding.core.formulas; assert 'torch' not in sys.modules, 'torch imported'"
+    assert imported <= allowed, imported
+    code = f"import sys, decoding.core.{module}; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, timeout=60)

@@ -13,6 +13,7 @@ a chain (S from `survival`) and a best-first tree (S recorded per node).
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 
 
@@ -62,6 +63,21 @@ def break_even_tau(round_cost_ms: float, greedy_token_ms: float, speedup: float 
     """The tokens per round (τ) at which rounds costing `round_cost_ms` each run at `speedup` × the
     speed of plain greedy decoding, which pays `greedy_token_ms` per token: speedup · round / greedy."""
     return speedup * round_cost_ms / greedy_token_ms
+
+
+def needed_acceptance(tau: float, gamma: int, tol: float = 1e-9) -> float | None:
+    """The acceptance rate α, the same at every position, at which a chain of γ drafts emits `tau`
+    tokens per round on average: 1 + α + α² + … + α^γ = tau (bisection; the sum rises with α). 0 for
+    tau <= 1; None when tau > γ + 1 (not even α = 1 gets there)."""
+    if tau <= 1:
+        return 0.0
+    if tau > gamma + 1:
+        return None
+    lo, hi = 0.0, 1.0
+    while hi - lo > tol:
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if 1 + expected_accepted([mid] * gamma) < tau else (lo, mid)
+    return hi
 
 
 # ------------------------------------------------------------------------ metrics (vLLM's definitions)
@@ -125,3 +141,26 @@ def calibration_error(scores: Sequence[float], hits: Sequence[bool], bins: int =
     rows = reliability_bins(scores, hits, bins)
     total = sum(n for *_, n in rows)
     return sum(n / total * abs(mean - rate) for _, mean, rate, n in rows) if total else None
+
+
+# ------------------------------------------------------------------------ measurements
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100) with linear interpolation between the closest ranks (numpy's
+    default); with few values p99 is close to the largest."""
+    ordered = sorted(float(v) for v in values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def flattening_point(xs: Sequence[float], ys: Sequence[float], min_gain: float = 0.10) -> float | None:
+    """The first x after which y grows by less than `min_gain` per doubling of x (x ascending, y > 0):
+    where throughput against batch size flattens. None when every step still gains that much."""
+    for (x0, y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        doublings = math.log2(x1 / x0)
+        if y1 / y0 < (1 + min_gain) ** doublings:
+            return x0
+    return None

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import statistics
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from numbers import Real
 from pathlib import Path
@@ -89,18 +90,27 @@ class CostTable:
 
 
 def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: int = 32) -> CostTable:
-    """Median wall time (ms) of a forward over n new tokens after a cached prefix, n = 1..max_tokens.
-    The prefix is computed once; each timed forward is trimmed off the cache again afterwards."""
+    """Median wall time (ms) of a forward over n new tokens after a cached prefix, n = 1..max_tokens."""
     check(isinstance(max_tokens, int) and 1 <= max_tokens <= 256, "max_tokens", max_tokens,
           "must be an integer in [1, 256]")
     check(isinstance(repeats, int) and repeats >= 1, "repeats", repeats, "must be an integer >= 1")
-    ids = [(7 * i + 3) % lm.vocab_size for i in range(prefix_tokens + max_tokens)]
+    table = [statistics.median(times) for _, times in forward_times(lm, range(1, max_tokens + 1), repeats,
+                                                                    prefix_tokens)]
+    return CostTable(verify_ms=tuple(table), source="profiled", device=str(lm.device), model=lm.name)
+
+
+def forward_times(lm, counts: Iterable[int], repeats: int, prefix_tokens: int = 32
+                  ) -> Iterator[tuple[int, list[float]]]:
+    """(n, wall times in ms of `repeats` forwards over n new tokens after a cached prefix) for each n in
+    `counts`, all logits computed as a verification does. The prefix is computed once, then a warm-up
+    forward; each timed forward is trimmed off the cache again afterwards."""
+    counts = list(counts)
+    ids = [(7 * i + 3) % lm.vocab_size for i in range(prefix_tokens + max(counts))]
     cache = lm.new_cache()
     lm.forward(ids[:prefix_tokens], cache)
     lm.forward(ids[prefix_tokens:prefix_tokens + 1], cache)   # warm-up
     cache.crop(-1)
-    table = []
-    for n in range(1, max_tokens + 1):
+    for n in counts:
         new = ids[prefix_tokens:prefix_tokens + n]
         times = []
         for _ in range(repeats):
@@ -110,8 +120,7 @@ def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: in
             lm.sync()
             times.append((time.perf_counter() - start) * 1000.0)
             cache.crop(-n)
-        table.append(statistics.median(times))
-    return CostTable(verify_ms=tuple(table), source="profiled", device=str(lm.device), model=lm.name)
+        yield n, times
 
 
 AUTO = "auto"                       # profile on this device once, then cache (config.AUTO_COST)

@@ -378,6 +378,15 @@ class LM:
                              logits_to_keep=logits_to_keep)
         return self.check_logits(out.logits[0].float())  # (T, V)
 
+    @torch.inference_mode()
+    def forward_rows(self, rows: torch.Tensor, cache, logits_to_keep: int = 1) -> torch.Tensor:
+        """Run a batch of equal-length rows (B, T) after what `cache` holds for each row; return float32
+        logits (B, logits_to_keep, V). For measurements (the Lab); the strategies decode one sequence."""
+        with self.lock:
+            out = self.model(input_ids=rows.to(self.device), **{self.cache_kw: cache}, use_cache=True,
+                             logits_to_keep=logits_to_keep)
+        return self.check_logits(out.logits.float())
+
     def warm_up(self, ids: Sequence[int] = ()) -> LM:
         """Throwaway forwards (over `ids`, or 8 tokens, then over one more) on a cache of their
         own, so that the first step timed does not pay the first calls' one-time costs (weights paged

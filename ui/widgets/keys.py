@@ -97,3 +97,13 @@ TOUR_SOURCE = "tour.source"         # Recorded | Live, once a live run exists
 
 def tour_cursor(stop_id: str, source: str) -> str:
     return f"tour.{stop_id}.{source}.step"
+
+# lab widgets and state
+LAB = "ds.lab"                    # {(section, model key, config): measured result}
+LAB_TOKENS = "lab.tokens"
+LAB_BATCHES = "lab.batches"
+LAB_REPEATS = "lab.repeats"
+LAB_COST_RUN = "lab.cost_run"
+LAB_TP_BATCHES = "lab.tp_batches"
+LAB_TP_STEPS = "lab.tp_steps"
+LAB_TP_RUN = "lab.tp_run"

@@ -1,0 +1,15 @@
+"""The Lab: the claims the decoding story makes in words, measured live on the sidebar's model and device."""
+import streamlit as st
+
+from ui.widgets import lab_panels, sidebar
+
+settings = sidebar.current()
+st.title("Lab")
+st.caption("Each section measures one claim on the model and device the sidebar has chosen. Results are kept for "
+           "this session per model, device and settings; Measure runs again. Tables download as CSV, charts as "
+           "SVG (the button) or PNG (the camera in the chart's toolbar).")
+cost, throughput = st.tabs(["Cost of a forward", "Throughput and latency"])
+with cost:
+    lab_panels.cost_panel(settings)
+with throughput:
+    lab_panels.throughput_panel(settings)

@@ -1,0 +1,93 @@
+"""The Lab's measurements as plain data: what to measure (frozen, validated configs) and what one point
+measured (frozen events). No torch, so the app and notebooks can read them; decoding.lab measures them."""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from decoding.core.errors import check
+from decoding.core.formulas import percentile
+
+MAX_LAB_TOKENS = 256          # most new tokens in one measured forward
+MAX_LAB_BATCH = 256           # most sequences in one measured forward
+FEW_TOKENS = (1, 2, 3, 5, 9, 17)           # n = γ + 1 for γ = 1, 2, 4, 8, 16
+ALL_TOKENS = tuple(range(1, 18)) + (24, 33, 48, 64)
+FEW_BATCHES = (1, 8)
+ALL_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+THROUGHPUT_BATCHES = (1, 4, 16)
+
+
+def check_points(param: str, values, most: int) -> tuple[int, ...]:
+    """`values` as a sorted tuple of distinct integers in [1, most], or ConfigError naming `param`."""
+    ok = isinstance(values, (tuple, list)) and len(values) > 0 and all(
+        isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= most for v in values)
+    check(ok, param, values, f"must be a non-empty list of integers in [1, {most}]")
+    return tuple(sorted(set(values)))
+
+
+def check_count(param: str, value, most: int) -> None:
+    check(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= most, param, value,
+          f"must be an integer in [1, {most}]")
+
+
+@dataclass(frozen=True)
+class CostConfig:
+    tokens: tuple[int, ...] = FEW_TOKENS     # new tokens per forward (one sequence)
+    batches: tuple[int, ...] = FEW_BATCHES   # sequences per forward (one new token each)
+    prefix_tokens: int = 32                  # tokens cached before every timed forward
+    repeats: int = 3                         # timed forwards per point (the median is shown)
+
+    def __post_init__(self):
+        object.__setattr__(self, "tokens", check_points("tokens", self.tokens, MAX_LAB_TOKENS))
+        object.__setattr__(self, "batches", check_points("batches", self.batches, MAX_LAB_BATCH))
+        check_count("prefix_tokens", self.prefix_tokens, 4096)
+        check_count("repeats", self.repeats, 50)
+
+    @property
+    def points(self) -> int:
+        """Events `measure_cost` yields: the shape, the rates, then one per point."""
+        return 2 + len(self.tokens) + len(self.batches)
+
+
+@dataclass(frozen=True)
+class DeviceRates:
+    bytes_per_s: float       # reading a large float32 tensor once (a sum over it), best of the repeats
+    flops_per_s: float       # the model's largest layer weight times many rows, best of the repeats
+    read_bytes: int          # the tensor read
+    product: str             # what the FLOP rate was measured on
+
+
+@dataclass(frozen=True)
+class ForwardTime:
+    axis: str                # "tokens": one sequence, n new tokens; "batch": n sequences, one new token each
+    n: int
+    times_ms: tuple[float, ...]
+
+    @property
+    def ms(self) -> float:
+        return statistics.median(self.times_ms)
+
+
+@dataclass(frozen=True)
+class ThroughputConfig:
+    batches: tuple[int, ...] = THROUGHPUT_BATCHES
+    steps: int = 5                       # timed decoding steps per batch size (after one untimed step)
+
+    def __post_init__(self):
+        object.__setattr__(self, "batches", check_points("batches", self.batches, MAX_LAB_BATCH))
+        check_count("steps", self.steps, 256)
+
+
+@dataclass(frozen=True)
+class BatchDecode:
+    batch: int
+    step_ms: tuple[float, ...]     # each timed step: one forward over b new tokens and the argmax
+    tokens: tuple[int, ...]        # the first row's greedy tokens (the prefill's, the untimed step's, the timed)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return 1000.0 * self.batch * len(self.step_ms) / sum(self.step_ms)
+
+    def latency_ms(self, q: float) -> float:
+        """The q-th percentile of the time a request waits for its next token (one step)."""
+        return percentile(self.step_ms, q)

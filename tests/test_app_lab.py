@@ -1,0 +1,109 @@
+"""AppTest of the Lab page on the tiny random llama: each measurement runs from its button, shows its
+sentence, chart and tables, stays cached for the same settings and is measured again on request; bad
+points, a point beyond the device's memory and a model that does not load are one-line error boxes."""
+from __future__ import annotations
+
+import pytest
+from test_app import new_app, ok, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from test_app_dspark import chart_titled, frame_with
+
+from decoding.core.measures import ForwardTime
+from ui.widgets import keys
+
+LAB = "app_pages/lab.py"
+
+
+def lab_page(query: dict | None = None):
+    at = new_app(query)
+    at.switch_page(LAB).run()
+    ok(at)
+    return at
+
+
+def errors(at) -> list[str]:
+    return [e.value for e in at.error]
+
+
+def test_cost_of_a_forward_measures_and_stays(tiny_dir):
+    at = lab_page()
+    assert any("Not measured yet for this model, device and these points" in c.value for c in at.caption)
+    at.text_input(key=keys.LAB_TOKENS).set_value("1, 3, 9")
+    at.text_input(key=keys.LAB_BATCHES).set_value("1, 2")
+    at.number_input(key=keys.LAB_REPEATS).set_value(1)
+    at.button(key=keys.LAB_COST_RUN).click().run()
+    ok(at)
+    assert not errors(at)
+    assert any("a one-token forward" in m.value for m in at.markdown)
+    fig = chart_titled(at, "Cost of a forward")
+    assert [t["name"][:12] for t in fig["data"]] == ["measured: n ", "measured: b ", "roofline: le"]
+    table = frame_with(at, "roofline_ms")
+    assert list(table["n"]) == [1, 3, 9, 1, 2]
+    assert list(frame_with(at, "tau_to_beat_greedy")["gamma"]) == [2, 8]
+    assert "ridge" in list(frame_with(at, "quantity")["quantity"])
+    store = at.session_state[keys.LAB]
+    assert len(store) == 1
+    events = next(iter(store.values()))
+    at.run()                                                    # cached: shown again without measuring
+    ok(at)
+    assert next(iter(at.session_state[keys.LAB].values())) is events
+    assert frame_with(at, "roofline_ms").shape[0] == 5
+    at.button(key=keys.LAB_COST_RUN).click().run()               # measured again on request
+    assert next(iter(at.session_state[keys.LAB].values())) is not events
+    at.number_input(key=keys.LAB_REPEATS).set_value(2).run()      # other settings: not measured yet
+    assert any("Not measured yet" in c.value for c in at.caption)
+
+
+@pytest.mark.parametrize(("field", "text", "words"), [
+    (keys.LAB_TOKENS, "1, two", "tokens='1, two' is invalid: must be integers"),
+    (keys.LAB_TOKENS, "1, 300", "tokens=(1, 300) is invalid: must be a non-empty list of integers in [1, 256]"),
+    (keys.LAB_BATCHES, "0", "batches=(0,) is invalid: must be"),
+])
+def test_bad_points_are_one_line_errors(tiny_dir, field, text, words):
+    at = lab_page()
+    at.text_input(key=field).set_value(text).run()
+    ok(at)
+    assert any(words in e for e in errors(at)), errors(at)
+    assert keys.LAB_COST_RUN not in [b.key for b in at.button]          # nothing to measure with
+
+
+def test_a_point_beyond_memory_is_an_error_box(tiny_dir, monkeypatch):
+    from decoding.lab import forward_cost
+
+    def refuse_from_2(lm, batches, repeats, prefix_tokens):
+        for b in batches:
+            if b >= 2:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 8.00 GiB")
+            yield ForwardTime("batch", b, (1.0,))
+
+    monkeypatch.setattr(forward_cost, "batch_times", refuse_from_2)
+    at = lab_page()
+    at.text_input(key=keys.LAB_TOKENS).set_value("1")
+    at.text_input(key=keys.LAB_BATCHES).set_value("1, 2, 4")
+    at.number_input(key=keys.LAB_REPEATS).set_value(1)
+    at.button(key=keys.LAB_COST_RUN).click().run()
+    ok(at)
+    assert errors(at) == ["batches=2 is invalid: does not fit in memory on cpu; measure fewer or smaller points"]
+    assert not at.session_state[keys.LAB]
+
+
+def test_a_model_that_does_not_load_is_an_error_box(tiny_dir, tmp_path):
+    missing = tmp_path / "no-such-model"
+    at = lab_page()
+    at.sidebar.text_input(key=keys.MODEL).set_value(str(missing)).run()
+    at.switch_page(LAB).run()
+    at.text_input(key=keys.LAB_TOKENS).set_value("1")
+    at.button(key=keys.LAB_COST_RUN).click().run()
+    ok(at)
+    assert any("model=" in e for e in errors(at)), errors(at)
+
+
+def test_throughput_measures_each_batch(tiny_dir):
+    at = lab_page()
+    at.text_input(key=keys.LAB_TP_BATCHES).set_value("4, 1")
+    at.number_input(key=keys.LAB_TP_STEPS).set_value(2)
+    at.button(key=keys.LAB_TP_RUN).click().run()
+    ok(at)
+    assert not errors(at)
+    assert any("From b = 1 to b = 4" in m.value for m in at.markdown)
+    assert list(frame_with(at, "latency_p99_ms")["batch"]) == [1, 4]
+    assert chart_titled(at, "Throughput against latency")["data"][0]["type"] == "bar"

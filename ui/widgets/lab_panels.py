@@ -1,0 +1,125 @@
+"""The Lab's panels: each measurement's controls, its progress bar, its result cached per model, device
+and settings in the session (measured again on request), and its views (ui/views/lab.py)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import streamlit as st
+
+from decoding.core.errors import ConfigError
+from decoding.core.measures import (
+    ALL_BATCHES,
+    ALL_TOKENS,
+    FEW_BATCHES,
+    FEW_TOKENS,
+    THROUGHPUT_BATCHES,
+    CostConfig,
+    ThroughputConfig,
+)
+from decoding.lab.forward_cost import measure_cost
+from decoding.lab.throughput import measure_throughput
+from decoding.runtime.engine_thread import ENGINE
+from ui.views import lab
+from ui.widgets import display, keys, session
+from ui.widgets.params import Settings
+
+MEASURE_ERRORS = (ConfigError, RuntimeError, ValueError, MemoryError)
+
+
+def _measured(section: str, settings: Settings, config, total: int, start: Callable[[object], Iterator],
+              clicked: bool) -> list | None:
+    """The events of this section's measurement for the sidebar's model and `config`: from the session's
+    cache, or measured now when `clicked` (a progress bar per event). None when not measured yet or when
+    the measurement failed (its one-line error is shown)."""
+    store = st.session_state.setdefault(keys.LAB, {})
+    key = (section, settings.model_key(), config)
+    if clicked:
+        lm = session.lm_or_stop(settings)
+        progress = st.progress(0.0, text="Measuring…")
+        events = []
+        try:
+            for event in ENGINE.steps(start(lm)):
+                events.append(event)
+                progress.progress(min(1.0, len(events) / total), text=f"Measured {len(events)} of {total}")
+        except MEASURE_ERRORS as err:
+            progress.empty()
+            store.pop(key, None)
+            st.error(session.shown(str(err).splitlines()[0] if str(err) else type(err).__name__, settings))
+            return None
+        progress.empty()
+        store[key] = events
+    return store.get(key)
+
+
+def _config_or_error(build: Callable[[], object]):
+    try:
+        return build()
+    except ConfigError as err:
+        st.error(str(err))
+        return None
+
+
+def cost_panel(settings: Settings) -> None:
+    st.subheader("Cost of a forward")
+    st.caption("The model's forward timed now on the sidebar's model and device: over n new tokens after a cached "
+               "prefix (what verifying n − 1 drafts costs), and over b sequences of one token each (a batch). "
+               "Beside it the roofline: the least time the device's measured bandwidth and arithmetic rate allow.")
+    cols = st.columns([3, 3, 1, 1])
+    st.session_state.setdefault(keys.LAB_TOKENS, lab.points_text(FEW_TOKENS))
+    st.session_state.setdefault(keys.LAB_BATCHES, lab.points_text(FEW_BATCHES))
+    if cols[3].button("All points", key=f"{keys.LAB_COST_RUN}.all", help="n = 1 … 64 and b = 1 … 64: a minute or "
+                      "more on a CPU"):
+        st.session_state[keys.LAB_TOKENS] = lab.points_text(ALL_TOKENS)
+        st.session_state[keys.LAB_BATCHES] = lab.points_text(ALL_BATCHES)
+    tokens = cols[0].text_input("n: new tokens per forward", key=keys.LAB_TOKENS)
+    batches = cols[1].text_input("b: sequences per forward", key=keys.LAB_BATCHES)
+    repeats = cols[2].number_input("Repeats", min_value=1, max_value=50, value=3, key=keys.LAB_REPEATS)
+    config = _config_or_error(lambda: CostConfig(tokens=lab.parse_points(tokens, "tokens"),
+                                                 batches=lab.parse_points(batches, "batches"), repeats=int(repeats)))
+    if config is None:
+        return
+    clicked = st.button("Measure", key=keys.LAB_COST_RUN, type="primary")
+    events = _measured("cost", settings, config, config.points, lambda lm: measure_cost(lm, config), clicked)
+    if events is None:
+        st.caption("Not measured yet for this model, device and these points.")
+        return
+    report = lab.cost_report(events, config.prefix_tokens)
+    st.markdown(lab.regime(report))
+    display.plot(lab.cost_figure(report), "lab.cost", "lab-cost-of-a-forward")
+    display.table(lab.cost_table(report), "lab.cost_table", "lab-cost-of-a-forward")
+    st.markdown("**What it means for speculative decoding** — a round verifies γ drafts in one forward over γ + 1 "
+                "tokens; with a drafter that costs nothing it beats greedy when it emits more tokens per round than "
+                "the forward costs in one-token forwards.")
+    display.table(lab.speculation_table(report), "lab.spec_table", "lab-speculation-break-even")
+    st.markdown("**The device and the model**")
+    display.table(lab.device_table(report), "lab.device_table", "lab-device")
+
+
+def throughput_panel(settings: Settings) -> None:
+    st.subheader("Throughput against latency")
+    st.caption("Greedy decoding of b copies of the sidebar's prompt at once, each step timed: a batch emits b tokens "
+               "per step, and every request in it waits for the whole step.")
+    cols = st.columns([3, 1, 1])
+    st.session_state.setdefault(keys.LAB_TP_BATCHES, lab.points_text(THROUGHPUT_BATCHES))
+    if cols[2].button("All points", key=f"{keys.LAB_TP_RUN}.all", help="b = 1 … 64: a minute or more on a CPU"):
+        st.session_state[keys.LAB_TP_BATCHES] = lab.points_text(ALL_BATCHES)
+    batches = cols[0].text_input("b: batch sizes", key=keys.LAB_TP_BATCHES)
+    steps = cols[1].number_input("Steps", min_value=1, max_value=256, value=5, key=keys.LAB_TP_STEPS)
+    config = _config_or_error(lambda: ThroughputConfig(batches=lab.parse_points(batches, "batches"),
+                                                       steps=int(steps)))
+    if config is None:
+        return
+    clicked = st.button("Measure", key=keys.LAB_TP_RUN, type="primary")
+    events = _measured(("throughput", settings.prompt, settings.chat_template), settings, config,
+                       len(config.batches), lambda lm: _throughput(lm, settings, config), clicked)
+    if events is None:
+        st.caption("Not measured yet for this model, device, prompt and these points.")
+        return
+    st.markdown(lab.tradeoff(events))
+    display.plot(lab.throughput_figure(events), "lab.throughput", "lab-throughput-latency")
+    display.table(lab.throughput_table(events), "lab.throughput_table", "lab-throughput-latency")
+
+
+def _throughput(lm, settings: Settings, config: ThroughputConfig) -> Iterator:
+    prompt_ids = lm.encode(settings.prompt, chat_template=settings.chat_template)
+    return measure_throughput(lm, prompt_ids, config)
