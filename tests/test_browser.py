@@ -371,3 +371,30 @@ def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
     words = " ".join(el.text or "" for el in root.iter("{http://www.w3.org/2000/svg}text"))
     assert "lattice 3 positions" in words and "✓ accepted" in words
     assert not page.locator('[data-testid="stException"]').count()
+
+
+def test_lab_measures_and_downloads(server, page, tmp_path):
+    """The Lab's two measurements from their buttons, each drawn (a chart with its SVG download, the
+    tables); screenshots lab-cost and lab-throughput."""
+    page.goto(f"{server}/lab")
+    measure = page.get_by_role("button", name="Measure", exact=True)
+    measure.first.wait_for(timeout=60_000)
+    idle(page)
+    measure.first.click()
+    page.get_by_text("What it means for speculative decoding").wait_for(timeout=60_000)
+    page.locator(".js-plotly-plot", has_text="Cost of a forward").first.wait_for(timeout=30_000)
+    idle(page)
+    shot(page, "lab-cost")
+    with page.expect_download(timeout=30_000) as info:
+        page.get_by_role("button", name=re.compile("SVG")).first.click()
+    path = tmp_path / "cost.svg"
+    info.value.save_as(path)
+    assert "Cost of a forward" in path.read_text(encoding="utf-8")
+    page.get_by_role("tab", name="Throughput and latency").click()
+    idle(page)
+    measure.first.click()                    # the hidden tab's button is not "visible": the first is this tab's
+    page.get_by_text(re.compile(r"From b = 1 to b = 16")).wait_for(timeout=60_000)
+    page.locator(".js-plotly-plot", has_text="Throughput against latency").first.wait_for(timeout=30_000)
+    idle(page)
+    shot(page, "lab-throughput")
+    assert not page.locator('[data-testid="stException"]').count()

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from decoding.core import config, formulas
+from decoding.core import config
 from decoding.core.acceptance import exact_branches, residual
 from decoding.core.errors import ConfigError
 from decoding.core.formulas import (

@@ -88,6 +88,20 @@ def cost_table(report: CostReport) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def rounded(table: pd.DataFrame) -> pd.DataFrame:
+    """A copy with measured figures to the digits a timing supports: ms to 0.1, the rest to three
+    significant digits (the builders keep every digit, for notebooks)."""
+    table = table.copy()
+    for column in table.columns:
+        if table[column].dtype.kind == "f":
+            table[column] = table[column].round(1) if column.endswith("_ms") else table[column].map(_three_digits)
+    return table
+
+
+def _three_digits(value: float) -> float:
+    return float(f"{value:.3g}") if value == value else value
+
+
 def device_table(report: CostReport) -> pd.DataFrame:
     """The figures the roofline is drawn from, with what each was measured on."""
     shape, rates = report.shape, report.rates

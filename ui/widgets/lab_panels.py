@@ -86,11 +86,11 @@ def cost_panel(settings: Settings) -> None:
     report = lab.cost_report(events, config.prefix_tokens)
     st.markdown(lab.regime(report))
     display.plot(lab.cost_figure(report), "lab.cost", "lab-cost-of-a-forward")
-    display.table(lab.cost_table(report), "lab.cost_table", "lab-cost-of-a-forward")
+    display.table(lab.rounded(lab.cost_table(report)), "lab.cost_table", "lab-cost-of-a-forward")
     st.markdown("**What it means for speculative decoding** — a round verifies γ drafts in one forward over γ + 1 "
                 "tokens; with a drafter that costs nothing it beats greedy when it emits more tokens per round than "
                 "the forward costs in one-token forwards.")
-    display.table(lab.speculation_table(report), "lab.spec_table", "lab-speculation-break-even")
+    display.table(lab.rounded(lab.speculation_table(report)), "lab.spec_table", "lab-speculation-break-even")
     st.markdown("**The device and the model**")
     display.table(lab.device_table(report), "lab.device_table", "lab-device")
 
@@ -117,7 +117,7 @@ def throughput_panel(settings: Settings) -> None:
         return
     st.markdown(lab.tradeoff(events))
     display.plot(lab.throughput_figure(events), "lab.throughput", "lab-throughput-latency")
-    display.table(lab.throughput_table(events), "lab.throughput_table", "lab-throughput-latency")
+    display.table(lab.rounded(lab.throughput_table(events)), "lab.throughput_table", "lab-throughput-latency")
 
 
 def _throughput(lm, settings: Settings, config: ThroughputConfig) -> Iterator:
