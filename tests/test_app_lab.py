@@ -107,3 +107,30 @@ def test_throughput_measures_each_batch(tiny_dir):
     assert any("From b = 1 to b = 4" in m.value for m in at.markdown)
     assert list(frame_with(at, "latency_p99_ms")["batch"]) == [1, 4]
     assert chart_titled(at, "Throughput against latency")["data"][0]["type"] == "bar"
+
+
+def test_acceptance_shows_the_playground_rounds(tiny_dir):
+    from test_app import run_state, run_to_end
+
+    at = lab_page()
+    assert any("Run speculative decoding or DSpark" in c.value for c in at.caption)
+    at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "3", "max_new": "12",
+                  "prompt": "one two one two one two one two"})
+    run_to_end(at)
+    rounds = [e for e in run_state(at).events if e.kind == "spec_round" and e.gamma]
+    assert rounds                                       # the tiny model repeats itself: lookup drafts
+    at.switch_page(LAB).run()
+    ok(at)
+    heat = chart_titled(at, "Acceptance per round and draft position")["data"][0]
+    assert heat["y"] == [f"round {e.index}" for e in rounds]
+    assert list(frame_with(at, "not_reached")["rounds"])[0] == len(rounds)
+
+
+def test_acceptance_of_a_run_without_drafts_says_so(tiny_dir):
+    from test_app import run_to_end
+
+    at = new_app({"strategy": "greedy", "max_new": "4"})
+    run_to_end(at)
+    at.switch_page(LAB).run()
+    ok(at)
+    assert any("verified no drafts" in i.value for i in at.info)

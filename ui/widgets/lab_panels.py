@@ -19,7 +19,7 @@ from decoding.core.measures import (
 from decoding.lab.forward_cost import measure_cost
 from decoding.lab.throughput import measure_throughput
 from decoding.runtime.engine_thread import ENGINE
-from ui.views import lab
+from ui.views import acceptance, lab
 from ui.widgets import display, keys, session
 from ui.widgets.params import Settings
 
@@ -123,3 +123,27 @@ def throughput_panel(settings: Settings) -> None:
 def _throughput(lm, settings: Settings, config: ThroughputConfig) -> Iterator:
     prompt_ids = lm.encode(settings.prompt, chat_template=settings.chat_template)
     return measure_throughput(lm, prompt_ids, config)
+
+
+def acceptance_panel() -> None:
+    st.subheader("Acceptance at a glance")
+    st.caption("Every verification round of a speculative or DSpark trace: which draft positions were accepted, "
+               "rejected, or not reached because an earlier one was rejected — where drafting pays off.")
+    sources = {}
+    run = st.session_state.get(keys.RUN)
+    if run is not None and run.events:
+        sources["the Playground's run"] = run.events
+    replay = st.session_state.get(keys.REPLAY)
+    if replay is not None:
+        sources["the trace replayed on the Traces page"] = replay.steps
+    if not sources:
+        st.caption("Run speculative decoding or DSpark in the Playground, or replay a trace on the Traces page.")
+        return
+    label = st.radio("Trace", list(sources), horizontal=True, key=keys.LAB_ACC_SOURCE)
+    events = sources[label]
+    fig = acceptance.heatmap(events)
+    if fig is None:
+        st.info("This trace verified no drafts: run speculative decoding or DSpark.")
+        return
+    display.plot(fig, "lab.acceptance", "lab-acceptance-heatmap")
+    display.table(acceptance.position_table(events), "lab.acceptance_table", "lab-acceptance-per-position")

@@ -1,0 +1,91 @@
+"""ui/views/acceptance.py: the verdict of each round's draft positions from a speculative or DSpark trace,
+checked against the runner's per-position acceptance (vLLM's definition) on tiny runs, and cell by cell on
+a hand-built round. Negative control: cutting a DSpark round's cells at its first rejection (instead of
+the plan's depth) no longer agrees with the runner."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from dspark_helpers import one_thread, varied_llama
+
+from decoding.core.config import DSparkConfig, SpeculativeConfig
+from decoding.core.trace import PlanNode
+from decoding.runner import run
+from ui.views import acceptance
+
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return varied_llama(seed=0)
+
+
+@pytest.fixture(scope="module")
+def dspark_trace(lm):
+    from tests.test_dspark_feature_head import random_head
+
+    return run(lm, [9, 40, 17, 9, 40], DSparkConfig(max_new_tokens=40, gamma=4, top_k_candidates=3, budget=8),
+               drafter=random_head(lm))
+
+
+@pytest.fixture(scope="module")
+def spec_trace(lm):
+    return run(lm, [9, 40, 17, 9, 40, 17, 9, 40, 17, 9], SpeculativeConfig(draft="lookup", gamma=4,
+                                                                            max_new_tokens=40))
+
+
+def shares(table):
+    return tuple(table["acceptance"])
+
+
+@pytest.mark.parametrize("name", ["spec_trace", "dspark_trace"])
+def test_shares_are_the_runners_per_position_acceptance(request, name):
+    trace = request.getfixturevalue(name)
+    table = acceptance.position_table(trace.steps)
+    assert len(table) > 0 and shares(table) == pytest.approx(trace.stats.per_position_acceptance)
+    assert (table["accepted"] + table["rejected"] + table["not_reached"] == table["rounds"]).all()
+    verdicts = {c for _, cells in acceptance.grid(trace.steps) for c in cells}
+    assert acceptance.ACCEPTED in verdicts and acceptance.REJECTED in verdicts      # the run shows both
+
+
+def test_cutting_at_the_rejection_disagrees_with_the_runner(dspark_trace, monkeypatch):
+    right = acceptance.round_cells
+
+    def cut_at_rejection(event):
+        cells = right(event)
+        return cells if cells is None else [c for c in cells if c != acceptance.NOT_REACHED]
+
+    assert any(acceptance.NOT_REACHED in (right(e) or []) for e in dspark_trace.steps)
+    monkeypatch.setattr(acceptance, "round_cells", cut_at_rejection)
+    assert shares(acceptance.position_table(dspark_trace.steps)) != pytest.approx(
+        dspark_trace.stats.per_position_acceptance)
+
+
+def node(i, parent, depth, verdict):
+    return PlanNode(i, parent, depth, 0, 5, "x", 0.5, 0.5, 0.5, None, None, verdict)
+
+
+def test_a_tree_round_cell_by_cell(dspark_trace):
+    """root → 1 (accepted) → 3 (rejected) → 5; node 2 a sibling of 1: depth 1 accepted, 2 rejected, 3 not
+    reached."""
+    event = next(e for e in dspark_trace.steps if not e.prefill)
+    nodes = (node(1, 0, 1, "accepted"), node(2, 0, 1, "not_reached"), node(3, 1, 2, "rejected"),
+             node(4, 1, 2, "not_reached"), node(5, 3, 3, "not_reached"))
+    tree = dataclasses.replace(event, nodes=nodes, accepted_path=(1,))
+    assert acceptance.round_cells(tree) == ["accepted", "rejected", "not reached"]
+    assert acceptance.round_cells(dataclasses.replace(tree, accepted_path=(1, 3, 5))) == ["accepted"] * 3
+    prefill = next(e for e in dspark_trace.steps if e.prefill)
+    assert acceptance.round_cells(prefill) is None
+
+
+def test_heatmap_rows_columns_and_marks(spec_trace):
+    fig = acceptance.heatmap(spec_trace.steps)
+    rows = acceptance.grid(spec_trace.steps)
+    heat = fig.data[0]
+    assert len(heat.z) == len(rows) and list(heat.y) == [f"round {i}" for i, _ in rows]
+    first = rows[0][1]
+    assert list(heat.text[0][:len(first)]) == [acceptance.MARKS[c] for c in first]
+    assert [t.name for t in fig.data[1:]] == ["✓ accepted", "✗ rejected", "· not reached"]
+    assert acceptance.heatmap([]) is None

@@ -1,0 +1,79 @@
+"""Acceptance at a glance, from a speculative or DSpark trace alone: a heatmap of rounds × draft positions
+(accepted / rejected / not reached) and a table per position. Pure (no streamlit, no torch).
+
+A speculative round's position k is its k-th draft's verdict. A DSpark round verifies a chain or a tree;
+its position k is accepted when the accepted path reaches depth k, rejected at the first depth the path
+does not reach (nodes were verified there, none accepted), and not reached deeper down, as deep as the
+round's plan goes. Either way a cell exists only where the round drafted that position, so the share of
+accepted cells per position is the trace's per-position acceptance."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from ui.views import palette
+
+ACCEPTED, REJECTED, NOT_REACHED = "accepted", "rejected", "not reached"
+CODES = {ACCEPTED: 2, REJECTED: 1, NOT_REACHED: 0}
+MARKS = {ACCEPTED: "✓", REJECTED: "✗", NOT_REACHED: "·"}
+
+
+def round_cells(event) -> list[str] | None:
+    """The verdict per draft position of one round; None for an event that drafted nothing to verify
+    (a token step, a DSpark prefill)."""
+    if getattr(event, "kind", "") == "spec_round":
+        return [d.verdict.replace("_", " ") for d in event.drafts if d.verdict != "recorded"] or None
+    if getattr(event, "kind", "") == "dspark_round" and not event.prefill and event.nodes:
+        reached = len(event.accepted_path)
+        depth = max(n.depth for n in event.nodes)
+        return [ACCEPTED if k <= reached else REJECTED if k == reached + 1 else NOT_REACHED
+                for k in range(1, depth + 1)]
+    return None
+
+
+def grid(events: Sequence) -> list[tuple[int, list[str]]]:
+    """(round index, verdict per position) for every round that verified drafts, in order."""
+    rows = ((event.index, round_cells(event)) for event in events)
+    return [(index, cells) for index, cells in rows if cells]
+
+
+def position_table(events: Sequence) -> pd.DataFrame:
+    """Per draft position: rounds that drafted it, how many accepted, rejected, not reached, and the
+    share accepted (the trace's per-position acceptance)."""
+    rows = grid(events)
+    depth = max((len(cells) for _, cells in rows), default=0)
+    out = []
+    for k in range(depth):
+        at_k = [cells[k] for _, cells in rows if len(cells) > k]
+        count = {v: at_k.count(v) for v in (ACCEPTED, REJECTED, NOT_REACHED)}
+        out.append({"position": k + 1, "rounds": len(at_k), "accepted": count[ACCEPTED],
+                    "rejected": count[REJECTED], "not_reached": count[NOT_REACHED],
+                    "acceptance": count[ACCEPTED] / len(at_k)})
+    return pd.DataFrame(out, columns=["position", "rounds", "accepted", "rejected", "not_reached", "acceptance"])
+
+
+def heatmap(events: Sequence) -> go.Figure | None:
+    """Rounds (rows, first at the top) × draft positions (columns), one colour and one mark per verdict;
+    None when the trace verified no drafts."""
+    rows = grid(events)
+    if not rows:
+        return None
+    depth = max(len(cells) for _, cells in rows)
+    z = [[CODES[c] for c in cells] + [None] * (depth - len(cells)) for _, cells in rows]
+    text = [[MARKS[c] for c in cells] + [""] * (depth - len(cells)) for _, cells in rows]
+    scale = [[0.0, palette.GREY], [0.33, palette.GREY], [0.34, palette.VERMILLION], [0.66, palette.VERMILLION],
+             [0.67, palette.GREEN], [1.0, palette.GREEN]]
+    fig = go.Figure(go.Heatmap(z=z, x=[f"k={k}" for k in range(1, depth + 1)], y=[f"round {i}" for i, _ in rows],
+                               text=text, texttemplate="%{text}", colorscale=scale, zmin=0, zmax=2, showscale=False,
+                               xgap=1, ygap=1, hovertemplate="%{y}, %{x}: %{text}<extra></extra>"))
+    for verdict, color in ((ACCEPTED, palette.GREEN), (REJECTED, palette.VERMILLION), (NOT_REACHED, palette.GREY)):
+        fig.add_scatter(x=[None], y=[None], mode="markers", name=f"{MARKS[verdict]} {verdict}",
+                        marker={"color": color, "symbol": "square", "size": 12})
+    fig.update_layout(title=f"Acceptance per round and draft position ({len(rows)} rounds)",
+                      xaxis={"title": "draft position k", "side": "top"},
+                      yaxis={"autorange": "reversed", "title": ""}, plot_bgcolor="white",
+                      height=min(900, 140 + 18 * len(rows)), legend={"orientation": "h", "y": -0.05},
+                      margin={"t": 80, "b": 10, "l": 10, "r": 10})
+    return fig
