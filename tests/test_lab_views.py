@@ -111,6 +111,7 @@ def test_parse_points_names_the_parameter(text):
 
 def test_rounded_shows_the_digits_a_timing_supports():
     table = lab.rounded(lab.cost_table(report({1: 123.456789})))
-    assert table.iloc[0]["measured_ms"] == 123.5 and table.iloc[0]["gflop"] == 0.05
+    assert table.iloc[0]["measured_ms"] == 123.5 and table.iloc[0]["ms_per_token"] == 123.5
+    assert table.iloc[0]["gflop"] == 0.05
     assert table.iloc[0]["mb_read"] == 100.0 and table.iloc[0]["bound_by"] == "memory"
     assert lab.cost_table(report({1: 123.456789})).iloc[0]["measured_ms"] == 123.456789     # builders keep all

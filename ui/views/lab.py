@@ -89,12 +89,13 @@ def cost_table(report: CostReport) -> pd.DataFrame:
 
 
 def rounded(table: pd.DataFrame) -> pd.DataFrame:
-    """A copy with measured figures to the digits a timing supports: ms to 0.1, the rest to three
-    significant digits (the builders keep every digit, for notebooks)."""
+    """A copy with measured figures to the digits a timing supports: milliseconds (an "ms" in the column's
+    name) to 0.1, the rest to three significant digits (the builders keep every digit, for notebooks)."""
     table = table.copy()
     for column in table.columns:
         if table[column].dtype.kind == "f":
-            table[column] = table[column].round(1) if column.endswith("_ms") else table[column].map(_three_digits)
+            table[column] = (table[column].round(1) if "ms" in column.split("_")
+                             else table[column].map(_three_digits))
     return table
 
 
