@@ -24,9 +24,23 @@ from decoding.core.trace_check import MAX_LATTICE_CANDIDATES as MAX_LATTICE_CAND
 from decoding.core.trace_check import TraceFormatError as TraceFormatError
 from decoding.core.trace_check import check_trace, key_part
 
-SCHEMA_VERSION = "1.2"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
+SCHEMA_VERSION = "1.3"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
 #                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
+#                          1.3: kv (KVMemory) on every step event: the target's KV cache after the step
 MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
+
+
+@dataclass(frozen=True)
+class KVMemory:
+    """The target's KV cache around one step: keys and values of every layer, as the tensors hold them.
+    Speculative and DSpark rounds also record the cache at its largest, right after the verification
+    forward, and what rolling back the rejected drafts (or compacting a tree) freed."""
+
+    bytes: int                     # held after the step
+    tokens: int                    # positions held per sequence
+    sequences: int = 1             # sequences held (beam search: the live beams)
+    peak_bytes: int | None = None  # speculative / DSpark: after the verification forward, before the rollback
+    freed_bytes: int = 0           # speculative / DSpark: peak_bytes - bytes
 
 
 @dataclass(frozen=True)
@@ -72,6 +86,7 @@ class TokenStep:
     draw: float | None                   # the uniform u of inverse-CDF sampling; None for greedy
     forced: bool = False                 # token imposed by the user (branch / resume)
     timings_ms: dict[str, float] = field(default_factory=dict)
+    kv: KVMemory | None = None           # the target's KV cache after the step (None in traces before 1.3)
 
 
 @dataclass(frozen=True)
@@ -180,6 +195,7 @@ class BeamStep:
     forced_ids: tuple[int, ...] = ()     # prefix imposed after the prompt (part of the output)
     target_forwards: int = 1
     timings_ms: dict[str, float] = field(default_factory=dict)
+    kv: KVMemory | None = None           # the target's KV cache after the step, all beams (None before 1.3)
 
 
 register_event(BeamStep)
@@ -266,6 +282,7 @@ class SpecRound:
     timings_ms: dict[str, float] = field(default_factory=dict)
     final_piece: str = ""           # the final token's text (for views; "" in older traces)
     gamma_choice: GammaChoiceInfo | None = None   # gamma_policy "cost": how this round's γ was chosen
+    kv: KVMemory | None = None      # the target's cache: at its peak in verification, after the rollback
 
     def emitted_ids(self) -> list[int]:
         return list(self.emitted)
@@ -363,6 +380,7 @@ class DSparkRound:
     next_piece: str = ""           # the next token's text (for views; "" in older traces)
     lookup: LookupMatch | None = None              # where prompt lookup matched (lookup_max_ngram > 0)
     lookup_scores: tuple[float, float] | None = None  # (λ_first, λ_continuation) used this round
+    kv: KVMemory | None = None     # the target's cache: at its peak in verification, after compaction
 
     def emitted_ids(self) -> list[int]:
         return list(self.emitted)

@@ -70,6 +70,7 @@ def check_trace(trace) -> None:
         if step.index != i:
             raise _refuse(f"{where}.index", step.index, f"is not the step's place in trace.steps ({i})")
         _check_timings(where, step.timings_ms)
+        _check_kv(f"{where}.kv", step.kv)
         check(step, prev, where)
         prev = step
 
@@ -78,6 +79,21 @@ def _check_timings(where: str, timings: dict) -> None:
     for name, ms in timings.items():
         if not 0 <= ms < math.inf:
             raise _refuse(f"{where}.timings_ms{key_part(name)}", ms, "is not a duration (a finite number of ms >= 0)")
+
+
+def _check_kv(where: str, kv) -> None:
+    """Sizes are counts (>= 0); a peak is at least what is held after it, and freed is their difference."""
+    if kv is None:
+        return
+    for name in ("bytes", "tokens", "sequences", "freed_bytes"):
+        if getattr(kv, name) < 0:
+            raise _refuse(f"{where}.{name}", getattr(kv, name), "is not a size (an integer >= 0)")
+    if kv.peak_bytes is None:
+        if kv.freed_bytes:
+            raise _refuse(f"{where}.freed_bytes", kv.freed_bytes, "needs peak_bytes (it is peak_bytes - bytes)")
+    elif kv.peak_bytes - kv.bytes != kv.freed_bytes:
+        raise _refuse(f"{where}.freed_bytes", kv.freed_bytes,
+                      f"is not peak_bytes - bytes ({kv.peak_bytes} - {kv.bytes})")
 
 
 # ---------------------------------------------------------------- greedy and sampling

@@ -18,6 +18,7 @@ from pathlib import Path
 import torch
 
 from decoding.core.errors import ConfigError, StepError, check
+from decoding.core.trace import KVMemory
 from decoding.runtime import packed_gemm, placement
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.paths import cache_root
@@ -420,6 +421,25 @@ class LM:
     def event_device(self) -> torch.device | None:
         """The one CUDA device whose events time this model's steps (None: several or none)."""
         return self.cuda_devices[0] if len(self.cuda_devices) == 1 else None
+
+
+def kv_memory(cache, peak_bytes: int | None = None) -> KVMemory:
+    """What `cache` holds now, from its tensors: bytes of keys and values over every layer, positions and
+    sequences (the first layer's). `peak_bytes`: what it held at its largest earlier in the step."""
+    tensors = list(_cache_tensors(cache))
+    held = sum(t.numel() * t.element_size() for t in tensors)
+    sequences, tokens = (int(tensors[0].shape[0]), int(tensors[0].shape[-2])) if tensors else (0, 0)
+    return KVMemory(bytes=held, tokens=tokens, sequences=sequences, peak_bytes=peak_bytes,
+                    freed_bytes=0 if peak_bytes is None else peak_bytes - held)
+
+
+def _cache_tensors(cache):
+    """The key and value tensors of a transformers cache (per-layer objects, or the older lists)."""
+    layers = getattr(cache, "layers", None)
+    pairs = ((getattr(layer, "keys", None), getattr(layer, "values", None)) for layer in layers) if layers is not None \
+        else zip(getattr(cache, "key_cache", ()), getattr(cache, "value_cache", ()))
+    for pair in pairs:
+        yield from (t for t in pair if isinstance(t, torch.Tensor) and t.numel())
 
 
 def _non_finite(logits: torch.Tensor) -> tuple[str, int] | None:

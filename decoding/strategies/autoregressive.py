@@ -10,7 +10,7 @@ import torch
 from decoding.core.config import BaseConfig
 from decoding.core.processors import Applied, Pipeline, apply_tracked
 from decoding.core.token_step import Choice, Scored, token_step
-from decoding.runtime.models import LM, Timer
+from decoding.runtime.models import LM, Timer, kv_memory
 
 # choose(applied, raw, generator) -> (token, draw or None)
 Chooser = Callable[[Applied, torch.Tensor, torch.Generator], tuple[int, float | None]]
@@ -40,7 +40,7 @@ def decode_loop(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, pipeli
         timer.lap("sampling")
         step = token_step(lm, index=index, position=position, scored=Scored(raw, pipeline, applied),
                           choice=Choice(token, draw, is_forced), top_n=config.top_n)
-        yield dataclasses.replace(step, timings_ms=timer.done())
+        yield dataclasses.replace(step, timings_ms=timer.done(), kv=kv_memory(cache))
         if token in lm.eos_ids:
             return
         feed = [token]

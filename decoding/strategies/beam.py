@@ -28,7 +28,7 @@ import torch
 
 from decoding.core.config import BeamConfig
 from decoding.core.trace import BeamCandidate, BeamHypothesis, BeamStep, LiveBeam
-from decoding.runtime.models import LM, Timer
+from decoding.runtime.models import LM, Timer, kv_memory
 
 NEG = -1.0e9   # generate's "very large negative" score for dead rows and masked candidates
 
@@ -114,7 +114,7 @@ def _decode(lm: LM, prompt_ids: Sequence[int], config: BeamConfig, *, forced: Se
             feed = pool.token[keep].unsqueeze(1)  # (B, 1)
         timer.lap("cache")
         event = _event(search, pool, keep, admitted, old_tokens, index, done)
-        yield replace(event, timings_ms=timer.done())
+        yield replace(event, timings_ms=timer.done(), kv=kv_memory(cache))
         if done:
             return
 

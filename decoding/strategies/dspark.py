@@ -20,13 +20,13 @@ from decoding.core.errors import check
 from decoding.core.formulas import cut_at_eos, round_metrics, survival
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import sample_inverse_cdf
-from decoding.core.trace import ChainDP, DSparkRound, LatticeCell, LatticeColumn, PlanNode, SizeChoiceInfo
+from decoding.core.trace import ChainDP, DSparkRound, KVMemory, LatticeCell, LatticeColumn, PlanNode, SizeChoiceInfo
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter, load_feature_lattice
 from decoding.drafters.lattice_lookup import LookupInput, LookupRate, boost_chain, continuation, hits, lookup_nodes
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter, load_drafter
 from decoding.runtime.cost_table import CostTable, load_table
 from decoding.runtime.hooks import tap_head_input
-from decoding.runtime.models import LM, Timer
+from decoding.runtime.models import LM, Timer, kv_memory
 from decoding.runtime.paths import ASSETS
 from decoding.strategies.dspark_select import (
     ChainPlan,
@@ -119,6 +119,7 @@ class RoundResult:
     outcome: RoundOutcome
     produced: torch.Tensor             # (1 + accepted, F) the rows that produced the emitted tokens
     timer: Timer                       # read (done) when the event is built
+    kv: KVMemory | None = None         # the target cache at its peak (the tree verified) and compacted
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class PrefillResult:
     token: int                         # the first free token
     draw: float | None
     timer: Timer
+    kv: KVMemory | None = None         # the target cache after the prefill
 
 
 class DSparkDecoder:
@@ -156,7 +158,8 @@ class DSparkDecoder:
         token, draw = self._first_token(row)
         timer.lap("acceptance")
         event = prefill_event(self.lm, self.config,
-                              PrefillResult(len(prompt_ids), tuple(forced), token, draw, timer))
+                              PrefillResult(len(prompt_ids), tuple(forced), token, draw, timer,
+                                            kv_memory(self.cache)))
         self.context, self.prompt_len = list(prompt_ids) + list(event.emitted), len(prompt_ids)
         self.last, self.index = event.emitted, 1
         return event
@@ -193,13 +196,15 @@ class DSparkDecoder:
         past = self.cache.get_seq_length()
         logits, rows = self._verify(tokens, parents)               # (q, V), (q, F)
         timer.lap("verification")
+        peak = kv_memory(self.cache).bytes
         p_rows = target_probs(logits, self.pipeline)               # (q, V)
         outcome = self._accept(tokens, parents, logits, p_rows)
         timer.lap("acceptance")
         kept = [0] + list(outcome.accepted)
         compact_cache(self.cache, past, kept)
         timer.lap("cache")
-        return RoundResult(draft, plan, choice, tokens, parents, p_rows, outcome, rows[kept], timer)
+        return RoundResult(draft, plan, choice, tokens, parents, p_rows, outcome, rows[kept], timer,
+                           kv_memory(self.cache, peak_bytes=peak))
 
     def advance(self, step: RoundStep, emitted: Sequence[int], produced: torch.Tensor) -> None:
         """After a round: the context, the history rows (at most the drafter's span) and the lookup rate."""
@@ -264,7 +269,7 @@ def prefill_event(lm: LM, config: DSparkConfig, done: PrefillResult) -> DSparkRo
                        next_token=done.token, next_from="prefill", next_draw=done.draw, emitted=emitted,
                        lossy=config.is_lossy, forced_ids=tuple(int(t) for t in done.forced),
                        fed_tokens=done.position + len(done.forced), timings_ms=done.timer.done(),
-                       next_piece=lm.piece(done.token))
+                       next_piece=lm.piece(done.token), kv=done.kv)
 
 
 def round_event(lm: LM, config: DSparkConfig, cost: CostTable | None, step: RoundStep,
@@ -279,7 +284,7 @@ def round_event(lm: LM, config: DSparkConfig, cost: CostTable | None, step: Roun
         next_draw=outcome.next_draw, emitted=cut_at_eos(outcome.emitted, lm.eos_ids, step.room),
         lossy=config.is_lossy, fed_tokens=len(result.tokens), timings_ms=result.timer.done(),
         next_piece=lm.piece(outcome.next_token), lookup=lookup.match if lookup else None,
-        lookup_scores=lookup.scores if lookup else None)
+        lookup_scores=lookup.scores if lookup else None, kv=result.kv)
 
 
 def lattice_columns(lm: LM, draft: LatticeDraft) -> tuple[LatticeColumn, ...]:

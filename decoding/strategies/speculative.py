@@ -17,12 +17,12 @@ from decoding.core.config import COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, Speculativ
 from decoding.core.formulas import cut_at_eos, round_metrics
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import sample_inverse_cdf
-from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, ProbEntry, SpecRound
+from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, KVMemory, ProbEntry, SpecRound
 from decoding.drafters.base import Drafter, DraftRequest, Proposal
 from decoding.drafters.factory import make_drafter
 from decoding.runtime.cost_table import AUTO, load_table
 from decoding.runtime.hooks import tap_decoder_rows
-from decoding.runtime.models import LM, Timer
+from decoding.runtime.models import LM, Timer, kv_memory
 from decoding.strategies import adaptive_gamma as spec_cost
 
 # ---------------------------------------------------------------- pure acceptance math
@@ -135,6 +135,7 @@ class Speculator:
         n_verify, reason = self._verified_count(proposal, gamma, min(gamma, cap), reason)
         raw = self._verify(context, proposal)                     # (n+1, V)
         timer.lap("verify")
+        peak = kv_memory(self.cache).bytes
         processed = self.pipeline(raw)                            # (n+1, V)
         p_target = processed.softmax(-1)                          # (n+1, V)
         verdicts = self._accept(raw, p_target, proposal, n_verify)
@@ -147,7 +148,8 @@ class Speculator:
         return spec_event(self.lm, self.config, SpecResult(
             index=index, position=len(context) - len(forced_now), forced=tuple(forced_now), drafter=drafter,
             reason=reason, choice=choice, proposal=proposal, n_verify=n_verify, processed=processed,
-            p_target=p_target, verdicts=verdicts, new=new, cropped=cropped, fed=self.last_fed, timer=timer))
+            p_target=p_target, verdicts=verdicts, new=new, cropped=cropped, fed=self.last_fed, timer=timer,
+            kv=kv_memory(self.cache, peak_bytes=peak)))
 
     def _gamma_for(self, context: list[int]):
         """(γ, why, cost-aware choice or None) for the round after `context`."""
@@ -292,6 +294,7 @@ class SpecResult:
     cropped: tuple[int, int]            # positions cropped from the target cache, the drafter's
     fed: int                            # tokens in the target forward
     timer: Timer                        # read (done) when the event is built
+    kv: KVMemory | None = None          # the target cache at its peak and after the rollback
 
 
 def spec_event(lm: LM, config: SpeculativeConfig, result: SpecResult) -> SpecRound:
@@ -309,7 +312,8 @@ def spec_event(lm: LM, config: SpeculativeConfig, result: SpecResult) -> SpecRou
         residual_top=residual_top(lm, config.top_n, verdicts.residual), emitted=result.forced + tuple(new),
         forced_ids=result.forced, fed_tokens=result.fed, kv_cropped_target=result.cropped[0],
         kv_cropped_draft=result.cropped[1], lookup=result.proposal.lookup, timings_ms=result.timer.done(),
-        final_piece=lm.piece(verdicts.final_id) if kind != "none" else "", gamma_choice=result.choice)
+        final_piece=lm.piece(verdicts.final_id) if kind != "none" else "", gamma_choice=result.choice,
+        kv=result.kv)
 
 
 def draft_positions(lm: LM, top_n: int, result: SpecResult, target_tops) -> tuple[DraftPosition, ...]:
