@@ -4,7 +4,7 @@ import streamlit as st
 
 from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES, run_lockstep
-from ui.views import figures, tables
+from ui.views import figures, memory, tables
 from ui.widgets import display, keys, session, sidebar
 from ui.widgets.params import build_config
 
@@ -68,3 +68,6 @@ if traces:
     rates = {label: t.stats.per_position_acceptance for label, t in traces.items()}
     if any(rates.values()):
         display.plot(figures.per_position_lanes(rates), "cmp.per_position", "compare-per-position-acceptance")
+    held = memory.memory_figure({label: t.steps for label, t in traces.items()})
+    if held is not None:
+        display.plot(held, "cmp.memory", "compare-kv-cache")

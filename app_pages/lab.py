@@ -8,10 +8,12 @@ st.title("Lab")
 st.caption("Each section measures one claim on the model and device the sidebar has chosen. Results are kept for "
            "this session per model, device and settings; Measure runs again. Tables download as CSV, charts as "
            "SVG (the button) or PNG (the camera in the chart's toolbar).")
-cost, throughput, accepted = st.tabs(["Cost of a forward", "Throughput and latency", "Acceptance"])
+cost, throughput, accepted, held = st.tabs(["Cost of a forward", "Throughput and latency", "Acceptance", "Memory"])
 with cost:
     lab_panels.cost_panel(settings)
 with throughput:
     lab_panels.throughput_panel(settings)
 with accepted:
     lab_panels.acceptance_panel()
+with held:
+    lab_panels.memory_panel()

@@ -113,7 +113,7 @@ def test_acceptance_shows_the_playground_rounds(tiny_dir):
     from test_app import run_state, run_to_end
 
     at = lab_page()
-    assert any("Run speculative decoding or DSpark" in c.value for c in at.caption)
+    assert any("Run something in the Playground" in c.value for c in at.caption)
     at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "3", "max_new": "12",
                   "prompt": "one two one two one two one two"})
     run_to_end(at)
@@ -134,3 +134,30 @@ def test_acceptance_of_a_run_without_drafts_says_so(tiny_dir):
     at.switch_page(LAB).run()
     ok(at)
     assert any("verified no drafts" in i.value for i in at.info)
+
+
+def test_memory_of_the_playground_run(tiny_dir):
+    from test_app import run_state, run_to_end
+
+    at = new_app({"strategy": "beam", "num_beams": "3", "max_new": "5"})
+    run_to_end(at)
+    steps = run_state(at).events
+    at.switch_page(LAB).run()
+    ok(at)
+    assert any("3 sequences" in m.value for m in at.markdown)
+    line = chart_titled(at, "KV cache held")["data"][0]
+    assert line["y"] == [s.kv.bytes / 1e6 for s in steps]
+    assert list(frame_with(at, "held_mb")["sequences"]) == [3] * len(steps)
+
+
+def test_compare_draws_the_cache_of_each_lane(tiny_dir):
+    at = new_app({"max_new": "4"})
+    at.switch_page("app_pages/compare.py").run()
+    at.selectbox(key=keys.lane_strategy(0)).set_value("greedy")
+    at.selectbox(key=keys.lane_strategy(1)).set_value("beam").run()
+    at.button(key=keys.COMPARE_RUN).click().run()
+    ok(at)
+    lines = chart_titled(at, "KV cache held")["data"]
+    assert [d["name"] for d in lines] == ["1: greedy", "2: beam"]
+    beams = at.session_state[keys.COMPARE]["2: beam"].steps[0].kv.sequences
+    assert lines[1]["y"][0] == pytest.approx(beams * lines[0]["y"][0])

@@ -19,7 +19,7 @@ from decoding.core.measures import (
 from decoding.lab.forward_cost import measure_cost
 from decoding.lab.throughput import measure_throughput
 from decoding.runtime.engine_thread import ENGINE
-from ui.views import acceptance, lab
+from ui.views import acceptance, lab, memory
 from ui.widgets import display, keys, session
 from ui.widgets.params import Settings
 
@@ -129,6 +129,35 @@ def acceptance_panel() -> None:
     st.subheader("Acceptance at a glance")
     st.caption("Every verification round of a speculative or DSpark trace: which draft positions were accepted, "
                "rejected, or not reached because an earlier one was rejected — where drafting pays off.")
+    events = _trace_events(keys.LAB_ACC_SOURCE)
+    if events is None:
+        return
+    fig = acceptance.heatmap(events)
+    if fig is None:
+        st.info("This trace verified no drafts: run speculative decoding or DSpark.")
+        return
+    display.plot(fig, "lab.acceptance", "lab-acceptance-heatmap")
+    display.table(acceptance.position_table(events), "lab.acceptance_table", "lab-acceptance-per-position")
+
+
+def memory_panel() -> None:
+    st.subheader("Memory")
+    st.caption("The target's KV cache after every step of a trace: it grows by one position per token and "
+               "sequence, beam search holds one copy per beam, and a speculative or DSpark round holds its drafts "
+               "until the rejected ones are rolled back. Compare draws one line per lane.")
+    events = _trace_events(keys.LAB_MEM_SOURCE)
+    if events is None:
+        return
+    st.markdown(memory.memory_summary(events))
+    fig = memory.memory_figure({"this trace": events})
+    if fig is not None:
+        display.plot(fig, "lab.memory", "lab-kv-cache")
+        display.table(lab.rounded(memory.memory_table(events)), "lab.memory_table", "lab-kv-cache")
+
+
+def _trace_events(key: str) -> list | None:
+    """The events of the trace the user picks (the Playground's run, the trace replayed on the Traces
+    page); None, with a note, when there is neither."""
     sources = {}
     run = st.session_state.get(keys.RUN)
     if run is not None and run.events:
@@ -137,13 +166,6 @@ def acceptance_panel() -> None:
     if replay is not None:
         sources["the trace replayed on the Traces page"] = replay.steps
     if not sources:
-        st.caption("Run speculative decoding or DSpark in the Playground, or replay a trace on the Traces page.")
-        return
-    label = st.radio("Trace", list(sources), horizontal=True, key=keys.LAB_ACC_SOURCE)
-    events = sources[label]
-    fig = acceptance.heatmap(events)
-    if fig is None:
-        st.info("This trace verified no drafts: run speculative decoding or DSpark.")
-        return
-    display.plot(fig, "lab.acceptance", "lab-acceptance-heatmap")
-    display.table(acceptance.position_table(events), "lab.acceptance_table", "lab-acceptance-per-position")
+        st.caption("Run something in the Playground, or replay a trace on the Traces page.")
+        return None
+    return sources[st.radio("Trace", list(sources), horizontal=True, key=key)]
