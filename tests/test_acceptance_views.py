@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 from dspark_helpers import one_thread, varied_llama
 
-from decoding.core.config import DSparkConfig, SpeculativeConfig
+from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.core.trace import PlanNode
 from decoding.runner import run
 from ui.views import acceptance
@@ -89,3 +89,57 @@ def test_heatmap_rows_columns_and_marks(spec_trace):
     assert list(heat.text[0][:len(first)]) == [acceptance.MARKS[c] for c in first]
     assert [t.name for t in fig.data[1:]] == ["✓ accepted", "✗ rejected", "· not reached"]
     assert acceptance.heatmap([]) is None
+
+
+# ---------------------------------------------------------------- the target's entropy where a draft was judged
+def greedy_entropy_at(lm, prompt, trace):
+    """The greedy run's raw entropy per absolute position (temperature 0: the same tokens as the trace)."""
+    greedy = run(lm, prompt, GreedyConfig(max_new_tokens=len(trace.output_ids)))
+    assert greedy.output_ids == trace.output_ids
+    return {s.position: s.entropy_raw for s in greedy.steps}
+
+
+def test_spec_entropy_is_greedys_at_the_same_position(lm, spec_trace):
+    by_position = greedy_entropy_at(lm, list(spec_trace.prompt_ids), spec_trace)
+    checked = 0
+    for r in spec_trace.steps:
+        for d in r.drafts[:r.accepted + 1]:         # the context of these is the greedy run's
+            if r.position + d.index in by_position and d.verdict in ("accepted", "rejected"):
+                assert d.target_entropy == pytest.approx(by_position[r.position + d.index], abs=1e-4)
+                checked += 1
+    assert checked >= 5
+    # negative control: one position later is another distribution
+    r = next(r for r in spec_trace.steps if r.accepted >= 1)
+    assert r.drafts[0].target_entropy != pytest.approx(by_position[r.position + 1], abs=1e-4)
+
+
+def test_dspark_node_entropy_is_greedys_at_its_parent(lm, dspark_trace):
+    by_position = greedy_entropy_at(lm, list(dspark_trace.prompt_ids), dspark_trace)
+    checked = 0
+    for r in dspark_trace.steps[1:]:
+        path = {0, *r.accepted_path}
+        for n in r.nodes:
+            if n.parent in path and r.position + n.depth - 1 in by_position:
+                assert n.target_entropy == pytest.approx(by_position[r.position + n.depth - 1], abs=1e-4)
+                checked += 1
+    assert checked >= 5
+
+
+def test_entropy_samples_and_figure(spec_trace):
+    table = acceptance.entropy_samples(spec_trace.steps)
+    judged = [d for r in spec_trace.steps for d in r.drafts if d.verdict in ("accepted", "rejected")]
+    assert len(table) == len(judged) and table["accepted"].sum() == sum(d.verdict == "accepted" for d in judged)
+    fig = acceptance.entropy_figure(spec_trace.steps)
+    assert [t.name for t in fig.data] == ["✓ accepted", "✗ rejected", "share accepted (binned)"]
+    assert sum(int(t.split()[0]) for t in fig.data[2].text) == len(table)
+    old = [dataclasses.replace(r, drafts=tuple(dataclasses.replace(d, target_entropy=None) for d in r.drafts))
+           for r in spec_trace.steps]
+    assert acceptance.entropy_figure(old) is None
+
+
+def test_binned_mean():
+    # bins [0, 2) and [2, 4]: 2.0 opens the second bin, 4.0 (the maximum) closes it
+    assert acceptance.binned_mean([0.0, 1.0, 2.0, 4.0], [True, False, False, False], bins=2) == \
+        [(1.0, 0.5, 2), (3.0, 0.0, 2)]
+    assert acceptance.binned_mean([1.5, 1.5], [True, False], bins=4) == [(2.0, 0.5, 2)]
+    assert acceptance.binned_mean([], []) == []

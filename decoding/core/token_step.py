@@ -20,6 +20,12 @@ def entropy_of_logp(logp: torch.Tensor) -> float:
     return float(-(logp.exp() * logp.nan_to_num(neginf=0.0)).sum())
 
 
+def row_entropies(logits: torch.Tensor) -> list[float]:
+    """Entropy in nats of softmax of each row, -inf entries contributing 0. (n, V) -> n floats"""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return (-(logp.exp() * logp.nan_to_num(neginf=0.0)).sum(-1)).tolist()
+
+
 def sample_inverse_cdf(probs: torch.Tensor, generator: torch.Generator) -> tuple[int, float]:
     """Draw u ~ U[0,1) from `generator` (on the CPU, so draws do not depend on the device) and return
     the first token whose cumulative probability exceeds u. A zero-probability token is never chosen."""

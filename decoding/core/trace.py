@@ -26,7 +26,8 @@ from decoding.core.trace_check import check_trace, key_part
 
 SCHEMA_VERSION = "1.3"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
 #                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
-#                          1.3: kv (KVMemory) on every step event: the target's KV cache after the step
+#                          1.3: kv (KVMemory) on every step event: the target's KV cache after the step;
+#                               target_entropy on DraftPosition and PlanNode
 MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
 
 
@@ -228,6 +229,7 @@ class DraftPosition:
     draft_draw: float | None = None  # the u that sampled the draft token (sampled draft models)
     target_top: tuple[Candidate, ...] = ()  # target's processed top-N at this position
     draft_top: tuple[Candidate, ...] = ()   # drafter's processed top-N (draft models only)
+    target_entropy: float | None = None     # nats, of the target's raw distribution here (None before 1.3)
 
 
 @dataclass(frozen=True)
@@ -339,6 +341,7 @@ class PlanNode:
     draw: float | None             # the uniform compared with p_accept; None at temperature 0
     verdict: str                   # accepted | rejected | not_reached
     lookup: bool = False           # on prompt lookup's chain (scored by its acceptance rate)
+    target_entropy: float | None = None  # nats, of the target's raw distribution at its parent (None before 1.3)
 
 
 @dataclass(frozen=True)

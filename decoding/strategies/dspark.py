@@ -19,7 +19,7 @@ from decoding.core.config import FEATURE_HEAD, PARALLEL_ALIASES, DSparkConfig
 from decoding.core.errors import check
 from decoding.core.formulas import cut_at_eos, round_metrics, survival
 from decoding.core.processors import build_pipeline
-from decoding.core.token_step import sample_inverse_cdf
+from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import ChainDP, DSparkRound, KVMemory, LatticeCell, LatticeColumn, PlanNode, SizeChoiceInfo
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter, load_feature_lattice
 from decoding.drafters.lattice_lookup import LookupInput, LookupRate, boost_chain, continuation, hits, lookup_nodes
@@ -120,6 +120,7 @@ class RoundResult:
     produced: torch.Tensor             # (1 + accepted, F) the rows that produced the emitted tokens
     timer: Timer                       # read (done) when the event is built
     kv: KVMemory | None = None         # the target cache at its peak (the tree verified) and compacted
+    logits: torch.Tensor | None = None  # (q, V) the target's raw logits at each node (their entropies)
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ class DSparkDecoder:
         compact_cache(self.cache, past, kept)
         timer.lap("cache")
         return RoundResult(draft, plan, choice, tokens, parents, p_rows, outcome, rows[kept], timer,
-                           kv_memory(self.cache, peak_bytes=peak))
+                           kv_memory(self.cache, peak_bytes=peak), logits)
 
     def advance(self, step: RoundStep, emitted: Sequence[int], produced: torch.Tensor) -> None:
         """After a round: the context, the history rows (at most the drafter's span) and the lookup rate."""
@@ -318,6 +319,7 @@ def plan_nodes(lm: LM, result: RoundResult) -> tuple[PlanNode, ...]:
     tokens, parents, outcome = result.tokens, result.parents, result.outcome
     checks, accepted, depth = {c.node: c for c in outcome.checks}, set(outcome.accepted), depths(parents)
     scores, survival, cands = plan_scores(result.plan)
+    entropies = row_entropies(result.logits) if result.logits is not None else [None] * len(tokens)
     on_chain = lookup_nodes(cands, [p - 1 for p in parents[1:]], result.draft.extra)
     out = []
     for i in range(1, len(tokens)):
@@ -326,7 +328,7 @@ def plan_nodes(lm: LM, result: RoundResult) -> tuple[PlanNode, ...]:
         out.append(PlanNode(i, parents[i], depth[i], cands[i - 1], tokens[i], lm.piece(tokens[i]),
                             float(scores[i - 1]), survival[i - 1], float(result.p_rows[parents[i], tokens[i]]),
                             chk.p_accept if chk else None, chk.draw if chk else None, verdict,
-                            lookup=on_chain[i - 1]))
+                            lookup=on_chain[i - 1], target_entropy=entropies[parents[i]]))
     return tuple(out)
 
 

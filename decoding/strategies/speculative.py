@@ -16,7 +16,7 @@ from decoding.core.acceptance import residual as point_mass_residual  # the one 
 from decoding.core.config import COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
 from decoding.core.formulas import cut_at_eos, round_metrics
 from decoding.core.processors import Pipeline, build_pipeline
-from decoding.core.token_step import sample_inverse_cdf
+from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, KVMemory, ProbEntry, SpecRound
 from decoding.drafters.base import Drafter, DraftRequest, Proposal
 from decoding.drafters.factory import make_drafter
@@ -149,7 +149,7 @@ class Speculator:
             index=index, position=len(context) - len(forced_now), forced=tuple(forced_now), drafter=drafter,
             reason=reason, choice=choice, proposal=proposal, n_verify=n_verify, processed=processed,
             p_target=p_target, verdicts=verdicts, new=new, cropped=cropped, fed=self.last_fed, timer=timer,
-            kv=kv_memory(self.cache, peak_bytes=peak)))
+            kv=kv_memory(self.cache, peak_bytes=peak), raw=raw))
 
     def _gamma_for(self, context: list[int]):
         """(γ, why, cost-aware choice or None) for the round after `context`."""
@@ -295,6 +295,7 @@ class SpecResult:
     fed: int                            # tokens in the target forward
     timer: Timer                        # read (done) when the event is built
     kv: KVMemory | None = None          # the target cache at its peak and after the rollback
+    raw: torch.Tensor | None = None     # (n+1, V) the target's raw logits (their entropies go in the trace)
 
 
 def spec_event(lm: LM, config: SpeculativeConfig, result: SpecResult) -> SpecRound:
@@ -326,6 +327,7 @@ def draft_positions(lm: LM, top_n: int, result: SpecResult, target_tops) -> tupl
     tokens = torch.tensor(proposal.tokens, device=p_target.device)
     p_x = p_target[rows, tokens].tolist()                                          # (n,)
     q_draft = proposal.q_draft
+    entropies = row_entropies(result.raw[:n]) if result.raw is not None else [None] * n
     if q_draft is None:
         q_x, masses, draft_tops = [None] * n, p_x, [()] * n
     else:
@@ -339,7 +341,7 @@ def draft_positions(lm: LM, top_n: int, result: SpecResult, target_tops) -> tupl
         u=verdicts.us[k] if k < len(verdicts.us) else None,
         verdict=_verdict(k, result.n_verify, verdicts.accepted),
         draft_draw=proposal.draft_draws[k] if k < len(proposal.draft_draws) else None,
-        target_top=target_tops[k], draft_top=draft_tops[k])
+        target_top=target_tops[k], draft_top=draft_tops[k], target_entropy=entropies[k])
         for k, token in enumerate(proposal.tokens))
 
 

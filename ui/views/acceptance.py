@@ -1,5 +1,6 @@
 """Acceptance at a glance, from a speculative or DSpark trace alone: a heatmap of rounds × draft positions
-(accepted / rejected / not reached) and a table per position. Pure (no streamlit, no torch).
+(accepted / rejected / not reached), a table per position, and acceptance against the target's entropy
+where each draft was judged. Pure (no streamlit, no torch).
 
 A speculative round's position k is its k-th draft's verdict. A DSpark round verifies a chain or a tree;
 its position k is accepted when the accepted path reaches depth k, rejected at the first depth the path
@@ -76,4 +77,64 @@ def heatmap(events: Sequence) -> go.Figure | None:
                       yaxis={"autorange": "reversed", "title": ""}, plot_bgcolor="white",
                       height=min(900, 140 + 18 * len(rows)), legend={"orientation": "h", "y": -0.05},
                       margin={"t": 80, "b": 10, "l": 10, "r": 10})
+    return fig
+
+
+# ---------------------------------------------------------------- acceptance against the target's entropy
+ENTROPY_BINS = 8
+
+
+def entropy_samples(events: Sequence) -> pd.DataFrame:
+    """One row per judged draft (accepted or rejected; a draft not reached was never compared): the
+    target's entropy (nats, raw distribution) where it was judged, its position, and whether it was accepted.
+    Rounds recorded before schema 1.3 have no entropy and give no rows."""
+    rows = []
+    for event in events:
+        kind = getattr(event, "kind", "")
+        judged = (event.drafts if kind == "spec_round" else event.nodes if kind == "dspark_round" else ())
+        for item in judged:
+            if item.verdict in ("accepted", "rejected") and item.target_entropy is not None:
+                position = item.index + 1 if kind == "spec_round" else item.depth
+                rows.append({"round": event.index, "position": position, "entropy": item.target_entropy,
+                             "accepted": item.verdict == "accepted"})
+    return pd.DataFrame(rows, columns=["round", "position", "entropy", "accepted"])
+
+
+def binned_mean(xs: Sequence[float], hits: Sequence[bool], bins: int = ENTROPY_BINS) -> list[tuple[float, float, int]]:
+    """Equal-width bins over [min x, max x]: (bin centre, share of hits, count) for every non-empty bin."""
+    if not xs:
+        return []
+    low, high = min(xs), max(xs)
+    width = (high - low) / bins or 1.0
+    sums: dict[int, list] = {}
+    for x, hit in zip(xs, hits):
+        b = min(int((x - low) / width), bins - 1)
+        acc = sums.setdefault(b, [0, 0])
+        acc[0] += bool(hit)
+        acc[1] += 1
+    return [(low + (b + 0.5) * width, h / n, n) for b, (h, n) in sorted(sums.items())]
+
+
+def entropy_figure(events: Sequence) -> go.Figure | None:
+    """Each judged draft at (entropy, accepted 1 / rejected 0), a little spread vertically so that the
+    points do not hide each other, and the binned share accepted as a line; None without samples."""
+    table = entropy_samples(events)
+    if table.empty:
+        return None
+    spread = [((i * 37) % 11 - 5) * 0.012 for i in range(len(table))]     # fixed, so the chart is reproducible
+    fig = go.Figure()
+    for verdict, hit, color, symbol in ((ACCEPTED, True, palette.GREEN, "circle"),
+                                        (REJECTED, False, palette.VERMILLION, "x")):
+        part = [(e, float(hit) + s) for e, a, s in zip(table["entropy"], table["accepted"], spread) if a == hit]
+        fig.add_scatter(x=[e for e, _ in part], y=[y for _, y in part], mode="markers",
+                        name=f"{MARKS[verdict]} {verdict}", marker={"color": color, "symbol": symbol, "size": 6,
+                                                                    "opacity": 0.6})
+    bins = binned_mean(table["entropy"].tolist(), table["accepted"].tolist())
+    fig.add_scatter(x=[c for c, _, _ in bins], y=[m for _, m, _ in bins], mode="lines+markers",
+                    name="share accepted (binned)", line={"color": palette.BLUE, "width": 3},
+                    text=[f"{n} drafts" for *_, n in bins],
+                    hovertemplate="entropy %{x:.2f}: %{y:.2f} (%{text})<extra></extra>")
+    fig.update_layout(title="Acceptance against the target's entropy where each draft was judged",
+                      xaxis_title="target entropy (nats)", yaxis={"title": "accepted", "range": [-0.15, 1.15]},
+                      legend={"orientation": "h", "y": -0.25}, height=380, margin={"t": 50, "b": 10, "l": 10, "r": 10})
     return fig

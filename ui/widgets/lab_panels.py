@@ -138,6 +138,13 @@ def acceptance_panel() -> None:
         return
     display.plot(fig, "lab.acceptance", "lab-acceptance-heatmap")
     display.table(acceptance.position_table(events), "lab.acceptance_table", "lab-acceptance-per-position")
+    by_entropy = acceptance.entropy_figure(events)
+    if by_entropy is None:
+        st.caption("Acceptance against the target's entropy needs a trace recorded with schema 1.3 or later.")
+        return
+    st.caption("Where the target is sure (low entropy) a draft that agrees with it is accepted; where it hesitates, "
+               "drafts are rejected more often. Each point is a draft the target judged.")
+    display.plot(by_entropy, "lab.acceptance_entropy", "lab-acceptance-entropy")
 
 
 def memory_panel() -> None:
