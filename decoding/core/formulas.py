@@ -164,3 +164,55 @@ def flattening_point(xs: Sequence[float], ys: Sequence[float], min_gain: float =
         if y1 / y0 < (1 + min_gain) ** doublings:
             return x0
     return None
+
+
+def chi2_sf(statistic: float, df: int) -> float:
+    """P(X >= statistic) for X ~ χ² with `df` degrees of freedom: the regularized upper incomplete gamma
+    function Q(df/2, statistic/2), by its power series below a + 1 and its continued fraction above."""
+    if df < 1:
+        raise ValueError(f"chi2_sf needs df >= 1, got {df}")
+    a, x = df / 2, statistic / 2
+    if x <= 0:
+        return 1.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:                                   # P(a, x) = e^{-x} x^a / Γ(a) · Σ x^n / (a (a+1) … (a+n))
+        term = total = 1 / a
+        n = 1
+        while abs(term) > abs(total) * 1e-15 and n < 10_000:
+            term *= x / (a + n)
+            total += term
+            n += 1
+        return max(0.0, 1 - math.exp(log_front) * total)
+    tiny = 1e-300                                   # Q(a, x) by Lentz's method on its continued fraction
+    b = x + 1 - a
+    c, d = 1 / tiny, 1 / b
+    h = d
+    for i in range(1, 10_000):
+        an = -i * (i - a)
+        b += 2
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1 / d
+        step = d * c
+        h *= step
+        if abs(step - 1) < 1e-15:
+            break
+    return min(1.0, math.exp(log_front) * h)
+
+
+def chi_square(counts: Sequence[int], expected_probs: Sequence[float], min_expected: float = 5.0
+               ) -> tuple[float, int, float]:
+    """Pearson's χ² of `counts` against `expected_probs` (same order, summing to 1): categories expected
+    fewer than `min_expected` times are pooled into one (dropped if still under it). -> (statistic,
+    degrees of freedom, p-value); p-value 1.0 when fewer than two categories are left."""
+    n = sum(counts)
+    big = [(c, p * n) for c, p in zip(counts, expected_probs) if p * n >= min_expected]
+    pooled = [(c, p * n) for c, p in zip(counts, expected_probs) if p * n < min_expected]
+    rest = (sum(c for c, _ in pooled), sum(e for _, e in pooled))
+    cells = big + ([rest] if rest[1] >= min_expected else [])
+    if len(cells) < 2:
+        return 0.0, 0, 1.0
+    statistic = sum((c - e) ** 2 / e for c, e in cells)
+    return statistic, len(cells) - 1, chi2_sf(statistic, len(cells) - 1)

@@ -91,3 +91,57 @@ class BatchDecode:
     def latency_ms(self, q: float) -> float:
         """The q-th percentile of the time a request waits for its next token (one step)."""
         return percentile(self.step_ms, q)
+
+
+# ---------------------------------------------------------------- the losslessness lab
+LOSSLESS_RULES = ("speculative", "dspark", "lossy", "retrospective")
+LOSSLESS = {"speculative": True, "dspark": True, "lossy": False, "retrospective": False}   # what each claims
+
+
+@dataclass(frozen=True)
+class LosslessConfig:
+    """The next token after the prompt under the target's settings (temperature, top-k) and a draft
+    distribution (the same model under its own temperature and top-k), checked rule by rule."""
+    temperature: float = 1.0
+    top_k: int = 8
+    draft_temperature: float = 2.0
+    draft_top_k: int = 8
+    candidates: int = 2              # DSpark's candidates at the first position (the draft's top ones)
+    lossy_threshold: float = 0.1     # the lossy mode accepts a candidate outright above this p_target
+    samples: int = 2000              # seeded rounds per rule for the empirical histogram
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("temperature", "draft_temperature"):
+            value = getattr(self, name)
+            check(isinstance(value, (int, float)) and not isinstance(value, bool) and 0.05 <= value <= 10, name, value,
+                  "must be a number in [0.05, 10] (sampling; temperature 0 has nothing to check)")
+        check_count("top_k", self.top_k, 50)
+        check_count("draft_top_k", self.draft_top_k, 50)
+        check_count("candidates", self.candidates, 8)
+        check(isinstance(self.lossy_threshold, (int, float)) and not isinstance(self.lossy_threshold, bool)
+              and 0 < self.lossy_threshold < 1, "lossy_threshold", self.lossy_threshold, "must be a number in (0, 1)")
+        check_count("samples", self.samples, 100_000)
+        check(isinstance(self.seed, int) and not isinstance(self.seed, bool) and self.seed >= 0, "seed", self.seed,
+              "must be an integer >= 0")
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    rule: str
+    exact: tuple[float, ...]         # the next token's distribution over the support, computed exactly
+    counts: tuple[int, ...]          # how often each support token came out of `samples` seeded rounds
+    tv_distance: float               # ½ Σ |exact − p_target|
+    chi2: float
+    dof: int
+    p_value: float                   # of the counts against p_target
+
+
+@dataclass(frozen=True)
+class LosslessResult:
+    token_ids: tuple[int, ...]       # the support: every token either distribution can give
+    pieces: tuple[str, ...]
+    p_target: tuple[float, ...]
+    q_draft: tuple[float, ...]
+    candidates: tuple[int, ...]      # support indices of DSpark's first-position candidates
+    outcomes: tuple[RuleOutcome, ...]
