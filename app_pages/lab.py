@@ -8,7 +8,8 @@ st.title("Lab")
 st.caption("Each section measures one claim on the model and device the sidebar has chosen. Results are kept for "
            "this session per model, device and settings; Measure runs again. Tables download as CSV, charts as "
            "SVG (the button) or PNG (the camera in the chart's toolbar).")
-cost, throughput, accepted, held = st.tabs(["Cost of a forward", "Throughput and latency", "Acceptance", "Memory"])
+cost, throughput, accepted, held, exact = st.tabs(["Cost of a forward", "Throughput and latency", "Acceptance",
+                                                   "Memory", "Losslessness"])
 with cost:
     lab_panels.cost_panel(settings)
 with throughput:
@@ -17,3 +18,5 @@ with accepted:
     lab_panels.acceptance_panel()
 with held:
     lab_panels.memory_panel()
+with exact:
+    lab_panels.lossless_panel(settings)

@@ -161,3 +161,17 @@ def test_compare_draws_the_cache_of_each_lane(tiny_dir):
     assert [d["name"] for d in lines] == ["1: greedy", "2: beam"]
     beams = at.session_state[keys.COMPARE]["2: beam"].steps[0].kv.sequences
     assert lines[1]["y"][0] == pytest.approx(beams * lines[0]["y"][0])
+
+
+def test_losslessness_measures_and_refuses_no_samples(tiny_dir):
+    at = lab_page()
+    assert frame_with(at, "P(A)").shape[0] == 5                       # the worked example needs no model
+    at.number_input(key=keys.LAB_LL_SAMPLES).set_value(500)
+    at.button(key=keys.LAB_LL_RUN).click().run()
+    ok(at)
+    assert not errors(at)
+    table = frame_with(at, "claims_lossless")
+    assert list(table["samples"]) == [500] * 4
+    assert chart_titled(at, "exact distribution under each rule")["data"][0]["name"].startswith("p_target")
+    at.number_input(key=keys.LAB_LL_SAMPLES).set_value(0).run()
+    assert "samples=0 is invalid: must be an integer in [1, 100000]" in errors(at)

@@ -14,12 +14,14 @@ from decoding.core.measures import (
     FEW_TOKENS,
     THROUGHPUT_BATCHES,
     CostConfig,
+    LosslessConfig,
     ThroughputConfig,
 )
 from decoding.lab.forward_cost import measure_cost
+from decoding.lab.lossless import measure_lossless
 from decoding.lab.throughput import measure_throughput
 from decoding.runtime.engine_thread import ENGINE
-from ui.views import acceptance, lab, memory
+from ui.views import acceptance, lab, lossless, memory
 from ui.widgets import display, keys, session
 from ui.widgets.params import Settings
 
@@ -176,3 +178,45 @@ def _trace_events(key: str) -> list | None:
         st.caption("Run something in the Playground, or replay a trace on the Traces page.")
         return None
     return sources[st.radio("Trace", list(sources), horizontal=True, key=key)]
+
+
+def lossless_panel(settings: Settings) -> None:
+    st.subheader("Losslessness")
+    st.caption("The next token after the sidebar's prompt: the target's distribution p_target under the settings "
+               "below, a draft distribution q_draft (the same model under the draft's temperature and top-k — any "
+               "draft would do, the exact rules do not care), and what each acceptance rule makes of them: computed "
+               "exactly, and sampled in seeded rounds of the engine's own code with a χ² test against p_target.")
+    cols = st.columns(4)
+    temperature = cols[0].number_input("Temperature", 0.05, 10.0, 1.0, 0.1, key=keys.LAB_LL_TEMP)
+    top_k = cols[1].number_input("Top-k", 1, 50, 8, key=keys.LAB_LL_TOPK)
+    draft_temperature = cols[2].number_input("Draft temperature", 0.05, 10.0, 2.0, 0.1, key=keys.LAB_LL_DTEMP)
+    draft_top_k = cols[3].number_input("Draft top-k", 1, 50, 8, key=keys.LAB_LL_DTOPK)
+    cols = st.columns(4)
+    candidates = cols[0].number_input("DSpark candidates", 1, 8, 2, key=keys.LAB_LL_CANDS)
+    threshold = cols[1].number_input("Lossy threshold", 0.01, 0.99, 0.1, 0.01, key=keys.LAB_LL_THRESHOLD)
+    samples = cols[2].number_input("Samples per rule", 0, 100_000, 2000, 500, key=keys.LAB_LL_SAMPLES)
+    seed = cols[3].number_input("Seed", 0, 2**31, 0, key=keys.LAB_LL_SEED)
+    config = _config_or_error(lambda: LosslessConfig(
+        temperature=float(temperature), top_k=int(top_k), draft_temperature=float(draft_temperature),
+        draft_top_k=int(draft_top_k), candidates=int(candidates), lossy_threshold=float(threshold),
+        samples=int(samples), seed=int(seed)))
+    if config is not None:
+        clicked = st.button("Measure", key=keys.LAB_LL_RUN, type="primary")
+        events = _measured(("lossless", settings.prompt, settings.chat_template), settings, config, 1,
+                           lambda lm: _lossless(lm, settings, config), clicked)
+        if events is None:
+            st.caption("Not measured yet for this model, device, prompt and these settings.")
+        else:
+            result = events[0]
+            display.table(lossless.rules_table(result), "lab.lossless_table", "lab-losslessness")
+            display.plot(lossless.distribution_figure(result), "lab.lossless_exact", "lab-losslessness-exact")
+            display.plot(lossless.samples_figure(result), "lab.lossless_samples", "lab-losslessness-samples")
+    st.markdown("**The worked example** (the DSpark paper's Appendix A, computed now in fractions): p_target = "
+                "(0.7, 0.3) over tokens A and B, q_draft = (0.5, 0.5). A plan that keeps, of two drafts, the one "
+                "the target will like better has looked at the verdict: it moves p_target to (0.85, 0.15).")
+    display.table(lossless.worked_example(), "lab.lossless_example", "lab-losslessness-worked-example")
+
+
+def _lossless(lm, settings: Settings, config: LosslessConfig) -> Iterator:
+    prompt_ids = lm.encode(settings.prompt, chat_template=settings.chat_template)
+    yield measure_lossless(lm, prompt_ids, config)

@@ -1,0 +1,91 @@
+"""The losslessness lab's views: the next token's distribution under each rule beside p_target, the
+sampled rounds' histogram, a verdict table with the total-variation distance and the χ² p-value, and the
+design card's worked example computed live. Pure (no streamlit)."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pandas as pd
+import plotly.graph_objects as go
+
+from decoding.core.measures import LOSSLESS, LosslessResult
+from decoding.lab.lossless import retrospective_exact, speculative_exact, tree_exact
+from ui.views import palette
+from ui.views.figures import plot_text
+
+RULE_NAMES = {"speculative": "speculative (ratio rule)", "dspark": "DSpark (tree rule)",
+              "lossy": "DSpark lossy mode", "retrospective": "retrospective plan"}
+RULE_STYLE = {"speculative": (palette.BLUE, ""), "dspark": (palette.GREEN, "/"),
+              "lossy": (palette.VERMILLION, "x"), "retrospective": (palette.PURPLE, ".")}
+SIGNIFICANCE = 0.001       # a p-value below this: the samples are not drawn from p_target
+
+
+def _labels(result: LosslessResult) -> list[str]:
+    return [plot_text(f"{piece!r}") for piece in result.pieces]
+
+
+def rules_table(result: LosslessResult) -> pd.DataFrame:
+    n = sum(result.outcomes[0].counts) if result.outcomes else 0
+    return pd.DataFrame([{
+        "rule": RULE_NAMES[o.rule], "claims_lossless": LOSSLESS[o.rule], "tv_distance_exact": o.tv_distance,
+        "samples": n, "chi2": o.chi2, "dof": o.dof, "p_value": o.p_value,
+        "verdict": _verdict(LOSSLESS[o.rule], o.tv_distance, o.p_value)} for o in result.outcomes])
+
+
+def _verdict(claims: bool, distance: float, p_value: float) -> str:
+    moved = distance > 1e-9
+    rejected = p_value < SIGNIFICANCE
+    if not moved and not rejected:
+        return "lossless: exactly p_target, and the samples agree"
+    if moved and rejected:
+        return "lossy: moves the distribution, and the samples show it"
+    if moved:
+        return "lossy by the enumeration; the samples are too few to show it"
+    return "exact by the enumeration; the samples fall outside (a 1-in-1000 chance, or a bug)"
+
+
+def distribution_figure(result: LosslessResult) -> go.Figure:
+    """p_target (outlined), q_draft (grey) and each rule's exact distribution of the next token."""
+    labels = _labels(result)
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=list(result.p_target), name="p_target (plain sampling)",
+                marker={"color": "white", "line": {"color": palette.BLACK, "width": 2}})
+    fig.add_bar(x=labels, y=list(result.q_draft), name="q_draft", marker={"color": palette.GREY})
+    for o in result.outcomes:
+        color, pattern = RULE_STYLE[o.rule]
+        fig.add_bar(x=labels, y=list(o.exact), name=f"{RULE_NAMES[o.rule]} (TV {o.tv_distance:.3f})",
+                    marker={"color": color, "pattern": {"shape": pattern}})
+    fig.update_layout(barmode="group", title="The next token: exact distribution under each rule",
+                      yaxis={"title": "probability", "rangemode": "tozero"}, legend={"orientation": "h", "y": -0.3},
+                      height=420, margin={"t": 50, "b": 10, "l": 10, "r": 10})
+    return fig
+
+
+def samples_figure(result: LosslessResult) -> go.Figure:
+    """Each rule's share of the seeded rounds per token, markers over p_target's bars."""
+    labels = _labels(result)
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=list(result.p_target), name="p_target", marker={"color": palette.SKY})
+    symbols = {"speculative": "circle", "dspark": "diamond", "lossy": "x", "retrospective": "triangle-up"}
+    for o in result.outcomes:
+        n = sum(o.counts) or 1
+        fig.add_scatter(x=labels, y=[c / n for c in o.counts], mode="markers",
+                        name=f"{RULE_NAMES[o.rule]} (p = {o.p_value:.2g})",
+                        marker={"color": RULE_STYLE[o.rule][0], "symbol": symbols[o.rule], "size": 10})
+    fig.update_layout(title=f"{sum(result.outcomes[0].counts) if result.outcomes else 0} seeded rounds per rule",
+                      yaxis={"title": "share of rounds", "rangemode": "tozero"}, legend={"orientation": "h", "y": -0.3},
+                      height=400, margin={"t": 50, "b": 10, "l": 10, "r": 10})
+    return fig
+
+
+def worked_example() -> pd.DataFrame:
+    """The design card's case, computed now by the same functions: p_target (0.7, 0.3), q_draft (0.5, 0.5),
+    DSpark's candidate the second token, the lossy mode's threshold 0.2."""
+    p, q = [Fraction(7, 10), Fraction(3, 10)], [Fraction(1, 2), Fraction(1, 2)]
+    rows = {"p_target": p, "speculative (ratio rule)": speculative_exact(p, q),
+            "DSpark (tree rule), candidate B": tree_exact(p, [1]),
+            "DSpark lossy mode, threshold 0.2": tree_exact(p, [1], Fraction(1, 5)),
+            "retrospective plan (two drafts, best ratio)": retrospective_exact(p, q)}
+    return pd.DataFrame([{"rule": name, "P(A)": str(dist[0]), "P(B)": str(dist[1]),
+                          "tv_distance": str(sum(abs(a - b) for a, b in zip(dist, p)) / 2)}
+                         for name, dist in rows.items()])
