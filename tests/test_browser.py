@@ -398,3 +398,30 @@ def test_lab_measures_and_downloads(server, page, tmp_path):
     idle(page)
     shot(page, "lab-throughput")
     assert not page.locator('[data-testid="stException"]').count()
+
+
+def test_lab_trace_views_and_losslessness(server, page):
+    """A speculative run in the Playground, then the Lab's Acceptance and Memory tabs on it (same session:
+    the sidebar's link), and the Losslessness tab measured; screenshots lab-acceptance, lab-memory,
+    lab-losslessness."""
+    open_app(page, server, "?strategy=speculative&draft=lookup&gamma=3&max_new=16"
+                           "&prompt=one%20two%20one%20two%20one%20two%20one%20two")
+    click(page, "Run to end")
+    page.locator(chip(0)).first.wait_for(timeout=60_000)
+    idle(page)
+    page.get_by_role("link", name="Lab").click()
+    page.get_by_role("tab", name="Acceptance").wait_for(timeout=60_000)
+    idle(page)
+    page.get_by_role("tab", name="Acceptance").click()
+    page.locator(".js-plotly-plot", has_text="Acceptance per round").first.wait_for(timeout=30_000)
+    shot(page, "lab-acceptance")
+    page.get_by_role("tab", name="Memory").click()
+    page.locator(".js-plotly-plot", has_text="KV cache held").first.wait_for(timeout=30_000)
+    shot(page, "lab-memory")
+    page.get_by_role("tab", name="Losslessness").click()
+    idle(page)
+    page.get_by_role("button", name="Measure", exact=True).first.click()
+    page.locator(".js-plotly-plot", has_text="seeded rounds per rule").first.wait_for(timeout=60_000)
+    idle(page)
+    shot(page, "lab-losslessness")
+    assert not page.locator('[data-testid="stException"]').count()

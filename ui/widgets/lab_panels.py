@@ -208,7 +208,7 @@ def lossless_panel(settings: Settings) -> None:
             st.caption("Not measured yet for this model, device, prompt and these settings.")
         else:
             result = events[0]
-            display.table(lossless.rules_table(result), "lab.lossless_table", "lab-losslessness")
+            display.table(lab.rounded(lossless.rules_table(result)), "lab.lossless_table", "lab-losslessness")
             display.plot(lossless.distribution_figure(result), "lab.lossless_exact", "lab-losslessness-exact")
             display.plot(lossless.samples_figure(result), "lab.lossless_samples", "lab-losslessness-samples")
     st.markdown("**The worked example** (the DSpark paper's Appendix A, computed now in fractions): p_target = "
