@@ -7,7 +7,6 @@ import pytest
 from test_app import new_app, ok, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_dspark import chart_titled, frame_with
 
-from decoding.core.measures import ForwardTime
 from ui.widgets import keys
 
 LAB = "app_pages/lab.py"
@@ -67,15 +66,11 @@ def test_bad_points_are_one_line_errors(tiny_dir, field, text, words):
 
 
 def test_a_point_beyond_memory_is_an_error_box(tiny_dir, monkeypatch):
+    from test_lab import batches_up_to
+
     from decoding.lab import forward_cost
 
-    def refuse_from_2(lm, batches, repeats, prefix_tokens):
-        for b in batches:
-            if b >= 2:
-                raise RuntimeError("CUDA out of memory. Tried to allocate 8.00 GiB")
-            yield ForwardTime("batch", b, (1.0,))
-
-    monkeypatch.setattr(forward_cost, "batch_times", refuse_from_2)
+    monkeypatch.setattr(forward_cost, "batch_times", batches_up_to(2))
     at = lab_page()
     at.text_input(key=keys.LAB_TOKENS).set_value("1")
     at.text_input(key=keys.LAB_BATCHES).set_value("1, 2, 4")

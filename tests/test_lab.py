@@ -177,14 +177,18 @@ def test_points_beyond_the_context_are_refused_before_measuring(gqa_lm):
     assert err.value.param == "steps"
 
 
-def test_out_of_memory_names_the_point_and_other_errors_pass(gqa_lm, monkeypatch):
-    def refuse_from_4(lm, batches, repeats, prefix_tokens):
+def batches_up_to(limit: int):
+    """A stand-in for forward_cost.batch_times that runs out of device memory from `limit` sequences on."""
+    def batch_times(lm, batches, repeats, prefix_tokens):
         for b in batches:
-            if b >= 4:
+            if b >= limit:
                 raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
             yield ForwardTime("batch", b, (1.0,))
+    return batch_times
 
-    monkeypatch.setattr(forward_cost, "batch_times", refuse_from_4)
+
+def test_out_of_memory_names_the_point_and_other_errors_pass(gqa_lm, monkeypatch):
+    monkeypatch.setattr(forward_cost, "batch_times", batches_up_to(4))
     events = []
     with pytest.raises(ConfigError) as err:
         for event in measure_cost(gqa_lm, CostConfig(tokens=(1,), batches=(1, 2, 4, 8), repeats=1)):
