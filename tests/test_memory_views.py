@@ -50,6 +50,10 @@ def test_a_trace_without_records(traces):
 def test_summary_names_the_end_and_the_rollbacks(traces):
     steps = traces["lookup"].steps
     text = memory.memory_summary(steps)
-    freed = sum(s.kv.freed_bytes for s in steps) / 1e6
-    assert f"freed {freed:.2f} MB" in text and "1 sequence)" in text
+    freed = sum(s.kv.freed_bytes for s in steps)
+    assert f"freed {memory.human_bytes(freed)} over" in text and "1 sequence)" in text
     assert "3 sequences" in memory.memory_summary(traces["beam 3"].steps)
+
+
+def test_human_bytes():
+    assert [memory.human_bytes(n) for n in (512, 1536, 3_320_000, 2.5e9)] == ["512 B", "1.5 kB", "3.32 MB", "2.50 GB"]

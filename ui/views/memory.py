@@ -57,17 +57,26 @@ def memory_figure(lanes: Mapping[str, Sequence]) -> go.Figure | None:
     return fig
 
 
+def human_bytes(n: float) -> str:
+    """1,536 -> '1.5 kB', 3,320,000 -> '3.32 MB' (decimal units, as the table's MB)."""
+    for unit, size, digits in (("GB", 1e9, 2), ("MB", 1e6, 2), ("kB", 1e3, 1)):
+        if n >= size:
+            return f"{n / size:.{digits}f} {unit}"
+    return f"{n:.0f} B"
+
+
 def memory_summary(events: Sequence) -> str:
     """One sentence: the cache at the end, its peak, and what rollbacks freed over the run."""
     table = memory_table(events)
     if table.empty:
         return "This trace records no KV cache sizes (they are recorded from trace schema 1.3 on)."
     last = table.iloc[-1]
-    text = (f"After {int(last['tokens_emitted'])} tokens the cache holds {last['held_mb']:.2f} MB "
+    text = (f"After {int(last['tokens_emitted'])} tokens the cache holds {human_bytes(last['held_mb'] * MB)} "
             f"({int(last['tokens_held'])} positions × {int(last['sequences'])} sequence"
             f"{'s' if last['sequences'] != 1 else ''}).")
     peaks = table["peak_mb"].dropna()
     if not peaks.empty:
-        text += (f" Verification raised it to {peaks.max():.2f} MB at most; rolling back rejected drafts freed "
-                 f"{table['freed_mb'].sum():.2f} MB over {int((table['freed_mb'] > 0).sum())} rounds.")
+        text += (f" Verification raised it to {human_bytes(peaks.max() * MB)} at most; rolling back rejected "
+                 f"drafts freed {human_bytes(table['freed_mb'].sum() * MB)} over "
+                 f"{int((table['freed_mb'] > 0).sum())} rounds.")
     return text
