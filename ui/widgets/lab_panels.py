@@ -170,7 +170,7 @@ def _trace_events(key: str) -> list | None:
     sources = {}
     run = st.session_state.get(keys.RUN)
     if run is not None and run.events:
-        sources["the Playground's run"] = run.events
+        sources["the Playground's run"] = list(run.events)    # a copy: a run's last chunk may still append
     replay = st.session_state.get(keys.REPLAY)
     if replay is not None:
         sources["the trace replayed on the Traces page"] = replay.steps
