@@ -23,14 +23,15 @@ def lm(tmp_path_factory):
 def test_extra_part_reuses_the_cached_parts_and_holds_new_prompts(lm, tmp_path, monkeypatch):
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
     prompts, data, _ = distill_set(lm, TrainSettings(**SMALL, n_extra=0), progress=False)
-    cached = sorted((tmp_path / "distill").iterdir())
+    cached = sorted((tmp_path / "distill").glob("*.pt"))
     stamps = [p.stat().st_mtime_ns for p in cached]
     assert data.info["parts"] == [24, 12] and len(cached) == 2
 
     grown_prompts, grown, source = distill_set(lm, TrainSettings(**SMALL, n_extra=6), progress=False)
-    after = sorted((tmp_path / "distill").iterdir())
+    after = sorted((tmp_path / "distill").glob("*.pt"))
     assert grown.info["parts"] == [24, 12, 6] and "18 varied prompts" in source
     assert len(after) == 3 and set(cached) < set(after)                  # one new file: the extra part
+    assert len(list((tmp_path / "distill").glob("answers-*.npz"))) == 3   # and each part's answers
     assert [p.stat().st_mtime_ns for p in cached] == stamps              # not written again
     assert grown_prompts[:36] == prompts                                   # the first two parts unchanged
     extra = grown_prompts[36:]
@@ -45,7 +46,7 @@ def test_extra_part_reuses_the_cached_parts_and_holds_new_prompts(lm, tmp_path, 
     # the shallow draft's trainer reads the same grown set from the same cache
     shallow_prompts, shallow, _ = distill_set(lm, DraftSettings(**SMALL, n_extra=6), progress=False)
     assert shallow_prompts == grown_prompts and shallow.tokens.tolist() == grown.tokens.tolist()
-    assert sorted((tmp_path / "distill").iterdir()) == after
+    assert sorted((tmp_path / "distill").glob("*.pt")) == after
 
 
 @pytest.mark.parametrize("settings_type", [TrainSettings, DraftSettings])

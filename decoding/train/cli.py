@@ -1,4 +1,5 @@
-"""python -m decoding train {parallel,draft,feature,head-calibration} [flags]: dispatch to one trainer."""
+"""python -m decoding train {parallel,draft,feature,head-calibration,answers} [flags]: dispatch to one trainer
+(answers: generate the distillation set's answers and copy their compact files to ship)."""
 from __future__ import annotations
 
 import sys
@@ -21,11 +22,16 @@ def main_cli(argv: Sequence[str]) -> int:
         from decoding.train.feature import main_train_feature
 
         return main_train_feature(argv[1:])
+    if argv and argv[0] == "answers":
+        from decoding.train.answers_cli import main_answers
+
+        return main_answers(argv[1:])
     if argv and argv[0] == "head-calibration":
         from decoding.train.head_calibration import main_head_calibration
 
         return main_head_calibration(argv[1:])
-    print("usage: python -m decoding train {parallel,draft,feature,head-calibration} [flags]  (--help for the flags)",
+    print("usage: python -m decoding train {parallel,draft,feature,head-calibration,answers} [flags]  "
+          "(--help for the flags)",
           file=sys.stderr)
     return 2
 

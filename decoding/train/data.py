@@ -18,6 +18,7 @@ from decoding.core.errors import check
 from decoding.runtime.files import atomic_path
 from decoding.runtime.hooks import check_feature_layers, decoder_layers, tap_head_input
 from decoding.runtime.paths import cache_root
+from decoding.train import answer_store
 
 DISTILL_VERSION = 1
 
@@ -103,6 +104,7 @@ class DistillData:
         shift = torch.tensor([0] + [int(p.offsets[-1]) for p in parts]).cumsum(0)
         offsets = torch.cat([parts[0].offsets[:1]] + [p.offsets[1:] + shift[i] for i, p in enumerate(parts)])
         info = dict(parts[0].info, parts=[len(p.offsets) - 1 for p in parts], positions=int(shift[-1]),
+                    keys=[p.info.get("key") for p in parts],
                     prompts=sum(len(p.offsets) - 1 for p in parts),
                     seconds=round(sum(p.info.get("seconds", 0.0) for p in parts), 1))
         return cls(*(torch.cat([getattr(p, k) for p in parts]) for k in ("tokens", "hidden", "soft_ids", "soft_probs")),
@@ -211,23 +213,45 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
     from tqdm import tqdm
 
     start = time.perf_counter()
-    parts, lengths_all = [], []
+    stored = answer_store.load_matching(key, prompts) if use_cache else None
+    parts, lengths_all, answers_all = [], [], []
     eos = sorted(lm.eos_ids)
+    pad = eos[0] if eos else 0
     batches = [list(prompts[i:i + batch_size]) for i in range(0, len(prompts), batch_size)]
     for b, batch in enumerate(tqdm(batches, desc="distill", unit="batch", disable=not progress)):
-        ids, mask = _left_pad([list(p) for p in batch], eos[0] if eos else 0)
-        answers = _generate(lm, ids, mask, answer_tokens, temperature, seed + b)
-        lengths = _answer_lengths(answers, lm.eos_ids)
+        ids, mask = _left_pad([list(p) for p in batch], pad)
+        if stored is None:
+            answers = _generate(lm, ids, mask, answer_tokens, temperature, seed + b)
+            lengths = _answer_lengths(answers, lm.eos_ids)
+        else:
+            answers, lengths = _padded(stored.answers[b * batch_size:(b + 1) * batch_size], pad)
         parts.append(_teacher_pass(lm, ids, mask, answers, lengths, soft_k))
         lengths_all += lengths
+        answers_all += [tuple(answers[i, :n].tolist()) for i, n in enumerate(lengths)]
     tokens, hidden, soft_ids, soft_probs = (torch.cat(x) for x in zip(*parts))
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.tensor(lengths_all).cumsum(0)])
+    seconds = round(time.perf_counter() - start, 1)
     info = {"model": lm.name, "prompts": len(prompts), "answer_tokens": answer_tokens, "temperature": temperature,
-            "soft_k": soft_k, "positions": int(tokens.shape[0]), "seconds": round(time.perf_counter() - start, 1)}
+            "soft_k": soft_k, "positions": int(tokens.shape[0]), "seconds": seconds, "key": key,
+            "answers": "generated" if stored is None else f"stored ({stored.info.get('source', 'answers file')})"}
     data = DistillData(tokens.long(), hidden, soft_ids, soft_probs, offsets, info)
     if use_cache:
         data.save(path)
+        if stored is None:
+            answer_store.AnswerSet(tuple(tuple(int(t) for t in p) for p in prompts), tuple(answers_all),
+                                   {"model": lm.name, "key": key, "answer_tokens": answer_tokens,
+                                    "temperature": temperature, "seed": seed, "seconds": seconds}
+                                   ).save(cache_root() / "distill" / answer_store.file_name(key))
     return data
+
+
+def _padded(answers: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, list[int]]:
+    """Stored answers as generate returns them: (B, N) with `pad` after each one's end, and their lengths."""
+    width = max(len(a) for a in answers)
+    out = torch.full((len(answers), width), pad, dtype=torch.long)
+    for i, a in enumerate(answers):
+        out[i, :len(a)] = torch.tensor(a, dtype=torch.long)
+    return out, [len(a) for a in answers]
 
 
 @torch.inference_mode()

@@ -1,0 +1,39 @@
+"""python -m decoding train answers [flags]: generate (or reuse) the distillation set's parts and copy each
+part's answers file (decoding.train.answer_store) to --out, assets/distill/ by default, to ship them."""
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+from decoding.core.errors import ConfigError
+from decoding.runtime.paths import cache_root
+from decoding.train import answer_store
+from decoding.train.common import settings_parser
+from decoding.train.data import DataSettings, distill_set
+
+
+def main_answers(argv) -> int:
+    parser = settings_parser("python -m decoding train answers", __doc__, DataSettings)
+    parser.set_defaults(out=str(answer_store.SHIPPED))
+    args = parser.parse_args(argv)
+    from decoding.runtime.models import ModelSpec, load
+
+    try:
+        settings = DataSettings(**{k: v for k, v in vars(args).items() if k in DataSettings.__dataclass_fields__})
+        lm = load(ModelSpec(args.model))
+        _, data, source = distill_set(lm, settings, progress=not args.no_progress)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    copied = []
+    for key in data.info.get("keys") or [data.info["key"]]:
+        name = answer_store.file_name(key)
+        source_file = answer_store.find(key) or cache_root() / "distill" / name
+        if source_file.resolve() != (out / name).resolve():
+            shutil.copyfile(source_file, out / name)
+        copied.append(f"{name} ({(out / name).stat().st_size / 1e3:.0f} kB)")
+    print(f"{data.positions} positions from {source}; answers in {out}: {', '.join(copied)}")
+    return 0
