@@ -3,6 +3,7 @@ and settings in the session (measured again on request), and its views (ui/views
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import streamlit as st
 
@@ -28,19 +29,28 @@ from ui.widgets.params import Settings
 MEASURE_ERRORS = (ConfigError, RuntimeError, ValueError, MemoryError)
 
 
-def _measured(section: str, settings: Settings, config, total: int, start: Callable[[object], Iterator],
-              clicked: bool) -> list | None:
-    """The events of this section's measurement for the sidebar's model and `config`: from the session's
-    cache, or measured now when `clicked` (a progress bar per event). None when not measured yet or when
-    the measurement failed (its one-line error is shown)."""
+@dataclass(frozen=True)
+class Measurement:
+    """One section's measurement: what its result is kept under (the section, its settings; the model is
+    added), how many events it yields (for the progress bar), and how to start it on a loaded model."""
+    key: tuple
+    total: int
+    start: Callable[[object], Iterator]
+
+
+def _measured(settings: Settings, measurement: Measurement, clicked: bool) -> list | None:
+    """The measurement's events for the sidebar's model: from the session's cache, or measured now when
+    `clicked` (a progress bar per event). None when not measured yet or when the measurement failed (its
+    one-line error is shown)."""
     store = st.session_state.setdefault(keys.LAB, {})
-    key = (section, settings.model_key(), config)
+    key = (*measurement.key, settings.model_key())
     if clicked:
         lm = session.lm_or_stop(settings)
+        total = measurement.total
         progress = st.progress(0.0, text="Measuring…")
         events = []
         try:
-            for event in ENGINE.steps(start(lm)):
+            for event in ENGINE.steps(measurement.start(lm)):
                 events.append(event)
                 progress.progress(min(1.0, len(events) / total), text=f"Measured {len(events)} of {total}")
         except MEASURE_ERRORS as err:
@@ -81,7 +91,8 @@ def cost_panel(settings: Settings) -> None:
     if config is None:
         return
     clicked = st.button("Measure", key=keys.LAB_COST_RUN, type="primary")
-    events = _measured("cost", settings, config, config.points, lambda lm: measure_cost(lm, config), clicked)
+    events = _measured(settings, Measurement(("cost", config), config.points,
+                                             lambda lm: measure_cost(lm, config)), clicked)
     if events is None:
         st.caption("Not measured yet for this model, device and these points.")
         return
@@ -112,8 +123,9 @@ def throughput_panel(settings: Settings) -> None:
     if config is None:
         return
     clicked = st.button("Measure", key=keys.LAB_TP_RUN, type="primary")
-    events = _measured(("throughput", settings.prompt, settings.chat_template), settings, config,
-                       len(config.batches), lambda lm: _throughput(lm, settings, config), clicked)
+    events = _measured(settings, Measurement(("throughput", settings.prompt, settings.chat_template, config),
+                                             len(config.batches), lambda lm: _throughput(lm, settings, config)),
+                       clicked)
     if events is None:
         st.caption("Not measured yet for this model, device, prompt and these points.")
         return
@@ -202,8 +214,8 @@ def lossless_panel(settings: Settings) -> None:
         samples=int(samples), seed=int(seed)))
     if config is not None:
         clicked = st.button("Measure", key=keys.LAB_LL_RUN, type="primary")
-        events = _measured(("lossless", settings.prompt, settings.chat_template), settings, config, 1,
-                           lambda lm: _lossless(lm, settings, config), clicked)
+        events = _measured(settings, Measurement(("lossless", settings.prompt, settings.chat_template, config), 1,
+                                                 lambda lm: _lossless(lm, settings, config)), clicked)
         if events is None:
             st.caption("Not measured yet for this model, device, prompt and these settings.")
         else:
