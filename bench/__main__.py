@@ -1,13 +1,13 @@
-"""python -m bench {engine,speculative,matmul,dspark,dspark-head,lattice,lossy,app,trace_load,all}: run
+"""python -m bench {engine,speculative,matmul,dspark,dspark-head,lattice,lossy,app,trace_load,distill-gen,all}: run
 benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
-from bench import app, dspark, dspark_head, engine, lattice, lossy, matmul, speculative, trace_load
+from bench import app, distill_gen, dspark, dspark_head, engine, lattice, lossy, matmul, speculative, trace_load
 
 BENCHES = {"engine": engine.main, "speculative": speculative.main, "matmul": matmul.main, "dspark": dspark.main,
            "dspark-head": dspark_head.main,
            "lattice": lattice.main, "lossy": lossy.main, "app": app.main,
-           "trace_load": trace_load.main}
+           "trace_load": trace_load.main, "distill-gen": distill_gen.main}
 
 
 def main(argv: list[str]) -> None:

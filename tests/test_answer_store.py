@@ -43,7 +43,7 @@ def test_stored_answers_replace_generation(tiny_lm, cache, monkeypatch):
     def no_generation(*args, **kwargs):
         raise AssertionError("generate was called")
 
-    monkeypatch.setattr(data, "_generate", no_generation)
+    monkeypatch.setattr(data, "_answers", no_generation)
     again = generate(tiny_lm)
     assert again.info["answers"] == f"stored ({stored.name})"
     assert torch.equal(again.tokens, fresh.tokens) and torch.equal(again.offsets, fresh.offsets)

@@ -16,7 +16,8 @@ import torch
 
 from decoding.runtime.files import atomic_path
 from decoding.runtime.paths import cache_root
-from decoding.train.data import DISTILL_VERSION, _left_pad
+from decoding.train.data import DISTILL_VERSION
+from decoding.train.greedy_batch import left_pad, pad_id, positions_of
 
 ROWS_VERSION = 1
 
@@ -29,9 +30,8 @@ def prompt_rows_path(lm, prompts: Sequence[Sequence[int]]):
 
 @torch.inference_mode()
 def _prompt_pass(lm, prompts: Sequence[Sequence[int]]) -> list[torch.Tensor]:
-    pad = sorted(lm.eos_ids)[0] if lm.eos_ids else 0
-    ids, mask = _left_pad([list(p) for p in prompts], pad)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    ids, mask = left_pad([list(p) for p in prompts], pad_id(lm))
+    positions = positions_of(mask)
     hidden = lm.model.get_decoder()(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device),
                                     position_ids=positions.to(lm.device)).last_hidden_state   # (B, L, H)
     width = ids.shape[1]

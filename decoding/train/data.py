@@ -19,6 +19,7 @@ from decoding.runtime.files import atomic_path
 from decoding.runtime.hooks import check_feature_layers, decoder_layers, tap_head_input
 from decoding.runtime.paths import cache_root
 from decoding.train import answer_store
+from decoding.train.greedy_batch import greedy_answers, left_pad, pad_id, positions_of
 
 DISTILL_VERSION = 1
 
@@ -127,21 +128,10 @@ def estimate_bytes(n_prompts: int, answer_tokens: int, hidden: int, soft_k: int)
     return n_prompts * answer_tokens * (2 * hidden + 8 + soft_k * (4 + 2))
 
 
-def _left_pad(batch: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(len(p) for p in batch)
-    ids = torch.full((len(batch), width), pad, dtype=torch.long)          # (B, L)
-    mask = torch.zeros((len(batch), width), dtype=torch.long)             # (B, L)
-    for i, p in enumerate(batch):
-        ids[i, width - len(p):] = torch.tensor(p)
-        mask[i, width - len(p):] = 1
-    return ids, mask
-
-
 @torch.inference_mode()
 def _generate(lm, ids, mask, answer_tokens: int, temperature: float, seed: int) -> torch.Tensor:
     eos = sorted(lm.eos_ids)
-    pad = eos[0] if eos else 0
-    kwargs = {"max_new_tokens": answer_tokens, "pad_token_id": pad, "eos_token_id": eos or None}
+    kwargs = {"max_new_tokens": answer_tokens, "pad_token_id": pad_id(lm), "eos_token_id": eos or None}
     if temperature > 0:
         kwargs.update(do_sample=True, temperature=float(temperature), top_k=0, top_p=1.0)
     else:
@@ -150,6 +140,21 @@ def _generate(lm, ids, mask, answer_tokens: int, temperature: float, seed: int) 
         torch.manual_seed(seed)
         out = lm.model.generate(input_ids=ids.to(lm.device), attention_mask=mask.to(lm.device), **kwargs)
     return out[:, ids.shape[1]:].cpu()                                     # (B, N')
+
+
+def _answers(lm, prompts, answer_tokens: int, batch_size: int, temperature: float, seed: int, progress: bool
+             ) -> list[list[int]]:
+    """The target's answers: greedy ones batched by length (greedy_batch); sampled ones by generate, one
+    seed per batch of prompts in order."""
+    if temperature == 0:
+        return greedy_answers(lm, prompts, answer_tokens, batch_size, progress)
+    pad = pad_id(lm)
+    out = []
+    for b, b0 in enumerate(range(0, len(prompts), batch_size)):
+        ids, mask = left_pad([list(p) for p in prompts[b0:b0 + batch_size]], pad)
+        answers = _generate(lm, ids, mask, answer_tokens, temperature, seed + b)
+        out += [answers[i, :n].tolist() for i, n in enumerate(_answer_lengths(answers, lm.eos_ids))]
+    return out
 
 
 def _answer_lengths(answers: torch.Tensor, eos_ids) -> list[int]:
@@ -168,7 +173,7 @@ def _forced_forward(lm, ids, mask, answers):
     """The target's decoder over left-padded prompts (B, L) + answers (B, N), positions from the mask."""
     full = torch.cat([ids, answers], 1)                                    # (B, L + N)
     fmask = torch.cat([mask, torch.ones_like(answers)], 1)                 # (B, L + N)
-    positions = (fmask.cumsum(-1) - 1).clamp(min=0)                        # (B, L + N)
+    positions = positions_of(fmask)                                        # (B, L + N)
     return lm.model.get_decoder()(input_ids=full.to(lm.device), attention_mask=fmask.to(lm.device),
                                   position_ids=positions.to(lm.device))
 
@@ -214,20 +219,15 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
 
     start = time.perf_counter()
     stored = answer_store.load_matching(key, prompts) if use_cache else None
-    parts, lengths_all, answers_all = [], [], []
-    eos = sorted(lm.eos_ids)
-    pad = eos[0] if eos else 0
-    batches = [list(prompts[i:i + batch_size]) for i in range(0, len(prompts), batch_size)]
-    for b, batch in enumerate(tqdm(batches, desc="distill", unit="batch", disable=not progress)):
-        ids, mask = _left_pad([list(p) for p in batch], pad)
-        if stored is None:
-            answers = _generate(lm, ids, mask, answer_tokens, temperature, seed + b)
-            lengths = _answer_lengths(answers, lm.eos_ids)
-        else:
-            answers, lengths = _padded(stored.answers[b * batch_size:(b + 1) * batch_size], pad)
+    pad = pad_id(lm)
+    answers_all = stored.answers if stored is not None else _answers(
+        lm, prompts, answer_tokens, batch_size, temperature, seed, progress)
+    parts, lengths_all = [], []
+    for b0 in tqdm(range(0, len(prompts), batch_size), desc="teacher pass", unit="batch", disable=not progress):
+        ids, mask = left_pad([list(p) for p in prompts[b0:b0 + batch_size]], pad)
+        answers, lengths = _padded(answers_all[b0:b0 + batch_size], pad)
         parts.append(_teacher_pass(lm, ids, mask, answers, lengths, soft_k))
         lengths_all += lengths
-        answers_all += [tuple(answers[i, :n].tolist()) for i, n in enumerate(lengths)]
     tokens, hidden, soft_ids, soft_probs = (torch.cat(x) for x in zip(*parts))
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.tensor(lengths_all).cumsum(0)])
     seconds = round(time.perf_counter() - start, 1)
@@ -238,7 +238,8 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
     if use_cache:
         data.save(path)
         if stored is None:
-            answer_store.AnswerSet(tuple(tuple(int(t) for t in p) for p in prompts), tuple(answers_all),
+            answer_store.AnswerSet(tuple(tuple(int(t) for t in p) for p in prompts),
+                                   tuple(tuple(a) for a in answers_all),
                                    {"model": lm.name, "key": key, "answer_tokens": answer_tokens,
                                     "temperature": temperature, "seed": seed, "seconds": seconds}
                                    ).save(cache_root() / "distill" / answer_store.file_name(key))
@@ -258,8 +259,8 @@ def _padded(answers: Sequence[Sequence[int]], pad: int) -> tuple[torch.Tensor, l
 def _layer_pass(lm, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence[int]], layers: Sequence[int]):
     """One teacher-forced forward over left-padded prompts + answers: the outputs of decoder `layers` at
     each answer row's producing position (where the LM-head input of DistillData.hidden is read)."""
-    pad = sorted(lm.eos_ids)[0] if lm.eos_ids else 0
-    ids, mask = _left_pad([list(p) for p in prompts], pad)
+    pad = pad_id(lm)
+    ids, mask = left_pad([list(p) for p in prompts], pad)
     width = max(len(a) for a in answers)
     ans = torch.full((len(answers), width), pad, dtype=torch.long)        # (B, N) padded after the end
     for b, a in enumerate(answers):
