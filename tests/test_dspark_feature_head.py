@@ -215,7 +215,7 @@ def test_head_samples_follow_the_true_answer(lm):
     from decoding.train.data import generate_distill
     from decoding.train.head_calibration import head_samples
 
-    net = random_head(lm, seed=4).net.matmuls_in(torch.float32)
+    net = random_head(lm, seed=4).net
     data = generate_distill(lm, [[1, 2, 3], [7, 8]], answer_tokens=6, use_cache=False, progress=False)
     samples = head_samples(net, data, gamma=3, top_k=2)
     expected_q, expected_hit = [], []

@@ -38,18 +38,13 @@ from torch import nn
 
 from decoding.core.errors import check
 from decoding.drafters.shallow import full_vocabulary
+from decoding.runtime import packed_gemm
 from decoding.runtime.paths import FEATURE_WEIGHTS
 from decoding.runtime.weights_file import read_header, reading, resolve_weights, save_weights, trained_for
 
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
 DEFAULT_FEATURE = FEATURE_WEIGHTS
 FEATURE = "feature"
-# A loaded drafter's matmuls run in float16 (its weights as shipped; the target's head rows rounded to
-# float16). They are matrix-vector products that read every weight once a token: on the 2-core AMD EPYC
-# of BENCHMARKS.md a 5-token proposal took 29-32 ms in float32 and 8-9 ms so (one profile, 3 prompts).
-INFERENCE_MATMULS = torch.float16
-
-
 @dataclass(frozen=True)
 class FeatureShape:
     hidden_size: int
@@ -73,10 +68,9 @@ def rms(x: torch.Tensor) -> torch.Tensor:
 
 
 def lin(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """layer(x) in the layer's weight dtype, returned in x's: a net whose matmuls run in float16
-    (`FeatureNet.matmuls_in`) keeps its norms and residual stream in float32."""
-    w = layer.weight
-    return F.linear(x.to(w.dtype), w, layer.bias).to(x.dtype)
+    """layer(x) in the layer's weight dtype, returned in x's; a loaded net's layers run the target's CPU
+    GEMM kernels (`FeatureNet.use_kernels_of`)."""
+    return layer(x.to(layer.weight.dtype)).to(x.dtype)
 
 
 class _Block(nn.Module):
@@ -134,6 +128,8 @@ class FeatureNet(nn.Module):
         self.vocab_size = 0
         self.eos_ids: frozenset[int] = frozenset()
         self.token_ms: float | None = None               # ms per drafted token, timed on first use (drafters)
+        self.gemm_plan = packed_gemm.DEFAULT_PLAN        # the target's CPU kernels per row count (use_kernels_of)
+        self.head_pack: torch.Tensor | None = None       # MKL's packed copy of head (fp32 CPU), or None
 
     def attach(self, lm) -> FeatureNet:
         emb = lm.model.get_input_embeddings().weight.detach()
@@ -158,15 +154,13 @@ class FeatureNet(nn.Module):
         """The dtype of the features it takes and returns (its norms' and residual stream's)."""
         return self.scale.dtype
 
-    def matmuls_in(self, dtype: torch.dtype) -> FeatureNet:
-        """Run every weight matmul (its linear layers and the head slice) in `dtype`, norms, the residual
-        stream and the logits' bias staying as they are. float16 is how the weights are shipped, so they
-        keep their stored values; a drafted token reads half the bytes (see `load_feature`)."""
-        for module in self.modules():
-            if isinstance(module, nn.Linear):
-                module.to(dtype)
-        if self.head is not None:
-            self.head = self.head.to(dtype)
+    def use_kernels_of(self, lm) -> FeatureNet:
+        """Run the linear layers and the head slice through the target's CPU GEMM plan (the kernel per
+        row count it profiled on this machine; MKL's plain sgemm is slow on some CPUs)."""
+        self.gemm_plan = getattr(lm, "gemm_plan", None) or packed_gemm.DEFAULT_PLAN
+        packed_gemm.pack_linears(self, self.gemm_plan)
+        wanted = self.head is not None and "packed" in self.gemm_plan.kernels
+        self.head_pack = packed_gemm.pack_or_none(self.head) if wanted else None
         return self
 
     def inputs(self, feature: torch.Tensor, token: torch.Tensor) -> torch.Tensor:
@@ -200,7 +194,8 @@ class FeatureNet(nn.Module):
 
     def slice_logits(self, feature: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V_s) logits over the slice."""
-        return F.linear((rms(feature) * self.scale).to(self.head.dtype), self.head).to(feature.dtype) + self.bias
+        z = (rms(feature) * self.scale).to(self.head.dtype)
+        return packed_gemm.linear(z, self.head, None, self.head_pack, self.gemm_plan).to(feature.dtype) + self.bias
 
     def full_logits(self, feature: torch.Tensor) -> torch.Tensor:
         """(..., H) -> (..., V) logits, −inf outside the slice."""
@@ -219,8 +214,8 @@ def read_meta(path: str | Path) -> dict:
 
 
 def load_feature(target, path: str | Path | None = None) -> FeatureNet:
-    """The shipped (or given) feature drafter attached to `target`: norms and features in the target's
-    dtype, matmuls in INFERENCE_MATMULS; errors name `draft` (a damaged file: draft=PATH could not be read)."""
+    """The shipped (or given) feature drafter attached to `target`, in the target's dtype and on its GEMM
+    kernels; errors name `draft` (a damaged file: draft=PATH could not be read)."""
     from safetensors.torch import load_file
 
     path = resolve_weights(path, DEFAULT_FEATURE, "feature-drafter", "python -m decoding train feature")
@@ -231,7 +226,7 @@ def load_feature(target, path: str | Path | None = None) -> FeatureNet:
         net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     net.eval().requires_grad_(False)
     net.attach(target)
-    net.to(dtype=target.dtype).matmuls_in(INFERENCE_MATMULS)
+    net.to(dtype=target.dtype).use_kernels_of(target)
     net.name = f"{target.name}[feature]" + trained_for(info["meta"], target.name)
     return net
 

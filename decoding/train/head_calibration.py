@@ -179,7 +179,7 @@ def main_head_calibration(argv: Sequence[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     lm = load(ModelSpec())
-    net = load_feature(lm, args.draft).matmuls_in(torch.float32)     # batched rows: float16 GEMMs crawl on a CPU
+    net = load_feature(lm, args.draft)
     data = generate_distill(lm, heldout_prompts(lm, args.prompts), answer_tokens=args.answer_tokens, batch_size=16)
     report = calibrate(head_samples(net, data, args.gamma, args.top_k), args.gamma)
     report["data"] = {"prompts": args.prompts, "answer_tokens": args.answer_tokens, "positions": data.positions,

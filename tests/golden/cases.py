@@ -4,6 +4,7 @@ sampled, forced branches and a lockstep comparison, on the embedded model. Behav
 
 Re-record only when a change is meant to alter behaviour, and say so in its commit:
     .venv/bin/python -m tests.golden.cases            (about a minute on a 2-core CPU)
+    .venv/bin/python -m tests.golden.cases NAME...    (only those cases; "lockstep" for lockstep.json)
 Uses the public API of `decoding` alone, so that it outlives any move of the modules behind it."""
 from __future__ import annotations
 
@@ -99,14 +100,19 @@ def record_lockstep(lm):
     return run_lockstep(lm, lm.encode(PROMPT, chat_template=True), lanes, prompt_text=PROMPT)
 
 
-def main() -> int:
+def main(names: list[str]) -> int:
+    """Record every case and the lockstep comparison, or only the cases (and "lockstep") named."""
     from decoding import ModelSpec, load, to_json
 
     lm = load(ModelSpec())
     for case in CASES:
+        if names and case.name not in names:
+            continue
         trace = record_case(lm, case)
         (HERE / f"{case.name}.json").write_text(to_json(trace), encoding="utf-8")
         print(f"{case.name}: {trace.stats.new_tokens} tokens, {trace.stats.target_forwards} forwards")
+    if names and "lockstep" not in names:
+        return 0
     traces = record_lockstep(lm)
     (HERE / "lockstep.json").write_text("[" + ",".join(to_json(t) for t in traces.values()) + "]",
                                         encoding="utf-8")
@@ -114,4 +120,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
