@@ -15,23 +15,14 @@ import time
 
 from bench.report import machine, spread, write_section
 from decoding.train import data
-from decoding.train.greedy_batch import greedy_answers, left_pad, pad_id
+from decoding.train.greedy_batch import greedy_answers
 
 GENERATE, BATCHED = "generate (transformers)", "greedy_batch"
 
 
-def generate_answers(lm, prompts, answer_tokens: int, batch: int) -> list[list[int]]:
-    out = []
-    for b0 in range(0, len(prompts), batch):
-        ids, mask = left_pad([list(p) for p in prompts[b0:b0 + batch]], pad_id(lm))
-        answers = data._generate(lm, ids, mask, answer_tokens, temperature=0.0, seed=0)
-        out += [answers[i, :n].tolist() for i, n in enumerate(data._answer_lengths(answers, lm.eos_ids))]
-    return out
-
-
 def measure(lm, prompts, answer_tokens: int, batch: int, repeats: int) -> tuple[dict, list[list[int]], list]:
     """({contender: [tokens/s per repeat]}, generate's answers, greedy_batch's answers)."""
-    runs = {GENERATE: lambda: generate_answers(lm, prompts, answer_tokens, batch),
+    runs = {GENERATE: lambda: data.generate_answers(lm, prompts, answer_tokens, batch, 0.0, 0),
             BATCHED: lambda: greedy_answers(lm, prompts, answer_tokens, batch)}
     rates: dict[str, list[float]] = {name: [] for name in runs}
     answers = {}

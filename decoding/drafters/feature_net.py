@@ -45,6 +45,8 @@ from decoding.runtime.weights_file import read_header, reading, resolve_weights,
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
 DEFAULT_FEATURE = FEATURE_WEIGHTS
 FEATURE = "feature"
+
+
 @dataclass(frozen=True)
 class FeatureShape:
     hidden_size: int

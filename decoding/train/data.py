@@ -144,14 +144,18 @@ def _generate(lm, ids, mask, answer_tokens: int, temperature: float, seed: int) 
 
 def _answers(lm, prompts, answer_tokens: int, batch_size: int, temperature: float, seed: int, progress: bool
              ) -> list[list[int]]:
-    """The target's answers: greedy ones batched by length (greedy_batch); sampled ones by generate, one
-    seed per batch of prompts in order."""
+    """The target's answers: greedy ones batched by length (greedy_batch), sampled ones by generate."""
     if temperature == 0:
         return greedy_answers(lm, prompts, answer_tokens, batch_size, progress)
-    pad = pad_id(lm)
+    return generate_answers(lm, prompts, answer_tokens, batch_size, temperature, seed)
+
+
+def generate_answers(lm, prompts, answer_tokens: int, batch_size: int, temperature: float, seed: int
+                     ) -> list[list[int]]:
+    """Answers by transformers' generate on batches of prompts in order, one seed per batch."""
     out = []
     for b, b0 in enumerate(range(0, len(prompts), batch_size)):
-        ids, mask = left_pad([list(p) for p in prompts[b0:b0 + batch_size]], pad)
+        ids, mask = left_pad([list(p) for p in prompts[b0:b0 + batch_size]], pad_id(lm))
         answers = _generate(lm, ids, mask, answer_tokens, temperature, seed + b)
         out += [answers[i, :n].tolist() for i, n in enumerate(_answer_lengths(answers, lm.eos_ids))]
     return out
@@ -261,10 +265,7 @@ def _layer_pass(lm, prompts: Sequence[Sequence[int]], answers: Sequence[Sequence
     each answer row's producing position (where the LM-head input of DistillData.hidden is read)."""
     pad = pad_id(lm)
     ids, mask = left_pad([list(p) for p in prompts], pad)
-    width = max(len(a) for a in answers)
-    ans = torch.full((len(answers), width), pad, dtype=torch.long)        # (B, N) padded after the end
-    for b, a in enumerate(answers):
-        ans[b, :len(a)] = torch.tensor(a)
+    ans, _ = _padded(answers, pad)                                         # (B, N) padded after the end
     with tap_head_input(lm, layers) as tap:      # the same hooks that feed the drafter when decoding
         _forced_forward(lm, ids, mask, ans)
     start = ids.shape[1] - 1
