@@ -2,7 +2,8 @@
 answer. Oracles: one prompt at a time through LM.forward (the engine's path), and transformers' generate
 on the same batches; prompts of different lengths share a batch and some rows end at EOS while others
 go on. Negative controls: positions that ignore the left padding, and a cache that keeps the wrong rows
-when a finished row leaves, must each fail the first oracle."""
+when a finished row leaves, must each fail the first oracle. The LM-head inputs and soft labels kept from
+the decoding steps equal a teacher-forced pass over prompt + answer; control: the rows one step late."""
 from __future__ import annotations
 
 import pytest
@@ -100,3 +101,32 @@ def test_real_model_answers_equal_plain_greedy(real_lm):
     answers = greedy_answers(real_lm, prompts, 20, batch_size=4)
     for prompt, answer in zip(prompts, answers):
         assert answer == one_at_a_time(real_lm, prompt, 20)
+
+
+def teacher_rows(lm, answers, soft_k=4):
+    """The oracle for the kept rows: one teacher-forced pass over every prompt + its answer at a time."""
+    return data._teacher_rows(lm, PROMPTS, answers, 1, soft_k, progress=False)
+
+
+def test_kept_rows_equal_a_teacher_forced_pass(lm):
+    answers = greedy_answers(lm, PROMPTS, N, batch_size=len(PROMPTS))
+    tokens, hidden, soft_ids, soft_probs = teacher_rows(lm, answers)
+    for batch_size in (1, 4):
+        rows = greedy_batch.greedy_rows(lm, PROMPTS, N, batch_size, soft_k=4)
+        assert [r.tokens for r in rows] == answers
+        kept = greedy_batch.stacked(rows)
+        assert torch.equal(kept[0], tokens) and kept[1].shape == hidden.shape
+        assert torch.allclose(kept[1].float(), hidden.float(), atol=2e-3, rtol=2e-3)
+        assert torch.equal(kept[2], soft_ids)
+        assert torch.allclose(kept[3].float(), soft_probs.float(), atol=1e-3)
+
+
+def test_control_rows_one_step_late_fail(lm):
+    """The state after the chosen token instead of the one that chose it: the oracle must notice."""
+    answers = greedy_answers(lm, PROMPTS, N, batch_size=len(PROMPTS))
+    _, hidden, soft_ids, _ = teacher_rows(lm, answers)
+    rows = greedy_batch.greedy_rows(lm, PROMPTS, N, len(PROMPTS), soft_k=4)
+    late = torch.cat([torch.cat([r.hidden[1:], r.hidden[-1:]]) for r in rows])
+    late_ids = torch.cat([torch.cat([r.soft_ids[1:], r.soft_ids[-1:]]) for r in rows])
+    assert not torch.allclose(late.float(), hidden.float(), atol=2e-3, rtol=2e-3)
+    assert not torch.equal(late_ids, soft_ids)

@@ -19,7 +19,7 @@ from decoding.runtime.files import atomic_path
 from decoding.runtime.hooks import check_feature_layers, decoder_layers, tap_head_input
 from decoding.runtime.paths import cache_root
 from decoding.train import answer_store
-from decoding.train.greedy_batch import greedy_answers, left_pad, pad_id, positions_of
+from decoding.train.greedy_batch import Answer, greedy_rows, left_pad, pad_id, positions_of, stacked
 
 DISTILL_VERSION = 1
 
@@ -101,11 +101,12 @@ class DistillData:
 
     @classmethod
     def concat(cls, parts: Sequence[DistillData]) -> DistillData:
-        """The sequences of all parts in order; info["parts"] lists each part's number of sequences."""
+        """The sequences of all parts in order; info["parts"] lists each part's number of sequences (a part
+        that is itself a concatenation counts as its parts)."""
         shift = torch.tensor([0] + [int(p.offsets[-1]) for p in parts]).cumsum(0)
         offsets = torch.cat([parts[0].offsets[:1]] + [p.offsets[1:] + shift[i] for i, p in enumerate(parts)])
-        info = dict(parts[0].info, parts=[len(p.offsets) - 1 for p in parts], positions=int(shift[-1]),
-                    keys=[p.info.get("key") for p in parts],
+        info = dict(parts[0].info, parts=[n for p in parts for n in p.info.get("parts", [len(p.offsets) - 1])],
+                    keys=[k for p in parts for k in p.info.get("keys", [p.info.get("key")])], positions=int(shift[-1]),
                     prompts=sum(len(p.offsets) - 1 for p in parts),
                     seconds=round(sum(p.info.get("seconds", 0.0) for p in parts), 1))
         return cls(*(torch.cat([getattr(p, k) for p in parts]) for k in ("tokens", "hidden", "soft_ids", "soft_probs")),
@@ -142,12 +143,13 @@ def _generate(lm, ids, mask, answer_tokens: int, temperature: float, seed: int) 
     return out[:, ids.shape[1]:].cpu()                                     # (B, N')
 
 
-def _answers(lm, prompts, answer_tokens: int, batch_size: int, temperature: float, seed: int, progress: bool
-             ) -> list[list[int]]:
-    """The target's answers: greedy ones batched by length (greedy_batch), sampled ones by generate."""
+def _answers(lm, prompts, answer_tokens: int, batch_size: int, temperature: float, seed: int, soft_k: int,
+             progress: bool) -> list[Answer]:
+    """The target's answers: greedy ones batched by length with their rows (greedy_batch), sampled ones by
+    generate (tokens only: a teacher-forced pass computes their rows)."""
     if temperature == 0:
-        return greedy_answers(lm, prompts, answer_tokens, batch_size, progress)
-    return generate_answers(lm, prompts, answer_tokens, batch_size, temperature, seed)
+        return greedy_rows(lm, prompts, answer_tokens, batch_size, soft_k, progress)
+    return [Answer(a) for a in generate_answers(lm, prompts, answer_tokens, batch_size, temperature, seed)]
 
 
 def generate_answers(lm, prompts, answer_tokens: int, batch_size: int, temperature: float, seed: int
@@ -199,6 +201,18 @@ def _teacher_pass(lm, ids, mask, answers, lengths, soft_k: int):
     return tokens, h.half().cpu(), torch.cat(ids_out), torch.cat(probs_out)
 
 
+def _teacher_rows(lm, prompts, answers_all, batch_size: int, soft_k: int, progress: bool):
+    """(tokens, hidden, soft ids, soft probs) of every answer position, by teacher-forced passes."""
+    from tqdm import tqdm
+
+    pad, parts = pad_id(lm), []
+    for b0 in tqdm(range(0, len(prompts), batch_size), desc="teacher pass", unit="batch", disable=not progress):
+        ids, mask = left_pad([list(p) for p in prompts[b0:b0 + batch_size]], pad)
+        answers, lengths = _padded(answers_all[b0:b0 + batch_size], pad)
+        parts.append(_teacher_pass(lm, ids, mask, answers, lengths, soft_k))
+    return tuple(torch.cat(x) for x in zip(*parts))
+
+
 def distill_key(lm, prompts: Sequence[Sequence[int]], answer_tokens: int, temperature: float, soft_k: int,
                 seed: int) -> str:
     head = lm.model.get_output_embeddings().weight
@@ -219,20 +233,14 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
     path = cache_root() / "distill" / f"{key}.pt"
     if use_cache and path.is_file():
         return DistillData.load(path)
-    from tqdm import tqdm
-
     start = time.perf_counter()
     stored = answer_store.load_matching(key, prompts) if use_cache else None
-    pad = pad_id(lm)
-    answers_all = stored.answers if stored is not None else _answers(
-        lm, prompts, answer_tokens, batch_size, temperature, seed, progress)
-    parts, lengths_all = [], []
-    for b0 in tqdm(range(0, len(prompts), batch_size), desc="teacher pass", unit="batch", disable=not progress):
-        ids, mask = left_pad([list(p) for p in prompts[b0:b0 + batch_size]], pad)
-        answers, lengths = _padded(answers_all[b0:b0 + batch_size], pad)
-        parts.append(_teacher_pass(lm, ids, mask, answers, lengths, soft_k))
-        lengths_all += lengths
-    tokens, hidden, soft_ids, soft_probs = (torch.cat(x) for x in zip(*parts))
+    answers = ([Answer(list(a)) for a in stored.answers] if stored is not None else
+               _answers(lm, prompts, answer_tokens, batch_size, temperature, seed, soft_k, progress))
+    answers_all = [a.tokens for a in answers]
+    tokens, hidden, soft_ids, soft_probs = (stacked(answers) if answers[0].hidden is not None else
+                                            _teacher_rows(lm, prompts, answers_all, batch_size, soft_k, progress))
+    lengths_all = [len(a) for a in answers_all]
     offsets = torch.cat([torch.zeros(1, dtype=torch.long), torch.tensor(lengths_all).cumsum(0)])
     seconds = round(time.perf_counter() - start, 1)
     info = {"model": lm.name, "prompts": len(prompts), "answer_tokens": answer_tokens, "temperature": temperature,
@@ -399,6 +407,7 @@ class DataSettings:
     prompt_pool: str = "mixed"   # templates | mixed (templates + n_varied prompts of decoding.train.prompt_pool)
     n_varied: int = 1024
     n_extra: int = 1024          # mixed only: a third part, the next n_extra varied prompts (cached on its own)
+    n_follow_up: int = 0         # mixed only: two-turn conversations on the parts before, in parts of 1,024
     answer_tokens: int = 128
     gen_batch: int = 32
     gen_temperature: float = 0.0
@@ -409,7 +418,9 @@ class DataSettings:
         for name in ("n_prompts", "answer_tokens", "gen_batch", "soft_k", "n_varied"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
-        check(isinstance(self.n_extra, int) and self.n_extra >= 0, "n_extra", self.n_extra, "must be an integer >= 0")
+        for name in ("n_extra", "n_follow_up"):
+            v = getattr(self, name)
+            check(isinstance(v, int) and v >= 0, name, v, "must be an integer >= 0")
         check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(isinstance(self.heldout_every, int) and self.heldout_every >= 2, "heldout_every",
               self.heldout_every, "must be an integer >= 2")
@@ -448,30 +459,71 @@ def distill_set(lm, settings, progress: bool = True, prompts: Sequence[Sequence[
                 ) -> tuple[list[list[int]], DistillData, str]:
     """(prompts as token ids, data, description): the given prompts, or settings.prompt_pool's. "mixed"
     adds varied prompts (decoding.train.prompt_pool) whose passages are the target's answers to the training
-    templated prompts; each part is generated and cached on its own."""
-    from decoding.train.prompt_pool import more_varied_prompts, passage, varied_prompts
-
+    templated prompts, then follow-up conversations on the training prompts of those parts; each part is
+    generated and cached on its own."""
     gen = {"answer_tokens": settings.answer_tokens, "batch_size": settings.gen_batch,
-               "temperature": settings.gen_temperature, "soft_k": settings.soft_k, "seed": settings.seed,
-               "progress": progress}
+           "temperature": settings.gen_temperature, "soft_k": settings.soft_k, "seed": settings.seed,
+           "progress": progress}
     if prompts is not None:
         return [list(p) for p in prompts], generate_distill(lm, prompts, **gen), "given as token ids"
     check(lm.tokenizer is not None, "prompts", None, "a model without a tokenizer needs token-id prompts")
-    first = [lm.encode(text) for text in distill_prompts(settings.n_prompts, settings.seed)]
+    first_texts = distill_prompts(settings.n_prompts, settings.seed)
+    first = [lm.encode(text) for text in first_texts]
     data = generate_distill(lm, first, **gen)
     source = f"{len(first)} templates x topics (decoding.train.data.distill_prompts, seed {settings.seed})"
     if settings.prompt_pool == "templates":
         return first, data, source + ", chat template"
-    train_seqs, _ = split_sequences(len(first), settings.heldout_every)
-    texts = [p for p in (passage(lm.decode(data.answer(s))) for s in train_seqs) if p is not None]
-    second = [lm.encode(text) for text in varied_prompts(settings.n_varied, texts, settings.seed)]
-    third = [lm.encode(text) for text in more_varied_prompts(settings.n_extra, settings.n_varied, texts,
-                                                             settings.seed)] if settings.n_extra else []
-    data = DistillData.concat([data] + [generate_distill(lm, part, **gen) for part in (second, third) if part])
-    return first + second + third, data, (
-        source + f" + {len(second) + len(third)} varied prompts (decoding.train.prompt_pool: text tasks on the "
-        "target's "
-        "own answers, advice, code, other writing), chat template")
+    texts, varied = _varied_parts(lm, settings, data)
+    parts = [[lm.encode(text) for text in part] for part in varied]
+    data = DistillData.concat([data] + [generate_distill(lm, part, **gen) for part in parts])
+    source += (f" + {sum(map(len, parts))} varied prompts (decoding.train.prompt_pool: text tasks on the target's "
+               "own answers, advice, code, other writing)")
+    if settings.n_follow_up:
+        chats = _training_chats(lm, data, first_texts + texts, settings.heldout_every)
+        follow = _follow_up_parts(lm, chats, settings.n_follow_up, settings.seed)
+        data = DistillData.concat([data] + [generate_distill(lm, part, **gen) for part in follow])
+        parts += follow
+        source += f" + {settings.n_follow_up} follow-up conversations on their training prompts"
+    return first + [p for part in parts for p in part], data, source + ", chat template"
+
+
+FOLLOW_UP_PART = 1024
+
+
+def _varied_parts(lm, settings, data: DistillData) -> tuple[list[str], list[list[str]]]:
+    """(their texts in order, the second and third parts' prompt texts; an empty third part is left out)."""
+    from decoding.train.prompt_pool import more_varied_prompts, passage, varied_prompts
+
+    train_seqs, _ = split_sequences(len(data.offsets) - 1, settings.heldout_every)
+    passages = [p for p in (passage(lm.decode(data.answer(s))) for s in train_seqs) if p is not None]
+    second = varied_prompts(settings.n_varied, passages, settings.seed)
+    third = (more_varied_prompts(settings.n_extra, settings.n_varied, passages, settings.seed)
+             if settings.n_extra else [])
+    return second + third, [part for part in (second, third) if part]
+
+
+def _training_chats(lm, data: DistillData, texts: Sequence[str], every: int) -> list[tuple[str, str]]:
+    """(question, the target's answer as text) for every training sequence with a non-empty answer."""
+    train, _ = data_split(data, every)
+    chats = []
+    for s in train:
+        answer = data.answer(s)
+        while answer and answer[-1] in lm.eos_ids:
+            answer = answer[:-1]
+        text = lm.decode(answer).strip()
+        if text:
+            chats.append((texts[s], text))
+    return chats
+
+
+def _follow_up_parts(lm, chats: Sequence[tuple[str, str]], n: int, seed: int) -> list[list[list[int]]]:
+    """The first n follow-up conversations as token ids, in parts of FOLLOW_UP_PART (the last may be short)."""
+    from decoding.train.prompt_pool import follow_up_chats
+
+    convs = follow_up_chats(chats, seed)
+    check(n <= len(convs), "n_follow_up", n, f"must be at most {len(convs)} (the conversations these parts allow)")
+    ids = [lm.encode_chat(conv) for conv in convs[:n]]
+    return [ids[i:i + FOLLOW_UP_PART] for i in range(0, n, FOLLOW_UP_PART)]
 
 
 def vocab_slice(data: DistillData, lm, vocab: str) -> list[int] | None:
