@@ -4,6 +4,7 @@ grown set keeps the earlier parts' split."""
 from __future__ import annotations
 
 import pytest
+import torch
 from tiny_app_model import build_tiny_model_dir
 
 from decoding.core.errors import ConfigError
@@ -53,3 +54,58 @@ def test_extra_part_reuses_the_cached_parts_and_holds_new_prompts(lm, tmp_path, 
 def test_negative_extra_names_the_parameter(settings_type):
     with pytest.raises(ConfigError, match="n_extra=-1"):
         settings_type(n_extra=-1)
+
+
+@pytest.fixture(scope="module")
+def talking_lm(tmp_path_factory):
+    """The tiny model with an LM head of its own: a random init tied to the embedding answers with
+    whitespace only, which leaves no assistant turn to follow up on."""
+    model = load(ModelSpec(str(build_tiny_model_dir(tmp_path_factory.mktemp("talking")))))
+    head = torch.randn(model.model.lm_head.weight.shape, generator=torch.Generator().manual_seed(0))
+    model.model.lm_head.weight = torch.nn.Parameter(head.to(model.model.lm_head.weight))
+    return model
+
+
+def test_follow_up_part_holds_conversations_on_training_answers(talking_lm, tmp_path, monkeypatch):
+    from decoding.train.prompt_pool import _CODE_FOLLOW_UPS, _FOLLOW_UPS
+
+    lm = talking_lm
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    base, base_data, _ = distill_set(lm, TrainSettings(**SMALL, n_extra=6), progress=False)
+    prompts, data, source = distill_set(lm, TrainSettings(**SMALL, n_extra=6, n_follow_up=7), progress=False)
+    assert data.info["parts"] == [24, 12, 6, 7] and "7 follow-up conversations" in source
+    assert prompts[:42] == base and data.tokens[:len(base_data.tokens)].tolist() == base_data.tokens.tolist()
+    train, held = data_split(base_data, 4)
+    texts = [lm.decode(p) for p in base]
+    seen = set()
+    for prompt in prompts[42:]:
+        chat = lm.decode(prompt)
+        assert chat.count("<|im_start|>user") == 2 and chat.endswith("<|im_start|>assistant\n")
+        asked = [s for s in range(42) if texts[s].removesuffix("<|im_start|>assistant\n") in chat]
+        assert len(asked) == 1 and asked[0] in train                        # one training prompt, never held out
+        answer = lm.decode([t for t in base_data.answer(asked[0]) if t not in lm.eos_ids]).strip()
+        assert answer in chat and any(r in chat for r in _FOLLOW_UPS + _CODE_FOLLOW_UPS)
+        seen.add(asked[0])
+    assert len(seen) == 7                                                   # first round: each chat once
+    grown = distill_set(lm, TrainSettings(**SMALL, n_extra=6, n_follow_up=9), progress=False)[0]
+    assert grown[:49] == prompts
+
+
+def test_too_many_follow_ups_names_the_parameter(lm, tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match="n_follow_up=100000"):
+        distill_set(lm, TrainSettings(**SMALL, n_extra=0, n_follow_up=100000), progress=False)
+    with pytest.raises(ConfigError, match="n_follow_up=-2"):
+        TrainSettings(n_follow_up=-2)
+
+
+def test_encode_chat_takes_turns_in_order(lm):
+    one = lm.encode("Why is the sea salty?")
+    assert lm.encode_chat(["Why is the sea salty?"]) == one
+    chat = lm.decode(lm.encode_chat(["Why is the sea salty?", "Rivers carry salts.", "Say more."]))
+    assert chat.index("Why is the sea salty?") < chat.index("Rivers carry salts.") < chat.index("Say more.")
+    assert "<|im_start|>assistant\nRivers carry salts.<|im_end|>" in chat
+    with pytest.raises(ConfigError, match="turns=2"):
+        lm.encode_chat(["Why is the sea salty?", "Rivers carry salts."])
+    with pytest.raises(ConfigError, match="prompt="):
+        lm.encode_chat(["Why is the sea salty?", "  ", "Say more."])

@@ -13,7 +13,16 @@ from bench.prompts import PROMPTS, SUMMARY_SOURCE
 from decoding.core.errors import ConfigError
 from decoding.train.data import DistillData, data_split, split_parts, split_sequences
 from decoding.train.parallel import TrainSettings
-from decoding.train.prompt_pool import FAMILIES, _family, more_varied_prompts, passage, varied_prompts
+from decoding.train.prompt_pool import (
+    _CODE_FOLLOW_UPS,
+    _FOLLOW_UPS,
+    FAMILIES,
+    _family,
+    follow_up_chats,
+    more_varied_prompts,
+    passage,
+    varied_prompts,
+)
 
 TEXTS = [f"Passage {i}: the river rises in spring and falls in autumn. Farmers plan around it every year. "
          f"Boats carry grain downstream when the water is high enough." for i in range(40)]
@@ -118,3 +127,26 @@ def test_more_prompts_than_the_pool_holds_names_n_extra():
         more_varied_prompts(total, 60, TEXTS)
     with pytest.raises(ConfigError, match="n_extra=-1"):
         TrainSettings(n_extra=-1)
+
+
+CHATS = [(f"Question {i}: how do rivers shape valleys?", f"Answer {i}: slowly, by erosion.") for i in range(12)] + [
+    ("Write a Python function that adds two numbers.", "```python\ndef add(a, b):\n    return a + b\n```")]
+
+
+def test_follow_ups_visit_every_chat_once_per_round():
+    convs = follow_up_chats(CHATS, seed=1)
+    assert convs == follow_up_chats(CHATS, seed=1) and convs != follow_up_chats(CHATS, seed=2)
+    first_round = convs[:len(CHATS)]
+    assert sorted(c[:2] for c in first_round) == sorted(CHATS)
+    assert len(set(convs)) == len(convs)                                   # no conversation twice
+    for chat in CHATS:                                                     # each chat's requests differ
+        asked = [c[2] for c in convs if c[:2] == chat]
+        assert len(asked) == len(set(asked)) > 1
+
+
+def test_code_chats_get_code_follow_ups():
+    convs = follow_up_chats(CHATS, seed=0)
+    code = {c[2] for c in convs if "def add" in c[1]}
+    prose = {c[2] for c in convs if "def add" not in c[1]}
+    assert code == set(_CODE_FOLLOW_UPS) and prose == set(_FOLLOW_UPS)
+    assert not set(_CODE_FOLLOW_UPS) & set(_FOLLOW_UPS)

@@ -325,13 +325,27 @@ class LM:
     # ------------------------------------------------------------ text
     def encode(self, text: str, chat_template: bool = True) -> list[int]:
         check(isinstance(text, str) and text.strip() != "", "prompt", text, "must not be empty")
+        if chat_template:
+            return self.encode_chat([text])
         check_text(text)
+        return self._within_context(self.tokenizer(text)["input_ids"])
+
+    def encode_chat(self, turns: Sequence[str]) -> list[int]:
+        """A conversation of user and assistant turns in turn, the last one the user's, in the chat template
+        with the assistant's generation prompt (turns joined by blank lines where there is no template)."""
+        check(len(turns) % 2 == 1, "turns", len(turns), "must be odd: user, assistant, ..., user")
+        for text in turns:
+            check(isinstance(text, str) and text.strip() != "", "prompt", text, "must not be empty")
+            check_text(text)
         tok = self.tokenizer
-        if chat_template and getattr(tok, "chat_template", None):
-            ids = tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True)
-            ids = ids["input_ids"] if hasattr(ids, "keys") else ids
-        else:
-            ids = tok(text)["input_ids"]
+        if not getattr(tok, "chat_template", None):
+            return self._within_context(tok("\n\n".join(turns))["input_ids"])
+        roles = ("user", "assistant")
+        ids = tok.apply_chat_template([{"role": roles[i % 2], "content": t} for i, t in enumerate(turns)],
+                                      add_generation_prompt=True)
+        return self._within_context(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+    def _within_context(self, ids) -> list[int]:
         check(len(ids) < self.context_length, "prompt", f"<{len(ids)} tokens>",
               f"is longer than the model's context of {self.context_length} tokens")
         return list(ids)

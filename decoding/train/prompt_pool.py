@@ -111,6 +111,22 @@ _WRITING = (
     "Tell me a fun fact about the ocean.", "What should I pack for a camping trip?",
 )
 FAMILIES = ("text", "advice", "code", "other")
+_FOLLOW_UPS = (
+    "Can you make that shorter?", "Give me a concrete example.", "Explain that again in simpler words.",
+    "Summarize your answer in one sentence.", "Rewrite your answer as a bulleted list.",
+    "Which point is the most important, and why?", "Can you say more about the first point?",
+    "Now say it in a more formal tone.", "Is there anything important you left out?",
+    "Turn your answer into three quiz questions with their answers.", "Suggest a title for your answer.",
+    "What would someone who disagrees say?", "How would you explain this to a complete beginner?",
+    "Thanks! What is one thing I could do today with this?", "Can you check your answer for mistakes?",
+    "Write that as a short paragraph without a list.",
+)
+_CODE_FOLLOW_UPS = (
+    "Add type hints to it.", "Write two unit tests for it.", "Explain the code line by line.",
+    "What is its time complexity?", "How should it handle invalid input?", "Can you make it shorter?",
+    "Rewrite it without any library functions.", "Add a docstring and comments.",
+    "Show an example of calling it and what it prints.", "What edge cases should I test?",
+)
 
 
 def _family(name: str, texts: Sequence[str], rng: random.Random) -> list[str]:
@@ -168,3 +184,29 @@ def passage(text: str, max_chars: int = 420) -> str | None:
     if len(text) > max_chars and end > 100:
         cut = cut[:end + 1]
     return cut.strip()
+
+
+def _is_code(question: str, answer: str) -> bool:
+    return "```" in answer or "def " in answer or any(w in question for w in _CODE_WORDS)
+
+
+_CODE_WORDS = ("function", "program", "SQL", "bash", "class ", "JavaScript", "Python")
+
+
+def follow_up_chats(chats: Sequence[tuple[str, str]], seed: int = 0) -> list[tuple[str, str, str]]:
+    """Two-turn conversations (question, the target's answer, a follow-up request): round r gives every
+    chat, in an order shuffled per round, the r-th of its own shuffled follow-ups (code chats draw code
+    follow-ups), so the first len(chats) conversations hold each chat once. A longer list starts with
+    a shorter one: parts cut from it in order stay the same as the set grows."""
+    rng = random.Random(seed)
+    menus = []
+    for question, answer in chats:
+        menu = list(_CODE_FOLLOW_UPS if _is_code(question, answer) else _FOLLOW_UPS)
+        rng.shuffle(menu)
+        menus.append(menu)
+    out = []
+    for r in range(max((len(m) for m in menus), default=0)):
+        order = [i for i in range(len(chats)) if r < len(menus[i])]
+        rng.shuffle(order)
+        out += [(*chats[i], menus[i][r]) for i in order]
+    return out
