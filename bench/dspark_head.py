@@ -37,6 +37,7 @@ def contenders(lm, feature, temperature: float, n: int) -> tuple[dict, str]:
             "speculative lookup+feature γ=5": spec(gamma=5),
             "speculative lookup+feature cost-aware γ≤8": spec(gamma=8, gamma_policy="cost"),
             "DSpark defaults (feature head, tree of 8, lookup)": dspark(),
+            "DSpark cost-aware tree ≤ 8 (feature head, lookup)": dspark(cost_table="auto"),
             "DSpark parallel drafter, chain γ=8 (the old defaults)": dspark(gamma=8, **PARALLEL)}
     return runs, reference
 
