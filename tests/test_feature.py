@@ -263,3 +263,28 @@ def test_bad_settings_name_the_parameter():
         FeatureSettings(noise=-0.1)
     with pytest.raises(ConfigError, match="^heldout_every=1 .*>= 2"):      # the shared data settings' check
         FeatureSettings(heldout_every=1)
+
+
+def test_eval_feature_reports_each_kind_of_part_on_its_held_out_sequences(lm, tmp_path, capsys):
+    from decoding.train import feature_eval
+    from decoding.train.data import DistillData, generate_distill
+
+    rng = random.Random(1)
+    parts = [[[rng.randrange(32) for _ in range(3)] for _ in range(n)] for n in (8, 4, 4, 4, 4)]
+    data = DistillData.concat([generate_distill(lm, p, answer_tokens=10, progress=False, use_cache=False)
+                               for p in parts])
+    groups = feature_eval.held_by_kind(data, 4)
+    assert groups == {"templated": [3, 7], "varied": [11, 15], "follow-up": [19, 23]}
+    path = tmp_path / "f.safetensors"
+    save_feature(random_net(lm, vocab=range(lm.vocab_size)), path, meta={"target": lm.name})
+    rows = feature_eval.evaluate_files(lm, data, 4, [str(path)])
+    net = load_feature(lm, path).float()
+    assert [kind for _, kind, _ in rows] == list(feature_eval.KINDS)
+    for _, kind, metrics in rows:           # each kind: the trainer's metric on exactly its held-out sequences
+        assert metrics == evaluate(net, data.subset(groups[kind]))
+    other = evaluate(net, data.subset([0, 1]))
+    assert any(m != other for _, _, m in rows)                    # control: other sequences measure otherwise
+    table = feature_eval.render(rows)
+    assert table.count(str(path)) == 3 and "| follow-up |" in table
+    assert feature_eval.main_eval_feature(["--model", str(tmp_path / "none"), "--weights", str(path)]) == 2
+    assert capsys.readouterr().err.startswith("error: model=")

@@ -1,5 +1,6 @@
-"""python -m decoding train {parallel,draft,feature,head-calibration,answers} [flags]: dispatch to one trainer
-(answers: generate the distillation set's answers and copy their compact files to ship)."""
+"""python -m decoding train {parallel,draft,feature,eval-feature,head-calibration,answers} [flags]: dispatch to
+one trainer (answers: generate the distillation set's answers and copy their compact files to ship; eval-feature:
+held-out acceptance of feature-drafter files on one set)."""
 from __future__ import annotations
 
 import sys
@@ -22,6 +23,10 @@ def main_cli(argv: Sequence[str]) -> int:
         from decoding.train.feature import main_train_feature
 
         return main_train_feature(argv[1:])
+    if argv and argv[0] == "eval-feature":
+        from decoding.train.feature_eval import main_eval_feature
+
+        return main_eval_feature(argv[1:])
     if argv and argv[0] == "answers":
         from decoding.train.answers_cli import main_answers
 
@@ -30,7 +35,7 @@ def main_cli(argv: Sequence[str]) -> int:
         from decoding.train.head_calibration import main_head_calibration
 
         return main_head_calibration(argv[1:])
-    print("usage: python -m decoding train {parallel,draft,feature,head-calibration,answers} [flags]  "
+    print("usage: python -m decoding train {parallel,draft,feature,eval-feature,head-calibration,answers} [flags]  "
           "(--help for the flags)",
           file=sys.stderr)
     return 2
