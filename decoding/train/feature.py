@@ -289,10 +289,12 @@ def model_card(report: FeatureReport, title: str) -> str:
         f"`python -m decoding train feature{changed_flags(s, FeatureSettings)}` from the run below.", "",
         "## Data", "",
         f"- target `{report.target}`; its {'greedy' if not d.get('temperature') else 'sampled'} answers (up to "
-        f"{d.get('answer_tokens')} tokens) to {d.get('prompts')} varied prompts, top-{d.get('soft_k')} soft labels "
-        "(the same cached set as the shallow and parallel drafters)",
+        f"{d.get('answer_tokens')} tokens) to {d.get('prompts')} prompts, {d.get('positions')} positions, "
+        f"top-{d.get('soft_k')} soft labels (the same cached set as the shallow and parallel drafters)",
+        *([f"- prompts: {d['source']}"] if d.get("source") else []),
         f"- {d.get('train_sequences')} sequences for training, {d.get('heldout_sequences')} held out "
-        f"(one base prompt in {s['heldout_every']}, with all its variants)", "",
+        f"(one prompt in {s['heldout_every']} of each part; in the templated part one base prompt in "
+        f"{s['heldout_every']}, with all its variants)", "",
         "## Training", "",
         f"- {report.params:,} trained parameters; file {report.size_bytes / 1e6:.1f} MB (float16)",
         (f"- {report.steps} steps of {s['seqs']} whole sequences (every anchor in them), each anchor unrolled "
@@ -318,9 +320,9 @@ def model_card(report: FeatureReport, title: str) -> str:
 def train_feature(lm, settings: FeatureSettings, out: str | Path, *, prompts=None, progress: bool = True,
                   title: str | None = None) -> FeatureReport:
     """Prompts -> cached distillation data -> training -> weights at `out` and the model card (.md)."""
-    prompts, data, _ = distill_set(lm, settings, progress, prompts)
+    prompts, data, source = distill_set(lm, settings, progress, prompts)
     net, report = train_feature_net(lm, data, settings, progress=progress, prompts=prompts)
-    report.target = display_name(lm)
+    report.target, report.data["source"] = display_name(lm), source
     out = Path(out)
     save_feature(net, out, meta={"target": lm.name, "after": report.after, "before": report.before,
                                  "data": report.data, "steps": report.steps})
