@@ -288,3 +288,29 @@ def test_eval_feature_reports_each_kind_of_part_on_its_held_out_sequences(lm, tm
     assert table.count(str(path)) == 3 and "| follow-up |" in table
     assert feature_eval.main_eval_feature(["--model", str(tmp_path / "none"), "--weights", str(path)]) == 2
     assert capsys.readouterr().err.startswith("error: model=")
+
+
+def test_training_device_is_checked_and_the_card_names_the_machine(tmp_path):
+    from conftest import TEST_DEVICE
+    from test_shallow import _llama
+
+    if not torch.cuda.is_available():
+        with pytest.raises(ConfigError, match="^device='cuda' is invalid: must be cpu, or cuda on a machine"):
+            FeatureSettings(device="cuda")
+    with pytest.raises(ConfigError, match="^device='tpu'"):
+        FeatureSettings(device="tpu")
+    lm = _llama()
+    rng = random.Random(1)
+    prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(16)]
+    small = {"width": 32, "mlp": 64, "blocks": 1, "unroll": 2, "steps": 30, "batch_size": 64, "answer_tokens": 12,
+             "gen_batch": 16, "heldout_every": 4}
+    reports = {}
+    for device in dict.fromkeys(["cpu", str(TEST_DEVICE)]):      # the GPU check trains on cuda as well
+        out = tmp_path / f"{device}.safetensors"
+        reports[device] = train_feature(lm, FeatureSettings(**small, device=device), out, prompts=prompts,
+                                        progress=False)
+        assert "s on " + reports[device].machine in out.with_suffix(".md").read_text()
+        assert load_feature(lm, out).vocab_ids.device.type == "cpu"
+    assert "threads" in reports["cpu"].machine
+    for device, report in reports.items():     # the same run on another device: the same loss up to rounding
+        assert report.final_loss == pytest.approx(reports["cpu"].final_loss, rel=0.02), device

@@ -89,6 +89,10 @@ class DistillData:
     def positions(self) -> int:
         return int(self.tokens.shape[0])
 
+    def to(self, device) -> DistillData:
+        return DistillData(*(getattr(self, k).to(device) for k in ("tokens", "hidden", "soft_ids", "soft_probs",
+                                                                   "offsets")), dict(self.info))
+
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(path) as tmp:

@@ -59,6 +59,7 @@ class FeatureSettings(DataSettings):
     init: str = ""               # start from this feature-drafter weights file (same shape but for attention;
                                  # a new attention layer starts with a zero output map: the init net's drafts)
     max_minutes: float = 29.0    # training stops early at this wall-clock budget
+    device: str = "cpu"          # where the MLP drafter trains (cuda on a GPU); held-out metrics run on the CPU
 
     def __post_init__(self):
         super().__post_init__()
@@ -73,6 +74,9 @@ class FeatureSettings(DataSettings):
         for name in ("soft_weight", "feature_weight", "noise", "weight_decay"):
             check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
         check(not self.init or Path(self.init).is_file(), "init", self.init, "is not a file")
+        check(self.device == "cpu" or (self.device.split(":")[0] == "cuda" and torch.cuda.is_available()),
+              "device", self.device, "must be cpu, or cuda on a machine with a CUDA GPU")
+        check(self.device == "cpu" or not self.heads, "device", self.device, "the attending drafter trains on the CPU")
 
 
 @dataclass
@@ -90,6 +94,7 @@ class FeatureReport:
     target: str = ""
     weights: str = ""
     size_bytes: int = 0
+    machine: str = ""            # where it trained: the GPU's name, or the CPU's and its thread count
 
 
 def step_loss(net: FeatureNet, data: DistillData, rows: torch.Tensor, slice_of: torch.Tensor,
@@ -98,7 +103,7 @@ def step_loss(net: FeatureNet, data: DistillData, rows: torch.Tensor, slice_of: 
     end = sequence_ends(data, rows)
     feature, token = data.hidden[rows].float(), data.tokens[rows]
     if settings.noise > 0:
-        feature = feature + (torch.rand(feature.shape, generator=gen) * 2 - 1) * settings.noise
+        feature = feature + ((torch.rand(feature.shape, generator=gen) * 2 - 1) * settings.noise).to(feature.device)
     total = feature.new_zeros(())
     for k in range(1, settings.unroll + 1):
         target = rows + k
@@ -153,13 +158,18 @@ class _Plain:
         self.fit = self.train.subset(list(range(min(64, len(train_ids)))))
         self.rows = anchors(self.train)
         check(len(self.rows) >= 1, "data", self.train.positions, "has no training anchors (answers too short)")
+        self.on_device = self.train.to(settings.device)
 
     def loss(self, net, slice_of, gen):
         pick = self.rows[torch.randint(len(self.rows), (self.settings.batch_size,), generator=gen)]
-        return step_loss(net, self.train, pick, slice_of, self.settings, gen)
+        return step_loss(net, self.on_device, pick.to(self.settings.device), slice_of, self.settings, gen)
 
     def metrics(self, net, which: str) -> dict:
-        return evaluate(net, self.held if which == "held" else self.fit)
+        net.cpu()
+        try:
+            return evaluate(net, self.held if which == "held" else self.fit)
+        finally:
+            net.to(self.settings.device)
 
 
 class _Attending:
@@ -219,7 +229,7 @@ def start_from(net: FeatureNet, path: str) -> None:
 
 
 def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress: bool = True, prompts=None):
-    """-> (net, FeatureReport). Trains in float32 on the CPU copy of the data; an attending drafter
+    """-> (net on the CPU, FeatureReport). Trains in float32 on settings.device; an attending drafter
     (settings.heads > 0) also needs the `prompts` the data answers."""
     from tqdm import tqdm
 
@@ -240,6 +250,8 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     task = (_Attending(lm, data, prompts, train_ids, held_ids, settings, progress) if settings.heads
             else _Plain(data, train_ids, held_ids, settings))
     before = task.metrics(net, "held")
+    net.to(settings.device)
+    slice_of = slice_of.to(settings.device)
     params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=settings.lr, total_steps=settings.steps, pct_start=0.05)
@@ -268,7 +280,16 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
                            final_loss=round(loss_avg if loss_avg is not None else math.nan, 4),
                            before=before, after=after, train_metrics=fit)
     report.data.update(train_sequences=len(train_ids), heldout_sequences=len(held_ids))
-    return net, report
+    report.machine = training_machine(settings.device)
+    return net.cpu(), report
+
+
+def training_machine(device: str) -> str:
+    from decoding.runtime.packed_gemm import cpu_name
+
+    if device != "cpu":
+        return f"{torch.cuda.get_device_name(torch.device(device))} (CUDA)"
+    return f"{cpu_name()}, {torch.get_num_threads()} threads"
 
 
 def model_card(report: FeatureReport, title: str) -> str:
@@ -304,7 +325,8 @@ def model_card(report: FeatureReport, title: str) -> str:
         +
         f"AdamW lr {s['lr']} one-cycle, weight decay {s['weight_decay']}, input noise ±{s['noise']}; loss per step = "
         f"CE + {s['soft_weight']}·soft CE + {s['feature_weight']}·smooth-L1 "
-        f"to the next LM-head input, step k weighted {s['decay']}^(k−1); {report.seconds} s on the training machine; "
+        f"to the next LM-head input, step k weighted {s['decay']}^(k−1); {report.seconds} s on "
+        f"{report.machine or 'the training machine'}; "
         f"final loss {report.final_loss}", "",
         f"## Held-out results ({a['positions']} anchors; greedy drafting from each, own tokens and features)", "",
         f"- first draft equals the target's token: {b['top1']:.3f} untrained → {a['top1']:.3f} trained "
