@@ -314,3 +314,27 @@ def test_training_device_is_checked_and_the_card_names_the_machine(tmp_path):
     assert "threads" in reports["cpu"].machine
     for device, report in reports.items():     # the same run on another device: the same loss up to rounding
         assert report.final_loss == pytest.approx(reports["cpu"].final_loss, rel=0.02), device
+
+
+def test_a_bad_model_dtype_is_one_line(tmp_path, capsys):
+    from decoding.train.feature import main_train_feature
+
+    assert main_train_feature(["--model-dtype", "float8", "--out", str(tmp_path / "f.safetensors")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: dtype='float8' is invalid") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("steps", [1, 2, 3, 4, 19, 20, 21, 40, 2000])
+def test_the_schedule_takes_any_step_count(steps):
+    from decoding.train.feature import one_cycle
+
+    opt = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))], lr=1e-3)
+    sched = one_cycle(opt, 1e-3, steps)
+    rates = []
+    for _ in range(steps):                  # as the trainer steps it
+        rates.append(opt.param_groups[0]["lr"])
+        opt.step()
+        sched.step()
+    assert max(rates) <= 1e-3 * (1 + 1e-9) and min(rates) > 0
+    if steps >= 4:
+        assert max(rates) == pytest.approx(1e-3) and rates[-1] < 1e-4       # warmed up, then annealed

@@ -9,7 +9,7 @@ from pathlib import Path
 from decoding.core.errors import ConfigError
 from decoding.runtime.paths import cache_root
 from decoding.train import answer_store
-from decoding.train.common import settings_parser
+from decoding.train.common import settings_parser, target_spec
 from decoding.train.data import DataSettings, distill_set
 
 
@@ -17,11 +17,11 @@ def main_answers(argv) -> int:
     parser = settings_parser("python -m decoding train answers", __doc__, DataSettings)
     parser.set_defaults(out=str(answer_store.SHIPPED))
     args = parser.parse_args(argv)
-    from decoding.runtime.models import ModelSpec, load
+    from decoding.runtime.models import load
 
     try:
         settings = DataSettings(**{k: v for k, v in vars(args).items() if k in DataSettings.__dataclass_fields__})
-        lm = load(ModelSpec(args.model))
+        lm = load(target_spec(args))
         _, data, source = distill_set(lm, settings, progress=not args.no_progress)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

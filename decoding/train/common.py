@@ -23,6 +23,8 @@ def settings_parser(prog: str, description: str, settings_type) -> argparse.Argu
     """--model, --out, one flag per field of the settings dataclass, --no-progress."""
     p = argparse.ArgumentParser(prog=prog, description=description)
     p.add_argument("--model", default="default")
+    p.add_argument("--model-dtype", default="auto", help="the target's dtype (auto: float32 on a CPU, float16 on a "
+                   "GPU; float32 keeps a GPU's distillation keys and answers those of the CPU)")
     p.add_argument("--out", default=None, help="weights file (default: the shipped asset for the embedded model)")
     for name, value in asdict(settings_type()).items():
         flag = "--" + name.replace("_", "-")
@@ -34,11 +36,18 @@ def settings_parser(prog: str, description: str, settings_type) -> argparse.Argu
     return p
 
 
+def target_spec(args):
+    """The target's ModelSpec from --model and --model-dtype."""
+    from decoding.runtime.models import ModelSpec
+
+    return ModelSpec(args.model, dtype=args.model_dtype)
+
+
 def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: Path, prefix: str, train,
                 summary) -> int:
     """Parse, load the model, train to --out (or the shipped asset for the embedded model, else
     <prefix>-<model>.safetensors), print one line; one-line errors with exit status 2."""
-    from decoding.runtime.models import ModelSpec, load
+    from decoding.runtime.models import load
 
     args = parser.parse_args(argv)
     try:
@@ -46,7 +55,7 @@ def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: P
         out = args.out or (shipped if args.model == "default"
                            else Path(f"{prefix}-{Path(args.model).name}.safetensors"))
         check_writable(out, "out")                     # before the model loads and the hours of training
-        lm = load(ModelSpec(args.model))
+        lm = load(target_spec(args))
         report = train(lm, settings, out, progress=not args.no_progress)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)

@@ -254,7 +254,7 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     slice_of = slice_of.to(settings.device)
     params = [p for p in net.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=settings.lr, weight_decay=settings.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=settings.lr, total_steps=settings.steps, pct_start=0.05)
+    sched = one_cycle(opt, settings.lr, settings.steps)
     gen = torch.Generator().manual_seed(settings.seed)
     start, loss_avg, done = time.perf_counter(), None, 0
     net.train()
@@ -282,6 +282,14 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     report.data.update(train_sequences=len(train_ids), heldout_sequences=len(held_ids))
     report.machine = training_machine(settings.device)
     return net.cpu(), report
+
+
+def one_cycle(opt, lr: float, steps: int):
+    """One-cycle learning rate: 5 % warm-up (at least 2 steps), then annealing; a constant rate below 4
+    steps (the schedule needs a step in each phase: 0.05 × 20 steps = 1 divided by zero)."""
+    if steps < 4:
+        return torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
+    return torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=max(0.05, 2 / steps))
 
 
 def training_machine(device: str) -> str:

@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from decoding.core.errors import ConfigError
-from decoding.train.common import settings_parser
+from decoding.train.common import settings_parser, target_spec
 from decoding.train.data import DataSettings, DistillData, data_split, distill_set
 
 KINDS = ("templated", "varied", "follow-up")
@@ -57,12 +57,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main_eval_feature(argv: Sequence[str] | None = None) -> int:
-    from decoding.runtime.models import ModelSpec, load
+    from decoding.runtime.models import load
 
     args = build_parser().parse_args(argv)
     try:
         settings = DataSettings(**{k: v for k, v in vars(args).items() if k in DataSettings.__dataclass_fields__})
-        lm = load(ModelSpec(args.model))
+        lm = load(target_spec(args))
         _, data, _ = distill_set(lm, settings, progress=not args.no_progress)
         print(render(evaluate_files(lm, data, settings.heldout_every, args.weights)))
     except ConfigError as err:
