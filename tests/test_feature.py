@@ -227,14 +227,15 @@ def test_cost_policy_times_the_feature_drafter(lm):
     assert trace.error is None and list(trace.output_ids) == list(expected)
 
 
-def test_training_raises_tau_and_writes_the_card(tmp_path):
+@pytest.mark.parametrize("autocast", ["none", "bfloat16"])
+def test_training_raises_tau_and_writes_the_card(tmp_path, autocast):
     from test_shallow import _llama
 
     lm = _llama()          # a random tiny llama: its answers are far less repetitive than the peaked one's
     rng = random.Random(0)
     prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(48)]
     settings = FeatureSettings(width=64, mlp=128, blocks=1, unroll=3, steps=300, batch_size=128, lr=3e-3,
-                               answer_tokens=24, gen_batch=16, heldout_every=4)
+                               answer_tokens=24, gen_batch=16, heldout_every=4, autocast=autocast)
     out = tmp_path / "feature.safetensors"
     report = train_feature(lm, settings, out, prompts=prompts, progress=False)
     # 36 training answers of a random target do not generalise (held-out τ is the real model's test,
@@ -243,6 +244,7 @@ def test_training_raises_tau_and_writes_the_card(tmp_path):
     assert fit > before + 1.0, (before, fit)
     card = out.with_suffix(".md").read_text()
     assert f"{report.after['tau_chain'][5]:.2f}" in card and f"{fit:.2f}" in card and "--width 64" in card
+    assert ("--autocast bfloat16" in card) == (autocast == "bfloat16")
     net = load_feature(lm, out)
     # the report's held-out τ is what a greedy run's drafts would meet: recount on one answer
     from decoding.train.data import generate_distill
@@ -257,6 +259,8 @@ def test_bad_settings_name_the_parameter():
         FeatureSettings(unroll=0)
     with pytest.raises(ConfigError, match="^blocks=-1"):
         FeatureSettings(blocks=-1)
+    with pytest.raises(ConfigError, match="^autocast='float16'"):
+        FeatureSettings(autocast="float16")
     with pytest.raises(ConfigError, match="^decay=0"):
         FeatureSettings(decay=0.0)
     with pytest.raises(ConfigError, match="^noise=-0.1"):

@@ -60,6 +60,8 @@ class FeatureSettings(DataSettings):
                                  # a new attention layer starts with a zero output map: the init net's drafts)
     max_minutes: float = 29.0    # training stops early at this wall-clock budget
     device: str = "cpu"          # where the MLP drafter trains (cuda on a GPU); held-out metrics run on the CPU
+    autocast: str = "none"       # bfloat16: matmuls in bfloat16 (weights and optimizer stay float32), ~4x
+                                 # faster on a CPU with AMX or AVX512-BF16, slower on one without
 
     def __post_init__(self):
         super().__post_init__()
@@ -77,6 +79,7 @@ class FeatureSettings(DataSettings):
         check(self.device == "cpu" or (self.device.split(":")[0] == "cuda" and torch.cuda.is_available()),
               "device", self.device, "must be cpu, or cuda on a machine with a CUDA GPU")
         check(self.device == "cpu" or not self.heads, "device", self.device, "the attending drafter trains on the CPU")
+        check(self.autocast in ("none", "bfloat16"), "autocast", self.autocast, "choose none or bfloat16")
 
 
 @dataclass
@@ -260,7 +263,8 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     net.train()
     bar = tqdm(range(settings.steps), desc="train feature", unit="step", disable=not progress)
     for _ in bar:
-        loss = task.loss(net, slice_of, gen)
+        with torch.autocast(torch.device(settings.device).type, torch.bfloat16, enabled=settings.autocast != "none"):
+            loss = task.loss(net, slice_of, gen)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
