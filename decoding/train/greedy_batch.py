@@ -7,10 +7,11 @@ soft labels that distillation needs, so no teacher-forced pass has to compute th
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from decoding.runtime.hooks import tap_head_input
 
 
 def greedy_answers(lm, prompts: Sequence[Sequence[int]], answer_tokens: int, batch_size: int,
@@ -75,7 +76,7 @@ def _greedy_batch(lm, prompts: list[list[int]], answer_tokens: int, soft_k: int)
     ids, mask = left_pad(prompts, pad_id(lm))
     cache = lm.new_cache()
     rows = _StepRows(len(prompts), soft_k)
-    with _head_input_tap(lm, soft_k) as tap:
+    with tap_head_input(lm) as tap:
         logits = _last_logits(lm, ids, mask, positions_of(mask), cache)   # (B, V)
         live = torch.arange(len(prompts))                                  # batch row -> prompt
         for step in range(answer_tokens):
@@ -107,7 +108,8 @@ class _StepRows:
             self.tokens[row].append(token)
         if self.soft_k:
             top = torch.topk(torch.softmax(logits.float(), -1), self.soft_k, -1)          # (b, k)
-            hidden, ids, probs = tap.rows.half().cpu(), top.indices.int().cpu(), top.values.half().cpu()
+            hidden = tap.hidden[:, -1].half().cpu()                                        # (b, H)
+            ids, probs = top.indices.int().cpu(), top.values.half().cpu()
             for b, row in enumerate(live.tolist()):
                 self.parts[row].append((hidden[b], ids[b], probs[b]))
 
@@ -115,24 +117,6 @@ class _StepRows:
         if not self.soft_k:
             return [Answer(t) for t in self.tokens]
         return [Answer(t, *(torch.stack(x) for x in zip(*p))) for t, p in zip(self.tokens, self.parts)]
-
-
-class _HeadInput:
-    rows: torch.Tensor | None = None        # (b, H): the last forward's LM-head input at its last position
-
-    def __call__(self, module, args):
-        self.rows = args[0][:, -1].detach()
-
-
-@contextmanager
-def _head_input_tap(lm, soft_k: int):
-    tap = _HeadInput()
-    handle = lm.model.get_output_embeddings().register_forward_pre_hook(tap) if soft_k else None
-    try:
-        yield tap
-    finally:
-        if handle is not None:
-            handle.remove()
 
 
 def _last_logits(lm, ids, mask, positions, cache) -> torch.Tensor:
