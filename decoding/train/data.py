@@ -147,13 +147,25 @@ def _generate(lm, ids, mask, answer_tokens: int, temperature: float, seed: int) 
     return out[:, ids.shape[1]:].cpu()                                     # (B, N')
 
 
-def _answers(lm, prompts, answer_tokens: int, batch_size: int, temperature: float, seed: int, soft_k: int,
-             progress: bool) -> list[Answer]:
+@dataclass(frozen=True)
+class _Generation:
+    """How generate_distill makes the answers it does not find stored."""
+
+    answer_tokens: int
+    batch_size: int
+    temperature: float
+    soft_k: int
+    seed: int
+    progress: bool
+
+
+def _answers(lm, prompts, gen: _Generation) -> list[Answer]:
     """The target's answers: greedy ones batched by length with their rows (greedy_batch), sampled ones by
     generate (tokens only: a teacher-forced pass computes their rows)."""
-    if temperature == 0:
-        return greedy_rows(lm, prompts, answer_tokens, batch_size, soft_k, progress)
-    return [Answer(a) for a in generate_answers(lm, prompts, answer_tokens, batch_size, temperature, seed)]
+    if gen.temperature == 0:
+        return greedy_rows(lm, prompts, gen.answer_tokens, gen.batch_size, gen.soft_k, gen.progress)
+    return [Answer(a) for a in generate_answers(lm, prompts, gen.answer_tokens, gen.batch_size, gen.temperature,
+                                                gen.seed)]
 
 
 def generate_answers(lm, prompts, answer_tokens: int, batch_size: int, temperature: float, seed: int
@@ -240,7 +252,7 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
     start = time.perf_counter()
     stored = answer_store.load_matching(key, prompts) if use_cache else None
     answers = ([Answer(list(a)) for a in stored.answers] if stored is not None else
-               _answers(lm, prompts, answer_tokens, batch_size, temperature, seed, soft_k, progress))
+               _answers(lm, prompts, _Generation(answer_tokens, batch_size, temperature, soft_k, seed, progress)))
     answers_all = [a.tokens for a in answers]
     tokens, hidden, soft_ids, soft_probs = (stacked(answers) if answers[0].hidden is not None else
                                             _teacher_rows(lm, prompts, answers_all, batch_size, soft_k, progress))
