@@ -33,10 +33,13 @@ def plain_kernel(weight: torch.Tensor):
     return lambda x: nn.functional.linear(x, weight)
 
 
-def packed_kernel(weight: torch.Tensor):
-    """MKL's packed sgemm on `weight` for any row count."""
-    pack = packed_gemm.pack_weight(weight)
+def packed_kernel(weight: torch.Tensor, rows_hint: int = packed_gemm.PACK_ROWS_HINT):
+    """MKL's packed sgemm on `weight` for any row count, the pack laid out for `rows_hint` rows."""
+    pack = packed_gemm.pack_weight(weight, rows_hint)
     return lambda x: packed_gemm.packed_linear(x, pack, weight)
+
+
+OLD_PACK = "packed for 4 rows"      # matmuls only: the layout packed weights had before PACK_ROWS_HINT
 
 
 def onednn_kernel(weight: torch.Tensor):
@@ -93,7 +96,7 @@ def render(counts, matmuls: dict[str, list[float]], forwards: dict[str, list[flo
     """matmuls / forwards: {kernel: ms per row count in `counts`}; plan: the loaded model's auto plan."""
     kernels = list(forwards)
     one = forwards[PLAIN][0]
-    head = (["n tokens"] + [f"matmuls {k} ms" for k in kernels]
+    head = (["n tokens"] + [f"matmuls {k} ms" for k in matmuls]
             + [c for k in kernels for c in (f"forward {k} ms", "×")] + ["auto plan"])
     lines = ["## Anatomy of a multi-token forward: weight matmuls vs the whole forward, per GEMM kernel", "",
              f"Command: `python -m bench matmul --max-tokens {args.max_tokens} --repeats {args.repeats}`  ",
@@ -102,7 +105,8 @@ def render(counts, matmuls: dict[str, list[float]], forwards: dict[str, list[flo
              "matmuls: every weight of the model in order on n rows (nothing else); forward: the model over n "
              "new tokens after a 32-token cached prefix (decoding.runtime.cost_table's profile), every linear on the "
              "kernel. "
-             "plain: MKL's sgemm (F.linear); packed: MKL's packed weights; onednn: oneDNN's matmul "
+             f"plain: MKL's sgemm (F.linear); packed: MKL's packed weights laid out for {packed_gemm.PACK_ROWS_HINT} "
+             f"rows ({OLD_PACK}: the layout used before, matmuls only); onednn: oneDNN's matmul "
              "(decoding/runtime/packed_gemm.py). auto plan: the kernel a loaded model uses for n rows on this machine "
              f"(its one-time profile, {plan.tag}). Medians of the repeats (kernels and row counts interleaved; "
              "forwards: three alternating rounds); × = relative to the plain forward over 1 token. Where "
@@ -110,7 +114,7 @@ def render(counts, matmuls: dict[str, list[float]], forwards: dict[str, list[flo
              "attention's or the mask's.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for i, n in enumerate(counts):
-        cells = [str(n)] + [f"{matmuls[k][i]:.1f}" for k in kernels]
+        cells = [str(n)] + [f"{matmuls[k][i]:.1f}" for k in matmuls]
         cells += [c for k in kernels for c in (f"{forwards[k][i]:.1f}", f"{forwards[k][i] / one:.2f}")]
         lines.append("| " + " | ".join(cells + [plan.kernel(n)]) + " |")
     return "\n".join(lines)
@@ -127,9 +131,10 @@ def main(argv=None) -> None:
     weights = linear_weights(lm.model)
     counts = list(range(1, args.max_tokens + 1))
     kernels = {k: [KERNEL_MAKERS[k](w) for w in weights] for k in packed_gemm.kernels_here()}
+    kernels[OLD_PACK] = [packed_kernel(w, packed_gemm.PACK_MIN_ROWS) for w in weights]
     times = matmul_times(weights, kernels, counts, args.repeats)
+    matmuls = {k: [statistics.median(times[k, n]) for n in counts] for k in kernels}
     del kernels
-    matmuls = {k: [statistics.median(times[k, n]) for n in counts] for k in packed_gemm.kernels_here()}
     forwards = forward_tables(lm, args.max_tokens, args.repeats)
     mib = sum(w.numel() * w.element_size() for w in weights) / 2**20
     body = render(counts, matmuls, forwards, lm.gemm_plan, args, len(weights), mib)

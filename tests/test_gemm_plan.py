@@ -130,6 +130,26 @@ def test_the_cost_table_of_one_plan_never_prices_another():
     assert auto_cost_path(LM(model, tokenizer=None, name="tiny-plan")) != default
 
 
+def test_another_pack_layout_is_profiled_and_timed_anew(monkeypatch):
+    """The pack's row hint sets its speed, so neither a cached plan nor a cached cost table made under
+    another hint is read back."""
+    from decoding.runtime.cost_table import auto_cost_path
+    from decoding.runtime.models import LM
+    from decoding.runtime.paths import gemm_plan_path
+
+    model = cpu_llama()
+    pack_linears(model)
+    lm = LM(model, tokenizer=None, name="tiny-plan")
+    plan_file, cost_file = gemm_plan_path("tiny-plan"), auto_cost_path(lm)
+    monkeypatch.setattr(packed_gemm, "PACK_ROWS_HINT", packed_gemm.PACK_ROWS_HINT * 2)
+    assert gemm_plan_path("tiny-plan") != plan_file and auto_cost_path(lm) != cost_file
+    use_plan(model, GemmPlan((1,), ("plain",)))                   # no pack: the hint does not matter
+    lm = LM(model, tokenizer=None, name="tiny-plan")
+    plain_cost = auto_cost_path(lm)
+    monkeypatch.setattr(packed_gemm, "PACK_ROWS_HINT", packed_gemm.PACK_ROWS_HINT * 2)
+    assert auto_cost_path(lm) == plain_cost
+
+
 @needs_onednn
 def test_the_embedded_models_plan_keeps_greedys_tokens(real_lm):
     """The loaded model runs its auto plan; every single-kernel plan gives the same greedy tokens and

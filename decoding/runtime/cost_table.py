@@ -132,6 +132,10 @@ def auto_cost_path(lm) -> Path:
     dtype = str(lm.dtype).replace("torch.", "")
     plan = getattr(lm, "gemm_plan", None)                                # other kernels, other times
     packed = f"-gemm-{plan.tag}" if getattr(lm, "packed_linears", 0) and plan is not None else ""
+    if packed and "packed" in plan.kernels:
+        from decoding.runtime.packed_gemm import PACK_ROWS_HINT
+
+        packed += f"-pack{PACK_ROWS_HINT}"                              # the pack's layout sets its times too
     return cache_root() / "cost" / f"{safe_name(f'{lm.name}-{lm.device}-{dtype}{packed}')}.json"
 
 

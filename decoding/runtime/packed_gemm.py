@@ -1,8 +1,9 @@
 """CPU GEMM kernels for the linears of a loaded model. Three compute the same F.linear in float32, each
 with its own summation order (differences ~1e-5): `plain` (MKL's sgemm), `packed` (the weight reordered
-once into MKL's packed layout, `cblas_sgemm_pack`, and reused by every forward) and `onednn` (oneDNN's
-matmul, torch.ops.mkldnn._linear_pointwise). Which is fastest depends on the CPU and on the number of rows:
-on a 2-core Intel machine plain was best for 1-3 rows and packed for 4-15 (a verification 10-25 % faster);
+once into MKL's packed layout for PACK_ROWS_HINT rows, `cblas_sgemm_pack`, and reused by every forward)
+and `onednn` (oneDNN's matmul, torch.ops.mkldnn._linear_pointwise). Which is fastest depends on the CPU
+and on the number of rows: on a 2-core Intel Xeon plain was best for 1-3 rows and packed from 4 (a
+verification over 9 tokens 51 ms against 60 on the next best);
 on a 2-core AMD EPYC MKL's kernels are slow and oneDNN's took 52 ms for a 1-token forward of the embedded
 model against 68, 65 against 92 for 6 tokens (`python -m bench matmul`; BENCHMARKS.md).
 
@@ -32,6 +33,7 @@ from torch import nn
 from decoding.runtime.files import write_text_atomic
 
 PACK_MIN_ROWS = 4     # below this MKL's plain sgemm is as fast or faster on the machines measured
+PACK_ROWS_HINT = 32   # the row count MKL lays the pack out for; it serves any count, fastest up to about this
 
 
 @functools.cache
@@ -162,9 +164,10 @@ def _cpu_fp32(weight: torch.Tensor) -> bool:
     return weight.device.type == "cpu" and weight.dtype == torch.float32
 
 
-def pack_weight(weight: torch.Tensor) -> torch.Tensor:
-    """MKL's packed copy of a (out, in) fp32 CPU weight; one pack serves every row count."""
-    return torch.ops.mkl._mkl_reorder_linear_weight(weight, PACK_MIN_ROWS)
+def pack_weight(weight: torch.Tensor, rows_hint: int = PACK_ROWS_HINT) -> torch.Tensor:
+    """MKL's packed copy of a (out, in) fp32 CPU weight, laid out for `rows_hint` rows; one pack serves
+    every row count."""
+    return torch.ops.mkl._mkl_reorder_linear_weight(weight, rows_hint)
 
 
 def packed_linear(x: torch.Tensor, pack: torch.Tensor, weight: torch.Tensor, bias=None) -> torch.Tensor:

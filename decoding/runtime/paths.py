@@ -28,7 +28,7 @@ def gemm_plan_path(model_name: str) -> Path:
     """Where the auto GEMM plan (decoding.runtime.packed_gemm) of this CPU, torch, thread count and model is cached."""
     import torch
 
-    from decoding.runtime.packed_gemm import cpu_name
+    from decoding.runtime.packed_gemm import PACK_ROWS_HINT, cpu_name
 
-    key = f"{cpu_name()}-torch{torch.__version__}-{torch.get_num_threads()}t-{model_name}"
+    key = f"{cpu_name()}-torch{torch.__version__}-{torch.get_num_threads()}t-pack{PACK_ROWS_HINT}-{model_name}"
     return cache_root() / "gemm" / f"{safe_name(key)}.json"
