@@ -1,7 +1,8 @@
-"""The answers shipped in assets/distill/ are the parts the shipped feature drafter's data set asks for:
-walking that set part by part on the embedded model (prompts rebuilt from the templates, the passages and
-the conversations, each from the parts before), every part's key and prompts find their shipped file, so
-a new machine generates no answer. Negative control: another seed asks for answers nobody shipped. A change
+"""The answers shipped in assets/distill/ are the parts of the largest distillation set the project ships
+(three first parts and seven of follow-up conversations), at least 3× the first parts' positions: walking
+that set part by part on the embedded model (prompts rebuilt from the templates, the passages and the
+conversations, each from the parts before), every part's key and prompts find their shipped file, so a
+new machine generates no answer. Negative control: another seed asks for answers nobody shipped. A change
 to a template, a follow-up request or the chat template fails here instead of silently regenerating."""
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ import torch
 from decoding.train import answer_store, data
 from decoding.train.data import DataSettings, DistillData, distill_set
 
-SHIPPED_SET = {"n_follow_up": 6144}     # the flags of the shipped feature drafter's data (its model card)
+SHIPPED_SET = {"n_follow_up": 7168}     # `python -m decoding train answers --n-follow-up 7168` ships it
+FIRST_PARTS = 3 * 1024                  # the templated, varied and extra prompts before the follow-ups
 
 
 class NotShipped(AssertionError):
@@ -36,7 +38,9 @@ def test_every_part_of_the_shipped_set_is_shipped(real_lm, monkeypatch):
     prompts, walked, _ = distill_set(real_lm, DataSettings(**SHIPPED_SET), progress=False)
     shipped = {p.name for p in answer_store.SHIPPED.glob("answers-*.npz")}
     assert {answer_store.file_name(k) for k in walked.info["keys"]} == shipped
-    assert len(prompts) == 3 * 1024 + SHIPPED_SET["n_follow_up"] == len(walked.offsets) - 1
+    assert len(prompts) == FIRST_PARTS + SHIPPED_SET["n_follow_up"] == len(walked.offsets) - 1
+    positions, first = int(walked.offsets[-1]), int(walked.offsets[FIRST_PARTS])
+    assert positions >= 3 * first, f"{positions} answer positions, {positions / first:.2f}x the first parts'"
 
 
 def test_control_another_seed_is_not_shipped(real_lm, monkeypatch):
