@@ -14,7 +14,7 @@
 #
 # Two device calls, the second right after the first (a warm machine goes back after 30 s idle):
 #   run(carry=["build/gpu/part-a"], command="true")
-#   run(carry=["build/gpu/part-b", "build/gpu/pylib"], command="scripts/gpu_distill.sh run --n-follow-up 6144
+#   run(carry=["build/gpu/part-b", "build/gpu/pylib"], command="scripts/gpu_distill.sh run --n-follow-up 7168
 #       --steps 6000 --max-minutes 6", timeout_s=540)
 # float32 on the GPU keeps the distillation keys of the CPU, so the answers it brings back are shipped
 # like the CPU's (python -m decoding train answers copies nothing new: copy $OUT/distill/*.npz to
