@@ -323,7 +323,7 @@ def model_card(report: FeatureReport, title: str) -> str:
         "## Data", "",
         f"- target `{report.target}`; its {'greedy' if not d.get('temperature') else 'sampled'} answers (up to "
         f"{d.get('answer_tokens')} tokens) to {d.get('prompts')} prompts, {d.get('positions')} positions, "
-        f"top-{d.get('soft_k')} soft labels (the same cached set as the shallow and parallel drafters)",
+        f"top-{d.get('soft_k')} soft labels (the cached set every trainer given the same data flags reads)",
         *([f"- prompts: {d['source']}"] if d.get("source") else []),
         f"- {d.get('train_sequences')} sequences for training, {d.get('heldout_sequences')} held out "
         f"(one prompt in {s['heldout_every']} of each part; in the templated part one base prompt in "
@@ -342,7 +342,10 @@ def model_card(report: FeatureReport, title: str) -> str:
         f"final loss {report.final_loss}", "",
         f"## Held-out results ({a['positions']} anchors; greedy drafting from each, own tokens and features)", "",
         f"- first draft equals the target's token: {b['top1']:.3f} untrained → {a['top1']:.3f} trained "
-        f"({report.train_metrics.get('top1', math.nan):.3f} on training sequences)", "",
+        f"({report.train_metrics.get('top1', math.nan):.3f} on training sequences)",
+        *(["- a held-out follow-up conversation continues a training prompt and its answer, which the drafter "
+           "was trained on; `python -m decoding train eval-feature` gives held-out acceptance per kind of part"]
+          if s.get("n_follow_up") else []), "",
         "| γ | " + " | ".join(str(g) for g in gammas) + " |", "|---|" + "---:|" * len(gammas),
         row("τ untrained", b), row("τ trained", a), row("τ trained, training sequences", report.train_metrics), "",
         f"Per-position acceptance (accepted at k / rounds that drafted k, γ = {max(gammas)}):", "",
