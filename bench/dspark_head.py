@@ -3,7 +3,9 @@ of 8 nodes) against plain decoding and the best speculative configurations, in o
 on the benchmark prompts and on fresh prompts no drafter trained on, at temperature 0 (every contender's
 output equals greedy's, checked) and at temperature 0.8 (seeded; τ and speed side by side).
 
-    python -m bench dspark-head [--repeats R] [--max-new-tokens N] [--temperature T]
+    python -m bench dspark-head [--repeats R] [--max-new-tokens N] [--temperature T] [--budgets 5,6]
+
+--budgets adds DSpark's defaults with other tree budgets as contenders.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from bench.dspark import PARALLEL, timed_run
 from bench.interleave import interleaved
 from bench.prompts import FRESH_PROMPTS, PROMPTS
 from bench.report import machine, spread, write_section
-from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.config import DSPARK_MAX_BUDGET, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.formulas import break_even_tau
 from decoding.drafters.feature_net import load_feature
 from decoding.runtime.models import ModelSpec, load
@@ -24,8 +26,9 @@ SETS = {"benchmark prompts (bench/prompts.py PROMPTS)": PROMPTS,
         "fresh prompts (bench/prompts.py FRESH_PROMPTS)": FRESH_PROMPTS}
 
 
-def contenders(lm, feature, temperature: float, n: int) -> tuple[dict, str]:
-    """(name -> ids -> (tokens, seconds, trace), the reference's name). Drafters are loaded once."""
+def contenders(lm, feature, temperature: float, n: int, budgets: tuple[int, ...] = ()) -> tuple[dict, str]:
+    """(name -> ids -> (tokens, seconds, trace), the reference's name); `budgets`: DSpark's defaults with
+    those tree budgets too. Drafters are loaded once."""
     sampled = {"temperature": temperature, "seed": 0} if temperature > 0 else {}
     reference = "sample (ours)" if temperature > 0 else "greedy (ours)"
     plain = SampleConfig(max_new_tokens=n, top_k=0, top_p=1.0, **sampled) if temperature > 0 else \
@@ -39,11 +42,12 @@ def contenders(lm, feature, temperature: float, n: int) -> tuple[dict, str]:
             "DSpark defaults (feature head, tree of 8, lookup)": dspark(),
             "DSpark cost-aware tree ≤ 8 (feature head, lookup)": dspark(cost_table="auto"),
             "DSpark parallel drafter, chain γ=8 (the old defaults)": dspark(gamma=8, **PARALLEL)}
+    runs.update({f"DSpark defaults, tree of {b}": dspark(budget=b) for b in budgets})
     return runs, reference
 
 
 def measure(lm, feature, prompts: dict, args) -> dict:
-    runs, reference = contenders(lm, feature, args.temperature, args.max_new_tokens)
+    runs, reference = contenders(lm, feature, args.temperature, args.max_new_tokens, args.budgets)
     rows = {name: {"speed": [], "tau": [], "rounds": 0, "ms": 0.0, "verify": 0.0, "draft": 0.0} for name in runs}
     encoded = [lm.encode(p) for p in prompts.values()]
     for name in runs:                       # warm-up (and the cost policy's table)
@@ -99,17 +103,32 @@ def needed_tau(rows: dict) -> list[str]:
             f"{statistics.median(r['tau']):.2f}.", ""]
 
 
+def budget_list(text: str) -> tuple[int, ...]:
+    """"5,6" -> (5, 6): tree budgets DSparkConfig accepts."""
+    try:
+        budgets = tuple(int(b) for b in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"budgets {text!r}: give comma-separated integers, e.g. 5,6") from None
+    if not all(1 <= b <= DSPARK_MAX_BUDGET for b in budgets):
+        raise argparse.ArgumentTypeError(f"budgets {text!r}: each must be in [1, {DSPARK_MAX_BUDGET}]")
+    return budgets
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench dspark-head")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--budgets", type=budget_list, default=(),
+                        help="more contenders: DSpark's defaults with these tree budgets, e.g. 5,6")
     args = parser.parse_args(argv)
     lm = load(ModelSpec())
     feature = load_feature(lm)
     sets = {title: measure(lm, feature, prompts, args) for title, prompts in SETS.items()}
     cmd = (f"python -m bench dspark-head --repeats {args.repeats} --max-new-tokens {args.max_new_tokens} "
            f"--temperature {args.temperature:g}")
+    if args.budgets:
+        cmd += f" --budgets {','.join(map(str, args.budgets))}"
     body = [f"## DSpark with the sequential head against speculative decoding (temperature {args.temperature:g})", "",
             f"Command: `{cmd}`  ",
             f"Model: SmolLM2-135M-Instruct (embedded), fp32; machine: {machine()}.  ",

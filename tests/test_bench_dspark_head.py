@@ -19,3 +19,18 @@ def test_table_and_needed_tau():
            "200.0 | 170.0 | 30.0 |" in lines
     # a round costs 200 ms against 100 ms per greedy token: parity at τ = 2, 1.5× at τ = 3
     assert any("parity needs τ ≥ 2.00 and 1.5× needs τ ≥ 3.00; the runs' median τ is 2.90" in ln for ln in lines)
+
+
+def test_budgets_add_contenders_and_bad_ones_name_the_flag(capsys):
+    import pytest
+
+    runs, reference = dspark_head.contenders(None, None, 0.0, 8, dspark_head.budget_list("5,6"))
+    assert reference == "greedy (ours)"
+    assert [n for n in runs if "tree of" in n and "defaults," in n] == ["DSpark defaults, tree of 5",
+                                                                        "DSpark defaults, tree of 6"]
+    assert not [n for n in dspark_head.contenders(None, None, 0.0, 8)[0] if "defaults, tree of" in n]
+    for bad in ("5,x", "0", "5,999"):
+        with pytest.raises(SystemExit):
+            dspark_head.main(["--budgets", bad])
+        err = capsys.readouterr().err
+        assert "--budgets" in err and f"'{bad}'" in err
