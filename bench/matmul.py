@@ -39,7 +39,8 @@ def packed_kernel(weight: torch.Tensor, rows_hint: int = packed_gemm.PACK_ROWS_H
     return lambda x: packed_gemm.packed_linear(x, pack, weight)
 
 
-OLD_PACK = "packed for 4 rows"      # matmuls only: the layout packed weights had before PACK_ROWS_HINT
+OLD_PACK_ROWS = 4                   # the row count packs were laid out for before PACK_ROWS_HINT
+OLD_PACK = f"packed for {OLD_PACK_ROWS} rows"   # matmuls only, beside the current layout
 
 
 def onednn_kernel(weight: torch.Tensor):
@@ -131,7 +132,7 @@ def main(argv=None) -> None:
     weights = linear_weights(lm.model)
     counts = list(range(1, args.max_tokens + 1))
     kernels = {k: [KERNEL_MAKERS[k](w) for w in weights] for k in packed_gemm.kernels_here()}
-    kernels[OLD_PACK] = [packed_kernel(w, packed_gemm.PACK_MIN_ROWS) for w in weights]
+    kernels[OLD_PACK] = [packed_kernel(w, OLD_PACK_ROWS) for w in weights]
     times = matmul_times(weights, kernels, counts, args.repeats)
     matmuls = {k: [statistics.median(times[k, n]) for n in counts] for k in kernels}
     del kernels

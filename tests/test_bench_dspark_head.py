@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from bench import dspark_head
 
 
@@ -22,8 +24,6 @@ def test_table_and_needed_tau():
 
 
 def test_budgets_add_contenders_and_bad_ones_name_the_flag(capsys):
-    import pytest
-
     runs, reference = dspark_head.contenders(None, None, 0.0, 8, dspark_head.budget_list("5,6"))
     assert reference == "greedy (ours)"
     assert [n for n in runs if "tree of" in n and "defaults," in n] == ["DSpark defaults, tree of 5",

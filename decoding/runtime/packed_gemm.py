@@ -3,7 +3,7 @@ with its own summation order (differences ~1e-5): `plain` (MKL's sgemm), `packed
 once into MKL's packed layout for PACK_ROWS_HINT rows, `cblas_sgemm_pack`, and reused by every forward)
 and `onednn` (oneDNN's matmul, torch.ops.mkldnn._linear_pointwise). Which is fastest depends on the CPU
 and on the number of rows: on a 2-core Intel Xeon plain was best for 1-3 rows and packed from 4 (a
-verification over 9 tokens 51 ms against 60 on the next best);
+forward over 9 tokens 53 ms against 60 on plain sgemm and 62 on oneDNN);
 on a 2-core AMD EPYC MKL's kernels are slow and oneDNN's took 52 ms for a 1-token forward of the embedded
 model against 68, 65 against 92 for 6 tokens (`python -m bench matmul`; BENCHMARKS.md).
 
