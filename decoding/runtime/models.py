@@ -11,7 +11,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -306,6 +306,15 @@ class LM:
         self.packed_linears = packed_gemm.packed_count(model)    # linears on MKL's packed GEMM
         self.gemm_plan = packed_gemm.model_plan(model)             # their kernel per row count (None: none)
         self._pieces: dict[int, str] = {}
+        self._loaded: dict[tuple, object] = {}
+
+    def loaded(self, key: tuple, make: Callable[[], object]):
+        """What `make` loads for this model (a drafter), made once per `key` and kept while the model is;
+        a `make` that raises keeps nothing."""
+        with self.lock:
+            if key not in self._loaded:
+                self._loaded[key] = make()
+            return self._loaded[key]
 
     def _eos_ids(self) -> frozenset[int]:
         ids = getattr(self.model.generation_config, "eos_token_id", None)

@@ -27,7 +27,7 @@ from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDra
 from decoding.runtime.cost_table import CostTable, load_table
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.models import LM, Timer, kv_memory
-from decoding.runtime.paths import ASSETS
+from decoding.runtime.paths import ASSETS, FEATURE_WEIGHTS, calibration_path
 from decoding.strategies.dspark_select import (
     ChainPlan,
     SizeChoice,
@@ -62,9 +62,28 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
 
 
 def load_named_drafter(lm: LM, name: str) -> Drafter:
+    """The drafter `name` stands for, loaded once per model and version of its files (a retrained file
+    at the same path loads anew)."""
+    path = named_weights(name)
+    key = ("dspark drafter", name, file_stamp(path), file_stamp(calibration_path(path)))
     if name == FEATURE_HEAD:
-        return load_feature_lattice(lm)
-    return load_drafter(DEFAULT_WEIGHTS if name in PARALLEL_ALIASES else Path(name).expanduser(), lm)
+        return lm.loaded(key, lambda: load_feature_lattice(lm))
+    return lm.loaded(key, lambda: load_drafter(path, lm))
+
+
+def named_weights(name: str) -> Path:
+    if name == FEATURE_HEAD:
+        return FEATURE_WEIGHTS
+    return DEFAULT_WEIGHTS if name in PARALLEL_ALIASES else Path(name).expanduser()
+
+
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """(modification time in ns, size) of a file; None when there is none."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size
 
 
 def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:

@@ -76,6 +76,7 @@ def verify_tree(lm, cache, tokens: Sequence[int], parents: Sequence[int]) -> tor
     return lm.check_logits(out.logits[0].float())  # (q, V)
 
 
+@torch.inference_mode()
 def compact_cache(cache, past_len: int, keep: Sequence[int]) -> None:
     """Keep the first past_len cached positions and then the tree nodes `keep` (indices into the
     verified block, in the given order, e.g. [0] + accepted path), dropping every other node.
@@ -91,8 +92,14 @@ def compact_cache(cache, past_len: int, keep: Sequence[int]) -> None:
         if type(layer) is not DynamicLayer:
             raise ConfigError("cache", type(layer).__name__,
                               "tree verification supports full-attention DynamicCache layers only")
-    device = cache.layers[0].keys.device
-    index = torch.cat([torch.arange(past_len), past_len + torch.tensor(list(keep), dtype=torch.long)]).to(device)
+    moved = next((i for i, k in enumerate(keep) if k != i), len(keep))     # nodes before it stay in place
+    end = past_len + len(keep)
+    tail = None
+    if moved < len(keep):
+        tail = (past_len + torch.tensor(list(keep[moved:]), dtype=torch.long)).to(cache.layers[0].keys.device)
     for layer in cache.layers:
-        layer.keys = layer.keys.index_select(-2, index)      # (B, H, past + len(keep), D)
-        layer.values = layer.values.index_select(-2, index)  # (B, H, past + len(keep), D)
+        if tail is not None:     # copy the few later nodes down (keep is increasing: reads come before writes)
+            layer.keys[..., past_len + moved:end, :] = layer.keys.index_select(-2, tail)
+            layer.values[..., past_len + moved:end, :] = layer.values.index_select(-2, tail)
+        layer.keys = layer.keys[..., :end, :]                 # (B, H, past + len(keep), D)
+        layer.values = layer.values[..., :end, :]
