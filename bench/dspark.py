@@ -30,7 +30,8 @@ from decoding.runtime.models import ModelSpec, load
 from decoding.strategies.dspark import DEFAULT_WEIGHTS
 
 # The parallel drafter's settings, DSpark's defaults before the sequential head: what this section measures.
-PARALLEL = {"drafter": "parallel", "top_k_candidates": 2, "select": "chain", "budget": 16, "lookup_max_ngram": 0}
+PARALLEL = {"drafter": "parallel", "top_k_candidates": 2, "select": "chain", "budget": 16, "lookup_max_ngram": 0,
+            "cost_table": "none"}
 
 
 def parallel_config(**kw) -> DSparkConfig:

@@ -108,8 +108,12 @@ def test_cost_table_auto_profiles_on_first_use(tiny_dir, drafter_file, cache):
     assert CostTable.load(source).verify_ms == event.size.verify_ms
     assert link_of(at)["cost_table"] == "auto"
     at.radio(key=COST).set_value("none").run()                           # negative control: off again
-    assert at.session_state["ds.settings"].config.cost_table is None and "cost_table" not in link_of(at)
+    assert at.session_state["ds.settings"].config.cost_table is None and link_of(at)["cost_table"] == "none"
     assert steps(at, 2).events[1].size is None
+    link = {k: v for k, v in {**APP_CHAIN, "drafter": drafter_file}.items() if k != "cost_table"}
+    default = new_app({**link, "strategy": "dspark", "gamma": "3"})      # a link without one: DSpark's default
+    ok(default)
+    assert default.radio(key=COST).value == "auto" and default.session_state["ds.settings"].config.cost_table == "auto"
 
 
 def test_device_map_max_memory_and_offload_folder_place_the_model(tiny_dir, tmp_path, cache):

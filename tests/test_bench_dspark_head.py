@@ -14,10 +14,9 @@ def _row(speed, tau, rounds, ms, verify, draft):
 
 def test_table_and_needed_tau():
     rows = {"greedy (ours)": _row([1.0, 1.0], [], 100, 10_000.0, 10_000.0, 0.0),
-            "DSpark defaults (feature head, tree of 8, lookup)": _row([1.3, 1.5], [2.8, 3.0], 10, 2_000.0, 1_700.0,
-                                                                      300.0)}
+            dspark_head.DEFAULTS: _row([1.3, 1.5], [2.8, 3.0], 10, 2_000.0, 1_700.0, 300.0)}
     lines = dspark_head.render_set("fresh", rows, argparse.Namespace(temperature=0.0))
-    assert "| DSpark defaults (feature head, tree of 8, lookup) | 1.400 [1.300–1.500] | 2.900 [2.800–3.000] | " \
+    assert f"| {dspark_head.DEFAULTS} | 1.400 [1.300–1.500] | 2.900 [2.800–3.000] | " \
            "200.0 | 170.0 | 30.0 |" in lines
     # a round costs 200 ms against 100 ms per greedy token: parity at τ = 2, 1.5× at τ = 3
     assert any("parity needs τ ≥ 2.00 and 1.5× needs τ ≥ 3.00; the runs' median τ is 2.90" in ln for ln in lines)
@@ -26,9 +25,9 @@ def test_table_and_needed_tau():
 def test_budgets_add_contenders_and_bad_ones_name_the_flag(capsys):
     runs, reference = dspark_head.contenders(None, None, 0.0, 8, dspark_head.budget_list("5,6"))
     assert reference == "greedy (ours)"
-    assert [n for n in runs if "tree of" in n and "defaults," in n] == ["DSpark defaults, tree of 5",
-                                                                        "DSpark defaults, tree of 6"]
-    assert not [n for n in dspark_head.contenders(None, None, 0.0, 8)[0] if "defaults, tree of" in n]
+    assert [n for n in runs if "tree ≤" in n and "defaults," in n] == ["DSpark defaults, tree ≤ 5",
+                                                                       "DSpark defaults, tree ≤ 6"]
+    assert not [n for n in dspark_head.contenders(None, None, 0.0, 8)[0] if "defaults, tree ≤" in n]
     for bad in ("5,x", "0", "5,999"):
         with pytest.raises(SystemExit):
             dspark_head.main(["--budgets", bad])

@@ -119,39 +119,71 @@ def test_shipped_drafter_with_lookup_equals_greedy_and_copies(real_lm):
     assert taus[2] > taus[0] + 0.2, taus
 
 
-def test_tour_dspark_stop_matches_its_prose(real_lm):
-    """The tour's DSpark stop (DSpark's defaults) says its 26 tokens take 9 target forwards and that the
-    head alone gets 1.18 per forward: checked against its recording and a run without lookup."""
+def test_tour_dspark_stop_matches_its_prose(real_lm, tmp_path):
+    """The tour's DSpark stop (DSpark's defaults) says its 26 tokens take 9 target forwards and what the
+    head alone gets per forward: checked against its recording and, with the verify-cost table the
+    recording was sized by ("auto" profiles each machine anew), a live run and a run without lookup."""
     import dataclasses
 
+    from decoding.runtime.cost_table import CostTable
     from ui.views import tour
 
     stop = tour.stop_by_id("dspark")
     recorded = tour.load_recorded(stop)
     assert stop.params == () and tour.stale_fields(stop, recorded) == []
-    tr = run(real_lm, real_lm.encode(stop.prompt), stop.config())
+    assert (recorded.stats.new_tokens, recorded.stats.target_forwards) == (26, 9)
+    assert "26 tokens take 9 target forwards" in stop.body
+    sizes = [s.size for s in recorded.steps if not s.prefill]
+    assert sizes and all(s is not None for s in sizes)                  # the defaults size each round by cost
+    table = tmp_path / "recorded-cost.json"
+    CostTable(sizes[0].verify_ms).save(table)
+    config = dataclasses.replace(stop.config(), cost_table=str(table))
+    tr = run(real_lm, real_lm.encode(stop.prompt), config)
     assert tr.output_ids == recorded.output_ids == run(real_lm, real_lm.encode(stop.prompt),
                                                        GreedyConfig(max_new_tokens=40)).output_ids
     assert (tr.stats.new_tokens, tr.stats.target_forwards) == (26, 9)
-    assert "26 tokens take 9 target forwards" in stop.body
-    alone = run(real_lm, real_lm.encode(stop.prompt), dataclasses.replace(stop.config(), lookup_max_ngram=0))
+    alone = run(real_lm, real_lm.encode(stop.prompt), dataclasses.replace(config, lookup_max_ngram=0))
     assert alone.output_ids == tr.output_ids
     assert f"{alone.stats.new_tokens / alone.stats.target_forwards:.2f} per forward" in stop.body
 
 
 def test_default_sequential_head_equals_greedy_and_accepts(real_lm):
-    """DSpark's defaults (the shipped feature drafter as a sequential head with its calibration, a tree
-    of 8 nodes, prompt lookup in the lattice) at temperature 0: output identical to greedy on new
-    prompts, more than 2.2 tokens per target forward (the parallel drafter's chain gets about 1.6
-    there), and every round one target forward."""
+    """DSpark's defaults (the shipped feature drafter as a sequential head with its calibration, a
+    cost-aware tree of at most 8 nodes, prompt lookup in the lattice) at temperature 0: output identical
+    to greedy on new prompts, every round one target forward. The head is a real drafter: with the tree
+    of 8 verified whole (no cost table) more than 2.2 tokens per target forward (the parallel drafter's
+    chain gets about 1.6 there)."""
     from decoding.core.config import DSparkConfig
 
-    traces = []
+    fixed = []
     for text in SHIPPED_PROMPTS:
         prompt = real_lm.encode(text)
         ref = run(real_lm, prompt, GreedyConfig(max_new_tokens=48)).output_ids
-        tr = run(real_lm, prompt, DSparkConfig(max_new_tokens=48))
-        assert tr.error is None and tr.output_ids == ref, text
-        assert tr.stats.target_forwards == len(tr.steps)
-        traces.append(tr)
-    assert tokens_per_forward(traces) > 2.2, tokens_per_forward(traces)
+        for config in (DSparkConfig(max_new_tokens=48), DSparkConfig(max_new_tokens=48, cost_table="none")):
+            tr = run(real_lm, prompt, config)
+            assert tr.error is None and tr.output_ids == ref, (text, config.cost_table)
+            assert tr.stats.target_forwards == len(tr.steps)
+        fixed.append(tr)
+    assert tokens_per_forward(fixed) > 2.2, tokens_per_forward(fixed)
+
+
+def test_named_drafter_loads_once_per_file_version(real_lm, tmp_path):
+    """A drafter named in the config is loaded once per model and kept; a retrained file at the same
+    path (new modification time) loads anew; a missing file raises and leaves nothing behind."""
+    import os
+    import shutil
+
+    from decoding.core.config import FEATURE_HEAD
+    from decoding.core.errors import ConfigError
+    from decoding.strategies.dspark import DEFAULT_WEIGHTS, load_named_drafter
+
+    assert load_named_drafter(real_lm, FEATURE_HEAD) is load_named_drafter(real_lm, FEATURE_HEAD)
+    path = tmp_path / "drafter.safetensors"
+    with pytest.raises(ConfigError):
+        load_named_drafter(real_lm, str(path))
+    shutil.copy(DEFAULT_WEIGHTS, path)
+    first = load_named_drafter(real_lm, str(path))
+    assert load_named_drafter(real_lm, str(path)) is first
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
+    assert load_named_drafter(real_lm, str(path)) is not first

@@ -81,7 +81,18 @@ def test_pick_cost_stores_the_table_and_its_config_value_points_at_it():
     from_link = pick_cost("file", None, "2.0,3.0,4.0,5.0")                 # no upload: the link's table
     assert from_link.table.verify_ms == pick.table.verify_ms and from_link.name == "link"
     assert pick_cost("auto", None, None).config_value() == "auto" and pick_cost("auto", None, None).link() == "auto"
-    assert pick_cost("none", None, "1,2").config_value() is None and pick_cost("none", None, None).link() is None
+    assert pick_cost("none", None, "1,2").config_value() is None and pick_cost("none", None, None).link() == "none"
+
+
+def test_the_cost_widget_starts_where_the_config_does():
+    """DSpark's config defaults to an auto table, speculative's to none (its cost policy is opt-in); a
+    link's 'none' is kept (DSpark would otherwise read the absent table as its auto default)."""
+    from decoding.core.config import DSparkConfig, SpeculativeConfig
+
+    assert DSparkConfig().cost_table == "auto" and advanced.default_cost_mode("dspark") == "auto"
+    assert SpeculativeConfig().cost_table is None and advanced.default_cost_mode("speculative") == "none"
+    assert DSparkConfig(cost_table="none").cost_table is None
+    assert advanced.link_mode(pick_cost("none", None, None).link()) == "none"
 
 
 def test_a_file_pick_without_a_file_or_with_a_bad_one_is_an_error():
@@ -116,7 +127,7 @@ def test_query_form_of_the_advanced_options():
     assert bad == [] and params["cost_table"] == "1.5,2.5,3.5" and params["lossy_threshold"] == "0.4"
     assert (shared["gguf_file"], shared["device_map"], shared["max_memory"]) == ("m.gguf", "auto", "cpu=1GiB")
     off = to_query(Settings(strategy="dspark", params={"gamma": 2, "cost_table": CostPick(), "lossy_threshold": None}))
-    assert "cost_table" not in off and "lossy_threshold" not in off and "device_map" not in off
+    assert off["cost_table"] == "none" and "lossy_threshold" not in off and "device_map" not in off
 
 
 def test_model_options_and_settings_key():

@@ -169,6 +169,7 @@ DSPARK_SELECT = ("chain", "tree")
 DSPARK_MAX_GAMMA = 16                  # DSpark's most positions per drafter pass (also bounds a Lattice)
 DSPARK_MAX_BUDGET = 256                # most tree nodes verified in one round (also bounds best_tree)
 AUTO_COST = "auto"                     # profile the verify cost on this device once, then cache it
+FIXED_SIZE = "none"                    # DSpark without a cost table: the chain length / tree budget as set
 PARALLEL_DRAFTER = "parallel"          # assets/dspark-smollm2-135m.safetensors for the embedded model
 PARALLEL_ALIASES = (PARALLEL_DRAFTER, "default")   # "default" named it while it was DSpark's default
 FEATURE_HEAD = "feature"               # the shipped feature drafter as a sequential head (drafters/feature_lattice.py)
@@ -177,21 +178,24 @@ DEFAULT_DRAFTER = FEATURE_HEAD
 
 @dataclass(frozen=True)
 class DSparkConfig(SamplingParams):
-    """Parallel drafting: one drafter pass proposes γ positions × K candidates (a lattice); a DP on
-    the draft side picks a chain or a tree (cost-aware when a cost table is given); one target forward
-    verifies it with the exact rules. `drafter`: "feature" (the shipped feature drafter as a sequential
-    head, the default), "parallel" (the shipped parallel drafter; "default" is an older name for it) or a
-    parallel drafter's weights file; a run may also pass a loaded drafter as `drafter=`. lossy_threshold (LOSSY, off
-    by default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram > 0 adds
-    prompt lookup's continuation (longest n-gram matched) to the lattice as one more candidate per
-    position, scored by its acceptance rate so far in the run (0: off)."""
+    """Parallel drafting: one drafter pass proposes γ positions × K candidates (a lattice); a DP on the draft
+    side picks a chain or a tree (cost-aware when a cost table is given); one target forward verifies it
+    with the exact rules. `cost_table` ("auto" by default: the verify cost profiled once on this device)
+    sizes each round's chain or tree by expected tokens per millisecond, up to gamma / budget; None or
+    "none" verifies the size as set. A seeded run with "auto" depends on the machine's timings; a table
+    file makes it reproducible. `drafter`: "feature" (the shipped feature drafter as a sequential head,
+    the default), "parallel" (the shipped parallel drafter; "default" is an older name for it) or a
+    parallel drafter's weights file; a run may also pass a loaded drafter as `drafter=`. lossy_threshold
+    (LOSSY, off by default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram >
+    0 adds prompt lookup's continuation (longest n-gram matched) to the lattice as one more candidate
+    per position, scored by its acceptance rate so far in the run (0: off)."""
 
     strategy: ClassVar[str] = "dspark"
     gamma: int = 8
     top_k_candidates: int = 3
     select: str = "tree"                  # chain | tree
     budget: int = 8                       # tree nodes verified (tree mode)
-    cost_table: str | None = None         # JSON file of verify ms per token count, or "auto" (adaptive γ)
+    cost_table: str | None = AUTO_COST    # verify ms per token count: "auto", a JSON file; None / "none": fixed size
     lossy_threshold: float | None = None
     drafter: str = DEFAULT_DRAFTER
     lookup_max_ngram: int = 2             # prompt-lookup candidates in the lattice (0: off)
@@ -207,7 +211,9 @@ class DSparkConfig(SamplingParams):
         check(_is_int(self.budget) and 1 <= self.budget <= DSPARK_MAX_BUDGET, "budget", self.budget,
               f"must be an integer in [1, {DSPARK_MAX_BUDGET}]")
         check(self.cost_table is None or (isinstance(self.cost_table, str) and self.cost_table.strip() != ""),
-              "cost_table", self.cost_table, "must be a JSON file path, 'auto' (profile once) or None (fixed size)")
+              "cost_table", self.cost_table, "must be a JSON file path, 'auto' (profile once) or 'none' (fixed size)")
+        if self.cost_table == FIXED_SIZE:
+            object.__setattr__(self, "cost_table", None)
         check(self.lossy_threshold is None or (_is_num(self.lossy_threshold) and 0 < self.lossy_threshold <= 1),
               "lossy_threshold", self.lossy_threshold, "must be a number in (0, 1] (or None: exact)")
         check(self.lossy_threshold is None or self.temperature > 0, "lossy_threshold", self.lossy_threshold,

@@ -32,7 +32,7 @@ from decoding.runtime.paths import calibration_path
 
 CALIBRATION_FORMAT = "decodescope-head-calibration/1"
 DEFAULT_EXPAND = 1          # parents stepped per position
-DEFAULT_FLOOR = 0.02        # stop drafting once every path's survival is below this
+DEFAULT_FLOOR = 0.4         # stop drafting once every path's survival is below this (docs/drafters.md)
 
 
 def logit(q: torch.Tensor) -> torch.Tensor:

@@ -18,7 +18,8 @@ PROMPT = "List the days of the week, one per line."
 FORCED = ("Sure", ",", " the")       # pieces encoded to ids at run time: a forced branch from step 0
 # The parallel drafter's cases keep the settings they were recorded with, DSpark's defaults until the
 # sequential head replaced them ("default" is the parallel drafter's older name, as in those traces).
-PARALLEL = {"drafter": "default", "top_k_candidates": 2, "select": "chain", "budget": 16, "lookup_max_ngram": 0}
+PARALLEL = {"drafter": "default", "top_k_candidates": 2, "select": "chain", "budget": 16, "lookup_max_ngram": 0,
+            "cost_table": "none"}
 
 
 @dataclass(frozen=True)
@@ -55,8 +56,9 @@ CASES = (
     Case("dspark_tree_cost", "dspark", {**PARALLEL, "select": "tree", "budget": 16, "cost_table": COST}),
     Case("dspark_lossy", "dspark", {**PARALLEL, "gamma": 5, "temperature": 1.0, "lossy_threshold": 0.5, "seed": 6}),
     Case("dspark_forced", "dspark", {**PARALLEL, "gamma": 6}, forced=True),
-    Case("dspark_head", "dspark"),
-    Case("dspark_head_sampled", "dspark", {"temperature": 0.8, "seed": 2}),
+    Case("dspark_head", "dspark", {"cost_table": COST}),          # the defaults, with a fixed table for "auto"
+    Case("dspark_head_fixed", "dspark", {"cost_table": "none"}),
+    Case("dspark_head_sampled", "dspark", {"temperature": 0.8, "seed": 2, "cost_table": COST}),
     Case("dspark_head_chain_cost", "dspark", {"select": "chain", "cost_table": COST}),
 )
 LOCKSTEP = ("greedy", "spec_lookup", "dspark_chain")   # also recorded side by side as lockstep.json

@@ -43,9 +43,16 @@ def optional_fields(strategy: str) -> list[OptionalField]:
     for f in dataclasses.fields(config_cls):
         args = typing.get_args(hints.get(f.name)) if isinstance(hints.get(f.name), types.UnionType) else ()
         inner = [a for a in args if a is not type(None)]
-        if type(None) in args and len(inner) == 1 and inner[0] in OPTIONAL_TYPES and f.default is None:
+        off_by_default = f.default is None or f.name == COST_FIELD      # the cost table has its own widget
+        if type(None) in args and len(inner) == 1 and inner[0] in OPTIONAL_TYPES and off_by_default:
             out.append(OptionalField(f.name, inner[0]))
     return out
+
+
+def default_cost_mode(strategy: str) -> str:
+    """The cost-table mode a strategy's config starts in: 'auto' for DSpark, 'none' where the default is None."""
+    field = next(f for f in dataclasses.fields(STRATEGIES[strategy].config_cls) if f.name == COST_FIELD)
+    return "none" if field.default is None else link_mode(field.default)
 
 
 def optional_value(text: Any, tp: type) -> Any:
@@ -152,11 +159,9 @@ class CostPick:
                   f"covers {self.table.max_tokens} tokens; this run verifies up to {need}")
 
     def link(self) -> str | None:
-        """The URL form: absent for none, 'auto', or the table's milliseconds."""
-        if self.mode == "none":
-            return None
-        if self.mode == "auto":
-            return AUTO_COST
+        """The URL form: 'none', 'auto', or the table's milliseconds."""
+        if self.mode in ("none", "auto"):
+            return self.mode
         return cost_to_link(self.table) if self.table is not None else None
 
 

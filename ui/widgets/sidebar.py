@@ -20,6 +20,7 @@ from ui.widgets.advanced import (
     NO_DEVICE_MAP,
     CostPick,
     OptionalField,
+    default_cost_mode,
     device_map_link_error,
     link_mode,
     model_options,
@@ -147,7 +148,7 @@ def optional_widget(scope: str, strategy: str, f: OptionalField):
 def cost_widget(scope: str, strategy: str) -> CostPick:
     """DSpark's cost table: none, auto (profiled on first use) or an uploaded JSON file (or the table a
     link gave, until a file is uploaded)."""
-    key = _key(keys.param_key(scope, strategy, COST_FIELD), "none")
+    key = _key(keys.param_key(scope, strategy, COST_FIELD), default_cost_mode(strategy))
     mode = st.radio("cost table", COST_MODES, format_func=COST_LABELS.get, key=key, help=OPTION_HELP[COST_FIELD])
     upload = None
     if mode == "file":
