@@ -306,15 +306,16 @@ class LM:
         self.packed_linears = packed_gemm.packed_count(model)    # linears on MKL's packed GEMM
         self.gemm_plan = packed_gemm.model_plan(model)             # their kernel per row count (None: none)
         self._pieces: dict[int, str] = {}
-        self._loaded: dict[tuple, object] = {}
+        self._loaded: dict[tuple, tuple[object, object]] = {}   # key -> (version, what was loaded)
 
-    def loaded(self, key: tuple, make: Callable[[], object]):
-        """What `make` loads for this model (a drafter), made once per `key` and kept while the model is;
-        a `make` that raises keeps nothing."""
+    def loaded(self, key: tuple, version, make: Callable[[], object]):
+        """What `make` loads for this model (a drafter), kept per `key` while the model is and made again
+        when `version` (e.g. its file's stamp) changes, replacing the old; a `make` that raises keeps nothing."""
         with self.lock:
-            if key not in self._loaded:
-                self._loaded[key] = make()
-            return self._loaded[key]
+            held = self._loaded.get(key)
+            if held is None or held[0] != version:
+                self._loaded[key] = (version, make())
+            return self._loaded[key][1]
 
     def _eos_ids(self) -> frozenset[int]:
         ids = getattr(self.model.generation_config, "eos_token_id", None)

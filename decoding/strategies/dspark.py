@@ -65,10 +65,10 @@ def load_named_drafter(lm: LM, name: str) -> Drafter:
     """The drafter `name` stands for, loaded once per model and version of its files (a retrained file
     at the same path loads anew)."""
     path = named_weights(name)
-    key = ("dspark drafter", name, file_stamp(path), file_stamp(calibration_path(path)))
+    version = file_stamp(path), file_stamp(calibration_path(path))
     if name == FEATURE_HEAD:
-        return lm.loaded(key, lambda: load_feature_lattice(lm))
-    return lm.loaded(key, lambda: load_drafter(path, lm))
+        return lm.loaded(("dspark drafter", name), version, lambda: load_feature_lattice(lm, path))
+    return lm.loaded(("dspark drafter", name), version, lambda: load_drafter(path, lm))
 
 
 def named_weights(name: str) -> Path:
