@@ -170,6 +170,43 @@ def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monk
     assert first.output_ids == second.output_ids == greedy_ids(lm, PROMPTS[0], 12)
     assert second.steps[1].size.cost_source == str(cost_module.auto_cost_path(lm))
     assert first.steps[1].size.verify_ms == second.steps[1].size.verify_ms
+    overhead = first.steps[1].size.overhead_ms          # the drafter's round, timed once on the first run
+    sized = [e.size for e in list(first.steps[1:]) + list(second.steps[1:]) if e.size is not None]
+    assert overhead > 0 and len(sized) > 2 and all(s.overhead_ms == overhead for s in sized)
+
+
+def test_round_overhead_prices_every_size_and_favours_larger_ones(lm, drafter, tmp_path):
+    """With a round overhead every size costs verify(size + 1) + overhead, which makes larger sizes
+    relatively cheaper: the chosen sizes grow, the output stays greedy's. A file without the field has
+    none (negative control: the same table without it chooses smaller sizes)."""
+    verify = tuple(10.0 + 4.0 * n for n in range(1, 18))
+    plain, heavy = tmp_path / "plain.json", tmp_path / "heavy.json"
+    CostTable(verify_ms=verify).save(plain)
+    CostTable(verify_ms=verify, overhead_ms=200.0).save(heavy)
+    ref = greedy_ids(lm, PROMPTS[0], 20)
+    sizes = {}
+    for path in (plain, heavy):
+        tr = run(lm, PROMPTS[0], chain_config(max_new_tokens=20, gamma=8, top_k_candidates=2, cost_table=str(path)),
+                 drafter=drafter)
+        assert tr.output_ids == ref
+        rounds = [e for e in tr.steps[1:] if e.size is not None]
+        for e in rounds:
+            rates = [1000 * (1 + x) / (verify[n] + e.size.overhead_ms)
+                     for n, x in enumerate(e.size.expected_accepted, 1)]
+            assert e.size.tokens_per_s == pytest.approx(tuple(rates))
+        sizes[path.stem] = [e.size.size for e in rounds]
+    assert sum(sizes["heavy"]) > sum(sizes["plain"]), sizes
+
+
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf"), True, "3"])
+def test_bad_round_overhead_is_one_line(value, tmp_path):
+    with pytest.raises(ConfigError) as err:
+        CostTable(verify_ms=(1.0, 2.0), overhead_ms=value)
+    assert err.value.param == "overhead_ms" and "\n" not in str(err.value)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({"version": 1, "verify_ms": [1.0], "overhead_ms": -2.0}))
+    with pytest.raises(ConfigError, match=r"cost_table=.*bad.json.*overhead_ms must be a number of milliseconds"):
+        CostTable.load(path)
 
 
 def test_lattice_scores_depend_on_the_parent(lm, drafter):

@@ -136,7 +136,7 @@ def test_tour_dspark_stop_matches_its_prose(real_lm, tmp_path):
     sizes = [s.size for s in recorded.steps if not s.prefill]
     assert sizes and all(s is not None for s in sizes)                  # the defaults size each round by cost
     table = tmp_path / "recorded-cost.json"
-    CostTable(sizes[0].verify_ms).save(table)
+    CostTable(sizes[0].verify_ms, overhead_ms=sizes[0].overhead_ms).save(table)
     config = dataclasses.replace(stop.config(), cost_table=str(table))
     tr = run(real_lm, real_lm.encode(stop.prompt), config)
     assert tr.output_ids == recorded.output_ids == run(real_lm, real_lm.encode(stop.prompt),

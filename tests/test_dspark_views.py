@@ -46,7 +46,7 @@ def tree_trace(lm, drafter):
 @pytest.fixture(scope="module")
 def cost_trace(lm, drafter, tmp_path_factory):
     path = tmp_path_factory.mktemp("cost") / "cost.json"
-    CostTable(verify_ms=tuple(10.0 + 2.0 * n for n in range(1, 18)), source="test").save(path)
+    CostTable(verify_ms=tuple(10.0 + 2.0 * n for n in range(1, 18)), source="test", overhead_ms=3.0).save(path)
     return run(lm, PROMPT, chain_config(max_new_tokens=20, gamma=6, top_k_candidates=2, cost_table=str(path)),
                drafter=drafter)
 
@@ -201,15 +201,18 @@ def test_size_table_recomputes_the_recorded_rates(cost_trace):
     for _, row in table.iterrows():
         size = int(row["size"])
         assert row["verify_ms"] == 10.0 + 2.0 * (size + 1)           # the table's entry for size + 1 tokens
-        assert row["tokens_per_s"] == pytest.approx(1000 * (1 + row["expected_accepted"]) / row["verify_ms"])
-        # negative control: pricing `size` tokens (forgetting the last emitted token) gives other rates
-        assert row["tokens_per_s"] != pytest.approx(1000 * (1 + row["expected_accepted"]) / info.verify_ms[size - 1])
+        assert row["round_ms"] == row["verify_ms"] + info.overhead_ms
+        assert row["tokens_per_s"] == pytest.approx(1000 * (1 + row["expected_accepted"]) / row["round_ms"])
+        # negative controls: pricing `size` tokens (forgetting the last emitted token), or no overhead
+        assert row["tokens_per_s"] != pytest.approx(1000 * (1 + row["expected_accepted"]) /
+                                                    (info.verify_ms[size - 1] + info.overhead_ms))
+        assert row["tokens_per_s"] != pytest.approx(1000 * (1 + row["expected_accepted"]) / row["verify_ms"])
     assert len(dspark.cost_table(info)) == len(info.verify_ms)
     fig = dspark.size_figure(info, event.select)
     colors = list(fig.data[0].marker.color)
     assert colors.count(dspark.palette.GREEN) == 1 and colors.index(dspark.palette.GREEN) == info.size - 1
     assert list(fig.data[0].marker.pattern.shape).index("/") == info.size - 1      # the shape twin
-    assert f"chain length {info.size}" in fig.layout.title.text
+    assert f"chain length {info.size}" in fig.layout.title.text and "+ 3.0 ms overhead" in fig.layout.title.text
 
 
 # ------------------------------------------------------------------ stage 2, chips, rows

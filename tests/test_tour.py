@@ -309,7 +309,35 @@ def test_assert_same_bites():
 
 @pytest.mark.real
 @pytest.mark.parametrize("stop_id", ["greedy", "speculative", "dspark"])
-def test_recording_reproduces_on_the_embedded_model(real_lm, stop_id):
+def test_recording_reproduces_on_the_embedded_model(real_lm, stop_id, tmp_path):
+    """A stop recorded again equals its recording; a stop sized by a cost table ("auto" profiles each
+    machine anew) is replayed with the recording's table and round overhead."""
     stop = tour.stop_by_id(stop_id)
-    again = without_timings(from_json(to_json(tour.record_stop(real_lm, stop))))
-    assert_same(again, without_timings(tour.load_recorded(stop)))
+    recorded = without_timings(tour.load_recorded(stop))
+    again = without_timings(from_json(to_json(replay_recorded_costs(real_lm, stop, tmp_path))))
+    assert_same(strip_cost_source(again), strip_cost_source(recorded))
+
+
+def replay_recorded_costs(lm, stop, tmp_path):
+    """The stop run again; with the recording's cost table and overhead when its rounds were sized by one."""
+    import dataclasses
+
+    from decoding.runner import run
+    from decoding.runtime.cost_table import CostTable
+
+    sizes = [s.size for s in tour.load_recorded(stop).steps if getattr(s, "size", None) is not None]
+    if not sizes:
+        return tour.record_stop(lm, stop)
+    table = tmp_path / "recorded-cost.json"
+    CostTable(sizes[0].verify_ms, overhead_ms=sizes[0].overhead_ms).save(table)
+    config = dataclasses.replace(stop.config(), cost_table=str(table))
+    return run(lm, lm.encode(stop.prompt, chat_template=True), config, prompt_text=stop.prompt)
+
+
+def strip_cost_source(data):
+    """The trace's plain form without the table's file name (and the config naming it)."""
+    if isinstance(data, dict):
+        return {k: strip_cost_source(v) for k, v in data.items() if k not in ("cost_source", "cost_table")}
+    if isinstance(data, list):
+        return [strip_cost_source(v) for v in data]
+    return data

@@ -2,6 +2,7 @@
 URL forms, DSpark's cost table from an upload or a link, and the model's placement options."""
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -46,6 +47,16 @@ def test_cost_table_upload_link_round_trip_is_exact():
     table = cost_from_json(table_json(ms), "mine.json")
     assert table.verify_ms == ms and table.source == "mine.json"
     assert cost_from_link(cost_to_link(table)).verify_ms == ms
+    assert ";" not in cost_to_link(table) and cost_from_link(cost_to_link(table)).overhead_ms == 0.0
+
+
+def test_cost_table_overhead_travels_in_uploads_and_links():
+    data = json.dumps({"version": 1, "verify_ms": [4.0, 6.5], "overhead_ms": 3.25}).encode()
+    table = cost_from_json(data, "mine.json")
+    assert table.overhead_ms == 3.25
+    link = cost_to_link(table)
+    assert link == "4.0,6.5;3.25"
+    assert cost_from_link(link) == dataclasses.replace(table, source="link")
 
 
 @pytest.mark.parametrize("data, expected", [
@@ -66,7 +77,7 @@ def test_oversized_upload_is_refused_before_parsing(monkeypatch):
         cost_from_json(table_json([1.0, 2.0]), "big.json")
 
 
-@pytest.mark.parametrize("text", ["fast", "1,,2", "1,x", "-1,2", "0"])
+@pytest.mark.parametrize("text", ["fast", "1,,2", "1,x", "-1,2", "0", "1,2;", "1,2;-1", "1,2;nan", "1,2;x", "1;2;3"])
 def test_bad_link_values_name_the_cost_table(text):
     with pytest.raises(ConfigError) as err:
         cost_from_link(text)

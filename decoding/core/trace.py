@@ -24,10 +24,11 @@ from decoding.core.trace_check import MAX_LATTICE_CANDIDATES as MAX_LATTICE_CAND
 from decoding.core.trace_check import TraceFormatError as TraceFormatError
 from decoding.core.trace_check import check_trace, key_part
 
-SCHEMA_VERSION = "1.3"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
+SCHEMA_VERSION = "1.4"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
 #                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
 #                          1.3: kv (KVMemory) on every step event: the target's KV cache after the step;
 #                               target_entropy on DraftPosition and PlanNode
+#                          1.4: SizeChoiceInfo.overhead_ms (DSpark's round cost outside verification)
 MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
 
 
@@ -353,6 +354,7 @@ class SizeChoiceInfo:
     size: int
     expected_accepted: tuple[float, ...]
     tokens_per_s: tuple[float, ...]
+    overhead_ms: float = 0.0       # ms added to every size's verify cost (the round outside verification)
 
 
 @dataclass(frozen=True)

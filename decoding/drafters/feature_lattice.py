@@ -31,7 +31,7 @@ from decoding.drafters.parallel import LatticeDraft, LatticeRequest, with_extra
 from decoding.runtime.paths import calibration_path
 
 CALIBRATION_FORMAT = "decodescope-head-calibration/1"
-DEFAULT_EXPAND = 1          # parents stepped per position
+DEFAULT_EXPAND = 2          # parents stepped per position (docs/drafters.md)
 DEFAULT_FLOOR = 0.4         # stop drafting once every path's survival is below this (docs/drafters.md)
 
 

@@ -1,6 +1,7 @@
 """Verify-cost table for adaptive γ: milliseconds of one target forward over n new tokens (after a
-cached prefix), for n = 1..N. Profiled on the device (`profile_verify_cost`) or fixed from a JSON
-file so seeded runs are reproducible."""
+cached prefix), for n = 1..N, and what a DSpark round costs besides (`overhead_ms`: drafting,
+selection, acceptance, cache; 0 when a file does not say). Profiled on the device (`profile_verify_cost`)
+or fixed from a JSON file so seeded runs are reproducible."""
 from __future__ import annotations
 
 import dataclasses
@@ -27,9 +28,14 @@ class CostTable:
     source: str = "profiled"         # "profiled", or the file it was read from
     device: str = ""
     model: str = ""
+    overhead_ms: float = 0.0         # ms a DSpark round spends outside its verification forward
 
     def __post_init__(self):
         object.__setattr__(self, "verify_ms", tuple(self.verify_ms))
+        check(isinstance(self.overhead_ms, Real) and not isinstance(self.overhead_ms, bool)
+              and 0 <= self.overhead_ms < 1e7, "overhead_ms", self.overhead_ms,
+              "overhead_ms must be a number of milliseconds >= 0")
+        object.__setattr__(self, "overhead_ms", float(self.overhead_ms))
         count = len(self.verify_ms)
         check(1 <= count <= MAX_COST_ENTRIES, "cost_table", f"<{count} entries>",
               f"needs 1 to {MAX_COST_ENTRIES} entries")
@@ -56,7 +62,8 @@ class CostTable:
         check(isinstance(data.get("verify_ms"), list), "cost_table", source or "<dict>",
               "needs a list 'verify_ms' (ms per number of tokens verified, from 1 token)")
         return cls(verify_ms=tuple(data["verify_ms"]), source=source or data.get("source", "dict"),
-                   device=str(data.get("device", "")), model=str(data.get("model", "")))
+                   device=str(data.get("device", "")), model=str(data.get("model", "")),
+                   overhead_ms=data.get("overhead_ms", 0.0))
 
     @classmethod
     def parse(cls, data: bytes | str, source: str) -> CostTable:

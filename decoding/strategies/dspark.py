@@ -8,6 +8,8 @@ Round r's tree: node 0 is the last emitted token (not yet in the cache), nodes 1
 from __future__ import annotations
 
 import dataclasses
+import statistics
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +17,7 @@ from pathlib import Path
 import torch
 
 from decoding.core.acceptance import RoundOutcome, greedy_round, sample_round
-from decoding.core.config import FEATURE_HEAD, PARALLEL_ALIASES, DSparkConfig
+from decoding.core.config import AUTO_COST, FEATURE_HEAD, PARALLEL_ALIASES, DSparkConfig
 from decoding.core.errors import check
 from decoding.core.formulas import cut_at_eos, round_metrics, survival
 from decoding.core.processors import build_pipeline
@@ -86,12 +88,47 @@ def file_stamp(path: Path) -> tuple[int, int] | None:
     return stat.st_mtime_ns, stat.st_size
 
 
-def load_cost(lm: LM, config: DSparkConfig) -> CostTable | None:
+def load_cost(lm: LM, config: DSparkConfig, drafter: Drafter) -> CostTable | None:
     """None (fixed size), the table in config.cost_table, or for "auto" the table profiled on this
-    device on first use and cached (profiled again when it covers too few tokens)."""
+    device on first use and cached (profiled again when it covers too few tokens), with this drafter's
+    round overhead (`round_overhead_ms`)."""
     if config.cost_table is None:
         return None
-    return load_table(lm, config.cost_table, config.cost_need())
+    table = load_table(lm, config.cost_table, config.cost_need())
+    if config.cost_table != AUTO_COST:
+        return table
+    return dataclasses.replace(table, overhead_ms=round_overhead_ms(lm, config, drafter, table))
+
+
+OVERHEAD_TEXT = "Explain in a few sentences why the sea is salty, and where the salt comes from."
+OVERHEAD_TOKENS = 24               # tokens decoded to time the rounds
+_overheads: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # drafter -> {round shape: ms}
+
+
+def round_overhead_ms(lm: LM, config: DSparkConfig, drafter: Drafter, table: CostTable) -> float:
+    """Milliseconds a round with this drafter spends outside its verification forward (drafting,
+    selection, acceptance, cache compaction): the median over the rounds of a short run of this config
+    (seed 0) on a fixed prompt (`_probe_prompt`), timed once per drafter object, device and round shape
+    (γ, K, budget, lookup, greedy or not)."""
+    shape = (str(lm.device), config.select, config.gamma, config.top_k_candidates, config.budget,
+             config.lookup_max_ngram, config.is_greedy)
+    known = _overheads.setdefault(drafter, {})
+    if shape not in known:
+        probe = dataclasses.replace(config, max_new_tokens=OVERHEAD_TOKENS, cost_table=None)
+        decoder = DSparkDecoder(lm, probe, drafter, torch.Generator().manual_seed(0),
+                                dataclasses.replace(table, overhead_ms=0.0))
+        decoder.prefill(_probe_prompt(lm), ())
+        outside = [sum(ms for phase, ms in event.timings_ms.items() if phase != "verification")
+                   for event in decoder.rounds()]
+        known[shape] = statistics.median(outside) if outside else 0.0
+    return known[shape]
+
+
+def _probe_prompt(lm: LM) -> list[int]:
+    """OVERHEAD_TEXT in the chat template; a model without a tokenizer (the tests' tiny ones) gets fixed ids."""
+    if lm.tokenizer is None:
+        return [(7 * i + 3) % lm.vocab_size for i in range(32)]
+    return lm.encode(OVERHEAD_TEXT)
 
 
 def target_probs(logits: torch.Tensor, pipeline) -> torch.Tensor:
@@ -105,10 +142,10 @@ def select_plan(lattice, config: DSparkConfig, cost: CostTable | None):
     if config.select == "chain":
         if cost is None:
             return best_chain(lattice), None
-        return choose_chain(lattice, cost)
+        return choose_chain(lattice, cost, cost.overhead_ms)
     if cost is None:
         return best_tree(lattice, config.budget), None
-    return choose_tree(lattice, cost, max_budget=config.budget)
+    return choose_tree(lattice, cost, config.budget, cost.overhead_ms)
 
 
 # ------------------------------------------------------------------------------ one round
@@ -276,7 +313,7 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
     """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
     the context end."""
     drafter = resolve_drafter(lm, config, drafter)
-    decoder = DSparkDecoder(lm, config, drafter, generator, load_cost(lm, config))
+    decoder = DSparkDecoder(lm, config, drafter, generator, load_cost(lm, config, drafter))
     yield decoder.prefill(prompt_ids, forced)
     yield from decoder.rounds()
 
@@ -355,7 +392,7 @@ def size_info(cost: CostTable | None, choice) -> SizeChoiceInfo | None:
     if choice is None:
         return None
     return SizeChoiceInfo(cost.source, tuple(cost.verify_ms), choice.size, choice.expected_accepted,
-                          choice.tokens_per_s)
+                          choice.tokens_per_s, cost.overhead_ms)
 
 
 # ------------------------------------------------------------------------------ stats

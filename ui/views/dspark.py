@@ -414,17 +414,19 @@ def phase_bars(table: pd.DataFrame) -> go.Figure:
 
 # ---------------------------------------------------------------- cost-aware size (adaptive γ)
 
-SIZE_COLUMNS = ["size", "tokens_verified", "verify_ms", "expected_accepted", "expected_tokens", "tokens_per_s",
-                "chosen"]
+SIZE_COLUMNS = ["size", "tokens_verified", "verify_ms", "round_ms", "expected_accepted", "expected_tokens",
+                "tokens_per_s", "chosen"]
 
 
 def size_table(info) -> pd.DataFrame:
     """Per candidate size (chain length or tree budget): the recorded verify cost of size + 1 tokens,
-    the expected accepted drafts and the expected tokens per second; the chosen size marked."""
+    the round's cost (that plus the round overhead), the expected accepted drafts and the expected
+    tokens per second; the chosen size marked."""
     rows = []
     for size, (expected, rate) in enumerate(zip(info.expected_accepted, info.tokens_per_s), start=1):
         ms = info.verify_ms[size] if size < len(info.verify_ms) else None
-        rows.append({"size": size, "tokens_verified": size + 1, "verify_ms": ms, "expected_accepted": expected,
+        rows.append({"size": size, "tokens_verified": size + 1, "verify_ms": ms,
+                     "round_ms": None if ms is None else ms + info.overhead_ms, "expected_accepted": expected,
                      "expected_tokens": 1.0 + expected, "tokens_per_s": rate, "chosen": size == info.size})
     return pd.DataFrame(rows, columns=SIZE_COLUMNS)
 
@@ -449,7 +451,8 @@ def size_figure(info, select: str = "chain") -> go.Figure:
                     mode="lines+markers", yaxis="y2", line={"color": palette.BLACK, "dash": "dot"},
                     marker={"symbol": "diamond"})
     what = "chain length" if select == "chain" else "tree budget (nodes)"
-    fig.update_layout(title=f"Cost-aware size: {what} {info.size} maximizes (1 + E[accepted]) / verify ms",
+    cost = f"(verify ms + {info.overhead_ms:.1f} ms overhead)" if info.overhead_ms else "verify ms"
+    fig.update_layout(title=f"Cost-aware size: {what} {info.size} maximizes (1 + E[accepted]) / {cost}",
                       xaxis={"title": what, "dtick": 1}, yaxis={"title": "expected tokens/s"},
                       yaxis2={"title": "verify ms", "overlaying": "y", "side": "right", "showgrid": False},
                       legend={"orientation": "h", "y": -0.3}, margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)

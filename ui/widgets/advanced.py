@@ -75,7 +75,8 @@ def shorten(text: str) -> str:
 COST_MODES = ("none", "auto", "file")
 COST_LABELS = {"none": "none (fixed length)", "auto": "auto (profile on first use)",
                "file": "file (upload a JSON cost table)"}
-LINK_HINT = "give 'auto', 'none' or the verify milliseconds per token count, comma-separated (e.g. 5.1,9.8,14.2)"
+LINK_HINT = ("give 'auto', 'none' or the verify milliseconds per token count, comma-separated (e.g. 5.1,9.8,14.2), "
+             "optionally ';' and the round overhead in ms (e.g. 5.1,9.8,14.2;3.5)")
 
 
 def cost_from_json(data: bytes, name: str) -> CostTable:
@@ -85,19 +86,23 @@ def cost_from_json(data: bytes, name: str) -> CostTable:
 
 
 def cost_to_link(table: CostTable) -> str:
-    """The table in a URL: its milliseconds, exact (shortest round-trip float form)."""
-    return ",".join(repr(float(v)) for v in table.verify_ms)
+    """The table in a URL: its milliseconds, exact (shortest round-trip float form), then ';' and the
+    round overhead when it has one."""
+    text = ",".join(repr(float(v)) for v in table.verify_ms)
+    return text + (f";{table.overhead_ms!r}" if table.overhead_ms else "")
 
 
 def cost_from_link(text: str) -> CostTable:
     check(len(text) <= MAX_COST_LINK_CHARS, "cost_table", shorten(text),
           f"is {len(text)} characters long, over the {MAX_COST_LINK_CHARS} a link's table may have")
+    ms, separator, overhead = text.partition(";")
     try:
-        values = tuple(float(v) for v in text.split(","))
+        values = tuple(float(v) for v in ms.split(","))
+        overhead_ms = float(overhead) if separator else 0.0
     except ValueError:
         raise ConfigError("cost_table", shorten(text), LINK_HINT) from None
     try:
-        return CostTable(verify_ms=values, source="link")
+        return CostTable(verify_ms=values, source="link", overhead_ms=overhead_ms)
     except ConfigError as err:
         raise ConfigError("cost_table", shorten(text), err.expected) from None
 
