@@ -118,7 +118,7 @@ def test_decoder_history_is_the_targets_own_hidden_states(lm, monkeypatch, selec
     greedy = list(run(lm, prompt, GreedyConfig(max_new_tokens=40)).output_ids)
     recorder = Recorder(dspark.DSparkDecoder.round, prompt, greedy).install(monkeypatch)
     tr = run(lm, prompt, DSparkConfig(max_new_tokens=40, gamma=5, top_k_candidates=k, select=select,
-                                      budget=budget), drafter=drafter)
+                                      budget=budget, cost_table="none"), drafter=drafter)   # no probe run
     out = list(tr.output_ids)
     assert out == greedy
     assert max(len(e.accepted_path) for e in tr.steps[1:]) >= 2     # multi-token rounds happened
@@ -148,7 +148,7 @@ def test_history_check_bites(lm, monkeypatch):
         return dataclasses.replace(result, produced=result.produced[:1].expand(len(result.produced), -1))
 
     recorder = Recorder(stale, prompt, greedy).install(monkeypatch)
-    out = run(lm, prompt, DSparkConfig(max_new_tokens=30, gamma=5), drafter=drafter).output_ids
+    out = run(lm, prompt, DSparkConfig(max_new_tokens=30, gamma=5, cost_table="none"), drafter=drafter).output_ids
     out = list(out)
     with tap_head_input(lm) as tap:
         lm.forward(prompt + out, lm.new_cache())
