@@ -203,8 +203,12 @@ def test_bad_round_overhead_is_one_line(value, tmp_path):
     with pytest.raises(ConfigError) as err:
         CostTable(verify_ms=(1.0, 2.0), overhead_ms=value)
     assert err.value.param == "overhead_ms" and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("value", [-2.0, True, "3", None, [1.0]])
+def test_bad_round_overhead_in_a_file_names_the_file(value, tmp_path):
     path = tmp_path / "bad.json"
-    path.write_text(json.dumps({"version": 1, "verify_ms": [1.0], "overhead_ms": -2.0}))
+    path.write_text(json.dumps({"version": 1, "verify_ms": [1.0], "overhead_ms": value}))
     with pytest.raises(ConfigError, match=r"cost_table=.*bad.json.*overhead_ms must be a number of milliseconds"):
         CostTable.load(path)
 

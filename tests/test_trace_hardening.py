@@ -66,17 +66,31 @@ def test_every_shipped_trace_loads():
 
 
 def _as_version_1_0(data: dict) -> dict:
-    """The trace as schema 1.0 wrote it: without the fields 1.1 (DSpark lookup) and 1.2 (γ choice) added."""
+    """The trace as schema 1.0 wrote it: without the fields 1.1 (DSpark lookup), 1.2 (γ choice) and 1.4
+    (a size's round overhead) added."""
     data["schema_version"] = "1.0"
     for step in data["steps"]:
         for key in ("lookup", "lookup_scores", "gamma_choice"):
             step.pop(key, None)
+        if step.get("size"):
+            step["size"].pop("overhead_ms")                  # added in 1.4
         for column in step.get("lattice", []):
             for cell in column["cells"]:
                 cell.pop("lookup")
         for node in step.get("nodes", []):
             node.pop("lookup")
     return data
+
+
+@pytest.mark.parametrize("value", [-5.0, -1e-9])
+def test_negative_round_overhead_is_refused(value):
+    data = golden("dspark_lookup_cost")
+    sized = next(step for step in data["steps"] if step.get("size"))
+    sized["size"]["overhead_ms"] = value
+    with pytest.raises(TraceFormatError, match=r"size\.overhead_ms.*is not a duration"):
+        from_json(json.dumps(data))
+    sized["size"]["overhead_ms"] = 0.5                           # control: a duration loads
+    assert from_json(json.dumps(data)).steps
 
 
 @pytest.mark.parametrize("name", ["dspark_lookup_cost", "spec_cost", "beam", "sample"])

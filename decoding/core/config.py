@@ -180,8 +180,9 @@ DEFAULT_DRAFTER = FEATURE_HEAD
 class DSparkConfig(SamplingParams):
     """Parallel drafting: one drafter pass proposes γ positions × K candidates (a lattice); a DP on the draft
     side picks a chain or a tree (cost-aware when a cost table is given); one target forward verifies it
-    with the exact rules. `cost_table` ("auto" by default: the verify cost profiled once on this device)
-    sizes each round's chain or tree by expected tokens per millisecond, up to gamma / budget; None or
+    with the exact rules. `cost_table` ("auto" by default: the verify cost profiled once on this device,
+    the round's overhead timed once per drafter) sizes each round's chain or tree by expected tokens per
+    millisecond, up to gamma / budget; None or
     "none" verifies the size as set. A seeded run with "auto" depends on the machine's timings; a table
     file makes it reproducible. `drafter`: "feature" (the shipped feature drafter as a sequential head,
     the default), "parallel" (the shipped parallel drafter; "default" is an older name for it) or a

@@ -332,6 +332,8 @@ def _check_size(where: str, info) -> None:
                                "one per size of expected_accepted")
     if not 1 <= info.size <= n:
         raise _refuse(f"{where}.size", info.size, f"is out of range: the table covers sizes 1 to {n}")
+    if not 0 <= info.overhead_ms < math.inf:
+        raise _refuse(f"{where}.overhead_ms", info.overhead_ms, "is not a duration (finite ms >= 0)")
 
 
 STEP_CHECKS = {"token": check_token, "beam": check_beam, "spec_round": check_spec, "dspark_round": check_dspark}

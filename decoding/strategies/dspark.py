@@ -107,11 +107,11 @@ _overheads: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # drafter 
 
 def round_overhead_ms(lm: LM, config: DSparkConfig, drafter: Drafter, table: CostTable) -> float:
     """Milliseconds a round with this drafter spends outside its verification forward (drafting,
-    selection, acceptance, cache compaction): the median over the rounds of a short run of this config
-    (seed 0) on a fixed prompt (`_probe_prompt`), timed once per drafter object, device and round shape
-    (γ, K, budget, lookup, greedy or not)."""
-    shape = (str(lm.device), config.select, config.gamma, config.top_k_candidates, config.budget,
-             config.lookup_max_ngram, config.is_greedy)
+    selection, acceptance, cache compaction): the median over the drafting rounds of a short run of this
+    config (seed 0, sized without overhead) on a fixed prompt (`_probe_prompt`), timed once per drafter
+    object, model, device and round shape (γ, K, budget, lookup, greedy or not)."""
+    shape = (lm.name, str(lm.device), str(lm.dtype), config.select, config.gamma, config.top_k_candidates,
+             config.budget, config.lookup_max_ngram, config.is_greedy)
     known = _overheads.setdefault(drafter, {})
     if shape not in known:
         probe = dataclasses.replace(config, max_new_tokens=OVERHEAD_TOKENS, cost_table=None)
@@ -119,8 +119,10 @@ def round_overhead_ms(lm: LM, config: DSparkConfig, drafter: Drafter, table: Cos
                                 dataclasses.replace(table, overhead_ms=0.0))
         decoder.prefill(_probe_prompt(lm), ())
         outside = [sum(ms for phase, ms in event.timings_ms.items() if phase != "verification")
-                   for event in decoder.rounds()]
-        known[shape] = statistics.median(outside) if outside else 0.0
+                   for event in decoder.rounds() if event.lattice]
+        if not outside:                    # the probe ended before drafting: no estimate, none kept
+            return 0.0
+        known[shape] = statistics.median(outside)
     return known[shape]
 
 

@@ -48,10 +48,12 @@ OPTION_HELP = {
     "lossy_threshold": "LOSSY mode: accept a drafted token outright when p_target exceeds this, in (0, 1]; "
                        "changes the output distribution; needs temperature > 0. Empty: exact.",
     COST_FIELD: "Pick the draft length (or tree budget) per round that maximizes expected tokens per ms of "
-                "verification (speculative: used by gamma policy 'cost', where none means auto). "
+                "the round (speculative: used by gamma policy 'cost', where none means auto). "
                 "none: fixed length; auto: profile this model on this device at the first "
-                "step and cache the table; file: a JSON table {\"version\": 1, \"verify_ms\": [...]} "
-                "(ms of one target forward over 1, 2, ... tokens), the format decoding/runtime/cost_table.py saves.",
+                "step and cache the table (DSpark: plus its round overhead, timed once per drafter in this "
+                "process); file: a JSON table {\"version\": 1, \"verify_ms\": [...], \"overhead_ms\": ...} "
+                "(ms of one target forward over 1, 2, ... tokens; DSpark's round cost outside it, optional), "
+                "the format decoding/runtime/cost_table.py saves.",
 }
 PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
     ("dspark", "lookup_max_ngram"): "Prompt-lookup candidates: add the tokens that followed an earlier occurrence of "
@@ -59,7 +61,7 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                                     "scored by how often lookup's tokens matched the output so far. 0: off. "
                                     "Helps when the answer copies from the prompt; stays exact.",
     ("dspark", "drafter"): "feature: the trained feature drafter as a sequential head; each position's candidates "
-                           "come from the candidate chosen before it (the default). parallel: the trained "
+                           "come from the two likeliest candidates before it (the default). parallel: the trained "
                            "parallel drafter, every position from one pass over the target's states. Or a "
                            "parallel drafter's weights file.",
     ("speculative", "lookup_max_ngram"): "Prompt lookup (draft 'lookup' or 'lookup+…'): the longest n-gram matched.",

@@ -177,8 +177,8 @@ def _dspark_stage1(event, ctx: ViewContext) -> None:
                    "their survival products are in the verdicts table below.")
     if event.size is not None:
         display.plot(dspark.size_figure(event.size, event.select), f"{ctx.prefix}.ds_size", f"round{event.index}-size")
-        overhead = (f"; round overhead {event.size.overhead_ms:.1f} ms (drafting, selection, acceptance, cache: "
-                    "profiled once for this drafter)") if event.size.overhead_ms else ""
+        overhead = (f"; round overhead {event.size.overhead_ms:.1f} ms (drafting, selection, acceptance, "
+                    "cache)") if event.size.overhead_ms else ""
         st.text(f"Cost table: {event.size.cost_source}{overhead}")
         with st.expander("Cost table and expected rate per size"):
             display.table(dspark.size_table(event.size), f"{ctx.prefix}.ds_size_table", f"round{event.index}-sizes")
