@@ -182,9 +182,9 @@ class DSparkConfig(SamplingParams):
     side picks a chain or a tree (cost-aware when a cost table is given); one target forward verifies it
     with the exact rules. `cost_table` ("auto" by default: the verify cost profiled once on this device,
     the round's overhead timed once per drafter) sizes each round's chain or tree by expected tokens per
-    millisecond, up to gamma / budget; None or
-    "none" verifies the size as set. A seeded run with "auto" depends on the machine's timings; a table
-    file makes it reproducible. `drafter`: "feature" (the shipped feature drafter as a sequential head,
+    millisecond, up to gamma / budget; None or "none" verifies the size as set. A seeded run with "auto"
+    depends on the machine's timings; a table file makes it reproducible. `drafter`: "feature" (the
+    shipped feature drafter as a sequential head,
     the default), "parallel" (the shipped parallel drafter; "default" is an older name for it) or a
     parallel drafter's weights file; a run may also pass a loaded drafter as `drafter=`. lossy_threshold
     (LOSSY, off by default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram >

@@ -106,13 +106,18 @@ def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: in
     return CostTable(verify_ms=tuple(table), source="profiled", device=str(lm.device), model=lm.name)
 
 
+def probe_ids(lm, n: int) -> list[int]:
+    """n fixed token ids spread over the vocabulary, for timing runs that need no tokenizer."""
+    return [(7 * i + 3) % lm.vocab_size for i in range(n)]
+
+
 def forward_times(lm, counts: Iterable[int], repeats: int, prefix_tokens: int = 32
                   ) -> Iterator[tuple[int, list[float]]]:
     """(n, wall times in ms of `repeats` forwards over n new tokens after a cached prefix) for each n in
     `counts`, all logits computed as a verification does. The prefix is computed once, then a warm-up
     forward; each timed forward is trimmed off the cache again afterwards."""
     counts = list(counts)
-    ids = [(7 * i + 3) % lm.vocab_size for i in range(prefix_tokens + max(counts))]
+    ids = probe_ids(lm, prefix_tokens + max(counts))
     cache = lm.new_cache()
     lm.forward(ids[:prefix_tokens], cache)
     lm.forward(ids[prefix_tokens:prefix_tokens + 1], cache)   # warm-up

@@ -26,7 +26,7 @@ from decoding.core.trace import ChainDP, DSparkRound, KVMemory, LatticeCell, Lat
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter, load_feature_lattice
 from decoding.drafters.lattice_lookup import LookupInput, LookupRate, boost_chain, continuation, hits, lookup_nodes
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter, load_drafter
-from decoding.runtime.cost_table import CostTable, load_table
+from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.models import LM, Timer, kv_memory
 from decoding.runtime.paths import ASSETS, FEATURE_WEIGHTS, calibration_path
@@ -129,7 +129,7 @@ def round_overhead_ms(lm: LM, config: DSparkConfig, drafter: Drafter, table: Cos
 def _probe_prompt(lm: LM) -> list[int]:
     """OVERHEAD_TEXT in the chat template; a model without a tokenizer (the tests' tiny ones) gets fixed ids."""
     if lm.tokenizer is None:
-        return [(7 * i + 3) % lm.vocab_size for i in range(32)]
+        return probe_ids(lm, 32)
     return lm.encode(OVERHEAD_TEXT)
 
 
