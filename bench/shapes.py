@@ -137,9 +137,9 @@ def measure_generate(lm: LM, ids: list[int], n: int, greedy_ids: list[int]) -> R
     return Row(GENERATE, len(tokens), len(tokens) / wall, float("nan"), None, peak, tokens == greedy_ids)
 
 
-def measure_all(lm: LM, ids: list[int], n: int, draft_layers: int, emit=print) -> list[Row]:
+def measure_all(lm: LM, ids: list[int], n: int, draft_layers: int, emit=print, fast: bool = False) -> list[Row]:
     """Every contender in turn; `emit` gets the table's header, then each row as soon as it is measured
-    (a run stopped at a time limit keeps the rows it finished)."""
+    (a run stopped at a time limit keeps the rows it finished). `fast`: then the fast path's rows."""
     for line in header(lm, n):
         emit(line)
     rows, greedy_ids = [], None
@@ -152,7 +152,41 @@ def measure_all(lm: LM, ids: list[int], n: int, draft_layers: int, emit=print) -
             emit(row_line(rows[-1], rows[0].tokens_per_s))
             rows.append(measure_generate(lm, ids, n, greedy_ids))
         emit(row_line(rows[-1], rows[0].tokens_per_s))
+    if fast:
+        rows += measure_fast(lm, ids, n, draft_layers, rows, greedy_ids, emit)
     return rows
+
+
+def fast_twin(lm: LM) -> LM:
+    """The same model with the fast path on: CUDA graphs on a GPU, their emulation elsewhere (which
+    checks the bookkeeping and its tokens, not speed)."""
+    from decoding.runtime.fast_path import EmulatedGraph
+
+    graph = None if lm.device.type == "cuda" else EmulatedGraph
+    return LM(lm.model, lm.tokenizer, name=lm.name, device=lm.device, lock=lm.lock).use_fast_path(graph)
+
+
+def measure_fast(lm: LM, ids: list[int], n: int, draft_layers: int, rows: list[Row], greedy_ids: list[int],
+                 emit=print) -> list[Row]:
+    """The strategies that decode one sequence again with the fast path (a truncated draft model on its own
+    fast path too); a last line gives fast greedy over transformers' generate."""
+    fast = fast_twin(lm)
+    chosen = ("greedy", "sample", "speculative, lookup", "speculative, draft", "dspark")
+    out = []
+    for label, (cfg, kw) in contenders(fast, n, draft_layers).items():
+        if not label.startswith(chosen):
+            continue
+        if isinstance(kw.get("draft_lm"), LM) and label.startswith("speculative, draft"):
+            kw = {**kw, "draft_lm": fast_twin(kw["draft_lm"])}
+        row, _ = measure(fast, ids, cfg, kw, label, greedy_ids)
+        out.append(dataclasses.replace(row, strategy="fast path: " + label))
+        emit(row_line(out[-1], rows[0].tokens_per_s))
+    generate = next(r for r in rows if r.strategy == GENERATE)
+    emit("")
+    same = "yes" if out[0].same_as_greedy else "no"
+    emit(f"Fast path: {fast.describe()['fast_path']}; fast greedy ÷ transformers generate = "
+         f"{out[0].tokens_per_s / generate.tokens_per_s:.2f}× (same tokens: {same}).")
+    return out
 
 
 def header(lm: LM, n: int) -> list[str]:
@@ -188,6 +222,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-new-tokens", type=int, default=128)
     p.add_argument("--draft-layers", type=int, default=4)
     p.add_argument("--tiny", action="store_true", help="a 2-layer model instead (to try the script on a CPU)")
+    p.add_argument("--fast-path", action="store_true", help="also time the fast path (static caches, CUDA graphs)")
     p.add_argument("--md", default=None, help="also write the table (Markdown) to this file")
     args = p.parse_args(argv)
     device = resolve_device(args.device)
@@ -207,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
             md.flush()
 
     try:
-        measure_all(lm, ids, n, max(1, min(args.draft_layers, shapes["num_hidden_layers"] - 1)), emit)
+        measure_all(lm, ids, n, max(1, min(args.draft_layers, shapes["num_hidden_layers"] - 1)), emit,
+                    fast=args.fast_path)
     finally:
         if md:
             md.write("\n")

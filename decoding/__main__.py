@@ -39,6 +39,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--offload-folder", help="with --device-map: directory for weights offloaded to disk")
     p.add_argument("--no-pack-gemm", action="store_true", help="CPU: keep MKL's plain sgemm for every "
                    "forward (default: the GEMM kernel per row count profiled once for this machine and model)")
+    p.add_argument("--fast-path", action="store_true", help="CUDA: decode on static KV caches and replay each "
+                   "short forward as a CUDA graph (one launch per step instead of hundreds)")
     p.add_argument("--prompt", required=True)
     p.add_argument("--no-chat-template", action="store_true")
     p.add_argument("--max-new-tokens", type=int, default=64)
@@ -129,14 +131,15 @@ def _strategy_kwargs(config, args, lm) -> dict:
     from decoding.drafters.factory import load_draft
 
     return {"draft_lm": load_draft(draft, lm, device=args.device, dtype=args.dtype,
-                                   trust_remote_code=args.trust_remote_code, pack_gemm=not args.no_pack_gemm)}
+                                   trust_remote_code=args.trust_remote_code, pack_gemm=not args.no_pack_gemm,
+                                   fast_path=args.fast_path)}
 
 
 def _prepare(args):
     check(args.prompt.strip() != "", "prompt", args.prompt, "must not be empty")
     lm = load(ModelSpec(args.model, args.gguf_file, args.device, args.dtype, args.trust_remote_code,
                         device_map=args.device_map, max_memory=args.max_memory, offload_folder=args.offload_folder,
-                        pack_gemm=not args.no_pack_gemm))
+                        pack_gemm=not args.no_pack_gemm, fast_path=args.fast_path))
     ids = lm.encode(args.prompt, chat_template=not args.no_chat_template)
     return lm, ids
 

@@ -4,7 +4,9 @@
 #   2. the logit-agreement tests in float16 and bfloat16 (tolerances in tests/conftest.py);
 #   3. the GPU-only tests: a model split between GPU and CPU by accelerate, CUDA-event timing, peak memory;
 #   4. every strategy and transformers' generate timed on a random model of the embedded model's shapes
-#      (bench/shapes.py), each strategy's tokens checked against greedy's.
+#      (bench/shapes.py), each strategy's tokens checked against greedy's; then the one-sequence strategies
+#      again on the fast path (static KV caches, CUDA graphs: decoding/runtime/fast_path.py), and its
+#      greedy tokens/s over transformers' generate.
 #
 #   scripts/gpu_check.sh            on the GPU
 #   scripts/gpu_check.sh --cpu      the same on the CPU, with a 2-layer timing model (tries the script)
@@ -12,7 +14,7 @@
 # PYTHON picks the interpreter (default: .venv/bin/python if there, else python3). It needs torch,
 # transformers, accelerate, pytest and scipy; not gguf, the embedded model or streamlit. RESULTS=DIR
 # also writes the timing table to DIR/gpu-check.md and each step's log to DIR. TIMING_DTYPES (default
-# bfloat16) lists the timing's dtypes. Each step has a time limit (300 s in all on a GPU, for one timing
+# bfloat16) lists the timing's dtypes. Each step has a time limit (360 s in all on a GPU, for one timing
 # dtype; ten times that with --cpu; LIMIT_SCALE=N multiplies them); the timing table is printed row by
 # row, so a step stopped at its limit keeps the rows it finished.
 set -uo pipefail
@@ -70,7 +72,7 @@ EOF
 PYTEST=("$PYTHON" -m pytest -q -x -p no:cacheprovider -m "not real and not browser" -o addopts="")
 EXACT=(tests/test_engine.py tests/test_tree.py tests/test_beam.py tests/test_speculative.py
        tests/test_dspark.py tests/test_dspark_sampling.py tests/test_concurrency.py tests/test_feature.py
-       tests/test_feature_attending.py)
+       tests/test_feature_attending.py tests/test_fast_path.py)
 # the embedded-model case of the KV-cache test needs the GGUF model, which this check does without
 step exactness-float32 120 env DECODESCOPE_TEST_DTYPE=float32 "${PYTEST[@]}" "${EXACT[@]}" \
   --deselect "tests/test_engine.py::test_kv_cache_equals_full_recomputation[real]"
@@ -88,7 +90,8 @@ MD=()
 [[ -n "$RESULTS" ]] && MD=(--md "$RESULTS/gpu-check.md")
 for dtype in ${TIMING_DTYPES:-bfloat16}; do
   dt="$dtype"; [[ "$DEVICE" == cpu ]] && dt=float32
-  step "timing-$dt" 90 "$PYTHON" -m bench.shapes --device "$DEVICE" --dtype "$dt" "${TIMING[@]}" "${MD[@]}"
+  step "timing-$dt" 150 "$PYTHON" -m bench.shapes --device "$DEVICE" --dtype "$dt" --fast-path "${TIMING[@]}" \
+    "${MD[@]}"
 done
 
 echo; echo "=== summary ==="

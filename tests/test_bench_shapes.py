@@ -25,3 +25,18 @@ def test_every_contender_runs_and_the_exact_ones_match_greedy():
 def test_a_row_whose_tokens_differ_is_flagged():
     row = shapes.Row("speculative, x", 12, 100.0, 1.0, 2.0, None, same_as_greedy=False)
     assert shapes.row_line(row, 50.0).endswith("| 2.00 | 1.00 | 2.00 | 1.00 | – | **no** |")   # step cost τ / 2.0
+
+
+def test_the_fast_path_rows_match_greedy_and_report_the_ratio():
+    """--fast-path: the one-sequence strategies again on the fast path (emulated graphs on the CPU), each
+    greedy-exact one with our greedy's tokens, and a last line with fast greedy over generate."""
+    lm = shapes.random_model(shapes.TINY_SHAPES, torch.device("cpu"), torch.float32)
+    lines: list[str] = []
+    rows = shapes.measure_all(lm, shapes.prompt_ids(lm.vocab_size), 12, 1, emit=lines.append, fast=True)
+    fast = [r for r in rows if r.strategy.startswith("fast path: ")]
+    assert [r.strategy.removeprefix("fast path: ").split(" ")[0] for r in fast] == \
+        ["greedy", "sample", "speculative,", "speculative,", "dspark,", "dspark,"]
+    assert all(r.tokens == 12 for r in fast)
+    assert all(r.same_as_greedy is True for r in fast if not r.strategy.startswith("fast path: sample"))
+    assert lines[-1].startswith("Fast path: static caches of 1024 and ") and "same tokens: yes" in lines[-1]
+    assert lm.fast is None                               # the baseline rows ran on the dynamic cache

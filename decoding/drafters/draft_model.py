@@ -38,7 +38,7 @@ class DraftModelDrafter(Drafter):
         self.fed: list[int] = []
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        self.cache, self.fed = self.lm.new_cache(), []
+        self.cache, self.fed = self.lm.sequence_cache(), []
 
     def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
         if self.cache is None:

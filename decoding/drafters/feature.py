@@ -159,7 +159,7 @@ def _time_feature_token(net, target: LM, rounds: int = 6, steps: int = 5) -> flo
         advance = lambda: net.context_step(feature[None], token[None], cache, cache)[0][0]
     else:
         advance = lambda: net.step(feature, token)
-    kv = target.new_cache()
+    kv = target.sequence_cache()
     target.forward([0] * 8, kv)
     times = []
     with torch.inference_mode():

@@ -118,7 +118,7 @@ def forward_times(lm, counts: Iterable[int], repeats: int, prefix_tokens: int = 
     forward; each timed forward is trimmed off the cache again afterwards."""
     counts = list(counts)
     ids = probe_ids(lm, prefix_tokens + max(counts))
-    cache = lm.new_cache()
+    cache = lm.sequence_cache()
     lm.forward(ids[:prefix_tokens], cache)
     lm.forward(ids[prefix_tokens:prefix_tokens + 1], cache)   # warm-up
     cache.crop(-1)
@@ -140,7 +140,7 @@ AUTO_MIN_TOKENS = 17                # an auto table covers at least this many to
 
 
 def auto_cost_path(lm) -> Path:
-    """Where the auto table of this model, device and dtype is cached."""
+    """Where the auto table of this model, device, dtype, CPU GEMM plan and fast path is cached."""
     dtype = str(lm.dtype).replace("torch.", "")
     plan = getattr(lm, "gemm_plan", None)                                # other kernels, other times
     packed = f"-gemm-{plan.tag}" if getattr(lm, "packed_linears", 0) and plan is not None else ""
@@ -148,7 +148,8 @@ def auto_cost_path(lm) -> Path:
         from decoding.runtime.packed_gemm import PACK_ROWS_HINT
 
         packed += f"-pack{PACK_ROWS_HINT}"                              # the pack's layout sets its times too
-    return cache_root() / "cost" / f"{safe_name(f'{lm.name}-{lm.device}-{dtype}{packed}')}.json"
+    fast = "-fast-path" if getattr(lm, "fast", None) is not None else ""   # graphs: other step times
+    return cache_root() / "cost" / f"{safe_name(f'{lm.name}-{lm.device}-{dtype}{packed}{fast}')}.json"
 
 
 def load_table(lm, cost_table: str, need: int) -> CostTable:

@@ -19,7 +19,7 @@ import torch
 
 from decoding.core.errors import ConfigError, StepError, check
 from decoding.core.trace import KVMemory
-from decoding.runtime import packed_gemm, placement
+from decoding.runtime import fast_path, packed_gemm, placement
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.paths import cache_root
 
@@ -41,6 +41,7 @@ class ModelSpec:
     max_memory: str | None = None       # with device_map: "0=20GiB,cpu=64GiB" (GPU index or cpu = size)
     offload_folder: str | None = None   # with device_map: where weights offloaded to disk go
     pack_gemm: bool = True              # CPU fp32: the GEMM plan (decoding.runtime.packed_gemm); False: plain sgemm
+    fast_path: bool = False             # CUDA: static KV caches and CUDA graphs (decoding.runtime.fast_path)
 
     def __post_init__(self):
         check(isinstance(self.name, str) and self.name.strip() != "", "model", self.name,
@@ -49,6 +50,9 @@ class ModelSpec:
         check(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {', '.join(DTYPES)}")
         placement.check_options(self.device, self.device_map, self.max_memory, self.offload_folder)
         check(isinstance(self.pack_gemm, bool), "pack_gemm", self.pack_gemm, "must be true or false")
+        check(isinstance(self.fast_path, bool), "fast_path", self.fast_path, "must be true or false")
+        check(not (self.fast_path and self.device_map), "fast_path", self.fast_path,
+              "needs the whole model on one GPU (leave out --device-map)")
 
     def placement_kwargs(self) -> dict:
         """from_pretrained's device_map / max_memory / offload_folder ({} when not placed)."""
@@ -172,6 +176,8 @@ def _load(spec: ModelSpec) -> LM:
     if spec.device_map is not None:
         return _load_placed(spec)
     device = resolve_device(spec.device)
+    if spec.fast_path and fast_path.fast_path_error(device) is not None:
+        raise fast_path.fast_path_error(device)        # before the weights are read
     dtype = resolve_dtype(spec.dtype, device)
     model, tok = _load_any(spec, dtype)
     try:
@@ -188,7 +194,8 @@ def _load(spec: ModelSpec) -> LM:
 
         packed_gemm.pack_linears(model)            # a no-op off the CPU, for other dtypes, without MKL
         packed_gemm.use_plan(model, packed_gemm.auto_plan(model, gemm_plan_path(spec.name)))
-    return LM(model, tok, name=spec.name, device=device).warm_up()
+    lm = LM(model, tok, name=spec.name, device=device)
+    return (lm.use_fast_path() if spec.fast_path else lm).warm_up()
 
 
 def is_out_of_memory(err: BaseException) -> bool:
@@ -307,6 +314,7 @@ class LM:
         self.gemm_plan = packed_gemm.model_plan(model)             # their kernel per row count (None: none)
         self._pieces: dict[int, str] = {}
         self._loaded: dict[tuple, tuple[object, object]] = {}   # key -> (version, what was loaded)
+        self.fast = None                    # a decoding.runtime.fast_path.FastPath once use_fast_path ran
 
     def loaded(self, key: tuple, version, make: Callable[[], object]):
         """What `make` loads for this model (a drafter), kept per `key` while the model is and made again
@@ -330,6 +338,8 @@ class LM:
                "vocab_size": self.vocab_size}
         if self.placement:
             out["device_map"] = dict(self.placement)      # placed modules per device
+        if self.fast is not None:
+            out["fast_path"] = self.fast.describe()
         return out
 
     # ------------------------------------------------------------ text
@@ -388,15 +398,37 @@ class LM:
 
     # ------------------------------------------------------------ compute
     def new_cache(self):
+        """A KV cache for any number of rows (beams, batches), grown as it is fed."""
         from transformers import DynamicCache
 
         return DynamicCache(config=self.model.config)
+
+    def sequence_cache(self):
+        """A KV cache for one sequence: a fast-path slot's (a KVLease) when the fast path is on and a slot is
+        free, else new_cache()."""
+        lease = self.fast.lease() if self.fast is not None else None
+        return lease if lease is not None else self.new_cache()
+
+    def use_fast_path(self, graph: type | None = None, capacity: int | None = None) -> LM:
+        """Decode single sequences on static caches with CUDA graphs (decoding.runtime.fast_path); `graph`
+        EmulatedGraph runs the same bookkeeping off CUDA (tests). ConfigError when it cannot. Returns self."""
+        if graph is None:
+            problem = fast_path.fast_path_error(self.device)
+            if problem is not None:
+                raise problem
+        self.fast = fast_path.FastPath(self, graph or fast_path.CudaGraph, capacity)
+        return self
 
     @torch.inference_mode()
     def forward(self, ids: list[int], cache, position_ids: torch.Tensor | None = None,
                 logits_to_keep: int = 0) -> torch.Tensor:
         """Run `ids` after what `cache` holds; return float32 logits (T, V) for the last
         `logits_to_keep` positions (0 = all of them, T = len(ids))."""
+        if isinstance(cache, fast_path.KVLease):
+            positions = None if position_ids is None else position_ids[0].tolist()
+            with self.lock:
+                logits = self.fast.forward(cache, ids, positions, logits_to_keep=logits_to_keep)
+            return self.check_logits(logits)
         x = torch.tensor([ids], dtype=torch.long, device=self.device)  # (1, T)
         with self.lock:
             out = self.model(input_ids=x, **{self.cache_kw: cache}, use_cache=True, position_ids=position_ids,
@@ -418,7 +450,7 @@ class LM:
         in, buffers allocated). Its errors are left to the run that meets them. Returns self."""
         ids = list(ids) or [i % self.vocab_size for i in range(8)]
         try:
-            cache = self.new_cache()
+            cache = self.sequence_cache()            # on the fast path: captures the 1-token step's graph
             self.forward(ids, cache, logits_to_keep=1)
             self.forward(ids[-1:], cache, logits_to_keep=1)
         except (RuntimeError, ValueError):          # ConfigError and StepError among them
@@ -449,10 +481,15 @@ class LM:
 
 def kv_memory(cache, peak_bytes: int | None = None) -> KVMemory:
     """What `cache` holds now, from its tensors: bytes of keys and values over every layer, positions and
-    sequences (the first layer's). `peak_bytes`: what it held at its largest earlier in the step."""
-    tensors = list(_cache_tensors(cache))
-    held = sum(t.numel() * t.element_size() for t in tensors)
-    sequences, tokens = (int(tensors[0].shape[0]), int(tensors[0].shape[-2])) if tensors else (0, 0)
+    sequences (the first layer's). `peak_bytes`: what it held at its largest earlier in the step. A fast-path
+    cache counts its valid positions, as a dynamic cache holding them would (its capacity is allocated once)."""
+    if isinstance(cache, fast_path.KVLease):
+        tokens, sequences = cache.kv.length, 1
+        held = cache.kv.position_bytes() * tokens
+    else:
+        tensors = list(_cache_tensors(cache))
+        held = sum(t.numel() * t.element_size() for t in tensors)
+        sequences, tokens = (int(tensors[0].shape[0]), int(tensors[0].shape[-2])) if tensors else (0, 0)
     return KVMemory(bytes=held, tokens=tokens, sequences=sequences, peak_bytes=peak_bytes,
                     freed_bytes=0 if peak_bytes is None else peak_bytes - held)
 

@@ -22,7 +22,7 @@ def decode_loop(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, pipeli
     candidates per step).
     Tokens in `forced` are imposed first (the choice rule still runs, so random draws stay aligned
     with an unforced run)."""
-    cache = lm.new_cache()
+    cache = lm.sequence_cache()
     feed = list(prompt_ids)
     position = len(feed)
     for index in range(config.max_new_tokens):

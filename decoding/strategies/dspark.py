@@ -109,9 +109,9 @@ def round_overhead_ms(lm: LM, config: DSparkConfig, drafter: Drafter, table: Cos
     """Milliseconds a round with this drafter spends outside its verification forward (drafting,
     selection, acceptance, cache compaction): the median over the drafting rounds of a short run of this
     config (seed 0, sized without overhead) on a fixed prompt (`_probe_prompt`), timed once per drafter
-    object, model, device and round shape (γ, K, budget, lookup, greedy or not)."""
-    shape = (lm.name, str(lm.device), str(lm.dtype), config.select, config.gamma, config.top_k_candidates,
-             config.budget, config.lookup_max_ngram, config.is_greedy)
+    object, model, device, fast path or not, and round shape (γ, K, budget, lookup, greedy or not)."""
+    shape = (lm.name, str(lm.device), str(lm.dtype), lm.fast is not None, config.select, config.gamma,
+             config.top_k_candidates, config.budget, config.lookup_max_ngram, config.is_greedy)
     known = _overheads.setdefault(drafter, {})
     if shape not in known:
         probe = dataclasses.replace(config, max_new_tokens=OVERHEAD_TOKENS, cost_table=None)
@@ -200,7 +200,7 @@ class DSparkDecoder:
         self.lm, self.config, self.drafter, self.generator, self.cost = lm, config, drafter, generator, cost
         self.pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
                                                                      config.top_p, config.min_p)
-        self.cache = lm.new_cache() if cache is None else cache
+        self.cache = lm.sequence_cache() if cache is None else cache
         self.hidden: torch.Tensor | None = None    # (T, F): what produced each of the last T context tokens
         self.context: list[int] = []               # prompt + emitted
         self.prompt_len, self.index, self.rate = 0, 0, LookupRate()

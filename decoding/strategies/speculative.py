@@ -98,7 +98,7 @@ class Speculator:
         self.greedy = config.is_greedy
         self.pipeline = Pipeline(()) if self.greedy else build_pipeline(
             config.temperature, config.top_k, config.top_p, config.min_p)
-        self.cache = lm.new_cache()
+        self.cache = lm.sequence_cache()
         self.cached = 0                           # positions held by the target cache
         self.last_fed = 0                         # tokens in the latest target forward
         self.gamma = config.gamma

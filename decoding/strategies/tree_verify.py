@@ -17,6 +17,7 @@ import torch
 
 from decoding.core.acceptance import children_of
 from decoding.core.errors import ConfigError, check
+from decoding.runtime.fast_path import KVLease
 
 MASKABLE_ATTENTION = ("sdpa", "eager")
 
@@ -42,18 +43,23 @@ def tree_positions(parents: Sequence[int], past_len: int, device=None) -> torch.
     return torch.tensor([[past_len + d for d in depths(parents)]], dtype=torch.long, device=device)
 
 
+def tree_allowed(parents: Sequence[int]) -> torch.Tensor:
+    """(q, q) bool: True where node i may attend to node j (its ancestors and itself)."""
+    children_of(parents)
+    q = len(parents)
+    allowed = torch.eye(q, dtype=torch.bool)
+    for i in range(1, q):
+        allowed[i] |= allowed[parents[i]]
+    return allowed
+
+
 def tree_mask(parents: Sequence[int], past_len: int, dtype: torch.dtype = torch.float32,
               device=None) -> torch.Tensor:
     """Additive mask (1, 1, q, past_len + q): 0 where node i may attend (the prefix, its ancestors,
     itself), the dtype's minimum elsewhere."""
-    children_of(parents)
     q = len(parents)
-    allowed = torch.zeros(q, past_len + q, dtype=torch.bool)  # (q, past + q)
-    allowed[:, :past_len] = True
-    for i in range(q):
-        allowed[i, past_len + i] = True
-        if i:
-            allowed[i, past_len:] |= allowed[parents[i], past_len:]
+    allowed = torch.ones(q, past_len + q, dtype=torch.bool)  # (q, past + q)
+    allowed[:, past_len:] = tree_allowed(parents)
     mask = torch.zeros(q, past_len + q, dtype=dtype)
     mask.masked_fill_(~allowed, torch.finfo(dtype).min)
     return mask.to(device)[None, None]  # (1, 1, q, past + q)
@@ -67,6 +73,10 @@ def verify_tree(lm, cache, tokens: Sequence[int], parents: Sequence[int]) -> tor
     check_attention(lm.model)
     check(len(tokens) == len(parents), "tokens", len(tokens), f"must match parents ({len(parents)})")
     past = cache.get_seq_length()
+    if isinstance(cache, KVLease):
+        with lm.lock:
+            logits = lm.fast.forward(cache, tokens, [past + d for d in depths(parents)], tree_allowed(parents))
+        return lm.check_logits(logits)
     ids = torch.tensor([list(tokens)], dtype=torch.long, device=lm.device)  # (1, q)
     mask = tree_mask(parents, past, lm.dtype, lm.device)                      # (1, 1, q, past + q)
     positions = tree_positions(parents, past, lm.device)                     # (1, q)
@@ -80,26 +90,34 @@ def verify_tree(lm, cache, tokens: Sequence[int], parents: Sequence[int]) -> tor
 def compact_cache(cache, past_len: int, keep: Sequence[int]) -> None:
     """Keep the first past_len cached positions and then the tree nodes `keep` (indices into the
     verified block, in the given order, e.g. [0] + accepted path), dropping every other node.
-    Works on the layer key/value tensors (B, H, T, D) of full-attention DynamicCache layers;
-    DynamicCache.crop only trims the tail."""
-    from transformers.cache_utils import DynamicLayer
-
+    Works on the layer key/value tensors (B, H, T, D) of full-attention DynamicCache layers, or of a
+    fast-path lease's static layers (there only the valid length shrinks); DynamicCache.crop only trims
+    the tail."""
     total = cache.get_seq_length()
     check(0 <= past_len <= total, "past_len", past_len, f"must be in [0, {total}]")
     check(all(0 <= k < total - past_len for k in keep) and len(set(keep)) == len(keep), "keep",
           tuple(keep), f"must be distinct node indices in [0, {total - past_len})")
+    layers = cache.kv.layers if isinstance(cache, KVLease) else _dynamic_layers(cache)
+    moved = next((i for i, k in enumerate(keep) if k != i), len(keep))     # nodes before it stay in place
+    end = past_len + len(keep)
+    if moved < len(keep):     # copy the few later nodes down (keep is increasing: reads come before writes)
+        tail = (past_len + torch.tensor(list(keep[moved:]), dtype=torch.long)).to(layers[0].keys.device)
+        for layer in layers:
+            layer.keys[..., past_len + moved:end, :] = layer.keys.index_select(-2, tail)
+            layer.values[..., past_len + moved:end, :] = layer.values.index_select(-2, tail)
+    if isinstance(cache, KVLease):
+        cache.crop(end - total)
+        return
+    for layer in layers:
+        layer.keys = layer.keys[..., :end, :]                 # (B, H, past + len(keep), D)
+        layer.values = layer.values[..., :end, :]
+
+
+def _dynamic_layers(cache) -> list:
+    from transformers.cache_utils import DynamicLayer
+
     for layer in cache.layers:
         if type(layer) is not DynamicLayer:
             raise ConfigError("cache", type(layer).__name__,
                               "tree verification supports full-attention DynamicCache layers only")
-    moved = next((i for i, k in enumerate(keep) if k != i), len(keep))     # nodes before it stay in place
-    end = past_len + len(keep)
-    tail = None
-    if moved < len(keep):
-        tail = (past_len + torch.tensor(list(keep[moved:]), dtype=torch.long)).to(cache.layers[0].keys.device)
-    for layer in cache.layers:
-        if tail is not None:     # copy the few later nodes down (keep is increasing: reads come before writes)
-            layer.keys[..., past_len + moved:end, :] = layer.keys.index_select(-2, tail)
-            layer.values[..., past_len + moved:end, :] = layer.values.index_select(-2, tail)
-        layer.keys = layer.keys[..., :end, :]                 # (B, H, past + len(keep), D)
-        layer.values = layer.values[..., :end, :]
+    return list(cache.layers)

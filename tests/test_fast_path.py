@@ -1,0 +1,243 @@
+"""The fast path (decoding.runtime.fast_path) against the dynamic-cache path on tiny llamas: every strategy
+that decodes one sequence gives the same tokens, the same recorded logits (within the logit tolerance) and
+the same KV accounting; tree verification and compaction on a slot continue like a fresh prefill; the
+hooks the drafters read fire after a replay with the replay's values. Off CUDA the graphs are EmulatedGraph
+(a replay overwrites the first run's output tensors, as a CUDA graph's does); with
+DECODESCOPE_TEST_DEVICE=cuda they are real CUDA graphs. Negative controls: a graph whose outputs are not
+refreshed, a mask that shows stale positions and a replay that calls no hooks each fail these checks."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+
+from decoding import from_json, to_json, without_timings
+from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.errors import ConfigError
+from decoding.runner import run
+from decoding.runtime import fast_path
+from decoding.runtime.fast_path import EmulatedGraph, KVLease
+from decoding.runtime.hooks import tap_decoder_rows, tap_head_input
+from decoding.runtime.models import LM, ModelSpec, kv_memory
+from decoding.strategies.tree_verify import compact_cache, verify_tree
+from tests.conftest import TEST_DEVICE, logit_atol
+from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
+from tests.test_tour import assert_same
+
+TOL = logit_atol(1e-5)
+PROMPT = [3, 5, 7, 9, 11, 13, 2]
+GRAPH = None if TEST_DEVICE.type == "cuda" else EmulatedGraph     # None: torch.cuda.CUDAGraph
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+
+
+def fast_twin(lm: LM, graph=GRAPH, capacity: int = 128) -> LM:
+    """The same model behind a second LM with the fast path on (one lock: they share modules)."""
+    return LM(lm.model, lm.tokenizer, name=lm.name + "-fast", lock=lm.lock).use_fast_path(graph, capacity)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return varied_llama(seed=0)
+
+
+@pytest.fixture(scope="module")
+def fast(lm):
+    return fast_twin(lm)
+
+
+def assert_same_run(base, fast, config, **kwargs):
+    """The same trace apart from timings and the model's name (tokens, verdicts and counts identical, every
+    recorded number within test_tour's tolerance), and the recorded raw logits within TOL."""
+    a, b = run(base, PROMPT, config, **kwargs), run(fast, PROMPT, config, **kwargs)
+    assert a.error is None and b.error is None and len(a.output_ids) > 0
+    assert_same(plain(b), plain(a))
+    assert logit_gap(a, b) <= TOL
+    return a, b
+
+
+def plain(trace) -> dict:
+    out = without_timings(from_json(to_json(trace)))
+    out.pop("model")
+    return out
+
+
+def logit_gap(a, b) -> float:
+    """Largest difference between the two traces' recorded raw logits (greedy/sampling steps)."""
+    pairs = [(x.logit, y.logit) for s, t in zip(a.steps, b.steps) for x, y in
+             zip(getattr(s, "raw_top", ()), getattr(t, "raw_top", ()))]
+    return max((abs(x - y) for x, y in pairs), default=0.0)
+
+
+@pytest.mark.parametrize("config", [GreedyConfig(max_new_tokens=24, top_n=5),
+                                    SampleConfig(max_new_tokens=24, temperature=0.9, top_k=20, seed=4, top_n=5)],
+                         ids=["greedy", "sample"])
+def test_single_token_steps_match_the_dynamic_cache(lm, fast, config):
+    a, _ = assert_same_run(lm, fast, config)
+    assert len(set(a.output_ids)) > 3           # the check is not over a collapsed, repeated output
+
+
+def test_speculative_with_lookup_and_a_draft_model_match(lm, fast):
+    assert_same_run(lm, fast, SpeculativeConfig(max_new_tokens=30, draft="lookup", gamma=4))
+    draft = varied_llama(seed=5)
+    config = SpeculativeConfig(max_new_tokens=30, draft="tiny-draft", gamma=3, temperature=0.8, seed=2)
+    a, b = assert_same_run(lm, fast, config, draft_lm=draft)
+    b2 = run(fast, PROMPT, config, draft_lm=fast_twin(draft))
+    assert b2.output_ids == a.output_ids
+    verdicts = {d.verdict for e in a.steps for d in getattr(e, "drafts", ())}
+    assert {"accepted", "rejected"} <= verdicts     # drafts were both accepted and rejected
+
+
+@pytest.mark.parametrize("select,feature_layers", [("chain", ()), ("tree", ()), ("tree", (0, 1))])
+def test_dspark_rounds_match_with_the_drafters_taps(lm, fast, select, feature_layers):
+    """DSpark's drafter reads the target's LM-head input (and decoder layers) through hooks, which the
+    fast path calls after each replay."""
+    drafter = random_drafter(lm, gamma_max=8, feature_layers=feature_layers)
+    config = chain_config(max_new_tokens=30, gamma=4, top_k_candidates=3, select=select, budget=8)
+    a, b = assert_same_run(lm, fast, config, drafter=drafter)
+    assert a.output_ids == run(lm, PROMPT, GreedyConfig(max_new_tokens=30)).output_ids
+    sampled = DSparkConfig(**{**config.__dict__, "temperature": 0.8, "seed": 3})
+    assert_same_run(lm, fast, sampled, drafter=drafter)
+
+
+def test_tree_verification_and_compaction_on_a_slot(lm, fast):
+    tokens, parents = [8, 1, 2, 3, 1, 2, 60, 61, 62], [-1, 0, 0, 0, 1, 2, 3, 6, 7]
+    dynamic, lease = lm.new_cache(), fast.sequence_cache()
+    assert isinstance(lease, KVLease)
+    for lm_, cache in ((lm, dynamic), (fast, lease)):
+        lm_.forward(PROMPT, cache)
+    ref, got = verify_tree(lm, dynamic, tokens, parents), verify_tree(fast, lease, tokens, parents)
+    assert float((ref - got).abs().max()) <= TOL
+    keep = [0, 3, 6, 7]
+    compact_cache(dynamic, len(PROMPT), keep)
+    compact_cache(lease, len(PROMPT), keep)
+    assert lease.get_seq_length() == dynamic.get_seq_length() == len(PROMPT) + len(keep)
+    nxt = [17, 23, 5]
+    fresh = lm.forward(PROMPT + [tokens[k] for k in keep] + nxt, lm.new_cache())[-3:]
+    assert float((fast.forward(nxt, lease) - fresh).abs().max()) <= TOL
+
+
+def test_taps_see_each_replay(lm, fast):
+    """The head and layer taps (DSpark) and the decoder tap (speculative's feature drafter) read the same
+    rows on a slot as on a dynamic cache, step after step."""
+    dynamic, lease = lm.new_cache(), fast.sequence_cache()
+    for step in (PROMPT, [4], [6, 8], [10]):
+        rows = []
+        for lm_, cache in ((lm, dynamic), (fast, lease)):
+            with tap_head_input(lm_, (0, 1)) as head, tap_decoder_rows(lm_) as decoder:
+                lm_.forward(step, cache)
+            rows.append((head.hidden, decoder.rows))
+        for ref, got in zip(*rows):          # hidden rows up to ~10: TOL, or 1e-6 of the value
+            assert torch.allclose(got, ref, rtol=1e-6, atol=TOL)
+
+
+def test_negative_control_a_replay_without_hooks_leaves_the_tap_stale(lm, fast, monkeypatch):
+    monkeypatch.setattr(fast_path, "_call_hooks", lambda model, outputs: None)
+    lease = fast.sequence_cache()
+    fast.forward(PROMPT, lease)
+    with tap_head_input(fast) as head:
+        fast.forward([4], lease)
+    assert head.hidden is None
+
+
+class StaleGraph(EmulatedGraph):
+    """A wrong graph: replays return the capture's outputs without recomputing them."""
+
+    def replay(self):
+        self.run()
+        return self.outputs
+
+
+def test_negative_control_stale_graph_outputs_are_caught(lm):
+    stale = fast_twin(lm, graph=StaleGraph)
+    b = run(stale, PROMPT, GreedyConfig(max_new_tokens=12, top_n=5))
+    a = run(lm, PROMPT, GreedyConfig(max_new_tokens=12, top_n=5))
+    assert b.output_ids != a.output_ids or logit_gap(a, b) > TOL
+
+
+def test_negative_control_a_mask_that_shows_stale_positions_is_caught(lm, fast, monkeypatch):
+    """A roll-back only moves the length: the mask must hide what lies beyond it."""
+    def shows_everything(allowed, past, capacity, dtype):
+        return torch.zeros(1, 1, allowed.shape[0], capacity, dtype=dtype)
+
+    monkeypatch.setattr(fast_path, "block_mask", shows_everything)
+    lease = fast.sequence_cache()
+    got = fast.forward(PROMPT, lease)
+    ref = lm.forward(PROMPT, lm.new_cache())
+    assert float((got - ref).abs().max()) > TOL
+
+
+def test_slots_are_reused_and_limited(lm):
+    twin = fast_twin(lm)
+    first = twin.sequence_cache()
+    twin.forward(PROMPT, first)
+    slot = first.slot
+    del first
+    gc.collect()
+    again = twin.sequence_cache()
+    assert again.slot is slot and again.get_seq_length() == 0   # the freed slot, emptied
+    held = [again] + [twin.sequence_cache() for _ in range(fast_path.SLOTS - 1)]
+    assert all(isinstance(c, KVLease) for c in held)
+    assert not isinstance(twin.sequence_cache(), KVLease)      # beyond SLOTS: a dynamic cache
+    assert len(twin.fast.slots) == fast_path.SLOTS
+
+
+def test_graphs_are_kept_per_row_count(lm):
+    twin = fast_twin(lm)
+    run(twin, PROMPT, SpeculativeConfig(max_new_tokens=12, draft="lookup", gamma=3))
+    counts = {n for slot in twin.fast.slots for n in slot.graphs}
+    assert 1 in counts and counts <= set(range(1, fast_path.GRAPH_ROWS + 1))
+    assert "graphs" in twin.describe()["fast_path"]
+
+
+def test_long_forwards_run_eagerly_on_the_slot(lm, monkeypatch):
+    monkeypatch.setattr(fast_path, "GRAPH_ROWS", 2)
+    twin = fast_twin(lm)
+    lease = twin.sequence_cache()
+    got = twin.forward(PROMPT, lease)
+    assert lease.slot.graphs == {}
+    assert float((got - lm.forward(PROMPT, lm.new_cache())).abs().max()) <= TOL
+
+
+def test_a_failed_capture_falls_back_to_eager_forwards(lm):
+    class Broken(EmulatedGraph):
+        def capture(self, run, undo):
+            run()
+            raise RuntimeError("operation not permitted when stream is capturing")
+
+    twin = fast_twin(lm, graph=Broken)
+    a = run(lm, PROMPT, GreedyConfig(max_new_tokens=10, top_n=5))
+    b = run(twin, PROMPT, GreedyConfig(max_new_tokens=10, top_n=5))
+    assert b.output_ids == a.output_ids and logit_gap(a, b) <= TOL
+    assert "capture of" in twin.describe()["fast_path"]
+
+
+def test_kv_memory_counts_valid_positions(lm, fast):
+    lease, dynamic = fast.sequence_cache(), lm.new_cache()
+    for lm_, cache in ((fast, lease), (lm, dynamic)):
+        lm_.forward(PROMPT, cache)
+        cache.crop(-2)
+    assert kv_memory(lease) == kv_memory(dynamic)
+
+
+def test_bad_use_is_one_line(lm, fast):
+    lease = fast.sequence_cache()
+    fast.forward(PROMPT, lease)
+    with pytest.raises(ConfigError, match=r"tokens_to_remove=-8 is invalid: must be in \[-7, 0\]"):
+        lease.crop(-8)
+    with pytest.raises(ConfigError, match=r"tokens=129 is invalid: exceed the fast path's cache of 128"):
+        fast.forward(list(range(122)), lease)
+    if TEST_DEVICE.type != "cuda":
+        with pytest.raises(ConfigError, match=r"fast_path=True is invalid: needs a CUDA device"):
+            LM(lm.model, None, "x", lock=lm.lock).use_fast_path()
+    with pytest.raises(ConfigError, match=r"fast_path=True is invalid: needs the whole model on one GPU"):
+        ModelSpec(fast_path=True, device_map="auto")
+    with pytest.raises(ConfigError, match=r"fast_path='yes' is invalid: must be true or false"):
+        ModelSpec(fast_path="yes")
+
+
+def test_attention_without_4d_masks_is_refused():
+    model = varied_llama(seed=1).model
+    model.config._attn_implementation = "flash_attention_2"
+    with pytest.raises(ConfigError, match=r"fast_path=True is invalid: needs attention sdpa or eager"):
+        LM(model, None, "flash").use_fast_path(EmulatedGraph)
