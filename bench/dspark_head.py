@@ -5,6 +5,7 @@ temperature 0 (every contender's output equals greedy's, checked) and at tempera
 speed side by side).
 
     python -m bench dspark-head [--repeats R] [--max-new-tokens N] [--temperature T] [--budgets 5,6]
+                                [--device cuda --dtype bfloat16 --fast-path --prompts N --md FILE]
 
 --budgets adds DSpark's defaults with other largest tree budgets as contenders.
 """
@@ -13,14 +14,14 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from bench import model_options
 from bench.dspark import PARALLEL, timed_run
 from bench.interleave import interleaved
 from bench.prompts import FRESH_PROMPTS, PROMPTS
-from bench.report import machine, spread, write_section
+from bench.report import machine, spread
 from decoding.core.config import DSPARK_MAX_BUDGET, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.formulas import break_even_tau
 from decoding.drafters.feature_net import load_feature
-from decoding.runtime.models import ModelSpec, load
 
 DEFAULTS = "DSpark defaults (feature head, cost-aware tree ≤ 8, lookup)"
 GOAL_SPEED = 1.5                       # issue 25's goal: 1.5× plain greedy (floor 1.3×)
@@ -123,17 +124,19 @@ def main(argv=None) -> None:
     parser.add_argument("--temperature", type=float, default=0.0)
     parser.add_argument("--budgets", type=budget_list, default=(),
                         help="more contenders: DSpark's defaults with these largest tree budgets, e.g. 5,6")
+    model_options.add(parser)
     args = parser.parse_args(argv)
-    lm = load(ModelSpec())
+    lm = model_options.load_model(args)
     feature = load_feature(lm)
-    sets = {title: measure(lm, feature, prompts, args) for title, prompts in SETS.items()}
+    sets = {title: measure(lm, feature, model_options.first(prompts, args), args) for title, prompts in SETS.items()}
     cmd = (f"python -m bench dspark-head --repeats {args.repeats} --max-new-tokens {args.max_new_tokens} "
            f"--temperature {args.temperature:g}")
     if args.budgets:
         cmd += f" --budgets {','.join(map(str, args.budgets))}"
+    cmd += model_options.flags(args)
     body = [f"## DSpark with the sequential head against speculative decoding (temperature {args.temperature:g})", "",
             f"Command: `{cmd}`  ",
-            f"Model: SmolLM2-135M-Instruct (embedded), fp32; machine: {machine()}.  ",
+            f"Model: {model_options.label(lm)}; machine: {machine()}.  ",
             "Speed: tokens/s over plain decoding's (greedy, or sampling at the same temperature) on the same "
             "prompt in the same repeat, contenders interleaved; median [min–max] over prompts × repeats. τ: tokens "
             "per target forward after the prefill. Round times from the traces' timing fields (prefill excluded). "
@@ -142,6 +145,6 @@ def main(argv=None) -> None:
     for title, rows in sets.items():
         body += render_set(title, rows, args)
     text = "\n".join(body)
-    write_section("dspark_head" if args.temperature == 0 else "dspark_head_sampled", text)
+    model_options.write(args, "dspark_head" if args.temperature == 0 else "dspark_head_sampled", text)
     print(text)
 

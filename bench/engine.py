@@ -1,7 +1,8 @@
 """Engine benchmark: tokens/s of our greedy and sampling loops (trace on) vs model.generate on the same
 model, prompts and settings, interleaved in one process, several repeats.
 
-    python -m bench engine [--repeats R] [--max-new-tokens N]
+    python -m bench engine [--repeats R] [--max-new-tokens N] [--device cuda --dtype bfloat16 --fast-path
+                           --prompts N --md FILE]   (bench/model_options.py)
 """
 from __future__ import annotations
 
@@ -10,13 +11,13 @@ import time
 
 import torch
 
+from bench import model_options
 from bench.memory import NOTE as MEMORY_NOTE
 from bench.memory import mib_cell, peak_memory
 from bench.prompts import PROMPTS
-from bench.report import machine, spread, write_section
+from bench.report import machine, spread
 from decoding import runner
 from decoding.core.config import BeamConfig, GreedyConfig, SampleConfig
-from decoding.runtime.models import ModelSpec, load
 
 SAMPLING = {"temperature": 0.8, "top_p": 0.9}
 BEAMS = 4
@@ -47,11 +48,11 @@ def _ours(lm, ids, max_new: int, mode: str, seed: int) -> tuple[list[int], float
     return list(tr.output_ids), time.perf_counter() - start
 
 
-def measure(lm, repeats: int, max_new: int) -> dict:
+def measure(lm, repeats: int, max_new: int, prompts: dict = PROMPTS) -> dict:
     """rates[mode]: tok/s of ours and generate and their ratio, one per prompt x repeat, interleaved;
     peak_ours / peak_generate: each call's peak memory above its start (MiB, bench/memory.py); same:
     whether the two outputs were equal (greedy and beam; sampled outputs use different generators)."""
-    encoded = {k: lm.encode(v) for k, v in PROMPTS.items()}
+    encoded = {k: lm.encode(v) for k, v in prompts.items()}
     rates = {m: {"ours": [], "generate": [], "ratio": [], "peak_ours": [], "peak_generate": [], "same": []}
              for m in MODES}
     for rep in range(repeats):
@@ -91,10 +92,11 @@ def same_cell(same: list[bool]) -> str:
     return "no" if not any(same) else f"{sum(same)} of {len(same)}"
 
 
-def render(rates: dict, repeats: int, max_new: int, model: str) -> str:
+def render(rates: dict, repeats: int, max_new: int, model: str, options: str = "", prompts: int = len(PROMPTS)
+           ) -> str:
     lines = ["## Engine loop vs transformers `generate`", "",
-             f"Command: `python -m bench engine --repeats {repeats} --max-new-tokens {max_new}`  ",
-             f"Model: {model}; prompts: bench/prompts.py ({len(PROMPTS)}); machine: {machine()}.  ",
+             f"Command: `python -m bench engine --repeats {repeats} --max-new-tokens {max_new}{options}`  ",
+             f"Model: {model}; prompts: bench/prompts.py ({prompts}); machine: {machine()}.  ",
              "Ours runs with the full trace on (top-10 candidates, filter cuts, timings; beam search: "
              "every step's pool, kept and pruned candidates). Calls are interleaved (order alternates "
              "per repeat); greedy and sampling: generate is forced to the same length with "
@@ -117,12 +119,15 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench engine")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--max-new-tokens", type=int, default=64)
+    model_options.add(parser)
     args = parser.parse_args(argv)
-    lm = load(ModelSpec())
+    lm = model_options.load_model(args)
     for mode in MODES:
         _ours(lm, lm.encode("warm up"), 4, mode, 0)
         _generate(lm, lm.encode("warm up"), 4, mode, 0)
-    rates = measure(lm, args.repeats, args.max_new_tokens)
-    body = render(rates, args.repeats, args.max_new_tokens, lm.name + " (SmolLM2-135M-Instruct, fp32)")
-    write_section("engine", body)
+    prompts = model_options.first(PROMPTS, args)
+    rates = measure(lm, args.repeats, args.max_new_tokens, prompts)
+    model = f"{lm.name} (SmolLM2-135M-Instruct, {model_options.precision(lm)})"
+    body = render(rates, args.repeats, args.max_new_tokens, model, model_options.flags(args), len(prompts))
+    model_options.write(args, "engine", body)
     print(body)

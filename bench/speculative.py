@@ -2,6 +2,7 @@
 transformers' prompt-lookup / assisted generation with the same draft, interleaved in one process.
 
     python -m bench speculative [--repeats R] [--max-new-tokens N] [--gamma G] [--draft-layers L]
+                                [--device cuda --dtype bfloat16 --fast-path --prompts N --md FILE]
 
 Prompts use the chat template. transformers' assisted generation gives the assistant no attention mask,
 so it hides every token equal to the pad id; SmolLM2's pad id is <|im_end|>, which the chat template
@@ -20,11 +21,12 @@ import time
 
 import torch
 
+from bench import model_options
 from bench.interleave import interleaved
 from bench.memory import NOTE as MEMORY_NOTE
 from bench.memory import mib_cell
 from bench.prompts import PROMPTS
-from bench.report import machine, spread, write_section
+from bench.report import machine, spread
 from decoding import runner
 from decoding.core.config import GreedyConfig, SpeculativeConfig
 from decoding.core.formulas import break_even_tau, round_ms
@@ -33,7 +35,6 @@ from decoding.drafters.feature import FeatureDrafter
 from decoding.drafters.feature_net import DEFAULT_FEATURE, load_feature
 from decoding.drafters.shallow import DEFAULT_SHALLOW, load_shallow
 from decoding.runtime.cost_table import profile_verify_cost
-from decoding.runtime.models import ModelSpec, load
 
 
 def _timed(fn):
@@ -133,7 +134,7 @@ SMALL_GAMMA = 2   # also run: a 3-token verify costs little more than 1 token wh
 def measure(lm, draft, args, feature=None) -> dict:
     runs = contenders(lm, draft, args, feature)
     rows = {name: {"tps": [], "tau": [], "acc": [], "peak": []} for name in runs}
-    encoded = [lm.encode(p) for p in PROMPTS.values()]
+    encoded = [lm.encode(p) for p in model_options.first(PROMPTS, args).values()]
     for model in (lm.model, draft.model):
         model.generation_config.pad_token_id = 0  # see the module docstring
     for results in interleaved(runs, encoded, args.repeats, lm.device):
@@ -157,7 +158,8 @@ def draft_note(args) -> str:
 def render(rows, args, model, costs=None) -> str:
     lines = ["## Speculative decoding vs plain greedy and transformers", "",
              f"Command: `python -m bench speculative --repeats {args.repeats} --max-new-tokens "
-             f"{args.max_new_tokens} --gamma {args.gamma} --draft-layers {args.draft_layers}`  ",
+             f"{args.max_new_tokens} --gamma {args.gamma} --draft-layers {args.draft_layers}"
+             f"{model_options.flags(args)}`  ",
              f"Model: {model}; prompts: bench/prompts.py (chat template; pad id 0 for generate); "
              f"machine: {machine()}.  ",
              "Speed is tokens/s relative to our plain greedy on the same prompt in the same repeat "
@@ -202,8 +204,9 @@ def main(argv=None) -> None:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--gamma", type=int, default=5)
     parser.add_argument("--draft-layers", type=int, default=4)
+    model_options.add(parser)
     args = parser.parse_args(argv)
-    lm = load(ModelSpec())
+    lm = model_options.load_model(args)
     draft = load_shallow(lm) if DEFAULT_SHALLOW.is_file() else truncated_draft(
         lm, args.draft_layers, name=f"untrained early exit L={args.draft_layers}")
     draft.name = "shallow draft" if DEFAULT_SHALLOW.is_file() else draft.name
@@ -214,8 +217,8 @@ def main(argv=None) -> None:
         FeatureDrafter(feature).token_ms(lm)                      # timed once, before the runs
     rows = measure(lm, draft, args, feature)
     costs = cost_rows(lm, draft)
-    body = render(rows, args, "SmolLM2-135M-Instruct (embedded), fp32", costs)
+    body = render(rows, args, model_options.label(lm), costs)
     if feature is not None:
         body += "\n" + render_feature_break_even(costs[3], FeatureDrafter(feature).token_ms(lm)[feature.name])
-    write_section("speculative", body)
+    model_options.write(args, "speculative", body)
     print(body)

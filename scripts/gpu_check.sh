@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# GPU check for a machine with an NVIDIA GPU and no network (about 5 minutes; installs nothing):
+# GPU check for a machine with an NVIDIA GPU and no network (installs nothing). Without --real (about
+# 6 minutes; needs torch, transformers, accelerate, pytest and scipy, not the embedded model):
 #   1. the exactness tests on tiny models, on CUDA in float32 (the CPU suite's claims and tolerances);
 #   2. the logit-agreement tests in float16 and bfloat16 (tolerances in tests/conftest.py);
 #   3. the GPU-only tests: a model split between GPU and CPU by accelerate, CUDA-event timing, peak memory;
@@ -7,27 +8,46 @@
 #      (bench/shapes.py), each strategy's tokens checked against greedy's; then the one-sequence strategies
 #      again on the fast path (static KV caches, CUDA graphs: decoding/runtime/fast_path.py), and its
 #      greedy tokens/s over transformers' generate.
+# With --real, on the embedded model itself (joined from build/gpu/part-a and part-b by
+# scripts/gpu_distill.sh, with build/gpu/pylib for the gguf reader), bfloat16 first, then float32:
+#   `bench engine` (our loops against generate, greedy parity), the same on the fast path, `bench
+#   dspark-head` (DSpark's defaults against speculative decoding, real τ and speed) with and without the
+#   fast path, `bench speculative` (every drafter), then the Lab's cost curve (bench/lab_cost.py); one
+#   prompt per set, one repeat; the sections go to $RESULTS/real.md.
 #
 #   scripts/gpu_check.sh            on the GPU
-#   scripts/gpu_check.sh --cpu      the same on the CPU, with a 2-layer timing model (tries the script)
+#   scripts/gpu_check.sh --real     on the GPU, the embedded model
+#   scripts/gpu_check.sh --cpu      the same on the CPU, with a 2-layer timing model (tries the script;
+#                                   with --real: the embedded model in float32, no fast path)
 #
-# PYTHON picks the interpreter (default: .venv/bin/python if there, else python3). It needs torch,
-# transformers, accelerate, pytest and scipy; not gguf, the embedded model or streamlit. RESULTS=DIR
-# also writes the timing table to DIR/gpu-check.md and each step's log to DIR. TIMING_DTYPES (default
-# bfloat16) lists the timing's dtypes. Each step has a time limit (360 s in all on a GPU, for one timing
-# dtype; ten times that with --cpu; LIMIT_SCALE=N multiplies them); the timing table is printed row by
-# row, so a step stopped at its limit keeps the rows it finished.
+# The device calls carry at most 64 MiB with the working tree (47 MB, 38 MB of it the three drafters),
+# so the 94 MiB GGUF goes over first, the drafters moved out of the tree meanwhile (`git stash` does not
+# take them; move assets/*.safetensors to /tmp and back): call 1 carries build/gpu/part-a (command `true`),
+# call 2 build/gpu/part-b and build/gpu/pylib (command: this script, then `scripts/gpu_distill.sh join`),
+# call 3 the whole tree (command: this script with --real); each call within 30 s of the last, while the
+# machine is warm (it keeps ignored files between calls).
+#
+# PYTHON picks the interpreter (default: .venv/bin/python if there, else python3). RESULTS=DIR also
+# writes each step's log to DIR, the timing table to DIR/gpu-check.md and --real's sections to
+# DIR/real.md. TIMING_DTYPES (default bfloat16) lists the timing's dtypes, REAL_DTYPES (default
+# "bfloat16 float32") --real's. Each step has a time limit (360 s in all on a GPU without --real, for one
+# timing dtype; ten times that with --cpu; LIMIT_SCALE=N multiplies them); BUDGET=SECONDS stops the whole
+# run there: a step is cut to what is left and skipped when under 20 s remain. Tables are written row by
+# row or section by section, so a step stopped at its limit keeps what it finished.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 DEVICE=cuda
+REAL=0
 TIMING=(--max-new-tokens 64)
 SCALE="${LIMIT_SCALE:-1}"          # multiplies every step's time limit
+BUDGET="${BUDGET:-0}"              # seconds for the whole run (0: no limit but the steps' own)
 for arg in "$@"; do
   case "$arg" in
     --cpu) DEVICE=cpu; TIMING=(--tiny --max-new-tokens 16); SCALE="${LIMIT_SCALE:-10}" ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
-    *) echo "error: unknown option $arg (use --cpu)" >&2; exit 2 ;;
+    --real) REAL=1 ;;
+    -h|--help) sed -n '2,38p' "$0"; exit 0 ;;
+    *) echo "error: unknown option $arg (use --cpu or --real)" >&2; exit 2 ;;
   esac
 done
 if [[ -z "${PYTHON:-}" ]]; then
@@ -42,8 +62,13 @@ trap 'rm -rf "$DECODESCOPE_CACHE"' EXIT
 
 declare -a SUMMARY=()
 FAILED=0
-step() {   # step NAME SECONDS command...: run with a time limit, record PASS/FAIL
+step() {   # step NAME SECONDS command...: run with a time limit (cut to the budget left), record the result
   local name="$1" limit=$(($2 * SCALE)); shift 2
+  if [[ $BUDGET -gt 0 ]]; then
+    local left=$((BUDGET - SECONDS))
+    if [[ $left -lt 20 ]]; then SUMMARY+=("SKIP  $name (budget spent)"); return; fi
+    [[ $left -lt $limit ]] && limit=$left
+  fi
   local log=/dev/null
   [[ -n "$RESULTS" ]] && log="$RESULTS/$name.log"
   echo; echo "=== $name (limit ${limit}s) ==="
@@ -68,6 +93,30 @@ if sys.argv[1] == "cuda":
 for name in ("accelerate", "pytest", "scipy"):
     __import__(name)
 EOF
+
+if [[ $REAL -eq 1 ]]; then
+  bash scripts/gpu_distill.sh join || exit 4            # the GGUF from its two parts, sha256 checked
+  export PYTHONPATH="build/gpu/pylib${PYTHONPATH:+:$PYTHONPATH}"
+  REAL_MD=()
+  [[ -n "$RESULTS" ]] && REAL_MD=(--md "$RESULTS/real.md")
+  ONE=(--prompts 1 --repeats 1)
+  DTYPES_REAL="${REAL_DTYPES:-bfloat16 float32}"
+  FAST=("" --fast-path)
+  [[ "$DEVICE" == cpu ]] && DTYPES_REAL=float32 FAST=("")
+  for dt in $DTYPES_REAL; do
+    AT=(--device "$DEVICE" --dtype "$dt")
+    for fast in "${FAST[@]}"; do
+      tag="$dt${fast:+-fast}"
+      step "real-engine-$tag" 120 "$PYTHON" -m bench engine "${AT[@]}" $fast "${ONE[@]}" "${REAL_MD[@]}"
+      step "real-dspark-$tag" 240 "$PYTHON" -m bench dspark-head "${AT[@]}" $fast "${ONE[@]}" "${REAL_MD[@]}"
+    done
+    step "real-speculative-$dt" 240 "$PYTHON" -m bench speculative "${AT[@]}" "${ONE[@]}" "${REAL_MD[@]}"
+  done
+  step real-lab 120 "$PYTHON" -m bench.lab_cost --device "$DEVICE" --dtype "${DTYPES_REAL%% *}" "${REAL_MD[@]}"
+  echo; echo "=== summary ==="
+  printf '%s\n' "${SUMMARY[@]}"
+  exit $FAILED
+fi
 
 PYTEST=("$PYTHON" -m pytest -q -x -p no:cacheprovider -m "not real and not browser" -o addopts="")
 EXACT=(tests/test_engine.py tests/test_tree.py tests/test_beam.py tests/test_speculative.py

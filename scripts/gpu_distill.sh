@@ -11,6 +11,7 @@
 #                                       --model-dtype float32 FLAGS`; weights, model card and the answers
 #                                       files of every part go to $OUT (default build/gpu/out)
 #   scripts/gpu_distill.sh run --cpu    the same on the CPU with a tiny data set and 20 steps (tries it)
+#   scripts/gpu_distill.sh join         only join and check the GGUF (scripts/gpu_check.sh --real does)
 #
 # Two device calls, the second right after the first (a warm machine goes back after 30 s idle):
 #   run(carry=["build/gpu/part-a"], command="true")
@@ -73,6 +74,7 @@ run() {
 
 case "${1:-}" in
   prepare) prepare ;;
+  join) join_gguf ;;
   run) shift; run "$@" ;;
-  *) sed -n '2,23p' "$0"; exit 2 ;;
+  *) sed -n '2,24p' "$0"; exit 2 ;;
 esac

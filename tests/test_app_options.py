@@ -161,3 +161,28 @@ def test_gguf_file_reaches_the_loader(tiny_dir, tmp_path, monkeypatch):
     assert not at.error and asked == [folder / "small.gguf"]
     assert at.text_input(key="w.gguf_file").value == "small.gguf" and link_of(at)["gguf_file"] == "small.gguf"
     assert steps(at, 1).trace().model["name"] == str(folder)
+
+
+def test_fast_path_on_the_cpu_is_one_line_and_stays_in_the_link(tiny_dir):
+    at = new_app({"model": str(tiny_dir), "fast_path": "1", "chat": "0", "prompt": "w1 w2 w3"})
+    assert at.checkbox(key="w.fast_path").value is True
+    assert at.session_state["ds.settings"].model_options == {"fast_path": True}
+    assert [e.value for e in at.error] == ["fast_path=True is invalid: needs a CUDA device (the model is on cpu)"]
+    assert link_of(at)["fast_path"] == "1"
+
+
+def test_fast_path_reaches_the_loader_and_the_trace(tiny_dir, monkeypatch):
+    """With CUDA graphs emulated (the CPU has none), the sidebar's fast path loads the model on it: the run's
+    trace describes it and its tokens are plain greedy's."""
+    from decoding.runtime import fast_path
+
+    monkeypatch.setattr(fast_path, "CudaGraph", fast_path.EmulatedGraph)
+    monkeypatch.setattr(fast_path, "fast_path_error", lambda device: None)
+    at = new_app({"model": str(tiny_dir), "chat": "0", "prompt": "w1 w2 w3 w1 w2"})
+    at.checkbox(key="w.fast_path").check().run()
+    ok(at)
+    assert not at.error
+    live = steps(at, 3)
+    assert live.lm.fast is not None and "graphs" in live.trace().model["fast_path"]
+    plain = load(ModelSpec(name=str(tiny_dir), device="cpu"))
+    assert list(live.output_ids) == list(run_engine(plain, live.prompt_ids, GreedyConfig(max_new_tokens=3)).output_ids)

@@ -366,6 +366,12 @@ CASES = [
          engine=lambda e: ModelSpec(str(e.paths["word"]), offload_folder=str(e.tmp / "off"))),
     Case("device-unavailable", r"device='cuda' is invalid: CUDA is not available", cli=["--device", "cuda"],
          app={"device": "cuda"}, engine=lambda e: resolve_device("cuda"), needs_no_cuda=True),
+    Case("fast-path-off-cuda", r"fast_path=True is invalid: needs a CUDA device \(the model is on cpu\)",
+         cli=["--fast-path"], app={"fast_path": "1"},
+         engine=lambda e: load(ModelSpec(str(e.paths["word"]), fast_path=True)), needs_no_cuda=True),
+    Case("fast-path-with-device-map", r"fast_path=True is invalid: needs the whole model on one GPU \(leave out "
+         r"--device-map\)", cli=["--device-map", "auto", "--fast-path"], app={"device_map": "auto", "fast_path": "1"},
+         engine=lambda e: ModelSpec(str(e.paths["word"]), device_map="auto", fast_path=True)),
     Case("out-of-memory-loading", r"model='[^']*word' is invalid: does not fit in cpu memory \(CUDA out of memory.*\); "
          r"use dtype float16 or bfloat16, device cpu, or a smaller model", cli=[], patch=oom_on_move,
          engine=lambda e: load(ModelSpec(str(e.paths["word"])))),

@@ -125,6 +125,11 @@ class CudaGraph:
         self.pool = pool
         self.outputs: dict[str, torch.Tensor] = {}
 
+    @staticmethod
+    def new_pool():
+        """The memory pool one FastPath's graphs share (they never replay at once)."""
+        return torch.cuda.graph_pool_handle()
+
     def capture(self, run: Callable[[], dict], undo: Callable[[], None]) -> dict[str, torch.Tensor]:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -148,6 +153,10 @@ class EmulatedGraph:
     def __init__(self, pool=None):
         self.run: Callable[[], dict] | None = None
         self.outputs: dict[str, torch.Tensor] = {}
+
+    @staticmethod
+    def new_pool():
+        return None
 
     def capture(self, run: Callable[[], dict], undo: Callable[[], None]) -> dict[str, torch.Tensor]:
         self.run = run
@@ -191,7 +200,7 @@ class FastPath:
         self.graph = graph
         self.capacity = int(capacity or lm.context_length)
         self.slots: list[Slot] = []
-        self.pool = torch.cuda.graph_pool_handle() if graph is CudaGraph else None
+        self.pool = graph.new_pool()
         self._lock = threading.Lock()
         self.failure: str | None = None             # why graphs were given up (forwards then run eagerly)
         StaticKV(lm.model, 1)                       # refuses a model with other cache layers now

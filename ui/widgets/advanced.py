@@ -189,17 +189,22 @@ def pick_cost(mode: str, upload: tuple[str, bytes] | None, link_text: str | None
 
 # ------------------------------------------------------------------ model placement
 
-MODEL_OPTIONS = ("gguf_file", "device_map", "max_memory", "offload_folder")
-LINK_MODEL_OPTIONS = ("gguf_file", "device_map", "max_memory")   # offload_folder: typed only, see README
+MODEL_OPTIONS = ("gguf_file", "device_map", "max_memory", "offload_folder", "fast_path")
+LINK_MODEL_OPTIONS = ("gguf_file", "device_map", "max_memory", "fast_path")   # offload_folder: typed only, see README
 NO_DEVICE_MAP = "none"
 DEVICE_MAP_CHOICES = (NO_DEVICE_MAP, *DEVICE_MAPS)
 
 
-def model_options(**values: Any) -> dict[str, str]:
-    """The options that are set (non-empty text; device_map other than 'none'), for ModelSpec."""
-    out = {}
+def model_options(**values: Any) -> dict[str, str | bool]:
+    """The options that are set (non-empty text; device_map other than 'none'; fast_path when true), for
+    ModelSpec."""
+    out: dict[str, str | bool] = {}
     for name in MODEL_OPTIONS:
         value = values.get(name)
+        if isinstance(value, bool):
+            if value:
+                out[name] = True
+            continue
         if value is None or str(value).strip() in ("", NO_DEVICE_MAP):
             continue
         out[name] = str(value).strip()

@@ -30,6 +30,7 @@ GGUF_FILE = "w.gguf_file"         # model options (the sidebar's "Advanced model
 DEVICE_MAP = "w.device_map"
 MAX_MEMORY = "w.max_memory"
 OFFLOAD_FOLDER = "w.offload_folder"
+FAST_PATH = "w.fast_path"
 
 # playground widgets
 STEP = "pg.step"

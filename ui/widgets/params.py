@@ -78,7 +78,7 @@ class Settings:
     top_n: int = 10
     config: BaseConfig | None = None
     error: str | None = None
-    model_options: dict = field(default_factory=dict)   # gguf_file, device_map, max_memory, offload_folder
+    model_options: dict = field(default_factory=dict)   # gguf_file, device_map, max_memory, offload_folder, fast_path
 
     def model_key(self) -> tuple:
         """(model, device, dtype), then the set model options as (name, value) pairs."""
@@ -88,7 +88,7 @@ class Settings:
 # ------------------------------------------------------------------ URL form
 
 QP_SCALARS = {"model": str, "device": str, "dtype": str, "prompt": str, "chat": bool, "strategy": str,
-              "seed": int, "max_new": int, "top_n": int, **dict.fromkeys(LINK_MODEL_OPTIONS, str)}
+              "seed": int, "max_new": int, "top_n": int, **dict.fromkeys(LINK_MODEL_OPTIONS, str), "fast_path": bool}
 
 
 def parse_value(text: str, tp: type) -> Any:
@@ -107,7 +107,8 @@ def to_query(settings: Settings) -> dict[str, str]:
            "prompt": settings.prompt, "chat": "1" if settings.chat_template else "0",
            "strategy": settings.strategy, "seed": str(settings.seed),
            "max_new": str(settings.max_new_tokens), "top_n": str(settings.top_n)}
-    out.update({name: value for name, value in settings.model_options.items() if name in LINK_MODEL_OPTIONS})
+    out.update({name: "1" if value is True else value for name, value in settings.model_options.items()
+                if name in LINK_MODEL_OPTIONS})
     for name, value in settings.params.items():
         text = value.link() if isinstance(value, CostPick) else value
         if text is not None:                       # None: an optional parameter that is off

@@ -15,7 +15,7 @@ from ui.widgets.params import Settings, current_paths, link_safe
 @st.cache_resource(show_spinner=False, max_entries=2)
 def load_lm(name: str, device: str, dtype: str, **options):
     """One LM per (model, device, dtype, model options), shared by all sessions (its .lock guards each
-    forward). `options`: ModelSpec's gguf_file, device_map, max_memory, offload_folder when set."""
+    forward). `options`: ModelSpec's gguf_file, device_map, max_memory, offload_folder, fast_path when set."""
     return load(ModelSpec(name=name, device=device, dtype=dtype, **options))
 
 
@@ -47,8 +47,10 @@ def lm_or_stop(settings: Settings):
 
 @st.cache_resource(show_spinner=False, max_entries=2)
 def load_draft_lm(name: str, device: str, dtype: str, target_key: tuple):
-    """A draft model for speculative decoding, checked against the target's vocabulary and tokenizer."""
-    return load_draft(name, load_lm_for(target_key), device=device, dtype=dtype)
+    """A draft model for speculative decoding, checked against the target's vocabulary and tokenizer (on the
+    fast path when the target is)."""
+    fast = {"fast_path": True} if dict(target_key[3:]).get("fast_path") else {}
+    return load_draft(name, load_lm_for(target_key), device=device, dtype=dtype, **fast)
 
 
 def strategy_kwargs_or_stop(config, settings: Settings) -> dict:

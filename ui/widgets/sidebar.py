@@ -43,7 +43,7 @@ MODEL_ENV = "DECODESCOPE_MODEL"
 QP_WIDGETS = {"model": keys.MODEL, "device": keys.DEVICE, "dtype": keys.DTYPE, "prompt": keys.PROMPT,
               "chat": keys.CHAT, "strategy": keys.STRATEGY, "seed": keys.SEED, "max_new": keys.MAX_NEW,
               "top_n": keys.TOP_N, "gguf_file": keys.GGUF_FILE, "device_map": keys.DEVICE_MAP,
-              "max_memory": keys.MAX_MEMORY}
+              "max_memory": keys.MAX_MEMORY, "fast_path": keys.FAST_PATH}
 OPTION_HELP = {
     "lossy_threshold": "LOSSY mode: accept a drafted token outright when p_target exceeds this, in (0, 1]; "
                        "changes the output distribution; needs temperature > 0. Empty: exact.",
@@ -177,7 +177,7 @@ def strategy_params(scope: str, strategy: str) -> dict:
 
 
 def model_option_widgets() -> dict[str, str]:
-    """The model's GGUF file and accelerate placement (device_map, max_memory, offload_folder)."""
+    """The model's GGUF file, accelerate placement (device_map, max_memory, offload_folder) and fast path."""
     with st.expander("Advanced model options"):
         gguf_file = st.text_input("GGUF file (inside the model directory)", key=_key(keys.GGUF_FILE, ""))
         device_map = st.selectbox("device map (accelerate)", DEVICE_MAP_CHOICES,
@@ -189,11 +189,14 @@ def model_option_widgets() -> dict[str, str]:
         offload_folder = st.text_input("offload folder (with a device map)", key=_key(keys.OFFLOAD_FOLDER, ""),
                                        help="Where weights offloaded to disk go (default: the cache). "
                                             "Not kept in the link.")
+        fast_path = st.checkbox("fast path (CUDA graphs)", key=_key(keys.FAST_PATH, False),
+                                help="On one CUDA GPU: decode on static KV caches and replay each step as a "
+                                     "CUDA graph (one launch instead of hundreds; same tokens). Not on the CPU.")
         if ENGINE.threads is not None:
             st.caption(f"CPU threads for the model: {ENGINE.threads} (one core is left to this server and the "
                        "browser, unless OMP_NUM_THREADS is set; the command line takes them all).")
     return model_options(gguf_file=gguf_file, device_map=device_map, max_memory=max_memory,
-                         offload_folder=offload_folder)
+                         offload_folder=offload_folder, fast_path=fast_path)
 
 
 def _validate(model: str, device: str, dtype: str, options: dict, build) -> tuple[object, list[str]]:
