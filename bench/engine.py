@@ -48,11 +48,11 @@ def _ours(lm, ids, max_new: int, mode: str, seed: int) -> tuple[list[int], float
     return list(tr.output_ids), time.perf_counter() - start
 
 
-def measure(lm, repeats: int, max_new: int, prompts: dict = PROMPTS) -> dict:
+def measure(lm, repeats: int, max_new: int, prompts: dict | None = None) -> dict:
     """rates[mode]: tok/s of ours and generate and their ratio, one per prompt x repeat, interleaved;
     peak_ours / peak_generate: each call's peak memory above its start (MiB, bench/memory.py); same:
     whether the two outputs were equal (greedy and beam; sampled outputs use different generators)."""
-    encoded = {k: lm.encode(v) for k, v in prompts.items()}
+    encoded = {k: lm.encode(v) for k, v in (PROMPTS if prompts is None else prompts).items()}
     rates = {m: {"ours": [], "generate": [], "ratio": [], "peak_ours": [], "peak_generate": [], "same": []}
              for m in MODES}
     for rep in range(repeats):

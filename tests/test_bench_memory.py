@@ -7,6 +7,7 @@ nothing allocated the peak stays small. CUDA: the bookkeeping against stand-ins 
 counters, and for real where a GPU is present."""
 from __future__ import annotations
 
+import argparse
 import mmap
 import time
 import types
@@ -15,7 +16,7 @@ from contextlib import contextmanager
 import pytest
 import torch
 
-from bench import dspark, engine, interleave, memory, speculative
+from bench import dspark, engine, interleave, memory, model_options, speculative
 from bench.memory import MIB, Peak, mib_cell, peak_memory, resident_bytes
 
 SIZE = 96 * MIB
@@ -153,7 +154,10 @@ def test_contender_tables_have_a_peak_column(bench, monkeypatch):
     runs = {"greedy (ours)": lambda ids: result, "other": lambda ids: result}
     monkeypatch.setattr(bench, "PROMPTS", {"a": "x"})
     monkeypatch.setattr(bench, "contenders", lambda *a: runs)
-    args = types.SimpleNamespace(repeats=2, gammas=[4], budget=4, max_new_tokens=4, gamma=5, draft_layers=4, lookup=2)
+    shared = argparse.ArgumentParser()
+    model_options.add(shared)                                       # --device, --dtype, ... at their defaults
+    args = types.SimpleNamespace(repeats=2, gammas=[4], budget=4, max_new_tokens=4, gamma=5, draft_layers=4, lookup=2,
+                                 **vars(shared.parse_args([])))
     with fake_peaks([5, 7, 9, 3]) as fake:                            # rep 0 in order, rep 1 reversed
         monkeypatch.setattr(interleave, "peak_memory", fake)       # both benches time through interleave
         rows = bench.measure(fake_lm(), fake_lm(), args)      # (lm, draft or drafter, args)
