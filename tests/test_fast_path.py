@@ -3,8 +3,11 @@ that decodes one sequence gives the same tokens, the same recorded logits (withi
 the same KV accounting; tree verification and compaction on a slot continue like a fresh prefill; the
 hooks the drafters read fire after a replay with the replay's values. Off CUDA the graphs are EmulatedGraph
 (a replay overwrites the first run's output tensors, as a CUDA graph's does); with
-DECODESCOPE_TEST_DEVICE=cuda they are real CUDA graphs. Negative controls: a graph whose outputs are not
-refreshed, a mask that shows stale positions and a replay that calls no hooks each fail these checks."""
+DECODESCOPE_TEST_DEVICE=cuda they are real CUDA graphs. A slot stays right through a forward that raises,
+a reuse after a run that left NaN in it, and growth past its first capacity. Negative controls: a graph
+whose outputs are not refreshed, a mask that shows stale positions, a replay that calls no hooks, a cache
+not resynchronised after a failed forward, a slot not zeroed when taken and a growth that copies nothing
+each fail these checks."""
 from __future__ import annotations
 
 import gc
@@ -14,7 +17,7 @@ import torch
 
 from decoding import from_json, to_json, without_timings
 from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
-from decoding.core.errors import ConfigError
+from decoding.core.errors import ConfigError, StepError
 from decoding.runner import run
 from decoding.runtime import fast_path
 from decoding.runtime.fast_path import EmulatedGraph, KVLease
@@ -51,6 +54,7 @@ def assert_same_run(base, fast, config, **kwargs):
     recorded number within test_tour's tolerance), and the recorded raw logits within TOL."""
     a, b = run(base, PROMPT, config, **kwargs), run(fast, PROMPT, config, **kwargs)
     assert a.error is None and b.error is None and len(a.output_ids) > 0
+    assert fast.fast.failure is None and any(slot.graphs for slot in fast.fast.slots)    # graphs did replay
     assert_same(plain(b), plain(a))
     assert logit_gap(a, b) <= TOL
     return a, b
@@ -117,22 +121,39 @@ def test_tree_verification_and_compaction_on_a_slot(lm, fast):
     assert float((fast.forward(nxt, lease) - fresh).abs().max()) <= TOL
 
 
-def test_taps_see_each_replay(lm, fast):
+@pytest.mark.parametrize("keep", [0, 1])
+def test_taps_see_each_replay(lm, fast, keep):
     """The head and layer taps (DSpark) and the decoder tap (speculative's feature drafter) read the same
-    rows on a slot as on a dynamic cache, step after step."""
+    rows on a slot as on a dynamic cache, step after step (the head's input: the rows logits_to_keep
+    gives it)."""
     dynamic, lease = lm.new_cache(), fast.sequence_cache()
-    for step in (PROMPT, [4], [6, 8], [10]):
+    for step in (PROMPT, [4], [6, 8], [10], [12, 14, 16]):
         rows = []
         for lm_, cache in ((lm, dynamic), (fast, lease)):
             with tap_head_input(lm_, (0, 1)) as head, tap_decoder_rows(lm_) as decoder:
-                lm_.forward(step, cache)
+                lm_.forward(step, cache, logits_to_keep=keep)
             rows.append((head.hidden, decoder.rows))
         for ref, got in zip(*rows):          # hidden rows up to ~10: TOL, or 1e-6 of the value
-            assert torch.allclose(got, ref, rtol=1e-6, atol=TOL)
+            assert got.shape == ref.shape and torch.allclose(got, ref, rtol=1e-6, atol=TOL)
+    assert {2, 3} <= set(lease.slot.graphs)
+
+
+def test_a_hook_the_replay_cannot_call_sends_the_forward_eager(lm):
+    """A pre-hook on a decoder layer (the replay calls layers' forward hooks only) fires on every forward."""
+    twin = fast_twin(lm)
+    lease, calls = twin.sequence_cache(), []
+    handle = lm.model.model.layers[0].register_forward_pre_hook(lambda module, args: calls.append(1))
+    try:
+        twin.forward(PROMPT, lease)
+        got = twin.forward([4], lease)
+    finally:
+        handle.remove()
+    assert len(calls) == 2 and lease.slot.graphs == {}
+    assert float((got - lm.forward(PROMPT + [4], lm.new_cache())[-1:]).abs().max()) <= TOL
 
 
 def test_negative_control_a_replay_without_hooks_leaves_the_tap_stale(lm, fast, monkeypatch):
-    monkeypatch.setattr(fast_path, "_call_hooks", lambda model, outputs: None)
+    monkeypatch.setattr(fast_path, "_call_hooks", lambda model, outputs, keep: None)
     lease = fast.sequence_cache()
     fast.forward(PROMPT, lease)
     with tap_head_input(fast) as head:
@@ -167,6 +188,83 @@ def test_negative_control_a_mask_that_shows_stale_positions_is_caught(lm, fast, 
     assert float((got - ref).abs().max()) > TOL
 
 
+def failing_layer(lm):
+    """A forward hook on decoder layer 1 that raises: mid-forward when eager, after the replay otherwise."""
+    def boom(module, args, output):
+        raise RuntimeError("simulated failure")
+    return lm.model.model.layers[1].register_forward_hook(boom)
+
+
+@pytest.mark.parametrize("resync", [True, False], ids=["resync", "control-no-resync"])
+@pytest.mark.parametrize("rows", [1, 40], ids=["replay", "eager"])
+def test_a_forward_that_raises_leaves_the_cache_as_it_was(lm, monkeypatch, rows, resync):
+    twin = fast_twin(lm)
+    lease = twin.sequence_cache()
+    twin.forward(PROMPT, lease)
+    twin.forward([4], lease)                    # the 1-row graph captured
+    if not resync:
+        monkeypatch.setattr(fast_path.StaticKV, "resync", lambda self: None)
+    handle = failing_layer(lm)
+    try:
+        with pytest.raises(RuntimeError, match="simulated failure"):
+            twin.forward(list(range(20, 20 + rows)), lease)
+    finally:
+        handle.remove()
+    assert lease.get_seq_length() == len(PROMPT) + 1
+    gap = float((twin.forward([6], lease) - lm.forward(PROMPT + [4, 6], lm.new_cache())[-1:]).abs().max())
+    assert (gap <= TOL) == resync
+
+
+@pytest.mark.parametrize("zeroed", [True, False], ids=["zeroed", "control-not-zeroed"])
+def test_a_slot_taken_again_reads_nothing_of_the_last_run(lm, monkeypatch, zeroed):
+    """A run that left NaN in its cache (past the valid length too) does not reach the next run's logits:
+    masked out is not enough, since 0 x NaN is NaN."""
+    twin = fast_twin(lm)
+    lease = twin.sequence_cache()
+    twin.forward(PROMPT, lease)
+    with torch.inference_mode():
+        for layer in lease.kv.layers:
+            layer.keys.fill_(float("nan"))
+            layer.values.fill_(float("nan"))
+    slot = lease.slot
+    del lease
+    gc.collect()
+    if not zeroed:
+        monkeypatch.setattr(fast_path.StaticKV, "clear", lambda self: (setattr(self, "length", 0), self.resync()))
+    again = twin.sequence_cache()
+    assert again.slot is slot
+    if not zeroed:
+        with pytest.raises(StepError, match="logits: NaN"):
+            twin.forward(PROMPT[:3], again)
+        return
+    got = twin.forward(PROMPT[:3], again)
+    assert float((got - lm.forward(PROMPT[:3], lm.new_cache())).abs().max()) <= TOL
+
+
+def test_a_slot_grows_to_fit_and_captures_its_graphs_again(lm, monkeypatch):
+    monkeypatch.setattr(fast_path, "FIRST_CAPACITY", 8)
+    twin = fast_twin(lm, capacity=40)
+    a, b = assert_same_run(lm, twin, GreedyConfig(max_new_tokens=30, top_n=5))
+    slot = twin.fast.slots[0]
+    assert slot.kv.capacity == 40 and 1 in slot.graphs          # 8 -> 16 -> 32 -> 40 (the cap)
+    assert "1 slots of 40 positions, up to 40" in twin.describe()["fast_path"]
+
+
+def test_negative_control_a_growth_that_copies_nothing_is_caught(lm, monkeypatch):
+    monkeypatch.setattr(fast_path, "FIRST_CAPACITY", 8)
+
+    def empty_copy(self, model, capacity):
+        fresh = fast_path.StaticKV(model, capacity)
+        fresh.length = self.length
+        return fresh
+
+    monkeypatch.setattr(fast_path.StaticKV, "grown", empty_copy)
+    twin = fast_twin(lm, capacity=40)
+    config = GreedyConfig(max_new_tokens=30, top_n=5)
+    a, b = run(lm, PROMPT, config), run(twin, PROMPT, config)
+    assert b.output_ids != a.output_ids or logit_gap(a, b) > TOL
+
+
 def test_slots_are_reused_and_limited(lm):
     twin = fast_twin(lm)
     first = twin.sequence_cache()
@@ -186,17 +284,18 @@ def test_graphs_are_kept_per_row_count(lm):
     twin = fast_twin(lm)
     run(twin, PROMPT, SpeculativeConfig(max_new_tokens=12, draft="lookup", gamma=3))
     counts = {n for slot in twin.fast.slots for n in slot.graphs}
-    assert 1 in counts and counts <= set(range(1, fast_path.GRAPH_ROWS + 1))
-    assert "graphs" in twin.describe()["fast_path"]
+    assert 1 in counts and counts <= set(range(1, 5))        # steps and 4-token verifications; prompts eager
+    assert twin.fast.failure is None and f"and {len(counts)} graphs" in twin.describe()["fast_path"]
 
 
 def test_long_forwards_run_eagerly_on_the_slot(lm, monkeypatch):
     monkeypatch.setattr(fast_path, "GRAPH_ROWS", 2)
     twin = fast_twin(lm)
     lease = twin.sequence_cache()
-    got = twin.forward(PROMPT, lease)
+    twin.forward(PROMPT[:4], lease)
+    got = twin.forward(PROMPT[4:], lease)                     # 3 rows after a prefix: eager
     assert lease.slot.graphs == {}
-    assert float((got - lm.forward(PROMPT, lm.new_cache())).abs().max()) <= TOL
+    assert float((got - lm.forward(PROMPT, lm.new_cache())[4:]).abs().max()) <= TOL
 
 
 def test_a_failed_capture_falls_back_to_eager_forwards(lm):

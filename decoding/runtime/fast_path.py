@@ -5,8 +5,12 @@ launch instead of hundreds of kernel launches from Python.
 
 Every forward attends over the slot's whole capacity through an additive 4D mask (0 where a row may look:
 the cached prefix, then its own block's `allowed` entries; the dtype's minimum elsewhere), so stale
-positions past the valid length are never read and a roll-back only moves the length. A slot keeps its
-graphs across runs; a run holds it through a KVLease and gives it back when the lease is dropped.
+positions past the valid length are never read and a roll-back only moves the length. A slot starts at
+FIRST_CAPACITY positions and doubles (its graphs captured again) when a sequence outgrows it, up to the
+FastPath's capacity, so the attention a step pays for stays within twice what the sequence holds. A slot
+keeps its graphs across runs; a run holds it through a KVLease and gives it back when the lease is dropped;
+taking a slot zeroes its keys and values (a stale NaN times a zero attention weight would still be NaN).
+Prompts (the first forward on a slot) and forwards of more than GRAPH_ROWS tokens run eagerly.
 
 A graph runs no Python, so forward hooks do not fire inside it: the capture records the LM head's input,
 the decoder's output and every decoder layer's output, and after each replay the hooks registered on those
@@ -18,6 +22,7 @@ the CPU that way. The CPU itself keeps dynamic caches and its GEMM plan.
 """
 from __future__ import annotations
 
+import inspect
 import threading
 import weakref
 from collections import OrderedDict
@@ -29,6 +34,7 @@ from decoding.core.errors import ConfigError, check
 
 GRAPH_ROWS = 32     # forwards of at most this many tokens replay a graph; longer ones (prompts) run eagerly
 SLOTS = 4           # caches kept with their graphs; a run beyond them decodes on a dynamic cache
+FIRST_CAPACITY = 512    # a new slot's positions (doubled as a sequence needs, up to FastPath.capacity)
 ATTENTION = ("sdpa", "eager")     # implementations that add a custom 4D float mask to the scores
 
 
@@ -71,10 +77,42 @@ class StaticKV:
             if layer.is_initialized:
                 layer.cumulative_length.fill_(self.length)
 
+    @torch.inference_mode()
+    def clear(self) -> None:
+        """Empty: length 0, the write position with it, every key and value zero."""
+        self.length = 0
+        self.resync()
+        for layer in self.cache.layers:
+            if layer.is_initialized:
+                layer.keys.zero_()
+                layer.values.zero_()
+
+    @torch.inference_mode()
+    def grown(self, model, capacity: int) -> StaticKV:
+        """A copy of this cache with room for `capacity` positions (the valid ones copied, the rest zero)."""
+        bigger = StaticKV(model, capacity)
+        for old, new in zip(self.cache.layers, bigger.cache.layers):
+            if old.is_initialized:
+                _allocate_like(new, old)
+                new.keys[:, :, :self.length] = old.keys[:, :, :self.length]
+                new.values[:, :, :self.length] = old.values[:, :, :self.length]
+        bigger.length = self.length
+        bigger.resync()
+        return bigger
+
     def position_bytes(self) -> int:
         """Bytes of keys and values one position takes over every layer (0 before the first forward)."""
         return sum(t.element_size() * t.numel() // self.capacity for layer in self.cache.layers
                    if layer.is_initialized for t in (layer.keys, layer.values))
+
+
+def _allocate_like(layer, like) -> None:
+    """Allocate a StaticLayer's zero tensors with `like`'s heads, dtype and device (transformers versions
+    size them from the keys alone or from the keys and the values)."""
+    empty = (like.keys[:, :, :0], like.values[:, :, :0])
+    takes = [p for p in inspect.signature(layer.lazy_initialization).parameters.values()
+             if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    layer.lazy_initialization(*empty[:len(takes)])
 
 
 class KVLease:
@@ -103,7 +141,7 @@ class Slot:
         self.lease: Callable[[], KVLease | None] = lambda: None
 
     def take(self) -> KVLease:
-        self.kv.crop(-self.kv.length)
+        self.kv.clear()
         lease = KVLease(self)
         self.lease = weakref.ref(lease)
         return lease
@@ -131,14 +169,18 @@ class CudaGraph:
         return torch.cuda.graph_pool_handle()
 
     def capture(self, run: Callable[[], dict], undo: Callable[[], None]) -> dict[str, torch.Tensor]:
+        previous = torch.cuda.current_stream()
         stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            run()
-            undo()
-        torch.cuda.current_stream().wait_stream(stream)
-        with torch.cuda.graph(self.graph, pool=self.pool):
-            self.outputs = run()
+        stream.wait_stream(previous)
+        try:
+            with torch.cuda.stream(stream):
+                run()
+                undo()
+            previous.wait_stream(stream)
+            with torch.cuda.graph(self.graph, pool=self.pool):
+                self.outputs = run()
+        finally:                    # a capture that failed in capture_end leaves its stream current
+            torch.cuda.set_stream(previous)
         return self.outputs
 
     def replay(self) -> dict[str, torch.Tensor]:
@@ -198,18 +240,21 @@ class FastPath:
         check_model(lm)
         self.lm = lm
         self.graph = graph
-        self.capacity = int(capacity or lm.context_length)
+        self.capacity = int(capacity or lm.context_length)      # the most positions a slot grows to
         self.slots: list[Slot] = []
         self.pool = graph.new_pool()
         self._lock = threading.Lock()
         self.failure: str | None = None             # why graphs were given up (forwards then run eagerly)
+        self.hooks = _HookCheck(lm.model)
         StaticKV(lm.model, 1)                       # refuses a model with other cache layers now
 
     def describe(self) -> str:
         graphs = sum(len(slot.graphs) for slot in self.slots)
+        sizes = "/".join(str(slot.kv.capacity) for slot in self.slots) or "none yet"
+        caches = f"static caches ({len(self.slots)} slots of {sizes} positions, up to {self.capacity})"
         if self.failure:
-            return f"static caches, no graphs ({self.failure})"
-        return f"static caches of {self.capacity} and {graphs} graphs in {len(self.slots)} slots"
+            return f"{caches}, no graphs ({self.failure})"
+        return f"{caches} and {graphs} graphs"
 
     def lease(self) -> KVLease | None:
         """A free slot's cache for one run (None when all SLOTS are held: decode on a dynamic cache)."""
@@ -218,7 +263,7 @@ class FastPath:
                 if slot.lease() is None:
                     return slot.take()
             if len(self.slots) < SLOTS:
-                self.slots.append(Slot(StaticKV(self.lm.model, self.capacity)))
+                self.slots.append(Slot(StaticKV(self.lm.model, min(FIRST_CAPACITY, self.capacity))))
                 return self.slots[-1].take()
         return None
 
@@ -226,21 +271,40 @@ class FastPath:
     def forward(self, lease: KVLease, ids: Sequence[int], positions: Sequence[int] | None = None,
                 allowed: torch.Tensor | None = None, logits_to_keep: int = 0) -> torch.Tensor:
         """Run `ids` after what the lease's cache holds (`positions`: default past + i; `allowed` (T, T):
-        which block rows see which, default causal); float32 logits of the last `logits_to_keep` rows."""
-        kv, rows = lease.kv, len(ids)
+        which block rows see which, default causal); float32 logits of the last `logits_to_keep` rows.
+        A forward that raises leaves the cache as it was."""
+        rows, past = len(ids), lease.kv.length
+        check(past + rows <= self.capacity, "tokens", past + rows, f"exceed the fast path's cache of {self.capacity}")
+        if past + rows > lease.kv.capacity:
+            self._grow(lease.slot, past + rows)
+        kv = lease.kv
+        try:
+            logits = self._run(lease.slot, ids, positions, allowed, max(0, logits_to_keep))
+        except BaseException:
+            kv.resync()                             # the device's write position back to the valid length
+            raise
+        kv.length += rows
+        return logits
+
+    def _run(self, slot: Slot, ids, positions, allowed, logits_to_keep: int) -> torch.Tensor:
+        kv, rows = slot.kv, len(ids)
         past = kv.length
-        check(past + rows <= kv.capacity, "tokens", past + rows, f"exceed the fast path's cache of {kv.capacity}")
         positions = list(range(past, past + rows)) if positions is None else list(positions)
         allowed = causal(rows) if allowed is None else allowed
         mask = block_mask(allowed, past, kv.capacity, self.lm.dtype)
-        keep = rows if logits_to_keep <= 0 else min(logits_to_keep, rows)
-        captured = self._graph(lease.slot, rows) if rows <= GRAPH_ROWS and _hooks_supported(self.lm.model) else None
-        if captured is not None:
-            logits = self._replay(captured, ids, positions, mask)[-keep:]
-        else:
-            logits = self._eager(kv, ids, positions, mask, keep)
-        kv.length += rows
-        return logits
+        keep = rows if logits_to_keep == 0 else min(logits_to_keep, rows)
+        replayable = 0 < past and rows <= GRAPH_ROWS and self.hooks.supported()
+        captured = self._graph(slot, rows) if replayable else None
+        if captured is None:
+            return self._eager(kv, ids, positions, mask, keep)
+        return self._replay(captured, ids, positions, mask, keep)
+
+    def _grow(self, slot: Slot, need: int) -> None:
+        """Move the slot to a cache of twice the room (or `need`'s next power of two, at most capacity);
+        its graphs belong to the old tensors and are captured again as forwards need them."""
+        room = min(self.capacity, max(2 * slot.kv.capacity, 1 << (need - 1).bit_length()))
+        slot.kv = slot.kv.grown(self.lm.model, room)
+        slot.graphs = {}
 
     def _eager(self, kv: StaticKV, ids, positions, mask: torch.Tensor, keep: int) -> torch.Tensor:
         device = self.lm.device
@@ -261,13 +325,13 @@ class FastPath:
                 self.failure = f"capture of {rows} rows failed: {str(err).strip().splitlines()[0][:160]}"
         return None if self.failure else slot.graphs[rows]
 
-    def _replay(self, captured: Captured, ids, positions, mask: torch.Tensor) -> torch.Tensor:
+    def _replay(self, captured: Captured, ids, positions, mask: torch.Tensor, keep: int) -> torch.Tensor:
         captured.ids.copy_(torch.tensor([list(ids)]))
         captured.positions.copy_(torch.tensor([positions]))
         captured.mask.copy_(mask)
         outputs = captured.graph.replay()
-        _call_hooks(self.lm.model, outputs)
-        return outputs["logits"][0].to(torch.float32, copy=True)
+        _call_hooks(self.lm.model, outputs, keep)
+        return outputs["logits"][0, -keep:].to(torch.float32, copy=True)
 
     def _capture(self, slot: Slot, rows: int) -> Captured:
         device, kv = self.lm.device, slot.kv
@@ -293,15 +357,36 @@ def _tapped(model) -> list[tuple[str, torch.nn.Module]]:
         [(f"layer{i}", layer) for i, layer in enumerate(decoder.layers)]
 
 
-def _hooks_supported(model) -> bool:
-    """No module of the model has hooks the replay cannot call (with kwargs, or on other modules)."""
-    tapped = {id(module) for _, module in _tapped(model)}
-    for module in model.modules():
-        hooked = module._forward_hooks or module._forward_pre_hooks
-        if hooked and (id(module) not in tapped or module._forward_hooks_with_kwargs
-                       or module._forward_pre_hooks_with_kwargs or module._forward_hooks_always_called):
+class _HookCheck:
+    """Whether the model has only hooks a replay calls: the LM head's pre-hooks and the decoder's and its
+    layers' forward hooks, none with kwargs, none global. Every hook registered anywhere draws a new handle
+    id, so the answer is kept until the next id is drawn (a hook removed since can only leave a kept False
+    too cautious: that forward runs eagerly)."""
+
+    def __init__(self, model):
+        self.modules = list(model.modules())
+        tapped = _tapped(model)
+        self.pre = {id(module) for name, module in tapped if name == "head"}
+        self.post = {id(module) for name, module in tapped if name != "head"}
+        self.seen: tuple[int, bool] | None = None       # (the handle id counter, the answer then)
+
+    def supported(self) -> bool:
+        from torch.nn.modules import module as nn_module
+        from torch.utils.hooks import RemovableHandle
+
+        counter = getattr(RemovableHandle, "next_id", None)
+        if counter is not None and self.seen is not None and self.seen[0] == counter:
+            return self.seen[1]
+        answer = not (nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks) and \
+            all(self._callable(module) for module in self.modules)
+        self.seen = None if counter is None else (counter, answer)
+        return answer
+
+    def _callable(self, module) -> bool:
+        if module._forward_hooks_with_kwargs or module._forward_pre_hooks_with_kwargs:
             return False
-    return True
+        return ((not module._forward_pre_hooks or id(module) in self.pre) and
+                (not module._forward_hooks or id(module) in self.post))
 
 
 class _recording:
@@ -335,14 +420,15 @@ def _first(output) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _call_hooks(model, outputs: dict[str, torch.Tensor]) -> None:
-    """Call the hooks now registered on the tapped modules with copies of what the replay recorded."""
+def _call_hooks(model, outputs: dict[str, torch.Tensor], keep: int) -> None:
+    """Call the hooks now registered on the tapped modules with copies of what the replay recorded (the LM
+    head's input: its last `keep` rows, those an eager forward with logits_to_keep gives the head)."""
     from transformers.modeling_outputs import BaseModelOutputWithPast
 
     for name, module in _tapped(model):
         if name == "head":
             for hook in list(module._forward_pre_hooks.values()):
-                hook(module, (outputs["head"].clone(),))
+                hook(module, (outputs["head"][:, -keep:].clone(),))
             continue
         for hook in list(module._forward_hooks.values()):
             value = outputs[name].clone()
