@@ -38,5 +38,6 @@ def test_the_fast_path_rows_match_greedy_and_report_the_ratio():
         ["greedy", "sample", "speculative,", "speculative,", "dspark,", "dspark,"]
     assert all(r.tokens == 12 for r in fast)
     assert all(r.same_as_greedy is True for r in fast if not r.strategy.startswith("fast path: sample"))
-    assert lines[-1].startswith("Fast path: static caches of 1024 and ") and "same tokens: yes" in lines[-1]
+    assert lines[-1].startswith("Fast path: static caches (1 slot of 512 positions, up to 1024) and ")
+    assert "same tokens: yes" in lines[-1]
     assert lm.fast is None                               # the baseline rows ran on the dynamic cache

@@ -247,7 +247,7 @@ def test_a_slot_grows_to_fit_and_captures_its_graphs_again(lm, monkeypatch):
     a, b = assert_same_run(lm, twin, GreedyConfig(max_new_tokens=30, top_n=5))
     slot = twin.fast.slots[0]
     assert slot.kv.capacity == 40 and 1 in slot.graphs          # 8 -> 16 -> 32 -> 40 (the cap)
-    assert "1 slots of 40 positions, up to 40" in twin.describe()["fast_path"]
+    assert "1 slot of 40 positions, up to 40" in twin.describe()["fast_path"]
 
 
 def test_negative_control_a_growth_that_copies_nothing_is_caught(lm, monkeypatch):

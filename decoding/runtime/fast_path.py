@@ -251,7 +251,8 @@ class FastPath:
     def describe(self) -> str:
         graphs = sum(len(slot.graphs) for slot in self.slots)
         sizes = "/".join(str(slot.kv.capacity) for slot in self.slots) or "none yet"
-        caches = f"static caches ({len(self.slots)} slots of {sizes} positions, up to {self.capacity})"
+        slots = "1 slot" if len(self.slots) == 1 else f"{len(self.slots)} slots"
+        caches = f"static caches ({slots} of {sizes} positions, up to {self.capacity})"
         if self.failure:
             return f"{caches}, no graphs ({self.failure})"
         return f"{caches} and {graphs} graphs"
