@@ -311,6 +311,30 @@ def test_a_failed_capture_falls_back_to_eager_forwards(lm):
     assert "capture of" in twin.describe()["fast_path"]
 
 
+@pytest.mark.skipif(TEST_DEVICE.type != "cuda", reason="a real CUDA graph capture")
+def test_a_real_capture_that_fails_runs_eagerly_and_restores_the_stream(lm):
+    """A forward that syncs with the host cannot be captured: the run goes on eagerly with the same trace,
+    says why, and leaves the stream it ran on current."""
+    layer = lm.model.model.layers[0]
+    forward = layer.forward
+
+    def syncing(*args, **kwargs):
+        out = forward(*args, **kwargs)
+        float((out[0] if isinstance(out, tuple) else out).sum())      # not permitted while capturing
+        return out
+
+    twin, stream = fast_twin(lm), torch.cuda.current_stream()
+    a = run(lm, PROMPT, GreedyConfig(max_new_tokens=10, top_n=5))
+    layer.forward = syncing
+    try:
+        b = run(twin, PROMPT, GreedyConfig(max_new_tokens=10, top_n=5))
+    finally:
+        del layer.forward
+    assert torch.cuda.current_stream() == stream
+    assert twin.fast.failure is not None and "capture of 1 rows failed" in twin.describe()["fast_path"]
+    assert b.output_ids == a.output_ids and logit_gap(a, b) <= TOL
+
+
 def test_kv_memory_counts_valid_positions(lm, fast):
     lease, dynamic = fast.sequence_cache(), lm.new_cache()
     for lm_, cache in ((fast, lease), (lm, dynamic)):
