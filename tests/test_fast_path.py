@@ -139,17 +139,24 @@ def test_taps_see_each_replay(lm, fast, keep):
 
 
 def test_a_hook_the_replay_cannot_call_sends_the_forward_eager(lm):
-    """A pre-hook on a decoder layer (the replay calls layers' forward hooks only) fires on every forward."""
+    """A pre-hook on a decoder layer (the replay calls layers' forward hooks only), registered after graphs
+    replayed, fires on each forward while it is there; once removed, the steps replay again."""
     twin = fast_twin(lm)
-    lease, calls = twin.sequence_cache(), []
+    lease, calls, replays = twin.sequence_cache(), [], []
+    replay = twin.fast._replay
+    twin.fast._replay = lambda *args: replays.append(1) or replay(*args)
+    twin.forward(PROMPT, lease)
+    twin.forward([4], lease)
+    assert len(replays) == 1 and 1 in lease.slot.graphs
     handle = lm.model.model.layers[0].register_forward_pre_hook(lambda module, args: calls.append(1))
     try:
-        twin.forward(PROMPT, lease)
-        got = twin.forward([4], lease)
+        got = twin.forward([6], lease)
     finally:
         handle.remove()
-    assert len(calls) == 2 and lease.slot.graphs == {}
-    assert float((got - lm.forward(PROMPT + [4], lm.new_cache())[-1:]).abs().max()) <= TOL
+    assert len(calls) == 1 and len(replays) == 1
+    assert float((got - lm.forward(PROMPT + [4, 6], lm.new_cache())[-1:]).abs().max()) <= TOL
+    twin.forward([8], lease)
+    assert len(replays) == 2
 
 
 def test_negative_control_a_replay_without_hooks_leaves_the_tap_stale(lm, fast, monkeypatch):

@@ -7,7 +7,8 @@ Every forward attends over the slot's whole capacity through an additive 4D mask
 the cached prefix, then its own block's `allowed` entries; the dtype's minimum elsewhere), so stale
 positions past the valid length are never read and a roll-back only moves the length. A slot starts at
 FIRST_CAPACITY positions and doubles (its graphs captured again) when a sequence outgrows it, up to the
-FastPath's capacity, so the attention a step pays for stays within twice what the sequence holds. A slot
+FastPath's capacity, and keeps that size: a step attends over at most twice the longest sequence the slot
+has held. A slot
 keeps its graphs across runs; a run holds it through a KVLease and gives it back when the lease is dropped;
 taking a slot zeroes its keys and values (a stale NaN times a zero attention weight would still be NaN).
 Prompts (the first forward on a slot) and forwards of more than GRAPH_ROWS tokens run eagerly.
@@ -179,8 +180,9 @@ class CudaGraph:
             previous.wait_stream(stream)
             with torch.cuda.graph(self.graph, pool=self.pool):
                 self.outputs = run()
-        finally:                    # a capture that failed in capture_end leaves its stream current
-            torch.cuda.set_stream(previous)
+        finally:                    # a capture that failed in capture_end leaves its stream current, and
+            torch.cuda.set_stream(previous)     # what a failed warm-up queued must precede a resync
+            previous.wait_stream(stream)
         return self.outputs
 
     def replay(self) -> dict[str, torch.Tensor]:
@@ -360,9 +362,10 @@ def _tapped(model) -> list[tuple[str, torch.nn.Module]]:
 
 class _HookCheck:
     """Whether the model has only hooks a replay calls: the LM head's pre-hooks and the decoder's and its
-    layers' forward hooks, none with kwargs, none global. Every hook registered anywhere draws a new handle
-    id, so the answer is kept until the next id is drawn (a hook removed since can only leave a kept False
-    too cautious: that forward runs eagerly)."""
+    layers' forward hooks, none with kwargs, none global. Every hook registered through torch draws a new
+    handle id, so a True is kept until the next id is drawn; a False is checked again each forward (those
+    forwards run eagerly and a removed hook sends the next one back to its graph). Not seen: hooks put
+    into a module's hook dicts by hand, and modules attached after the FastPath was built."""
 
     def __init__(self, model):
         self.modules = list(model.modules())
@@ -380,7 +383,7 @@ class _HookCheck:
             return self.seen[1]
         answer = not (nn_module._global_forward_hooks or nn_module._global_forward_pre_hooks) and \
             all(self._callable(module) for module in self.modules)
-        self.seen = None if counter is None else (counter, answer)
+        self.seen = (counter, answer) if answer and counter is not None else None
         return answer
 
     def _callable(self, module) -> bool:
