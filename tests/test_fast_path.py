@@ -160,7 +160,7 @@ def test_a_hook_the_replay_cannot_call_sends_the_forward_eager(lm):
 
 
 def test_negative_control_a_replay_without_hooks_leaves_the_tap_stale(lm, fast, monkeypatch):
-    monkeypatch.setattr(fast_path, "_call_hooks", lambda model, outputs, keep: None)
+    monkeypatch.setattr(fast_path, "_call_hooks", lambda tapped, outputs, keep: None)
     lease = fast.sequence_cache()
     fast.forward(PROMPT, lease)
     with tap_head_input(fast) as head:

@@ -8,9 +8,9 @@ the cached prefix, then its own block's `allowed` entries; the dtype's minimum e
 positions past the valid length are never read and a roll-back only moves the length. A slot starts at
 FIRST_CAPACITY positions and doubles (its graphs captured again) when a sequence outgrows it, up to the
 FastPath's capacity, and keeps that size: a step attends over at most twice the longest sequence the slot
-has held. A slot
-keeps its graphs across runs; a run holds it through a KVLease and gives it back when the lease is dropped;
-taking a slot zeroes its keys and values (a stale NaN times a zero attention weight would still be NaN).
+has held. A slot keeps its graphs across runs; a run holds it through a KVLease and gives it back when the
+lease is dropped; taking a slot zeroes its keys and values (a stale NaN times a zero attention weight would
+still be NaN).
 Prompts (the first forward on a slot) and forwards of more than GRAPH_ROWS tokens run eagerly.
 
 A graph runs no Python, so forward hooks do not fire inside it: the capture records the LM head's input,
@@ -282,7 +282,7 @@ class FastPath:
             self._grow(lease.slot, past + rows)
         kv = lease.kv
         try:
-            logits = self._run(lease.slot, ids, positions, allowed, max(0, logits_to_keep))
+            logits = self._run(lease.slot, ids, positions, allowed, logits_to_keep)
         except BaseException:
             kv.resync()                             # the device's write position back to the valid length
             raise
@@ -295,7 +295,7 @@ class FastPath:
         positions = list(range(past, past + rows)) if positions is None else list(positions)
         allowed = causal(rows) if allowed is None else allowed
         mask = block_mask(allowed, past, kv.capacity, self.lm.dtype)
-        keep = rows if logits_to_keep == 0 else min(logits_to_keep, rows)
+        keep = rows if logits_to_keep <= 0 else min(logits_to_keep, rows)
         replayable = 0 < past and rows <= GRAPH_ROWS and self.hooks.supported()
         captured = self._graph(slot, rows) if replayable else None
         if captured is None:
@@ -333,7 +333,7 @@ class FastPath:
         captured.positions.copy_(torch.tensor([positions]))
         captured.mask.copy_(mask)
         outputs = captured.graph.replay()
-        _call_hooks(self.lm.model, outputs, keep)
+        _call_hooks(self.hooks.tapped, outputs, keep)
         return outputs["logits"][0, -keep:].to(torch.float32, copy=True)
 
     def _capture(self, slot: Slot, rows: int) -> Captured:
@@ -369,9 +369,9 @@ class _HookCheck:
 
     def __init__(self, model):
         self.modules = list(model.modules())
-        tapped = _tapped(model)
-        self.pre = {id(module) for name, module in tapped if name == "head"}
-        self.post = {id(module) for name, module in tapped if name != "head"}
+        self.tapped = _tapped(model)        # the modules whose hooks a replay calls (_call_hooks)
+        self.pre = {id(module) for name, module in self.tapped if name == "head"}
+        self.post = {id(module) for name, module in self.tapped if name != "head"}
         self.seen: tuple[int, bool] | None = None       # (the handle id counter, the answer then)
 
     def supported(self) -> bool:
@@ -424,12 +424,13 @@ def _first(output) -> torch.Tensor:
     return output[0] if isinstance(output, tuple) else output
 
 
-def _call_hooks(model, outputs: dict[str, torch.Tensor], keep: int) -> None:
-    """Call the hooks now registered on the tapped modules with copies of what the replay recorded (the LM
-    head's input: its last `keep` rows, those an eager forward with logits_to_keep gives the head)."""
+def _call_hooks(tapped: list[tuple[str, torch.nn.Module]], outputs: dict[str, torch.Tensor], keep: int) -> None:
+    """Call the hooks now registered on the `tapped` modules (_tapped's list) with copies of what the replay
+    recorded (the LM head's input: its last `keep` rows, those an eager forward with logits_to_keep gives
+    the head)."""
     from transformers.modeling_outputs import BaseModelOutputWithPast
 
-    for name, module in _tapped(model):
+    for name, module in tapped:
         if name == "head":
             for hook in list(module._forward_pre_hooks.values()):
                 hook(module, (outputs["head"][:, -keep:].clone(),))
