@@ -48,11 +48,12 @@ def exact_marginals(lm, depth: int) -> list[torch.Tensor]:
     return out
 
 
-def pvalues(lm, drafter, **kwargs) -> list[float]:
+def pvalues(lm, loaded, **kwargs) -> list[float]:
+    """χ² p-values of the first three tokens over RUNS seeds; `loaded`: a drafter object (None: the config's)."""
     counts = torch.zeros(3, VOCAB)
     for seed in range(RUNS):
         config = DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING, **kwargs)
-        ids = run(lm, PROMPT, config, drafter=drafter).output_ids
+        ids = run(lm, PROMPT, config, drafter=loaded).output_ids
         for i, t in enumerate(ids[:3]):
             counts[i, t] += 1
     out = []
@@ -88,3 +89,21 @@ def test_lookup_candidates_keep_the_target_distribution(lm, drafter):
                                                          **config), drafter=drafter).steps
                    for n in e.nodes)
     assert verified >= 10, verified
+
+
+def test_recycled_candidates_keep_the_target_distribution(lm):
+    """Token recycling alone (no trained drafter): its table fills from the runs' own forwards."""
+    config = {"drafter": "recycling", "select": "tree", "budget": 4, "cost_table": None}
+    values = pvalues(lm, None, **config)
+    assert min(values) > 1e-3, values
+    verified = sum("recycling" in n.sources for seed in range(50)
+                   for e in run(lm, PROMPT, DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING,
+                                                         **config)).steps
+                   for n in e.nodes)
+    assert verified >= 20, verified
+
+
+def test_recycled_candidates_fail_the_test_in_the_lossy_mode(lm):
+    values = pvalues(lm, None, drafter="recycling", select="tree", budget=4, cost_table=None,
+                     lossy_threshold=0.05)
+    assert min(values[1:]) < 1e-6, values

@@ -173,7 +173,24 @@ FIXED_SIZE = "none"                    # DSpark without a cost table: the chain 
 PARALLEL_DRAFTER = "parallel"          # assets/dspark-smollm2-135m.safetensors for the embedded model
 PARALLEL_ALIASES = (PARALLEL_DRAFTER, "default")   # "default" named it while it was DSpark's default
 FEATURE_HEAD = "feature"               # the shipped feature drafter as a sequential head (drafters/feature_lattice.py)
-DEFAULT_DRAFTER = FEATURE_HEAD
+AUTO_DRAFTER = "auto"                  # the shipped trained drafter where it fits the model, else training-free
+RECYCLING = "recycling"                # token recycling (drafters/recycling.py), for any model
+TRAINING_FREE = (RECYCLING,)           # lattice sources that need no files: "feature+recycling", "recycling"
+DEFAULT_DRAFTER = AUTO_DRAFTER
+
+
+def drafter_parts(name: str) -> tuple[str | None, tuple[str, ...]]:
+    """(the trained drafter, the training-free sources) a DSpark `drafter` names: "auto" -> ("auto", ());
+    "recycling" -> (None, ("recycling",)); "feature+recycling" -> ("feature", ("recycling",)); a file
+    path is the trained part (a '+name' suffix adds a training-free source)."""
+    if name == AUTO_DRAFTER:
+        return AUTO_DRAFTER, ()
+    parts, free = name.split("+"), []
+    while parts and parts[-1] in TRAINING_FREE:
+        free.insert(0, parts.pop())
+    trained = "+".join(parts) or None
+    check(len(set(free)) == len(free), "drafter", name, "names a training-free source twice")
+    return trained, tuple(free)
 
 
 @dataclass(frozen=True)
@@ -183,10 +200,12 @@ class DSparkConfig(SamplingParams):
     with the exact rules. `cost_table` ("auto" by default: the verify cost profiled once on this device,
     the round's overhead timed once per drafter) sizes each round's chain or tree by expected tokens per
     millisecond, up to gamma / budget; None or "none" verifies the size as set. A seeded run with "auto"
-    depends on the machine's timings; a table file makes it reproducible. `drafter`: "feature" (the
-    shipped feature drafter as a sequential head,
-    the default), "parallel" (the shipped parallel drafter; "default" is an older name for it) or a
-    parallel drafter's weights file; a run may also pass a loaded drafter as `drafter=`. lossy_threshold
+    depends on the machine's timings; a table file makes it reproducible. `drafter`: "auto" (the default:
+    the shipped feature drafter as a sequential head where the model is the one it was trained for, and
+    token recycling on every model), "feature" (that head alone), "parallel" (the shipped parallel drafter;
+    "default" is an older name for it), "recycling" (token recycling alone, no files) or a parallel
+    drafter's weights file; "+recycling" after a trained one adds token recycling; a run may also pass a
+    loaded drafter as `drafter=`. lossy_threshold
     (LOSSY, off by default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram >
     0 adds prompt lookup's continuation (longest n-gram matched) to the lattice as one more candidate
     per position, scored by its acceptance rate so far in the run (0: off)."""
@@ -220,8 +239,10 @@ class DSparkConfig(SamplingParams):
         check(self.lossy_threshold is None or self.temperature > 0, "lossy_threshold", self.lossy_threshold,
               "applies to temperature > 0 only (temperature 0 accepts by argmax)")
         check(isinstance(self.drafter, str) and self.drafter.strip() != "", "drafter", self.drafter,
-              f"give '{FEATURE_HEAD}' (the feature drafter as a sequential head), '{PARALLEL_DRAFTER}' (the "
-              "parallel drafter) or a parallel drafter's weights file")
+              f"give '{AUTO_DRAFTER}', '{FEATURE_HEAD}' (the feature drafter as a sequential head), "
+              f"'{PARALLEL_DRAFTER}' (the parallel drafter), '{RECYCLING}' (token recycling, any model) or a "
+              "parallel drafter's weights file, with '+recycling' to add token recycling")
+        drafter_parts(self.drafter)
         check(_is_int(self.lookup_max_ngram) and 0 <= self.lookup_max_ngram <= MAX_LOOKUP_NGRAM, "lookup_max_ngram",
               self.lookup_max_ngram, f"must be an integer in [0, {MAX_LOOKUP_NGRAM}] (0: no prompt-lookup candidates)")
 

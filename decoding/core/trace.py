@@ -24,11 +24,12 @@ from decoding.core.trace_check import MAX_LATTICE_CANDIDATES as MAX_LATTICE_CAND
 from decoding.core.trace_check import TraceFormatError as TraceFormatError
 from decoding.core.trace_check import check_trace, key_part
 
-SCHEMA_VERSION = "1.4"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
+SCHEMA_VERSION = "1.5"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
 #                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
 #                          1.3: kv (KVMemory) on every step event: the target's KV cache after the step;
 #                               target_entropy on DraftPosition and PlanNode
 #                          1.4: SizeChoiceInfo.overhead_ms (DSpark's round cost outside verification)
+#                          1.5: DSpark lattice sources: LatticeCell.sources, PlanNode.sources, DSparkRound.drafting
 MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
 
 
@@ -307,6 +308,7 @@ class LatticeCell:
     q_draft: float                 # drafter's marginal probability at this position
     scores: tuple[float, ...]      # ŝ_k(x | parent) for each candidate of position k−1 (one at k = 1)
     lookup: bool = False           # prompt lookup's token at this position (lookup_max_ngram > 0)
+    sources: tuple[str, ...] = ()  # the lattice sources that proposed it (before 1.5: see `proposed_by`)
 
 
 @dataclass(frozen=True)
@@ -343,6 +345,23 @@ class PlanNode:
     verdict: str                   # accepted | rejected | not_reached
     lookup: bool = False           # on prompt lookup's chain (scored by its acceptance rate)
     target_entropy: float | None = None  # nats, of the target's raw distribution at its parent (None before 1.3)
+    sources: tuple[str, ...] = ()  # the lattice sources that proposed its cell (before 1.5: see `proposed_by`)
+
+
+def proposed_by(item) -> tuple[str, ...]:
+    """The sources of a lattice cell or plan node; a trace older than 1.5 records only whether prompt
+    lookup proposed it, and the rest came from "the drafter"."""
+    if item.sources:
+        return item.sources
+    return ("lookup",) if item.lookup else ("drafter",)
+
+
+@dataclass(frozen=True)
+class DraftingInfo:
+    """Which lattice sources a DSpark run used, and why (drafter "auto" chooses by the model)."""
+
+    sources: tuple[str, ...]
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -386,6 +405,7 @@ class DSparkRound:
     lookup: LookupMatch | None = None              # where prompt lookup matched (lookup_max_ngram > 0)
     lookup_scores: tuple[float, float] | None = None  # (λ_first, λ_continuation) used this round
     kv: KVMemory | None = None     # the target's cache: at its peak in verification, after compaction
+    drafting: DraftingInfo | None = None           # the prefill event: the run's sources (None before 1.5)
 
     def emitted_ids(self) -> list[int]:
         return list(self.emitted)

@@ -221,6 +221,32 @@ def check_dspark(step, prev, where: str) -> None:
     _check_lookup(where, step.lookup)
     if step.lookup_scores is not None and len(step.lookup_scores) != 2:
         raise TraceFormatError(f"{where}.lookup_scores: has {len(step.lookup_scores)} entries; expected 2")
+    _check_sources(where, step)
+
+
+MAX_SOURCES = 8                      # lattice sources named by one cell or run
+MAX_SOURCE_NAME = 40                 # characters of a source's name
+
+
+def _source_names(where: str, names) -> None:
+    _cap(where, names, MAX_SOURCES, "sources")
+    for i, name in enumerate(names):
+        if not 1 <= len(name) <= MAX_SOURCE_NAME:
+            raise _refuse(f"{where}[{i}]", name, f"is not a source name (1 to {MAX_SOURCE_NAME} characters)")
+
+
+def _check_sources(where: str, step) -> None:
+    """Source names: at most MAX_SOURCES per cell, node and run, each 1..MAX_SOURCE_NAME characters."""
+    for k, column in enumerate(step.lattice):
+        for j, cell in enumerate(column.cells):
+            _source_names(f"{where}.lattice[{k}].cells[{j}].sources", cell.sources)
+    for i, node in enumerate(step.nodes):
+        _source_names(f"{where}.nodes[{i}].sources", node.sources)
+    if step.drafting is not None:
+        _source_names(f"{where}.drafting.sources", step.drafting.sources)
+        if len(step.drafting.reason) > 300:
+            raise TraceFormatError(f"{where}.drafting.reason: {len(step.drafting.reason)} characters is over the "
+                                   "limit of 300")
 
 
 def _check_lattice(where: str, lattice) -> None:

@@ -136,6 +136,7 @@ class _Walk:
         self.row_of: dict[int, int] = {}
         self.drafted: list[float] = []                  # best-path survival of every candidate so far
         self.tokens, self.q_rows, self.score_rows, self.conf_rows, self.extra_at = [], [], [], [], []
+        self.own: list[int] = []                        # per position, the candidates the head proposed
 
     def position(self, pos: int, features: torch.Tensor, stepped: torch.Tensor, extra: int | None) -> None:
         """Candidates at 0-based `pos` from the stepped parents' distributions; the rest score 0."""
@@ -146,6 +147,7 @@ class _Walk:
         mix = (weight[:, None] * q_cond).sum(0) / weight.sum().clamp_min(1e-12)            # (V_s,)
         q_top, cols = torch.topk(mix, self.top_k)
         ids = self.net.vocab_ids[cols].tolist()
+        self.own.append(len(ids))
         if extra is None:
             q_cols = q_cond[:, cols]                                                        # (E, K)
         else:
@@ -165,7 +167,7 @@ class _Walk:
         """A position past the head's last: prompt lookup's token alone, after the previous one."""
         parents = len(self.tokens[-1])
         self.tokens.append([token]), self.q_rows.append([0.0]), self.score_rows.append([[0.0]] * parents)
-        self.conf_rows.append((0.0,) * parents), self.extra_at.append(0)
+        self.conf_rows.append((0.0,) * parents), self.extra_at.append(0), self.own.append(0)
 
     def settled(self, floor: float, budget: int | None) -> bool:
         """No node past this position can enter the plan, or matter: the best survival here is below
@@ -185,7 +187,7 @@ class _Walk:
 
     def draft(self) -> LatticeDraft:
         lattice = Lattice(self.tokens, self.q_rows, self.score_rows)
-        return LatticeDraft(lattice, tuple(self.conf_rows), tuple(self.extra_at))
+        return LatticeDraft(lattice, tuple(self.conf_rows), tuple(self.extra_at), tuple(self.own))
 
 
 def load_feature_lattice(lm, path: str | Path | None = None) -> FeatureLatticeDrafter:

@@ -135,11 +135,13 @@ class FeatureNet(nn.Module):
 
     def attach(self, lm) -> FeatureNet:
         emb = lm.model.get_input_embeddings().weight.detach()
-        check(emb.shape[1] == self.shape.hidden_size, "draft", lm.name,
-              f"has hidden size {emb.shape[1]}, the feature drafter was built for {self.shape.hidden_size}")
+        name = getattr(self, "name", "feature")
+        check(emb.shape[1] == self.shape.hidden_size, "draft", name,
+              f"was trained for another model (hidden size {self.shape.hidden_size}; this one has {emb.shape[1]})")
         self.vocab_size, self.eos_ids = lm.vocab_size, frozenset(lm.eos_ids)
-        check(int(self.vocab_ids.max()) < self.vocab_size, "draft", lm.name,
-              f"has {self.vocab_size} tokens, the feature drafter's slice reaches id {int(self.vocab_ids.max())}")
+        check(int(self.vocab_ids.max()) < self.vocab_size, "draft", name,
+              f"was trained for another model (its tokens reach id {int(self.vocab_ids.max())}; this one has "
+              f"{self.vocab_size})")
         device = emb.device
         self.to(device)
         self.embed = emb

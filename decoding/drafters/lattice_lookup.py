@@ -24,6 +24,7 @@ from fractions import Fraction
 from decoding.core.lattice import Lattice
 from decoding.core.trace import LookupMatch
 from decoding.drafters.lookup import lookup_continuation
+from decoding.drafters.parallel import LatticeDraft
 
 
 @dataclass(frozen=True)
@@ -102,3 +103,14 @@ def lookup_nodes(cands: Sequence[int], parents: Sequence[int], at: Sequence[int]
         on_chain = d <= len(at) and cand == at[d - 1] and (parent < 0 or out[parent])
         out.append(on_chain)
     return tuple(out)
+
+
+def lookup_lattice(lookup: LookupInput | None) -> LatticeDraft | None:
+    """Prompt lookup's chain as the whole base lattice (no trained drafter): one candidate per position,
+    scored λ_first, then λ_continuation; None when lookup proposed nothing."""
+    if lookup is None or not lookup.tokens:
+        return None
+    first, later = lookup.scores
+    m = len(lookup.tokens)
+    lattice = Lattice([[int(t)] for t in lookup.tokens], [[0.0]] * m, [[[first]]] + [[[later]]] * (m - 1))
+    return LatticeDraft(lattice, ((0.0,),) * m, (0,) * m, (0,) * m, ((("lookup",),),) * m)

@@ -380,6 +380,10 @@ class LatticeDraft:
     lattice: Lattice
     confidence: tuple[tuple[float, ...], ...]     # (γ, K_{k-1} or 1)
     extra: tuple[int, ...] = ()                   # candidate index of extra[k] at position k+1
+    own: tuple[int, ...] = ()                     # per position, how many of the first cells the drafter
+    #                                               proposed itself (the rest: extra's); () = all of them
+    sources: tuple[tuple[tuple[str, ...], ...], ...] = ()   # per position and cell, who proposed it
+    #                                               (decoding.drafters.lattice_source; () = not labelled)
 
 
 def _slice_column(drafter, token: int) -> int | None:
@@ -451,6 +455,7 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Se
     weight = torch.ones(1, device=device, dtype=torch.float32)          # (P,)
     tokens, q_rows, score_rows, conf_rows, extra_at = [], [], [], [], []
     k = min(top_k, len(drafter.vocab_ids))
+    own = (k,) * gamma
     for pos in range(gamma):
         logits, conf_z = scorer(pos, parents)                                       # (P, V_s), (P,) or ()
         logq = torch.log_softmax(logits, -1)                                        # (P, V_s)
@@ -473,4 +478,4 @@ def build_lattice(drafter: ParallelDrafter, hidden: torch.Tensor, root: int | Se
         conf_rows.append(tuple(conf.float().tolist()))
         parents, weight = torch.tensor(ids, device=device), q_top
     lattice = Lattice(tokens, q_rows, score_rows)
-    return LatticeDraft(lattice, tuple(conf_rows), tuple(extra_at))
+    return LatticeDraft(lattice, tuple(conf_rows), tuple(extra_at), own)

@@ -17,16 +17,44 @@ from pathlib import Path
 import torch
 
 from decoding.core.acceptance import RoundOutcome, greedy_round, sample_round
-from decoding.core.config import AUTO_COST, FEATURE_HEAD, PARALLEL_ALIASES, DSparkConfig
-from decoding.core.errors import check
+from decoding.core.config import (
+    AUTO_COST,
+    AUTO_DRAFTER,
+    FEATURE_HEAD,
+    PARALLEL_ALIASES,
+    RECYCLING,
+    DSparkConfig,
+    drafter_parts,
+)
+from decoding.core.errors import ConfigError, check
 from decoding.core.formulas import cut_at_eos, round_metrics, survival
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
-from decoding.core.trace import ChainDP, DSparkRound, KVMemory, LatticeCell, LatticeColumn, PlanNode, SizeChoiceInfo
+from decoding.core.trace import (
+    ChainDP,
+    DraftingInfo,
+    DSparkRound,
+    KVMemory,
+    LatticeCell,
+    LatticeColumn,
+    PlanNode,
+    SizeChoiceInfo,
+)
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter, load_feature_lattice
-from decoding.drafters.lattice_lookup import LookupInput, LookupRate, boost_chain, continuation, hits, lookup_nodes
+from decoding.drafters.lattice_lookup import (
+    LookupInput,
+    LookupRate,
+    boost_chain,
+    continuation,
+    hits,
+    lookup_lattice,
+    lookup_nodes,
+)
+from decoding.drafters.lattice_source import LatticeSource, OnlineCalibration, SourceRequest, compose, labelled
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter, load_drafter
+from decoding.drafters.recycling import RecyclingSource, table_for
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
+from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.models import LM, Timer, kv_memory
 from decoding.runtime.paths import ASSETS, FEATURE_WEIGHTS, calibration_path
@@ -49,18 +77,62 @@ DEFAULT_WEIGHTS = ASSETS / "dspark-smollm2-135m.safetensors"
 Drafter = ParallelDrafter | FeatureLatticeDrafter
 
 
-def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Drafter:
-    """The drafter passed in (attached to lm if needed), or the one config.drafter names: the shipped
-    parallel drafter, the feature drafter as a sequential head, or a parallel drafter's weights file."""
-    if drafter is None:
-        drafter = load_named_drafter(lm, config.drafter)
+@dataclass(frozen=True)
+class Drafting:
+    """A run's lattice sources: the trained drafter (None: none) with prompt lookup inside its lattice,
+    the training-free sources composed with it, and what the trace says of them."""
+
+    model: Drafter | None
+    sources: tuple[LatticeSource, ...]
+    info: DraftingInfo
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        return self.model.shape.feature_layers if self.model is not None else ()
+
+    @property
+    def span(self) -> int:
+        return self.model.span if self.model is not None else 1
+
+
+def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Drafting:
+    """The sources config.drafter names ("auto" chooses by the model: drafting_for), with the drafter passed
+    in (attached to lm if needed) as the trained one when given."""
+    trained, free = drafter_parts(config.drafter)
+    reason = ""
+    if trained == AUTO_DRAFTER:
+        trained, free, reason = auto_parts(lm, drafter is not None)
+    if drafter is None and trained is not None:
+        drafter = load_named_drafter(lm, trained)
     elif isinstance(drafter, ParallelDrafter) and drafter.head is None:
         drafter.attach(lm)
-    check(drafter.shape.vocab_size == lm.vocab_size, "drafter", f"<vocab {drafter.shape.vocab_size}>",
-          f"was trained for another model (this one has vocab {lm.vocab_size})")
-    check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
-          f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
-    return drafter
+    if drafter is not None:
+        check(drafter.shape.vocab_size == lm.vocab_size, "drafter", f"<vocab {drafter.shape.vocab_size}>",
+              f"was trained for another model (this one has vocab {lm.vocab_size})")
+        check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
+              f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
+    sources = tuple(RecyclingSource(table_for(lm)) for name in free if name == RECYCLING)
+    names = ((model_source_name(drafter),) if drafter is not None else ()) \
+        + (("lookup",) if config.lookup_max_ngram > 0 else ()) + tuple(s.name for s in sources)
+    return Drafting(drafter, sources, DraftingInfo(names, reason or f"drafter {config.drafter!r} as set"))
+
+
+AUTO_WITH_TRAINED: tuple[str, ...] = ()       # training-free sources "auto" adds to the shipped head
+
+
+def auto_parts(lm: LM, given: bool) -> tuple[str | None, tuple[str, ...], str]:
+    """What "auto" means on this model: (trained drafter, training-free sources, why)."""
+    if given:
+        return None, AUTO_WITH_TRAINED, "auto: the drafter passed in"
+    if shipped_fits(lm):
+        return FEATURE_HEAD, AUTO_WITH_TRAINED, "auto: the shipped feature drafter was trained for this model"
+    return None, (RECYCLING,), ("auto: no shipped drafter was trained for this model, so training-free "
+                                "sources only")
+
+
+def model_source_name(drafter: Drafter) -> str:
+    """How cells a trained drafter proposed are labelled: "feature" or "parallel"."""
+    return "feature" if isinstance(drafter, FeatureLatticeDrafter) else "parallel"
 
 
 def load_named_drafter(lm: LM, name: str) -> Drafter:
@@ -68,9 +140,14 @@ def load_named_drafter(lm: LM, name: str) -> Drafter:
     at the same path loads anew)."""
     path = named_weights(name)
     version = file_stamp(path), file_stamp(calibration_path(path))
-    if name == FEATURE_HEAD:
-        return lm.loaded(("dspark drafter", name), version, lambda: load_feature_lattice(lm, path))
-    return lm.loaded(("dspark drafter", name), version, lambda: load_drafter(path, lm))
+    try:
+        if name == FEATURE_HEAD:
+            return lm.loaded(("dspark drafter", name), version, lambda: load_feature_lattice(lm, path))
+        return lm.loaded(("dspark drafter", name), version, lambda: load_drafter(path, lm))
+    except ConfigError as err:
+        if err.param == "draft" or (err.param == "drafter" and err.value != name):   # name the drafter as given
+            raise ConfigError("drafter", name, err.expected) from None
+        raise
 
 
 def named_weights(name: str) -> Path:
@@ -88,7 +165,7 @@ def file_stamp(path: Path) -> tuple[int, int] | None:
     return stat.st_mtime_ns, stat.st_size
 
 
-def load_cost(lm: LM, config: DSparkConfig, drafter: Drafter) -> CostTable | None:
+def load_cost(lm: LM, config: DSparkConfig, drafter: Drafting) -> CostTable | None:
     """None (fixed size), the table in config.cost_table, or for "auto" the table profiled on this
     device on first use and cached (profiled again when it covers too few tokens), with this drafter's
     round overhead (`round_overhead_ms`)."""
@@ -102,17 +179,19 @@ def load_cost(lm: LM, config: DSparkConfig, drafter: Drafter) -> CostTable | Non
 
 OVERHEAD_TEXT = "Explain in a few sentences why the sea is salty, and where the salt comes from."
 OVERHEAD_TOKENS = 24               # tokens decoded to time the rounds
-_overheads: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # drafter -> {round shape: ms}
+_overheads: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # drafter or model -> {round shape: ms}
 
 
-def round_overhead_ms(lm: LM, config: DSparkConfig, drafter: Drafter, table: CostTable) -> float:
+def round_overhead_ms(lm: LM, config: DSparkConfig, drafter: Drafting, table: CostTable) -> float:
     """Milliseconds a round with this drafter spends outside its verification forward (drafting,
     selection, acceptance, cache compaction): the median over the drafting rounds of a short run of this
     config (seed 0, sized without overhead) on a fixed prompt (`_probe_prompt`), timed once per drafter
-    object, model, device, fast path or not, and round shape (γ, K, budget, lookup, greedy or not)."""
+    object (the model, without one), model, device, fast path or not, sources and round shape (γ, K,
+    budget, lookup, greedy or not)."""
     shape = (lm.name, str(lm.device), str(lm.dtype), lm.fast is not None, config.select, config.gamma,
-             config.top_k_candidates, config.budget, config.lookup_max_ngram, config.is_greedy)
-    known = _overheads.setdefault(drafter, {})
+             config.top_k_candidates, config.budget, config.lookup_max_ngram, config.is_greedy,
+             drafter.info.sources)
+    known = _overheads.setdefault(drafter.model if drafter.model is not None else lm, {})
     if shape not in known:
         probe = dataclasses.replace(config, max_new_tokens=OVERHEAD_TOKENS, cost_table=None)
         decoder = DSparkDecoder(lm, probe, drafter, torch.Generator().manual_seed(0),
@@ -148,6 +227,12 @@ def select_plan(lattice, config: DSparkConfig, cost: CostTable | None):
     if cost is None:
         return best_tree(lattice, config.budget), None
     return choose_tree(lattice, cost, config.budget, cost.overhead_ms)
+
+
+def source_nodes(config: DSparkConfig) -> int:
+    """The most candidates a tree source proposes in a round: twice what the plan may verify, at most 32."""
+    most = config.budget if config.select == "tree" else config.gamma * config.top_k_candidates
+    return min(32, 2 * most)
 
 
 # ------------------------------------------------------------------------------ one round
@@ -195,9 +280,12 @@ class DSparkDecoder:
     """One trace's parallel drafting: the target KV cache, the drafter's hidden-row history (the rows
     that produced the last emitted tokens), the emitted context and prompt lookup's hit rate."""
 
-    def __init__(self, lm: LM, config: DSparkConfig, drafter: Drafter, generator: torch.Generator,
+    def __init__(self, lm: LM, config: DSparkConfig, drafting: Drafting, generator: torch.Generator,
                  cost: CostTable | None = None, cache=None):
-        self.lm, self.config, self.drafter, self.generator, self.cost = lm, config, drafter, generator, cost
+        self.lm, self.config, self.drafting, self.generator, self.cost = lm, config, drafting, generator, cost
+        self.drafter = drafting.model                 # the trained drafter, or None
+        self.calibration = OnlineCalibration.empty()  # the tree sources' scores, measured in this run
+        self.trees: tuple = ()                        # the tree sources' proposals this round
         self.pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
                                                                      config.top_p, config.min_p)
         self.cache = lm.sequence_cache() if cache is None else cache
@@ -210,15 +298,19 @@ class DSparkDecoder:
         """Forward over prompt + forced tokens; choose the first free token. The history starts with
         the drafter's input row (the LM-head input, then the feature layers' outputs) at the last position."""
         timer = Timer(self.lm)
-        with tap_head_input(self.lm, self.drafter.shape.feature_layers) as tap:
-            row = self.lm.forward(list(prompt_ids) + list(forced), self.cache, logits_to_keep=1)[-1]  # (V,)
+        fed = list(prompt_ids) + list(forced)
+        with tap_head_input(self.lm, self.drafting.feature_layers) as tap:
+            row = self.lm.forward(fed, self.cache, logits_to_keep=1)[-1]  # (V,)
         self.hidden = tap.hidden[0, -1][None]      # (1, F) the head reads the last position only
         timer.lap("prefill")
+        for source in self.drafting.sources:
+            source.observe(fed[-1:], row[None])
         token, draw = self._first_token(row)
         timer.lap("acceptance")
         event = prefill_event(self.lm, self.config,
                               PrefillResult(len(prompt_ids), tuple(forced), token, draw, timer,
                                             kv_memory(self.cache)))
+        event = dataclasses.replace(event, drafting=self.drafting.info)
         self.context, self.prompt_len = list(prompt_ids) + list(event.emitted), len(prompt_ids)
         self.last, self.index = event.emitted, 1
         return event
@@ -246,7 +338,7 @@ class DSparkDecoder:
         """One target forward: draft -> select -> verify -> accept -> roll back (compact the cache)."""
         timer = Timer(self.lm)
         draft = self._draft(step) if step.gamma >= 1 else None
-        if draft is not None:
+        if step.gamma >= 1:
             timer.lap("drafter")
         plan, choice = select_plan(draft.lattice, self.config, self.cost) if draft else (None, None)
         root = int(step.history[-1])
@@ -255,6 +347,9 @@ class DSparkDecoder:
         past = self.cache.get_seq_length()
         logits, rows = self._verify(tokens, parents)               # (q, V), (q, F)
         timer.lap("verification")
+        for source in self.drafting.sources:
+            source.observe(tokens, logits)
+        timer.lap("drafter")
         peak = kv_memory(self.cache).bytes
         p_rows = target_probs(logits, self.pipeline)               # (q, V)
         outcome = self._accept(tokens, parents, logits, p_rows)
@@ -268,7 +363,10 @@ class DSparkDecoder:
     def advance(self, step: RoundStep, emitted: Sequence[int], produced: torch.Tensor) -> None:
         """After a round: the context, the history rows (at most the drafter's span) and the lookup rate."""
         self.context.extend(emitted)
-        self.hidden = torch.cat([self.hidden, produced[:len(emitted)]])[-self.drafter.span:]
+        self.hidden = torch.cat([self.hidden, produced[:len(emitted)]])[-self.drafting.span:]
+        for tree in self.trees:
+            self.calibration.update(tree, emitted)
+        self.trees = ()
         if step.lookup:
             self.rate = self.rate.updated(hits(step.lookup.tokens, emitted))
         self.last, self.index = emitted, self.index + 1
@@ -286,21 +384,31 @@ class DSparkDecoder:
         tokens, match = continuation(self.context, self.config.lookup_max_ngram, gamma, self.lm.eos_ids)
         return LookupInput(tokens, match, self.rate.scores())
 
-    def _draft(self, step: RoundStep) -> LatticeDraft:
-        """The drafter's lattice, with prompt lookup's chain added and scored when there is one."""
+    def _draft(self, step: RoundStep) -> LatticeDraft | None:
+        """The round's lattice: the trained drafter's (prompt lookup's chain inside it), else prompt
+        lookup's chain alone, with every tree source's candidates composed in; None when nothing was proposed."""
+        base = self._trained_draft(step) if self.drafter is not None else lookup_lattice(step.lookup)
+        request = SourceRequest(step.gamma, source_nodes(self.config))
+        self.trees = tuple(source.propose(self.context, request) for source in self.drafting.sources)
+        if not self.trees:
+            return base
+        return compose(base, self.trees, [self.calibration.scores(tree) for tree in self.trees], step.gamma)
+
+    def _trained_draft(self, step: RoundStep) -> LatticeDraft:
+        """The trained drafter's lattice, with prompt lookup's chain added and scored when there is one."""
         lookup = step.lookup
         config = self.config
         budget = config.budget if config.select == "tree" else None
         request = LatticeRequest(step.gamma, config.top_k_candidates, config.temperature,
                                  tuple(lookup.tokens) if lookup else (), budget)
         draft = self.drafter.lattice(step.hidden, step.history, request)
-        if not draft.extra:
-            return draft
-        return dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
+        if draft.extra:
+            draft = dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
+        return labelled(draft, model_source_name(self.drafter))
 
     def _verify(self, tokens, parents) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (q, V) of one target forward over the tree, and the drafter's input rows (q, F)."""
-        with tap_head_input(self.lm, self.drafter.shape.feature_layers) as tap:
+        with tap_head_input(self.lm, self.drafting.feature_layers) as tap:
             logits = verify_tree(self.lm, self.cache, tokens, parents)
         return logits, tap.hidden[0]
 
@@ -314,8 +422,8 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
            forced: Sequence[int] = (), drafter: Drafter | None = None) -> Iterator[DSparkRound]:
     """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
     the context end."""
-    drafter = resolve_drafter(lm, config, drafter)
-    decoder = DSparkDecoder(lm, config, drafter, generator, load_cost(lm, config, drafter))
+    drafting = resolve_drafter(lm, config, drafter)
+    decoder = DSparkDecoder(lm, config, drafting, generator, load_cost(lm, config, drafting))
     yield decoder.prefill(prompt_ids, forced)
     yield from decoder.rounds()
 
@@ -350,8 +458,10 @@ def lattice_columns(lm: LM, draft: LatticeDraft) -> tuple[LatticeColumn, ...]:
     lat, cols = draft.lattice, []
     for k in range(lat.gamma):
         extra = draft.extra[k] if k < len(draft.extra) else None
+        sources = draft.sources[k] if k < len(draft.sources) else ()
         cells = tuple(LatticeCell(k + 1, j, tok, lm.piece(tok), float(lat.q_draft[k][j]),
-                                  tuple(float(row[j]) for row in lat.scores[k]), lookup=j == extra)
+                                  tuple(float(row[j]) for row in lat.scores[k]), lookup=j == extra,
+                                  sources=sources[j] if j < len(sources) else ())
                       for j, tok in enumerate(lat.token_ids[k]))
         cols.append(LatticeColumn(k + 1, draft.confidence[k], cells))
     return tuple(cols)
@@ -386,8 +496,16 @@ def plan_nodes(lm: LM, result: RoundResult) -> tuple[PlanNode, ...]:
         out.append(PlanNode(i, parents[i], depth[i], cands[i - 1], tokens[i], lm.piece(tokens[i]),
                             float(scores[i - 1]), survival[i - 1], float(result.p_rows[parents[i], tokens[i]]),
                             chk.p_accept if chk else None, chk.draw if chk else None, verdict,
-                            lookup=on_chain[i - 1], target_entropy=entropies[parents[i]]))
+                            lookup=on_chain[i - 1], target_entropy=entropies[parents[i]],
+                            sources=cell_sources(result.draft, depth[i], cands[i - 1])))
     return tuple(out)
+
+
+def cell_sources(draft: LatticeDraft, depth: int, cand: int) -> tuple[str, ...]:
+    """Who proposed the lattice cell a plan node came from (() when the lattice is not labelled)."""
+    if depth > len(draft.sources) or cand >= len(draft.sources[depth - 1]):
+        return ()
+    return draft.sources[depth - 1][cand]
 
 
 def size_info(cost: CostTable | None, choice) -> SizeChoiceInfo | None:

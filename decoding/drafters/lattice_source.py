@@ -1,0 +1,221 @@
+"""Lattice sources: anything that proposes DSpark candidates, and the composer that merges them.
+
+A source proposes, for one round, a tree of candidate tokens after the round's root (the last emitted
+token): each node a token, its parent node (or the root) and a prior ŝ⁰ in [0, 1], the source's own
+guess that the node is accepted once its parent is. The composer turns the priors into calibrated scores
+ŝ by what the run measured so far (`OnlineCalibration`) and merges every source into one lattice: the same
+token at the same depth is one cell whatever its parent, its score under a parent cell the highest any
+source gave it there, and the cell lists the sources that proposed it. Stage 1 (the DP or best-first
+tree) and stage 2 (the exact tree rule) are unchanged, and every input here is known before the round's
+target forward, so any mix of sources keeps decoding exact.
+
+The trained drafters (the feature head, the parallel drafter) build their lattice themselves, with prompt
+lookup's chain inside it (decoding.drafters.lattice_lookup); that lattice is the composer's base, and the
+tree sources' nodes are added to it.
+"""
+from __future__ import annotations
+
+import dataclasses
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from decoding.core.config import DSPARK_MAX_GAMMA
+from decoding.core.lattice import Lattice
+from decoding.core.trace_check import MAX_LATTICE_CANDIDATES
+from decoding.drafters.parallel import LatticeDraft
+
+ROOT = -1
+
+
+@dataclass(frozen=True)
+class SourceNode:
+    token: int
+    parent: int                 # index of the parent node in the tree's nodes; ROOT: the round's root
+    prior: float                # ŝ⁰ in [0, 1]: the source's guess that it is accepted once its parent is
+    q_draft: float = 0.0        # the source's probability of the token, for display (0: it has none)
+
+
+@dataclass(frozen=True)
+class SourceTree:
+    """One source's proposal for one round, parents before children."""
+
+    source: str
+    nodes: tuple[SourceNode, ...] = ()
+
+    def depths(self) -> list[int]:
+        out: list[int] = []
+        for node in self.nodes:
+            out.append(1 if node.parent == ROOT else out[node.parent] + 1)
+        return out
+
+
+@dataclass(frozen=True)
+class SourceRequest:
+    """What a round asks of a source: at most `max_nodes` nodes, at most `gamma` deep."""
+
+    gamma: int
+    max_nodes: int
+
+
+class LatticeSource(ABC):
+    """A training-free or trained source of DSpark candidates. `observe` sees every target forward the
+    strategy runs anyway (the tokens it fed and the target's logits at each), before the next round."""
+
+    name: str = "source"
+
+    def start(self, prompt_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
+        """A run begins with this prompt."""
+
+    @abstractmethod
+    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree:
+        """Candidates after context[-1] (the round's root); draft side only."""
+
+    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:  # noqa: B027 - optional hook
+        """logits (n, V): the target's logits after each of the n tokens fed (in their tree's context)."""
+
+
+# ------------------------------------------------------------------------------ calibration
+DEPTH_BUCKETS = 4               # depths 1, 2, 3 and 4+ are counted apart
+PRIOR_BUCKETS = 5               # priors in [0, .2), [.2, .4), … [.8, 1]
+PRIOR_WEIGHT = 4.0              # the prior counts as this many tries
+
+
+@dataclass
+class OnlineCalibration:
+    """ŝ = (hits + w·ŝ⁰) / (tries + w) per (source, depth, prior bucket), counted over the run's earlier
+    rounds: a node is tried when its parent matched the tokens the round emitted (the root always does),
+    and hit when its own token matched too; a node the plan did not verify is counted all the same."""
+
+    counts: dict
+
+    @classmethod
+    def empty(cls) -> OnlineCalibration:
+        return cls({})
+
+    @staticmethod
+    def key(source: str, depth: int, prior: float) -> tuple[str, int, int]:
+        return source, min(depth, DEPTH_BUCKETS), min(int(prior * PRIOR_BUCKETS), PRIOR_BUCKETS - 1)
+
+    def score(self, source: str, depth: int, prior: float) -> float:
+        tries, hits = self.counts.get(self.key(source, depth, prior), (0, 0))
+        return (hits + PRIOR_WEIGHT * prior) / (tries + PRIOR_WEIGHT)
+
+    def scores(self, tree: SourceTree) -> list[float]:
+        return [self.score(tree.source, d, n.prior) for n, d in zip(tree.nodes, tree.depths())]
+
+    def update(self, tree: SourceTree, emitted: Sequence[int]) -> None:
+        """Count the tree's nodes against the tokens the round emitted (see the class)."""
+        for node, depth, hit in tried(tree, emitted):
+            key = self.key(tree.source, depth, node.prior)
+            tries, hits = self.counts.get(key, (0, 0))
+            self.counts[key] = (tries + 1, hits + hit)
+
+
+def tried(tree: SourceTree, emitted: Sequence[int]) -> list[tuple[SourceNode, int, bool]]:
+    """(node, depth, hit) for every node whose parent path equals emitted[:depth − 1]."""
+    matched = {ROOT}
+    out = []
+    for i, (node, depth) in enumerate(zip(tree.nodes, tree.depths())):
+        if node.parent in matched and depth <= len(emitted):
+            hit = node.token == emitted[depth - 1]
+            out.append((node, depth, hit))
+            if hit:
+                matched.add(i)
+    return out
+
+
+# ------------------------------------------------------------------------------ composer
+class _Cells:
+    """The lattice being composed: per position, token -> cell index, the cells' q and sources, and the
+    scores by (parent cell, cell)."""
+
+    def __init__(self, base: LatticeDraft | None):
+        self.tokens: list[list[int]] = []
+        self.q: list[list[float]] = []
+        self.sources: list[list[tuple[str, ...]]] = []
+        self.scores: list[dict[tuple[int, int], float]] = []
+        self.confidence: list[tuple[float, ...]] = []
+        if base is not None:
+            self._take_base(base)
+
+    def _take_base(self, base: LatticeDraft) -> None:
+        lat = base.lattice
+        for k in range(lat.gamma):
+            self.tokens.append(list(lat.token_ids[k]))
+            self.q.append([float(v) for v in lat.q_draft[k]])
+            self.sources.append(list(base.sources[k]))
+            self.scores.append({(p, j): float(s) for p, row in enumerate(lat.scores[k]) for j, s in enumerate(row)})
+            self.confidence.append(tuple(base.confidence[k]))
+
+    def cell(self, depth: int, token: int, source: str, q: float) -> int | None:
+        """The cell of `token` at `depth` (1-based), added when missing; None when the position is full."""
+        k = depth - 1
+        if k == len(self.tokens):
+            self.tokens.append([]), self.q.append([]), self.sources.append([]), self.scores.append({})
+            self.confidence.append(())
+        row = self.tokens[k]
+        if token in row:
+            j = row.index(token)
+            if source not in self.sources[k][j]:
+                self.sources[k][j] = self.sources[k][j] + (source,)
+            self.q[k][j] = max(self.q[k][j], q)
+            return j
+        if len(row) >= MAX_LATTICE_CANDIDATES:
+            return None
+        row.append(token), self.q[k].append(q), self.sources[k].append((source,))
+        return len(row) - 1
+
+    def raise_score(self, depth: int, parent: int, j: int, score: float) -> None:
+        key = (0 if depth == 1 else parent, j)
+        table = self.scores[depth - 1]
+        table[key] = max(table.get(key, 0.0), score)
+
+    def draft(self, extra: tuple[int, ...], own: tuple[int, ...]) -> LatticeDraft:
+        widths = [1] + [len(row) for row in self.tokens]
+        scores = [[[min(1.0, max(0.0, self.scores[k].get((p, j), 0.0))) for j in range(widths[k + 1])]
+                   for p in range(widths[k])] for k in range(len(self.tokens))]
+        confidence = tuple(tuple(conf) + (0.0,) * (widths[k] - len(conf)) for k, conf in enumerate(self.confidence))
+        lattice = Lattice(self.tokens, [[min(1.0, max(0.0, v)) for v in row] for row in self.q], scores)
+        return LatticeDraft(lattice, confidence, extra, own, tuple(tuple(row) for row in self.sources))
+
+
+def labelled(draft: LatticeDraft, name: str) -> LatticeDraft:
+    """A trained drafter's lattice with each cell's sources: `name` for the cells it proposed itself,
+    "lookup" for prompt lookup's (both where lookup's token was among the drafter's own)."""
+    lat = draft.lattice
+    own = draft.own or tuple(len(row) for row in lat.token_ids)
+    sources = []
+    for k, row in enumerate(lat.token_ids):
+        lookup_at = draft.extra[k] if k < len(draft.extra) else None
+        sources.append(tuple(((name,) if j < own[k] else ()) + (("lookup",) if j == lookup_at else ())
+                             for j in range(len(row))))
+    return dataclasses.replace(draft, own=own, sources=tuple(sources))
+
+
+def compose(base: LatticeDraft | None, trees: Sequence[SourceTree], scores: Sequence[Sequence[float]],
+            gamma: int) -> LatticeDraft | None:
+    """The base lattice (labelled, or none) with every tree's nodes added at their depth (at most gamma),
+    each under its parent's cell with its calibrated score (`scores[i]` for trees[i], node by node);
+    None when nothing was proposed."""
+    cells = _Cells(base)
+    gamma = min(gamma, DSPARK_MAX_GAMMA)
+    for tree, tree_scores in zip(trees, scores):
+        at: list[int | None] = []
+        for node, depth, score in zip(tree.nodes, tree.depths(), tree_scores):
+            parent = None if node.parent == ROOT else at[node.parent]
+            if depth > gamma or (node.parent != ROOT and parent is None):
+                at.append(None)
+                continue
+            j = cells.cell(depth, int(node.token), tree.source, float(node.q_draft))
+            if j is not None:
+                cells.raise_score(depth, parent or 0, j, float(score))
+            at.append(j)
+    if not cells.tokens or not cells.tokens[0]:
+        return None
+    if base is None:
+        return cells.draft((), tuple(0 for _ in cells.tokens))
+    own = base.own + (0,) * (len(cells.tokens) - len(base.own))
+    return cells.draft(base.extra, own)

@@ -1,0 +1,218 @@
+"""Lattice sources: the composer (one cell per token and depth, the best score under each parent, the sources
+listed), the online calibration, token recycling's table and tree, the model fingerprint, and exactness with
+training-free sources only: exact enumeration on a tabular toy (negative control: the retrospective plan),
+token identity with plain greedy on a tiny llama (negative control: a wrong acceptance rule), and "auto"
+choosing the training-free sources on a model no shipped drafter fits."""
+from __future__ import annotations
+
+from fractions import Fraction
+
+import pytest
+import torch
+from test_tree_accept import retrospective_branches, toy_pair
+from toy import speculative_sequences, target_sequences
+
+from decoding.core.acceptance import RoundOutcome, total_variation
+from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.errors import ConfigError
+from decoding.core.lattice import Lattice
+from decoding.drafters.lattice_source import (
+    ROOT,
+    OnlineCalibration,
+    SourceNode,
+    SourceRequest,
+    SourceTree,
+    compose,
+    labelled,
+    tried,
+)
+from decoding.drafters.parallel import LatticeDraft
+from decoding.drafters.recycling import RecyclingSource, RecyclingTable
+from decoding.runner import run
+from decoding.runtime.fingerprint import fingerprint, matches
+from decoding.strategies import dspark
+from decoding.strategies.dspark_select import best_tree, flat_tree
+from tests.dspark_helpers import one_thread, varied_llama
+
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+
+
+def tree(source, *nodes):
+    return SourceTree(source, tuple(SourceNode(*n) for n in nodes))
+
+
+# ------------------------------------------------------------------------------ composer
+def test_compose_merges_sources_per_token_and_depth():
+    a = tree("a", (5, ROOT, 0.5, 0.4), (6, 0, 0.5, 0.3), (7, ROOT, 0.2, 0.1))
+    b = tree("b", (5, ROOT, 0.9, 0.0), (8, 0, 0.6, 0.2))
+    draft = compose(None, [a, b], [[0.5, 0.4, 0.2], [0.9, 0.6]], gamma=4)
+    lat = draft.lattice
+    assert lat.token_ids == ((5, 7), (6, 8))
+    assert draft.sources == ((("a", "b"), ("a",)), (("a",), ("b",)))
+    assert lat.scores[0] == ((0.9, 0.2),)                  # the best score any source gave
+    assert lat.scores[1] == ((0.4, 0.6), (0.0, 0.0))       # children of 5 only; 7 has none
+    assert lat.q_draft[0] == (0.4, 0.1)
+    assert draft.own == (0, 0) and len(draft.confidence[1]) == 2
+
+
+def test_compose_cuts_at_gamma_and_drops_orphans():
+    chain = tree("a", (1, ROOT, 0.9), (2, 0, 0.9), (3, 1, 0.9))
+    draft = compose(None, [chain], [[0.9, 0.9, 0.9]], gamma=2)
+    assert draft.lattice.token_ids == ((1,), (2,))
+    assert compose(None, [tree("a")], [[]], gamma=3) is None
+
+
+def test_compose_keeps_the_base_lattice_and_its_labels():
+    base = LatticeDraft(Lattice([[4, 9]], [[0.6, 0.1]], [[[0.6, 0.3]]]), ((0.7,),), (1,), (1,))
+    base = labelled(base, "feature")
+    assert base.sources == ((("feature",), ("lookup",)),)
+    draft = compose(base, [tree("r", (9, ROOT, 0.8), (2, 0, 0.5))], [[0.8, 0.5]], gamma=3)
+    assert draft.lattice.token_ids == ((4, 9), (2,))
+    assert draft.lattice.scores[0] == ((0.6, 0.8),)
+    assert draft.lattice.scores[1] == ((0.0,), (0.5,))
+    assert draft.sources[0] == (("feature",), ("lookup", "r"))
+    assert draft.extra == (1,) and draft.own == (1, 0)
+
+
+# ------------------------------------------------------------------------------ calibration
+def test_tried_counts_nodes_whose_parent_path_was_emitted():
+    t = tree("r", (1, ROOT, 0.5), (2, ROOT, 0.5), (3, 0, 0.5), (4, 1, 0.5), (5, 2, 0.5))
+    got = [(n.token, d, hit) for n, d, hit in tried(t, [1, 9])]
+    assert got == [(1, 1, True), (2, 1, False), (3, 2, False)]
+
+
+def test_calibration_moves_from_the_prior_to_the_measured_rate():
+    cal = OnlineCalibration.empty()
+    t = tree("r", (1, ROOT, 0.9))
+    assert cal.score("r", 1, 0.9) == pytest.approx(0.9)
+    for _ in range(36):
+        cal.update(t, [2])                # never right
+    assert cal.score("r", 1, 0.9) == pytest.approx(3.6 / 40)
+    assert cal.score("other", 1, 0.9) == pytest.approx(0.9)     # per source
+    assert cal.score("r", 2, 0.9) == pytest.approx(0.9)         # per depth
+
+
+# ------------------------------------------------------------------------------ recycling
+def test_table_keeps_the_latest_row_per_token_and_states_its_size():
+    table = RecyclingTable(vocab_size=10, k=3)
+    logits = torch.tensor([[0.0] * 9 + [5.0], [9.0, 8.0, 7.0] + [0.0] * 7, [0.0, 0.0, 0.0, 9.0] + [0.0] * 6])
+    table.update([4, 4, 2], logits)            # token 4 fed twice: its last row counts
+    assert [t for t, _ in table.children(4, 3)] == [0, 1, 2]
+    assert table.children(2, 1)[0][0] == 3 and table.children(2, 1)[0][1] > 0.9
+    assert table.children(7, 3) == [] and table.children(99, 3) == []
+    assert table.filled == 2
+    assert RecyclingTable(49152).nbytes == 49152 * 8 * 6      # int32 ids + float16 probabilities
+
+
+def test_recycling_grows_best_first_through_the_table():
+    table = RecyclingTable(vocab_size=8, k=2)
+    rows = torch.full((8, 8), -9.0)
+    rows[0, 1], rows[0, 2] = 2.0, 1.0          # after 0: 1 (likely), then 2
+    rows[1, 3] = 9.0                           # after 1: 3, nearly sure
+    table.update(list(range(8)), rows)
+    got = RecyclingSource(table, children=2).propose([5, 0], SourceRequest(gamma=3, max_nodes=3))
+    assert [(n.token, n.parent) for n in got.nodes] == [(1, ROOT), (3, 0), (2, ROOT)]
+    assert got.source == "recycling" and got.depths() == [1, 2, 1]
+
+
+# ------------------------------------------------------------------------------ exactness
+def recycling_plan(draft, gamma: int, budget: int):
+    """The training-free plan on a toy: a recycling table filled from another model's rows (earlier
+    forwards), its tree composed and calibrated, the best `budget` nodes verified."""
+    table = RecyclingTable(draft.vocab, k=draft.vocab)
+    table.update(list(range(draft.vocab)),
+                 torch.log(torch.tensor([[float(p) for p in row] for row in draft.rows])))
+    source, cal = RecyclingSource(table, children=2), OnlineCalibration.empty()
+
+    def plan(last: int):
+        proposed = source.propose([last], SourceRequest(gamma, 2 * budget))
+        lattice = compose(None, [proposed], [cal.scores(proposed)], gamma).lattice
+        return flat_tree(last, best_tree(lattice, budget))
+    return plan
+
+
+@pytest.mark.parametrize("gamma,budget", [(2, 3), (3, 5), (4, 6)])
+def test_recycled_trees_are_exact_by_enumeration(gamma, budget):
+    target, draft = toy_pair(200 + gamma)
+    got = speculative_sequences(target, 0, 5, recycling_plan(draft, gamma, budget))
+    assert got == target_sequences(target, 0, 5)
+
+
+def test_recycled_trees_with_the_retrospective_rule_fail():
+    target, draft = toy_pair(203)
+    got = speculative_sequences(target, 0, 5, recycling_plan(draft, 3, 5), retrospective_branches)
+    assert total_variation(got, target_sequences(target, 0, 5)) > Fraction(1, 100)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    return varied_llama(seed=3)
+
+
+PROMPTS = [[1, 2, 3, 4, 5, 1, 2, 3], [9, 40, 17], [33]]
+
+
+@pytest.mark.parametrize("select", ["chain", "tree"])
+@pytest.mark.parametrize("lookup", [0, 2])
+def test_training_free_dspark_equals_greedy(lm, select, lookup):
+    for prompt in PROMPTS:
+        greedy = run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+        config = DSparkConfig(max_new_tokens=30, drafter="recycling", select=select, lookup_max_ngram=lookup,
+                              cost_table=None, gamma=4)
+        tr = run(lm, prompt, config)
+        assert tr.error is None and tr.output_ids == greedy
+
+
+def test_recycled_nodes_are_verified_both_ways(lm):
+    """The checks above are not vacuous: recycled nodes get accepted and rejected."""
+    for prompt in PROMPTS:
+        run(lm, prompt, DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None))
+    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=40, drafter="recycling", cost_table=None))
+    verdicts = {n.verdict for e in tr.steps for n in e.nodes if "recycling" in n.sources}
+    assert {"accepted", "rejected"} <= verdicts
+    cells = [c for e in tr.steps for col in e.lattice for c in col.cells]
+    assert cells and all(c.sources for c in cells)
+
+
+def test_wrong_rule_with_recycling_diverges(lm, monkeypatch):
+    def accept_first(tokens, parents, logits):
+        kids = [i for i, p in enumerate(parents) if p == 0]
+        acc = (kids[0],) if kids else ()
+        nxt = int(torch.argmax(logits[acc[-1] if acc else 0]))
+        return RoundOutcome(acc, nxt, "bonus", None, (), tuple(tokens[i] for i in acc) + (nxt,))
+
+    run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None))   # warm the table
+    monkeypatch.setattr(dspark, "greedy_round", accept_first)
+    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None))
+    assert tr.output_ids != run(lm, PROMPTS[0], GreedyConfig(max_new_tokens=30)).output_ids
+
+
+# ------------------------------------------------------------------------------ auto and names
+def test_auto_uses_training_free_sources_where_no_shipped_drafter_fits(lm):
+    tr = run(lm, PROMPTS[1], DSparkConfig(max_new_tokens=8))
+    info = tr.steps[0].drafting
+    assert info.sources == ("lookup", "recycling")
+    assert "no shipped drafter" in info.reason
+
+
+def test_naming_a_trained_drafter_for_another_model_names_the_drafter(lm):
+    with pytest.raises(ConfigError) as err:
+        next(dspark.decode(lm, PROMPTS[1], DSparkConfig(max_new_tokens=8, drafter="feature"),
+                           generator=torch.Generator()))
+    assert err.value.param == "drafter" and err.value.value == "feature"
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("name", ["recycling+recycling", " "])
+def test_bad_drafter_names_are_one_line_errors(name):
+    with pytest.raises(ConfigError, match="drafter"):
+        DSparkConfig(drafter=name)
+
+
+def test_fingerprint_matches_across_dtypes_and_not_across_models():
+    a, b = varied_llama(seed=5), varied_llama(seed=6)
+    fa = fingerprint(a)
+    a.model.to(torch.bfloat16)
+    assert matches(fa, fingerprint(a))
+    assert not matches(fa, fingerprint(b))
+    assert not matches(None, fa) and not matches({"arch": fa["arch"], "weights": ["x"]}, fa)
