@@ -70,8 +70,10 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cost-table", help="verify-cost JSON file, or 'auto' (profiled once); dspark: adaptive size; "
                                         "speculative: the cost policy's table (default auto)")
     p.add_argument("--lossy-threshold", type=float, help="dspark: LOSSY acceptance above this p_target")
-    p.add_argument("--drafter", help="dspark: 'feature' (default: the feature drafter as a sequential head), "
-                                     "'parallel' (the parallel drafter) or a parallel drafter's weights file")
+    p.add_argument("--drafter", help="dspark: 'auto' (default: the shipped feature drafter where it was trained "
+                                     "for the model, token recycling on any other), 'feature', 'parallel', "
+                                     "'recycling' (training-free) or a parallel drafter's weights file; "
+                                     "'+recycling' adds token recycling to a trained one")
 
 
 def build_parser() -> argparse.ArgumentParser:

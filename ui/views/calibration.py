@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from decoding.core.formulas import CALIBRATION_BINS, calibration_error, reliability_bins
 from ui.views import palette
+from ui.views.sources import source_text
 
 SAMPLE_COLUMNS = ["round", "node", "position", "source", "score", "accepted"]
 GROUP_COLORS = (palette.BLUE, palette.ORANGE, palette.GREEN, palette.VERMILLION, palette.PURPLE, palette.SKY,
@@ -30,7 +31,7 @@ def samples(events: Sequence) -> pd.DataFrame:
         if getattr(e, "kind", "") != "dspark_round" or e.prefill:
             continue
         on_path = {0} | {n.node for n in e.nodes if n.verdict == "accepted"}
-        rows += [{"round": e.index, "node": n.node, "position": n.depth, "source": "lookup" if n.lookup else "drafter",
+        rows += [{"round": e.index, "node": n.node, "position": n.depth, "source": source_text(n),
                   "score": float(n.score), "accepted": n.verdict == "accepted"}
                  for n in e.nodes if n.parent in on_path]
     return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)

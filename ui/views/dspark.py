@@ -14,6 +14,7 @@ import plotly.graph_objects as go
 from ui.views import palette
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
+from ui.views.sources import source_text
 
 NODE_STYLE = {   # verdict -> (colour, marker symbol, text twin)
     "accepted": (palette.GREEN, "circle", "✓ accepted"),
@@ -116,8 +117,8 @@ def _cell_hover(c, column, parent: int | None) -> str:
     given = "root" if c.position == 1 else ("max over parents" if parent is None else f"parent cand {parent}")
     scores = ", ".join(_num(s) for s in c.scores)
     confs = ", ".join(_num(x) for x in column.confidence)
-    source = (" | prompt lookup's token (ŝ after its lookup parent: the run's lookup acceptance rate)"
-              if c.lookup else "")
+    source = f" | proposed by: {source_text(c)}" + (" (ŝ after its lookup parent: the run's lookup acceptance "
+                                                     "rate)" if c.lookup else "")
     return (f"k={c.position} cand {c.cand}: {visible(c.piece)!r} (id {c.token_id}) | q_draft {_num(c.q_draft)} | "
             f"ŝ per parent [{scores}] (shown: {given}) | c_k per parent [{confs}]{source}")
 
@@ -290,6 +291,7 @@ def selection_summary(event) -> dict:
             "accepted drafts (measured)": len(event.accepted_path), "tokens emitted": len(event.emitted),
             "tokens fed to the target": event.fed_tokens,
             "prompt lookup": lookup_text(event),
+            "lattice sources": ", ".join(sorted({source_text(c) for col in event.lattice for c in col.cells})) or "—",
             "acceptance": "LOSSY (threshold shortcut)" if event.lossy else "exact"}
 
 
@@ -313,7 +315,7 @@ def verdicts_table(event) -> pd.DataFrame:
         rows.append({"node": n.node, "parent": n.parent, "depth": n.depth, "cand": n.cand, "token_id": n.token_id,
                      "piece": visible(n.piece), "q_draft": c.q_draft if c else None, "score": n.score,
                      "survival": n.survival, "p_target": n.p_target, "p_accept": n.p_accept, "u": n.draw,
-                     "verdict": n.verdict, "source": "prompt lookup" if n.lookup else "drafter"})
+                     "verdict": n.verdict, "source": source_text(n)})
     depth = len(event.accepted_path) + 1
     rows.append({"node": None, "parent": event.accepted_path[-1] if event.accepted_path else 0, "depth": depth,
                  "cand": None, "token_id": event.next_token, "piece": visible(piece_of(event, event.next_token)),
@@ -334,8 +336,7 @@ def node_tooltip(n, event) -> str:
     parts = [f"id {n.token_id}", f"ŝ {_num(n.score)}", f"q_draft {_num(c.q_draft if c else None)}",
              f"survival {_num(n.survival)}", f"p_target {_num(n.p_target)}", f"p_accept {_num(n.p_accept)}",
              f"u {_num(n.draw)}", f"node {n.node} depth {n.depth}", f"round {event.index}"]
-    if n.lookup:
-        parts.insert(1, "prompt lookup")
+    parts.insert(1, source_text(n))
     return " · ".join(parts)
 
 

@@ -9,6 +9,7 @@ import streamlit as st
 from decoding.runtime.paths import FEATURE_WEIGHTS, calibration_path
 from ui.views import beam, calibration, chips, dspark, spec, tables
 from ui.views.chips import token_box_html
+from ui.views.sources import drafting_text
 from ui.widgets import display, force_pickers, step_panel
 from ui.widgets.step_panel import ViewContext
 
@@ -150,6 +151,8 @@ def _dspark_prefill(event) -> None:
     with c1:
         st.html(token_box_html(dspark.piece_of(event, event.next_token), event.next_token, "from the prefill"))
     c2.metric("Tokens fed", event.fed_tokens)
+    if event.drafting is not None:
+        st.text(drafting_text(event.drafting))
 
 
 def _dspark_header(event) -> None:

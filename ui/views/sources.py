@@ -1,0 +1,22 @@
+"""DSpark's lattice sources in words: who proposed a cell or a plan node, and which sources a run used."""
+from __future__ import annotations
+
+from decoding.core.trace import proposed_by
+
+SOURCE_LABELS = {"feature": "feature head", "parallel": "parallel drafter", "lookup": "prompt lookup",
+                 "recycling": "token recycling", "drafter": "drafter"}
+
+
+def source_label(name: str) -> str:
+    return SOURCE_LABELS.get(name, name)
+
+
+def source_text(item) -> str:
+    """'feature head + prompt lookup': the sources of a lattice cell or plan node (older traces: lookup or not)."""
+    return " + ".join(source_label(name) for name in proposed_by(item))
+
+
+def drafting_text(info) -> str:
+    """One line: the run's sources and why (a prefill round's `drafting`)."""
+    names = ", ".join(source_label(name) for name in info.sources) or "none"
+    return f"Lattice sources: {names}. {info.reason}"
