@@ -1,11 +1,23 @@
-"""python -m bench {engine,speculative,matmul,dspark,dspark-head,lattice,lossy,app,trace_load,distill-gen,all}: run
-benchmarks and write their sections of BENCHMARKS.md."""
+"""python -m bench {engine,speculative,matmul,dspark,dspark-head,dspark-sources,lattice,lossy,app,trace_load,
+distill-gen,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
-from bench import app, distill_gen, dspark, dspark_head, engine, lattice, lossy, matmul, speculative, trace_load
+from bench import (
+    app,
+    distill_gen,
+    dspark,
+    dspark_head,
+    dspark_sources,
+    engine,
+    lattice,
+    lossy,
+    matmul,
+    speculative,
+    trace_load,
+)
 
 BENCHES = {"engine": engine.main, "speculative": speculative.main, "matmul": matmul.main, "dspark": dspark.main,
-           "dspark-head": dspark_head.main,
+           "dspark-head": dspark_head.main, "dspark-sources": dspark_sources.main,
            "lattice": lattice.main, "lossy": lossy.main, "app": app.main,
            "trace_load": trace_load.main, "distill-gen": distill_gen.main}
 

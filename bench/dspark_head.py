@@ -49,8 +49,12 @@ def contenders(lm, feature, temperature: float, n: int, budgets: tuple[int, ...]
     return runs, reference
 
 
-def measure(lm, feature, prompts: dict, args) -> dict:
-    runs, reference = contenders(lm, feature, args.temperature, args.max_new_tokens, args.budgets)
+def measure(lm, feature, prompts: dict, args, make=None) -> dict:
+    """Per contender: speeds, τ and round times over the prompts; `make(lm, feature, args)` gives the
+    contenders and the reference's name (default: this benchmark's)."""
+    make = make or (lambda lm, feature, args: contenders(lm, feature, args.temperature, args.max_new_tokens,
+                                                         args.budgets))
+    runs, reference = make(lm, feature, args)
     rows = {name: {"speed": [], "tau": [], "rounds": 0, "ms": 0.0, "verify": 0.0, "draft": 0.0} for name in runs}
     encoded = [lm.encode(p) for p in prompts.values()]
     for name in runs:                       # warm-up (and the cost policy's table)

@@ -51,6 +51,13 @@ class RecyclingTable:
             self.next_ids[ids] = top.indices.to("cpu", torch.int32)
             self.probs[ids] = top.values.to("cpu", torch.float16)
 
+    def clear(self) -> None:
+        """Forget every row (a cold start)."""
+        with self.lock:
+            self.next_ids.fill_(-1)
+            self.probs.zero_()
+            self.filled = 0
+
     def children(self, token: int, most: int) -> list[tuple[int, float]]:
         """(next token, probability) recorded after `token`, best first; empty when never seen."""
         if not 0 <= token < len(self.next_ids):
