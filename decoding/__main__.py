@@ -122,6 +122,9 @@ def _summary(tr) -> str:
         line += f", tau {s.mean_accepted_length:.2f}"
     if s.acceptance_rate is not None:             # None when no round drafted a token (lookup found no match)
         line += f", acceptance {s.acceptance_rate:.2f}"
+    drafting = getattr(tr.steps[0], "drafting", None) if tr.steps else None
+    if drafting is not None:                      # DSpark: which lattice sources ran, and why
+        line += f", sources {'+'.join(drafting.sources) or 'none'} ({drafting.reason})"
     return line
 
 

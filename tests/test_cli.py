@@ -79,3 +79,16 @@ def test_compare_prints_table(tmp_path):
     rows = [ln for ln in res.stdout.splitlines() if ln.startswith(("greedy", "sample"))]
     assert len(rows) == 2
     assert [t["strategy"] for t in json.loads(out.read_text())] == ["greedy", "sample"]
+
+
+def test_dspark_on_another_model_runs_training_free_and_says_so(tmp_path):
+    """The headline strategy at its defaults on a model no shipped drafter was trained for."""
+    from tiny_app_model import build_tiny_model_dir
+
+    model = build_tiny_model_dir(tmp_path / "tiny")
+    res = cli("run", "--prompt", "Say hi.", "--model", str(model), "--strategy", "dspark", "--max-new-tokens", "12")
+    assert res.returncode == 0, res.stderr
+    summary = res.stdout.strip().splitlines()[-1]
+    assert summary.startswith("[dspark]") and "sources lookup+recycling (auto: no shipped drafter" in summary
+    res = cli("run", "--prompt", "Say hi.", "--model", str(model), "--strategy", "dspark", "--drafter", "feature")
+    assert res.returncode == 2 and res.stderr.startswith("error: drafter='feature' is invalid: was trained for another")
