@@ -1,8 +1,8 @@
-"""DSpark's lattice sources on the embedded model: token recycling alone (training-free; with the table warm
-from the earlier runs in the process, and cold, cleared before each run), the defaults ("auto": the shipped
-feature head with prompt lookup), the head with token recycling composed in, and the best speculative
-configuration, interleaved in one process, on the benchmark prompts and on fresh ones, at temperature 0
-(every output checked equal to greedy's) or above (seeded).
+"""DSpark's lattice sources on the embedded model: the training-free sources (token recycling, suffix
+matching; each with its memory warm from unrelated runs, and cold), the defaults ("auto": the shipped
+feature head with prompt lookup), the head with token recycling composed in, and speculative decoding over
+recycling and over the shipped feature drafter, interleaved in one process, on the benchmark prompts and on
+fresh ones, at temperature 0 (every output checked equal to greedy's) or above (seeded).
 
     python -m bench dspark-sources [--repeats R] [--max-new-tokens N] [--temperature T]
                                    [--device cuda --dtype bfloat16 --fast-path --prompts N --md FILE]
@@ -15,32 +15,62 @@ from bench import model_options
 from bench.dspark import timed_run
 from bench.dspark_head import DEFAULTS, SETS, measure, render_set
 from bench.report import machine
+from decoding import runner
 from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.drafters.feature_net import load_feature
 from decoding.drafters.recycling import table_for
+from decoding.drafters.suffix import store_for
+from decoding.train.data import distill_prompts
 
-TRAINING_FREE = "DSpark training-free (token recycling + lookup), table warm"
+TRAINING_FREE = "DSpark token recycling + lookup, warm"
+WARM_PROMPTS = 8            # unrelated prompts (decoding.train.data.distill_prompts) that warm the sources
 
 
-def contenders(lm, feature, args) -> tuple[dict, str]:
+class Memory:
+    """The training-free sources' memory of the model (recycling table, suffix store): empty, or the fixed
+    warm state left by WARM_PROMPTS unrelated runs, set before each contender's run so that no run sees
+    any benchmark prompt's text, its own included."""
+
+    def __init__(self, lm, n: int):
+        self.lm, self.parts = lm, (table_for(lm), store_for(lm))
+        self.empty()
+        for text in distill_prompts(WARM_PROMPTS, seed=7):
+            runner.run(lm, lm.encode(text), DSparkConfig(max_new_tokens=n, drafter="recycling+suffix"))
+        self.warm_state = tuple(part.snapshot() for part in self.parts)
+
+    def empty(self) -> None:
+        for part in self.parts:
+            part.clear()
+
+    def warm(self) -> None:
+        for part, state in zip(self.parts, self.warm_state):
+            part.restore(state)
+
+    def run(self, state: str, config, **kw):
+        """A contender: its memory set (`state`: "warm" or "cold"), then the timed run."""
+        def go(ids):
+            self.warm() if state == "warm" else self.empty()
+            return timed_run(self.lm, ids, config, **kw)
+        return go
+
+
+def contenders(lm, feature, args, memory: Memory) -> tuple[dict, str]:
     n, temperature = args.max_new_tokens, args.temperature
     sampled = {"temperature": temperature, "seed": 0} if temperature > 0 else {}
     reference = "sample (ours)" if temperature > 0 else "greedy (ours)"
     plain = SampleConfig(max_new_tokens=n, **sampled) if temperature > 0 else GreedyConfig(max_new_tokens=n)
-    dspark = lambda **kw: (lambda ids: timed_run(lm, ids, DSparkConfig(max_new_tokens=n, **sampled, **kw)))
-
-    def cold(ids):
-        table_for(lm).clear()
-        return timed_run(lm, ids, DSparkConfig(max_new_tokens=n, drafter="recycling", **sampled))
-
+    dspark = lambda state, **kw: memory.run(state, DSparkConfig(max_new_tokens=n, **sampled, **kw))  # noqa: E731
+    spec = lambda state, draft, **kw: memory.run(  # noqa: E731
+        state, SpeculativeConfig(max_new_tokens=n, draft=draft, gamma=8, gamma_policy="cost", **sampled), **kw)
     runs = {reference: lambda ids: timed_run(lm, ids, plain),
-            TRAINING_FREE: dspark(drafter="recycling"),
-            "DSpark training-free, table cleared before each run": cold,
-            DEFAULTS: dspark(),
-            "DSpark feature head + token recycling + lookup": dspark(drafter="feature+recycling"),
-            "speculative lookup+feature cost-aware γ≤8": lambda ids: timed_run(
-                lm, ids, SpeculativeConfig(max_new_tokens=n, draft="lookup+feature", gamma=8, gamma_policy="cost",
-                                           **sampled), draft_lm=feature)}
+            TRAINING_FREE: dspark("warm", drafter="recycling"),
+            "DSpark token recycling + lookup, cold": dspark("cold", drafter="recycling"),
+            "DSpark recycling + suffix + lookup, warm": dspark("warm", drafter="recycling+suffix"),
+            "DSpark recycling + suffix + lookup, cold": dspark("cold", drafter="recycling+suffix"),
+            DEFAULTS: dspark("cold"),
+            "DSpark feature head + token recycling + lookup, warm": dspark("warm", drafter="feature+recycling"),
+            "speculative lookup+recycling cost-aware γ≤8, warm": spec("warm", "lookup+recycling"),
+            "speculative lookup+feature cost-aware γ≤8": spec("cold", "lookup+feature", draft_lm=feature)}
     return runs, reference
 
 
@@ -54,8 +84,9 @@ def main(argv=None) -> None:
     args.budgets = ()
     lm = model_options.load_model(args)
     feature = load_feature(lm)
-    table_for(lm).clear()
-    sets = {title: measure(lm, feature, model_options.first(prompts, args), args, contenders)
+    memory = Memory(lm, args.max_new_tokens)
+    make = lambda lm, feature, args: contenders(lm, feature, args, memory)  # noqa: E731
+    sets = {title: measure(lm, feature, model_options.first(prompts, args), args, make)
             for title, prompts in SETS.items()}
     cmd = (f"python -m bench dspark-sources --repeats {args.repeats} --max-new-tokens {args.max_new_tokens} "
            f"--temperature {args.temperature:g}" + model_options.flags(args))
@@ -64,8 +95,9 @@ def main(argv=None) -> None:
             f"Model: {model_options.label(lm)}; machine: {machine()}.  ",
             "Speed: tokens/s over plain decoding's on the same prompt in the same repeat, contenders interleaved; "
             "median [min–max] over prompts × repeats. τ: tokens per target forward after the prefill. The "
-            "recycling table starts empty and is shared by the runs that use it, in the order they ran (the "
-            "benchmark prompts after the fresh ones), except for the contender that clears it before each run. "
+            "training-free sources' memory (the recycling table, the suffix store) is set before every run: "
+            f"*cold* empty, *warm* as {WARM_PROMPTS} runs on unrelated prompts (decoding.train.data.distill_prompts, "
+            "seed 7) left it, so that no run sees a benchmark prompt's text, its own included. "
             + ("Every contender's output was checked equal to greedy's." if args.temperature == 0 else
                "Sampled with seed 0: outputs differ between contenders; each stays exact in distribution."), ""]
     for title, rows in sets.items():

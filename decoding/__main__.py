@@ -55,10 +55,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--length-penalty", type=float)
     p.add_argument("--early-stopping", action="store_true", default=None)
     p.add_argument("--gamma", type=int, help="draft length (speculative: 1..32; dspark: 1..16)")
-    p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup), 'shallow' (trained self-draft; "
-                                   "'shallow:FILE' for other weights), 'feature' (trained feature drafter over the "
-                                   "target's LM-head input; 'feature:FILE'), a draft model id/path, or 'lookup+' one "
-                                   "of those (prompt lookup where it matches, else the draft model)")
+    p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup), 'recycling' (token recycling, any "
+                                   "model), 'shallow' (trained self-draft; 'shallow:FILE' for other weights), "
+                                   "'feature' (trained feature drafter over the target's LM-head input; "
+                                   "'feature:FILE'), a draft model id/path, 'lookup+' one of those (prompt lookup "
+                                   "where it matches, else that drafter), or 'auto' (lookup+feature where the "
+                                   "shipped feature drafter was trained for the model, else lookup+recycling)")
     p.add_argument("--gamma-policy", choices=list(GAMMA_POLICIES),
                    help="speculative γ policy (cost: per round the γ with the most expected tokens per ms)")
     p.add_argument("--confidence-threshold", type=float, help="speculative confidence policy: stop below this q_draft")

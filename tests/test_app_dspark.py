@@ -10,6 +10,8 @@ from dspark_helpers import APP_CHAIN, chain_config
 from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_strategies import html_of
 
+from ui.views.sources import source_text
+
 
 @pytest.fixture(scope="module")
 def drafter_file(tiny_dir):
@@ -125,8 +127,9 @@ def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     names = {t.get("name") for t in chart_titled(at, "lattice")["data"]}
     assert "prompt lookup's token (framed)" in names
     verdicts = frame_with(at, "p_accept")
-    assert list(verdicts["source"])[:-1] == ["prompt lookup" if n.lookup else "drafter" for n in event.nodes]
-    assert "prompt lookup" in set(verdicts["source"])
+    assert list(verdicts["source"])[:-1] == [source_text(n) for n in event.nodes]
+    assert any("prompt lookup" in s for s in verdicts["source"])
+    assert all(n.sources for n in event.nodes)
     summary = frame_with(at, "quantity").set_index("quantity")["value"]
     assert summary["prompt lookup"].startswith("n-gram [") and "λ_first" in summary["prompt lookup"]
 

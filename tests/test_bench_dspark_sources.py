@@ -1,4 +1,4 @@
-"""bench/dspark_sources.py: its contenders, and the cold contender clears the recycling table first."""
+"""bench/dspark_sources.py: its contenders, and each run starts from the memory it names (warm or cold)."""
 from __future__ import annotations
 
 import argparse
@@ -7,22 +7,28 @@ import torch
 
 from bench import dspark_sources
 from decoding.drafters.recycling import table_for
+from decoding.drafters.suffix import store_for
 from tests.dspark_helpers import varied_llama
 
 
-def test_contenders_and_the_cold_table():
+def test_contenders_run_from_the_memory_they_name(monkeypatch):
     lm = varied_llama(seed=4)
-    runs, reference = dspark_sources.contenders(lm, None, argparse.Namespace(max_new_tokens=6, temperature=0.0))
+    monkeypatch.setattr(dspark_sources, "WARM_PROMPTS", 2)
+    monkeypatch.setattr(lm, "encode", lambda text: [1, 2, 3, len(text) % 50 + 4])
+    memory = dspark_sources.Memory(lm, 6)
+    table, store = table_for(lm), store_for(lm)
+    warm_rows, warm_tokens = table.filled, store.tokens
+    assert warm_rows > 0 and warm_tokens > 0
+    runs, reference = dspark_sources.contenders(lm, None, argparse.Namespace(max_new_tokens=6, temperature=0.0),
+                                                memory)
     assert reference == "greedy (ours)" and list(runs)[0] == reference
     assert dspark_sources.TRAINING_FREE in runs and dspark_sources.DEFAULTS in runs
-    table = table_for(lm)
-    prompt = [1, 2, 3]
-    runs[dspark_sources.TRAINING_FREE](prompt)
-    assert table.filled > 0
-    unfed = next(t for t in range(lm.vocab_size) if table.children(t, 1) == [])
-    table.update([unfed], torch.zeros(1, lm.vocab_size))          # a row no run of this prompt writes
-    tokens, _, trace = runs["DSpark training-free, table cleared before each run"](prompt)
-    fed = set(prompt) | set(trace.output_ids)
-    assert unfed in fed or table.children(unfed, 1) == []
-    assert table.filled <= len(fed)             # only rows this run wrote
-    assert tokens == 6
+    table.update([60], torch.zeros(1, lm.vocab_size))        # a row the warm state does not have
+    runs[dspark_sources.TRAINING_FREE]([7, 8, 9])
+    assert store.tokens == warm_tokens                        # the recycling contender keeps no text
+    runs["DSpark recycling + suffix + lookup, warm"]([7, 8, 9])
+    assert store.tokens > warm_tokens                         # started from the warm store, then added its own
+    tokens, _, trace = runs["DSpark token recycling + lookup, cold"]([7, 8, 9])
+    assert tokens == 6 and table.filled <= len({7, 8, 9} | set(trace.output_ids))
+    memory.warm()
+    assert (table.filled, store.tokens) == (warm_rows, warm_tokens)

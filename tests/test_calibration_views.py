@@ -44,7 +44,7 @@ def test_samples_are_the_children_of_accepted_nodes(rounds):
     table = calibration.samples([dataclasses.replace(event, nodes=nodes)])
     assert table["node"].tolist() == [1, 2, 3, 4]
     assert table["accepted"].tolist() == [True, False, False, False]
-    assert table["source"].tolist() == ["drafter", "drafter", "lookup", "drafter"]
+    assert table["source"].tolist() == ["drafter", "drafter", "prompt lookup", "drafter"]
     ece = calibration.errors(table, "position")
     assert math.isclose(ece[1], 0.5 * abs(0.9 - 1) + 0.5 * abs(0.2 - 0))      # two bins of one node
     assert math.isclose(ece["all"], calibration_error([0.9, 0.2, 0.7, 0.1], [True, False, False, False]))

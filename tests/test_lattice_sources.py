@@ -216,3 +216,30 @@ def test_fingerprint_matches_across_dtypes_and_not_across_models():
     assert matches(fa, fingerprint(a))
     assert not matches(fa, fingerprint(b))
     assert not matches(None, fa) and not matches({"arch": fa["arch"], "weights": ["x"]}, fa)
+
+
+# ------------------------------------------------------------------------------ speculative over the sources
+@pytest.mark.parametrize("draft", ["recycling", "lookup+recycling", "auto"])
+def test_speculative_training_free_equals_greedy(lm, draft):
+    from decoding.core.config import SpeculativeConfig
+    from decoding.drafters.factory import load_draft
+
+    drafters = set()
+    for prompt in PROMPTS:
+        config = SpeculativeConfig(max_new_tokens=30, draft=draft, gamma=4)
+        assert config.draft_model in (None, "auto")
+        kwargs = {"draft_lm": load_draft(config.draft_model, lm)} if config.draft_model else {}
+        tr = run(lm, prompt, config, **kwargs)
+        assert tr.error is None and tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+        drafters |= {e.drafter for e in tr.steps if e.gamma}
+    assert "recycling" in drafters
+
+
+def test_greedy_walk_follows_the_best_child():
+    from decoding.drafters.source_chain import greedy_walk
+
+    lat = Lattice([[1, 2], [3, 4]], [[0.5, 0.5], [0.5, 0.5]], [[[0.4, 0.6]], [[0.9, 0.1], [0.2, 0.3]]])
+    assert greedy_walk(lat, 2) == [1, 1]          # 2 (0.6), then under 2: 4 (0.3)
+    assert greedy_walk(lat, 1) == [1]
+    dead = Lattice([[1], [3]], [[0.5], [0.5]], [[[0.4]], [[0.0]]])
+    assert greedy_walk(dead, 2) == [0]

@@ -215,3 +215,33 @@ def test_feature_drafter_wrong_residual_fails(target, feature_net, reference, mo
     assert power_lambda(p_ref, p_bad, N_RUNS) >= 60
     monkeypatch.setattr(speculative, "residual_distribution", lambda p_target, q_draft: p_target)
     assert chi2_pvalue(sample_pairs(target, FeatureDrafter(feature_net)), reference, N_RUNS) < ALPHA
+
+
+def recycling_drafter(target):
+    """Token recycling's chain with its table warmed by one run (then filled by every run's forwards)."""
+    from decoding.drafters.recycling import RecyclingSource, RecyclingTable
+    from decoding.drafters.source_chain import SourceChainDrafter
+
+    drafter = SourceChainDrafter([RecyclingSource(RecyclingTable(target.vocab_size))])
+    list(speculative.decode(target, PROMPT, CONFIG, generator=torch.Generator().manual_seed(0), drafter=drafter))
+    return drafter
+
+
+def test_recycling_chain_matches_plain_sampling(target, reference):
+    drafter = recycling_drafter(target)
+    counts = sample_pairs(target, drafter)
+    assert chi2_pvalue(first_token(counts), marginal(reference), N_RUNS) > ALPHA
+    assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA
+    first = next(speculative.decode(target, PROMPT, CONFIG, generator=torch.Generator(), drafter=drafter))
+    assert first.gamma >= 1 and first.drafter == "recycling"
+
+
+def test_recycling_chain_without_zeroing_fails(target, reference, monkeypatch):
+    drafter = recycling_drafter(target)
+    p_target = target_probs(target, PROMPT)
+    drafted = drafter.sources[0].table.children(PROMPT[-1], 1)[0][0]
+    p_wrong = (1 - p_target[drafted]) * p_target
+    p_wrong[drafted] += p_target[drafted]
+    assert power_lambda(p_target, p_wrong, N_RUNS) >= 60
+    monkeypatch.setattr(speculative, "point_mass_residual", lambda p_target, token: p_target)
+    assert chi2_pvalue(sample_first(target, drafter), marginal(reference), N_RUNS) < ALPHA

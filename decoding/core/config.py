@@ -103,6 +103,10 @@ SPEC_MAX_GAMMA = 32                    # speculative decoding's longest draft (g
 MAX_LOOKUP_NGRAM = 16                  # prompt lookup's longest n-gram matched (both strategies)
 LOOKUP = "lookup"
 LOOKUP_THEN = "lookup+"                # "lookup+MODEL": prompt lookup, else the draft model MODEL
+AUTO_DRAFT = "auto"                    # speculative: lookup+feature where the shipped drafter fits, else training-free
+RECYCLING = "recycling"                # token recycling (drafters/recycling.py), for any model
+SUFFIX = "suffix"                      # suffix matching over this process's earlier text (drafters/suffix.py)
+TRAINING_FREE = (RECYCLING, SUFFIX)    # lattice sources that need no files ("recycling+suffix"; DSpark and speculative)
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")
 COST_POLICY = "cost"                   # γ per round maximizing expected tokens per ms (a verify-cost table)
 
@@ -135,8 +139,9 @@ class SpeculativeConfig(SamplingParams):
         check(self.cost_table is None or self.gamma_policy == COST_POLICY, "cost_table", self.cost_table,
               f"is used by gamma_policy '{COST_POLICY}' only (this run's is {self.gamma_policy!r})")
         check(isinstance(self.draft, str) and self.draft.strip() != "", "draft", self.draft,
-              "give 'lookup' or a draft model id or path")
-        check(self.draft_model is None or self.draft_model.strip() not in ("", LOOKUP), "draft", self.draft,
+              "give 'lookup', 'recycling', 'auto' or a draft model id or path")
+        check(self.draft_model is None or self.draft_model.strip() not in ("", LOOKUP, AUTO_DRAFT)
+              or self.draft == AUTO_DRAFT, "draft", self.draft,
               f"give a draft model after '{LOOKUP_THEN}' (e.g. '{LOOKUP_THEN}shallow')")
         check(_is_int(self.gamma) and 1 <= self.gamma <= SPEC_MAX_GAMMA, "gamma", self.gamma,
               f"must be an integer in [1, {SPEC_MAX_GAMMA}]")
@@ -159,10 +164,12 @@ class SpeculativeConfig(SamplingParams):
 
     @property
     def draft_model(self) -> str | None:
-        """The draft model a run must load: None for prompt lookup alone."""
+        """The draft model a run must load: None for prompt lookup and the training-free sources; "auto"
+        loads the shipped feature drafter where it fits the model (decoding.drafters.factory.load_draft)."""
         if self.draft == LOOKUP:
             return None
-        return self.draft[len(LOOKUP_THEN):] if self.draft.startswith(LOOKUP_THEN) else self.draft
+        model = self.draft[len(LOOKUP_THEN):] if self.draft.startswith(LOOKUP_THEN) else self.draft
+        return None if set(model.split("+")) <= set(TRAINING_FREE) else model
 
 
 DSPARK_SELECT = ("chain", "tree")
@@ -174,8 +181,6 @@ PARALLEL_DRAFTER = "parallel"          # assets/dspark-smollm2-135m.safetensors 
 PARALLEL_ALIASES = (PARALLEL_DRAFTER, "default")   # "default" named it while it was DSpark's default
 FEATURE_HEAD = "feature"               # the shipped feature drafter as a sequential head (drafters/feature_lattice.py)
 AUTO_DRAFTER = "auto"                  # the shipped trained drafter where it fits the model, else training-free
-RECYCLING = "recycling"                # token recycling (drafters/recycling.py), for any model
-TRAINING_FREE = (RECYCLING,)           # lattice sources that need no files: "feature+recycling", "recycling"
 DEFAULT_DRAFTER = AUTO_DRAFTER
 
 

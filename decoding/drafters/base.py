@@ -72,6 +72,10 @@ class Drafter(ABC):
         one that produced the context's last token. By default only that last row is kept (`observe`)."""
         self.observe(rows[-1], first_position + len(rows) + 1)
 
+    def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:  # noqa: B027 - optional hook
+        """The target's logits (n, V) after each of the last n tokens a verification forward fed (a
+        training-free source fills its table from them)."""
+
     def token_ms(self, target: LM) -> dict[str, float]:
         """ms per drafted token, by source name (the cost-aware γ policy's draft cost; lookup is free)."""
         from decoding.runtime.cost_table import draft_token_ms

@@ -1,12 +1,15 @@
 """The drafter a speculative config names, and the draft model or net it needs loaded."""
 from __future__ import annotations
 
-from decoding.core.config import LOOKUP, LOOKUP_THEN
+from decoding.core.config import AUTO_DRAFT, LOOKUP, LOOKUP_THEN, TRAINING_FREE
 from decoding.core.errors import ConfigError
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
+from decoding.drafters.recycling import RECYCLING, RecyclingSource, table_for
+from decoding.drafters.source_chain import SourceChainDrafter
+from decoding.drafters.suffix import SUFFIX, SuffixSource, store_for
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import LM
 
@@ -17,8 +20,11 @@ def load_draft(name: str, target: LM, **spec):
     drafter ("feature", "feature:PATH"; a decoding.drafters.feature_net.FeatureNet, not an LM); errors name `draft`."""
     from decoding.drafters.feature_net import FEATURE, load_feature
     from decoding.drafters.shallow import SHALLOW, load_shallow
+    from decoding.runtime.fingerprint import shipped_fits
     from decoding.runtime.models import ModelSpec, load
 
+    if name == AUTO_DRAFT:          # the shipped feature drafter where it was trained for this model, else none
+        return ENGINE.call(load_feature, target, None) if shipped_fits(target) else None
     if name == SHALLOW or name.startswith(SHALLOW + ":"):
         return ENGINE.call(load_shallow, target, name[len(SHALLOW) + 1:] or None)
     if name == FEATURE or name.startswith(FEATURE + ":"):
@@ -32,13 +38,29 @@ def load_draft(name: str, target: LM, **spec):
     return draft
 
 
+def training_free_sources(target: LM, names) -> list:
+    """Fresh tree sources for one run, by name ("recycling", "suffix"); their memory is the model's."""
+    made = {RECYCLING: lambda: RecyclingSource(table_for(target)), SUFFIX: lambda: SuffixSource(store_for(target))}
+    return [made[name]() for name in names]
+
+
 def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -> Drafter:
-    """The drafter a config names: 'lookup', the draft model the caller loaded (`draft_lm`: an LM, or a
-    FeatureNet from load_draft('feature')), or 'lookup+MODEL' (prompt lookup, else that draft model)."""
+    """The drafter a config names: 'lookup', 'recycling' (token recycling's chain, any model), the draft
+    model the caller loaded (`draft_lm`: an LM, or a FeatureNet from load_draft('feature')), 'lookup+X'
+    (prompt lookup, else X), or 'auto': 'lookup+feature' with the shipped feature drafter loaded by
+    load_draft('auto'), 'lookup+recycling' where none fits the model (draft_lm None)."""
     from decoding.drafters.feature_net import FeatureNet
 
     if draft == LOOKUP:
         return PromptLookupDrafter(max_ngram, target.eos_ids)
+    if draft == AUTO_DRAFT:
+        draft = LOOKUP_THEN + ("feature" if draft_lm is not None else TRAINING_FREE[0])
+    model_name = draft[len(LOOKUP_THEN):] if draft.startswith(LOOKUP_THEN) else draft
+    if set(model_name.split("+")) <= set(TRAINING_FREE):
+        model = SourceChainDrafter(training_free_sources(target, model_name.split("+")))
+        if draft.startswith(LOOKUP_THEN):
+            return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
+        return model
     if draft_lm is None:
         raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass draft_lm=")
     if isinstance(draft_lm, FeatureNet):

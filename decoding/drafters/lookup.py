@@ -122,5 +122,8 @@ class LookupThenDraftDrafter(Drafter):
     def observe_rows(self, rows: torch.Tensor, first_position: int) -> None:
         self.model.observe_rows(rows, first_position)
 
+    def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        self.model.observe_logits(tokens, logits)
+
     def token_ms(self, target: LM) -> dict[str, float]:
         return self.model.token_ms(target)

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 
 import torch
 
+from decoding.core.config import RECYCLING
 from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, SourceRequest, SourceTree
 
-RECYCLING = "recycling"
 TABLE_K = 8                 # next tokens kept per token id
 CHILDREN = 4                # of those, the most a node proposes
 
@@ -57,6 +57,17 @@ class RecyclingTable:
             self.next_ids.fill_(-1)
             self.probs.zero_()
             self.filled = 0
+
+    def snapshot(self) -> tuple:
+        with self.lock:
+            return self.next_ids.clone(), self.probs.clone(), self.filled
+
+    def restore(self, state: tuple) -> None:
+        """Back to a snapshot() (a benchmark's fixed warm state)."""
+        with self.lock:
+            next_ids, probs, self.filled = state
+            self.next_ids.copy_(next_ids)
+            self.probs.copy_(probs)
 
     def children(self, token: int, most: int) -> list[tuple[int, float]]:
         """(next token, probability) recorded after `token`, best first; empty when never seen."""

@@ -22,6 +22,7 @@ from decoding.core.config import (
     AUTO_DRAFTER,
     FEATURE_HEAD,
     PARALLEL_ALIASES,
+    PARALLEL_DRAFTER,
     RECYCLING,
     DSparkConfig,
     drafter_parts,
@@ -40,6 +41,7 @@ from decoding.core.trace import (
     PlanNode,
     SizeChoiceInfo,
 )
+from decoding.drafters.factory import training_free_sources
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter, load_feature_lattice
 from decoding.drafters.lattice_lookup import (
     LookupInput,
@@ -52,7 +54,6 @@ from decoding.drafters.lattice_lookup import (
 )
 from decoding.drafters.lattice_source import LatticeSource, OnlineCalibration, SourceRequest, compose, labelled
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter, load_drafter
-from decoding.drafters.recycling import RecyclingSource, table_for
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.hooks import tap_head_input
@@ -111,7 +112,7 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
               f"was trained for another model (this one has vocab {lm.vocab_size})")
         check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
               f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
-    sources = tuple(RecyclingSource(table_for(lm)) for name in free if name == RECYCLING)
+    sources = tuple(training_free_sources(lm, free))
     names = ((model_source_name(drafter),) if drafter is not None else ()) \
         + (("lookup",) if config.lookup_max_ngram > 0 else ()) + tuple(s.name for s in sources)
     return Drafting(drafter, sources, DraftingInfo(names, reason or f"drafter {config.drafter!r} as set"))
@@ -141,7 +142,7 @@ def load_named_drafter(lm: LM, name: str) -> Drafter:
     path = named_weights(name)
     version = file_stamp(path), file_stamp(calibration_path(path))
     try:
-        if name == FEATURE_HEAD:
+        if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":"):
             return lm.loaded(("dspark drafter", name), version, lambda: load_feature_lattice(lm, path))
         return lm.loaded(("dspark drafter", name), version, lambda: load_drafter(path, lm))
     except ConfigError as err:
@@ -151,9 +152,16 @@ def load_named_drafter(lm: LM, name: str) -> Drafter:
 
 
 def named_weights(name: str) -> Path:
+    """The weights file a drafter name stands for: "feature" and "parallel" the shipped ones,
+    "feature:FILE" and "parallel:FILE" (or a bare FILE: a parallel drafter) a trained one."""
     if name == FEATURE_HEAD:
         return FEATURE_WEIGHTS
-    return DEFAULT_WEIGHTS if name in PARALLEL_ALIASES else Path(name).expanduser()
+    if name in PARALLEL_ALIASES:
+        return DEFAULT_WEIGHTS
+    for kind in (FEATURE_HEAD, PARALLEL_DRAFTER):
+        if name.startswith(kind + ":"):
+            return Path(name[len(kind) + 1:]).expanduser()
+    return Path(name).expanduser()
 
 
 def file_stamp(path: Path) -> tuple[int, int] | None:
@@ -304,6 +312,7 @@ class DSparkDecoder:
         self.hidden = tap.hidden[0, -1][None]      # (1, F) the head reads the last position only
         timer.lap("prefill")
         for source in self.drafting.sources:
+            source.start(fed)
             source.observe(fed[-1:], row[None])
         token, draw = self._first_token(row)
         timer.lap("acceptance")

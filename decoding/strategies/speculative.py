@@ -200,6 +200,7 @@ class Speculator:
             logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
         self.cached += len(feed)
         self.last_fed = len(feed)
+        self.drafter.observe_logits(feed[len(feed) - len(logits):], logits)
         return logits
 
     # -- acceptance

@@ -83,6 +83,7 @@ class TrainSettings(DataSettings):
     parent_mlp: bool = False     # the true token at k−1 enters position k's block too (decoding.drafters.parallel)
     weight_decay: float = 0.01
     vocab: str = "seen"          # seen (tokens of the answers) | full
+    max_minutes: float = 0.0     # > 0: training stops early at this wall-clock budget (0: all `steps`)
 
     def __post_init__(self):
         super().__post_init__()
@@ -101,6 +102,8 @@ class TrainSettings(DataSettings):
               "must be >= 0")
         check(isinstance(self.feature_weight, float) and 0.0 <= self.feature_weight < math.inf, "feature_weight",
               self.feature_weight, "must be a finite number >= 0")
+        check(isinstance(self.max_minutes, float) and 0.0 <= self.max_minutes < math.inf, "max_minutes",
+              self.max_minutes, "must be a finite number >= 0 (0: no limit)")
 
     @property
     def feature_layer_ids(self) -> tuple[int, ...]:
@@ -288,7 +291,11 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     start, loss_avg = time.perf_counter(), None
     drafter.train()
     bar = tqdm(range(settings.steps), desc="train parallel", unit="step", disable=not progress)
+    done = 0
     for _ in bar:
+        if settings.max_minutes and time.perf_counter() - start > 60 * settings.max_minutes:
+            break
+        done += 1
         window, valid, is_anchor = training_chunks(train, rows, gen, max(1, settings.batch_size // settings.chunk),
                                                    min(settings.chunk, settings.batch_size), drafter.span)
         batch = make_batch(train, window[is_anchor], settings.gamma_max, slice_of,
@@ -308,7 +315,7 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
     ev = evaluate(drafter, held if held.positions else train, settings.gamma_max, slice_of)
     fit_platt(drafter, ev)
     report = TrainReport(settings=asdict(settings), data=dict(data.info), shape=asdict(shape),
-                         params=sum(p.numel() for p in params), steps=settings.steps,
+                         params=sum(p.numel() for p in params), steps=done,
                          seconds=round(time.perf_counter() - start, 1), final_loss=round(loss_avg or math.nan, 4),
                          metrics=report_metrics(drafter, ev))
     report.data.update(train_sequences=len(train_seqs), heldout_sequences=len(held_seqs),
