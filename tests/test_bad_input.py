@@ -329,6 +329,10 @@ CASES = [
     Case("drafter-weights-damaged", r"drafter='[^']*p\.safetensors' is invalid: could not be read \(gamma_max=999 ",
          cli=DSPARK + ["--drafter", "{baddrafter}"],
          engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["baddrafter"])))),
+    Case("drafter-other-model", r"drafter='feature' is invalid: was trained for another model \(hidden size 576; "
+         r"this one has 32\)", cli=DSPARK + ["--drafter", "feature"],
+         app={"strategy": "dspark", "drafter": "feature"}, action="step",
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter="feature"))),
     Case("model-unknown-offline", r"model='no-such-org/no-such-model' is invalid: was not found in a local "
          r"directory or the local HF cache", cli=["--model", "no-such-org/no-such-model"],
          app={"model": "no-such-org/no-such-model"}, engine=lambda e: load(ModelSpec("no-such-org/no-such-model"))),

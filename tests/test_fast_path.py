@@ -29,6 +29,13 @@ from tests.dspark_helpers import chain_config, one_thread, random_drafter, varie
 from tests.test_tour import assert_same
 
 TOL = logit_atol(1e-5)
+REL = 2e-6      # of the largest |value|: a static cache and a dynamic one run kernels of other shapes, whose
+#                 float32 sums round in another order; on one Xeon that moved logits of magnitude 20 by 1.2e-5
+
+
+def gap_ok(got: torch.Tensor, ref: torch.Tensor) -> bool:
+    """got equals ref up to float32 rounding: TOL plus REL of ref's largest magnitude."""
+    return float((got - ref).abs().max()) <= TOL + REL * float(ref.abs().max())
 PROMPT = [3, 5, 7, 9, 11, 13, 2]
 GRAPH = None if TEST_DEVICE.type == "cuda" else EmulatedGraph     # None: torch.cuda.CUDAGraph
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -111,14 +118,14 @@ def test_tree_verification_and_compaction_on_a_slot(lm, fast):
     for lm_, cache in ((lm, dynamic), (fast, lease)):
         lm_.forward(PROMPT, cache)
     ref, got = verify_tree(lm, dynamic, tokens, parents), verify_tree(fast, lease, tokens, parents)
-    assert float((ref - got).abs().max()) <= TOL
+    assert gap_ok(got, ref)
     keep = [0, 3, 6, 7]
     compact_cache(dynamic, len(PROMPT), keep)
     compact_cache(lease, len(PROMPT), keep)
     assert lease.get_seq_length() == dynamic.get_seq_length() == len(PROMPT) + len(keep)
     nxt = [17, 23, 5]
     fresh = lm.forward(PROMPT + [tokens[k] for k in keep] + nxt, lm.new_cache())[-3:]
-    assert float((fast.forward(nxt, lease) - fresh).abs().max()) <= TOL
+    assert gap_ok(fast.forward(nxt, lease), fresh)
 
 
 @pytest.mark.parametrize("keep", [0, 1])
@@ -133,8 +140,8 @@ def test_taps_see_each_replay(lm, fast, keep):
             with tap_head_input(lm_, (0, 1)) as head, tap_decoder_rows(lm_) as decoder:
                 lm_.forward(step, cache, logits_to_keep=keep)
             rows.append((head.hidden, decoder.rows))
-        for ref, got in zip(*rows):          # hidden rows up to ~10: TOL, or 1e-6 of the value
-            assert got.shape == ref.shape and torch.allclose(got, ref, rtol=1e-6, atol=TOL)
+        for ref, got in zip(*rows):
+            assert got.shape == ref.shape and gap_ok(got, ref)
     assert {2, 3} <= set(lease.slot.graphs)
 
 
@@ -154,7 +161,7 @@ def test_a_hook_the_replay_cannot_call_sends_the_forward_eager(lm):
     finally:
         handle.remove()
     assert len(calls) == 1 and len(replays) == 1
-    assert float((got - lm.forward(PROMPT + [4, 6], lm.new_cache())[-1:]).abs().max()) <= TOL
+    assert gap_ok(got, lm.forward(PROMPT + [4, 6], lm.new_cache())[-1:])
     twin.forward([8], lease)
     assert len(replays) == 2
 
@@ -192,7 +199,7 @@ def test_negative_control_a_mask_that_shows_stale_positions_is_caught(lm, fast, 
     lease = fast.sequence_cache()
     got = fast.forward(PROMPT, lease)
     ref = lm.forward(PROMPT, lm.new_cache())
-    assert float((got - ref).abs().max()) > TOL
+    assert not gap_ok(got, ref)
 
 
 def failing_layer(lm):
@@ -218,8 +225,7 @@ def test_a_forward_that_raises_leaves_the_cache_as_it_was(lm, monkeypatch, rows,
     finally:
         handle.remove()
     assert lease.get_seq_length() == len(PROMPT) + 1
-    gap = float((twin.forward([6], lease) - lm.forward(PROMPT + [4, 6], lm.new_cache())[-1:]).abs().max())
-    assert (gap <= TOL) == resync
+    assert gap_ok(twin.forward([6], lease), lm.forward(PROMPT + [4, 6], lm.new_cache())[-1:]) == resync
 
 
 @pytest.mark.parametrize("zeroed", [True, False], ids=["zeroed", "control-not-zeroed"])
@@ -245,7 +251,7 @@ def test_a_slot_taken_again_reads_nothing_of_the_last_run(lm, monkeypatch, zeroe
             twin.forward(PROMPT[:3], again)
         return
     got = twin.forward(PROMPT[:3], again)
-    assert float((got - lm.forward(PROMPT[:3], lm.new_cache())).abs().max()) <= TOL
+    assert gap_ok(got, lm.forward(PROMPT[:3], lm.new_cache()))
 
 
 def test_a_slot_grows_to_fit_and_captures_its_graphs_again(lm, monkeypatch):
@@ -302,7 +308,7 @@ def test_long_forwards_run_eagerly_on_the_slot(lm, monkeypatch):
     twin.forward(PROMPT[:4], lease)
     got = twin.forward(PROMPT[4:], lease)                     # 3 rows after a prefix: eager
     assert lease.slot.graphs == {}
-    assert float((got - lm.forward(PROMPT, lm.new_cache())[4:]).abs().max()) <= TOL
+    assert gap_ok(got, lm.forward(PROMPT, lm.new_cache())[4:])
 
 
 def test_a_failed_capture_falls_back_to_eager_forwards(lm):

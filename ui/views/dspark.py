@@ -11,6 +11,7 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from decoding.core.trace import proposed_by
 from ui.views import palette
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
@@ -33,6 +34,13 @@ HEAT_SCALE = "Cividis"       # perceptually uniform, readable with the common co
 TEXT_DARK_FROM = 0.55     # Cividis is light from about here up: cell text turns black
 LOOKUP_FRAME = 0.44       # half-width of the frame drawn around a prompt-lookup cell (cells are 1 wide)
 LOOKUP_LEGEND = "prompt lookup's token (framed)"
+FRAMES = (   # (source, legend, half-width, line): the frames nest, so a cell several sources proposed shows each
+    ("lookup", LOOKUP_LEGEND, LOOKUP_FRAME, {"color": palette.ORANGE, "width": 3}),
+    ("recycling", "token recycling's (dashed frame)", LOOKUP_FRAME - 0.06,
+     {"color": palette.SKY, "width": 2.5, "dash": "dash"}),
+    ("suffix", "suffix matching's (dotted frame)", LOOKUP_FRAME - 0.12,
+     {"color": palette.PURPLE, "width": 2.5, "dash": "dot"}),
+)
 
 
 def _num(x: float | None) -> str:
@@ -180,17 +188,18 @@ def _add_pieces(fig: go.Figure, grid: dict) -> None:
 
 
 def _add_lookup_cells(fig: go.Figure, event) -> None:
-    """An orange frame around each cell prompt lookup proposed (lookup_max_ngram > 0)."""
-    cells = [c for column in event.lattice for c in column.cells if c.lookup]
-    xs, ys = [], []
-    for c in cells:
-        x0, x1 = c.position - LOOKUP_FRAME, c.position + LOOKUP_FRAME
-        y0, y1 = c.cand - LOOKUP_FRAME, c.cand + LOOKUP_FRAME
-        xs += [x0, x1, x1, x0, x0, None]
-        ys += [y0, y0, y1, y1, y0, None]
-    if cells:
-        fig.add_scatter(name=LOOKUP_LEGEND, x=xs, y=ys, mode="lines", hoverinfo="skip",
-                        line={"color": palette.ORANGE, "width": 3})
+    """A frame around each cell a source other than the trained drafter proposed: prompt lookup's solid
+    orange, token recycling's dashed sky blue, suffix matching's dotted purple (colour and dash both tell)."""
+    for name, legend, scale, style in FRAMES:
+        cells = [c for column in event.lattice for c in column.cells if name in proposed_by(c)]
+        xs, ys = [], []
+        for c in cells:
+            x0, x1 = c.position - scale, c.position + scale
+            y0, y1 = c.cand - scale, c.cand + scale
+            xs += [x0, x1, x1, x0, x0, None]
+            ys += [y0, y0, y1, y1, y0, None]
+        if cells:
+            fig.add_scatter(name=legend, x=xs, y=ys, mode="lines", hoverinfo="skip", line=style)
 
 
 def lookup_text(event) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from decoding.core.trace import proposed_by
 
 SOURCE_LABELS = {"feature": "feature head", "parallel": "parallel drafter", "lookup": "prompt lookup",
-                 "recycling": "token recycling", "drafter": "drafter"}
+                 "recycling": "token recycling", "suffix": "suffix matching", "drafter": "drafter"}
 
 
 def source_label(name: str) -> str:

@@ -183,7 +183,10 @@ STOPS: tuple[Stop, ...] = (
             "The answer repeats a given text, so lookup carries it: 26 tokens take 9 target forwards "
             "(2.9 per forward), and the output is greedy's. The head alone (*lookup max ngram* = 0 on "
             "the Playground) gets 1.18 per forward here: it sees the target's state, not the prompt's "
-            "words, so it cannot copy; on free writing it is the stronger source."),
+            "words, so it cannot copy; on free writing it is the stronger source. On a model no "
+            "trained head fits, token recycling (for each token, what the target itself guessed next "
+            "the last time it read it) takes the head's place; the prefill step names the sources that "
+            "ran, and each cell says which source proposed it."),
         look_for=(
             "The lattice as a heatmap with the chosen tree drawn over it (lookup's candidates "
             "outlined), the verdict on each chosen node, and tokens per target forward against the "
