@@ -243,19 +243,3 @@ def test_greedy_walk_follows_the_best_child():
     assert greedy_walk(lat, 1) == [1]
     dead = Lattice([[1], [3]], [[0.5], [0.5]], [[[0.4]], [[0.0]]])
     assert greedy_walk(dead, 2) == [0]
-
-
-def test_a_trained_lattice_is_counted_along_the_emitted_path_and_recalibrated():
-    from decoding.drafters.lattice_source import count_lattice, lattice_tried, recalibrated
-
-    lat = Lattice([[1, 2], [3, 4]], [[0.6, 0.3], [0.5, 0.2]], [[[0.6, 0.3]], [[0.5, 0.0], [0.1, 0.2]]])
-    draft = LatticeDraft(lat, ((1.0,), (1.0, 1.0)))
-    assert lattice_tried(draft, [2, 4, 9]) == [(1, 0.6, False), (1, 0.3, True), (2, 0.1, False), (2, 0.2, True)]
-    assert lattice_tried(draft, [5, 3]) == [(1, 0.6, False), (1, 0.3, False)]      # stops off the lattice
-    cal = OnlineCalibration.empty()
-    for _ in range(12):
-        count_lattice(cal, draft, "feature", [5])          # the head's 0.6 candidate is never right
-    assert cal.score("feature", 1, 0.6) == pytest.approx(2.4 / 16)
-    again = recalibrated(draft, cal, "feature").lattice
-    assert again.scores[0][0][0] == pytest.approx(2.4 / 16) and again.scores[1][0][1] == 0.0
-    assert again.token_ids == lat.token_ids and again.q_draft == lat.q_draft

@@ -222,35 +222,3 @@ def compose(base: LatticeDraft | None, trees: Sequence[SourceTree], scores: Sequ
         return cells.draft((), tuple(0 for _ in cells.tokens))
     own = base.own + (0,) * (len(cells.tokens) - len(base.own))
     return cells.draft(base.extra, own)
-
-
-# ------------------------------------------------------------------------------ a trained drafter's scores
-def lattice_tried(draft: LatticeDraft, emitted: Sequence[int]) -> list[tuple[int, float, bool]]:
-    """(depth, score, hit) for every cell with a positive score under the cell its parent path emitted:
-    from the root, while each depth's emitted token was among the candidates (as `tried` for a tree)."""
-    lat, parent, out = draft.lattice, 0, []
-    for k in range(min(lat.gamma, len(emitted))):
-        row, nxt = lat.scores[k][parent], None
-        for j, score in enumerate(row):
-            if score > 0:
-                hit = lat.token_ids[k][j] == emitted[k]
-                out.append((k + 1, float(score), hit))
-                nxt = j if hit else nxt
-        if nxt is None:
-            return out
-        parent = nxt
-    return out
-
-
-def recalibrated(draft: LatticeDraft, calibration: OnlineCalibration, source: str) -> LatticeDraft:
-    """The lattice with every positive score s at depth k replaced by calibration.score(source, k, s)."""
-    lat = draft.lattice
-    scores = [[[calibration.score(source, k + 1, float(s)) if s > 0 else 0.0 for s in row] for row in position]
-              for k, position in enumerate(lat.scores)]
-    return dataclasses.replace(draft, lattice=Lattice(lat.token_ids, lat.q_draft, scores))
-
-
-def count_lattice(calibration: OnlineCalibration, draft: LatticeDraft, source: str, emitted: Sequence[int]) -> None:
-    """Count a trained drafter's raw lattice against the tokens its round emitted (per depth and score bucket)."""
-    for depth, score, hit in lattice_tried(draft, emitted):
-        calibration.count(source, depth, score, hit)

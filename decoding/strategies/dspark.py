@@ -52,15 +52,7 @@ from decoding.drafters.lattice_lookup import (
     lookup_lattice,
     lookup_nodes,
 )
-from decoding.drafters.lattice_source import (
-    LatticeSource,
-    OnlineCalibration,
-    SourceRequest,
-    compose,
-    count_lattice,
-    labelled,
-    recalibrated,
-)
+from decoding.drafters.lattice_source import LatticeSource, OnlineCalibration, SourceRequest, compose, labelled
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter, load_drafter
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.fingerprint import shipped_fits
@@ -245,11 +237,6 @@ def select_plan(lattice, config: DSparkConfig, cost: CostTable | None):
     return choose_tree(lattice, cost, config.budget, cost.overhead_ms)
 
 
-# At temperature > 0 a trained drafter's scores are its probabilities at T, which over-state how often the
-# target's sample agrees; they are calibrated online per depth and score bucket (lattice_source.OnlineCalibration).
-CALIBRATE_HEAD = True
-
-
 def source_nodes(config: DSparkConfig) -> int:
     """The most candidates a tree source proposes in a round: twice what the plan may verify, at most 32."""
     most = config.budget if config.select == "tree" else config.gamma * config.top_k_candidates
@@ -307,7 +294,6 @@ class DSparkDecoder:
         self.drafter = drafting.model                 # the trained drafter, or None
         self.calibration = OnlineCalibration.empty()  # the tree sources' scores, measured in this run
         self.trees: tuple = ()                        # the tree sources' proposals this round
-        self.head_draft: LatticeDraft | None = None   # T > 0: the trained drafter's raw lattice this round
         self.pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
                                                                      config.top_p, config.min_p)
         self.cache = lm.sequence_cache() if cache is None else cache
@@ -389,9 +375,7 @@ class DSparkDecoder:
         self.hidden = torch.cat([self.hidden, produced[:len(emitted)]])[-self.drafting.span:]
         for tree in self.trees:
             self.calibration.update(tree, emitted)
-        if self.head_draft is not None:
-            count_lattice(self.calibration, self.head_draft, model_source_name(self.drafter), emitted)
-        self.trees, self.head_draft = (), None
+        self.trees = ()
         if step.lookup:
             self.rate = self.rate.updated(hits(step.lookup.tokens, emitted))
         self.last, self.index = emitted, self.index + 1
@@ -427,9 +411,6 @@ class DSparkDecoder:
         request = LatticeRequest(step.gamma, config.top_k_candidates, config.temperature,
                                  tuple(lookup.tokens) if lookup else (), budget)
         draft = self.drafter.lattice(step.hidden, step.history, request)
-        if self.pipeline is not None and CALIBRATE_HEAD:      # T > 0: the head's raw q, calibrated by the run
-            self.head_draft = draft
-            draft = recalibrated(draft, self.calibration, model_source_name(self.drafter))
         if draft.extra:
             draft = dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
         return labelled(draft, model_source_name(self.drafter))
