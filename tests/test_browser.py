@@ -373,6 +373,25 @@ def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
     assert not page.locator('[data-testid="stException"]').count()
 
 
+def test_dspark_on_a_model_without_a_trained_drafter(server, page):
+    """DSpark at its defaults on the tiny model, which no shipped drafter fits: the prefill names the
+    training-free sources, and a later round's lattice marks token recycling's cells."""
+    tiny_model_only()
+    open_app(page, server, "?strategy=dspark&max_new=24&chat=0&prompt=one%20two%20one%20two%20one%20two")
+    click(page, "Step")
+    page.get_by_text("Lattice sources: prompt lookup, token recycling.").wait_for(timeout=30_000)
+    for _ in range(4):
+        idle(page)
+        click(page, "Step")
+    idle(page)
+    lattice = page.locator(".js-plotly-plot", has_text="lattice").first
+    lattice.wait_for(timeout=30_000)
+    legend = lattice.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
+    assert "token recycling's (dashed frame)" in legend
+    shot(page, "playground-dspark-training-free")
+    assert not page.locator('[data-testid="stException"]').count()
+
+
 def test_lab_measures_and_downloads(server, page, tmp_path):
     """The Lab's two measurements from their buttons, each drawn (a chart with its SVG download, the
     tables); screenshots lab-cost and lab-throughput."""

@@ -243,3 +243,46 @@ def test_greedy_walk_follows_the_best_child():
     assert greedy_walk(lat, 1) == [1]
     dead = Lattice([[1], [3]], [[0.5], [0.5]], [[[0.4]], [[0.0]]])
     assert greedy_walk(dead, 2) == [0]
+
+
+# ------------------------------------------------------------------------------ a draft model as a source
+@pytest.fixture(scope="module")
+def draft_dirs(tmp_path_factory):
+    """A tiny llama with the embedded tokenizer (the target), a twin of it, another of its vocabulary and
+    one with a smaller vocabulary, saved as model directories."""
+    from conftest import make_tiny_llama
+    from tiny_app_model import embedded_tokenizer
+
+    root, tok = tmp_path_factory.mktemp("draft_models"), embedded_tokenizer()
+    for name, seed, vocab in (("target", 0, 49152), ("same", 0, 49152), ("other", 5, 49152), ("wide", 0, 64)):
+        make_tiny_llama(vocab_size=vocab, seed=seed, eos_token_id=tok.eos_token_id).save_pretrained(root / name)
+        tok.save_pretrained(root / name)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tok_lm(draft_dirs):
+    from decoding.runtime.models import ModelSpec, load
+
+    return load(ModelSpec(str(draft_dirs / "target")))
+
+
+@pytest.mark.parametrize("which", ["same", "other"])
+def test_a_draft_model_source_is_exact_and_proposes_its_path(tok_lm, draft_dirs, which):
+    name = f"model:{draft_dirs / which}"
+    for prompt in ([1, 2, 3, 4, 5], [900, 17, 4000]):
+        tr = run(tok_lm, prompt, DSparkConfig(max_new_tokens=20, drafter=name, cost_table=None, lookup_max_ngram=0))
+        assert tr.error is None
+        assert tr.output_ids == run(tok_lm, prompt, GreedyConfig(max_new_tokens=20)).output_ids
+        assert tr.steps[0].drafting.sources == ("model",)
+    nodes = [n for e in tr.steps for n in e.nodes]
+    assert nodes and all(n.sources == ("model",) for n in nodes)
+    if which == "same":                  # the target's own greedy path: every path node is accepted
+        assert tr.stats.mean_accepted_length > 3
+
+
+def test_a_draft_model_source_must_be_a_model_of_the_targets_vocabulary(tok_lm, draft_dirs, tmp_path):
+    for name, message in ((tmp_path / "none", "no such file"), (draft_dirs / "wide", "vocabulary")):
+        with pytest.raises(ConfigError, match=message) as err:
+            next(dspark.decode(tok_lm, [1, 2], DSparkConfig(drafter=f"model:{name}"), generator=torch.Generator()))
+        assert err.value.param == "drafter" and str(err.value.value).startswith("model:")

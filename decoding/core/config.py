@@ -107,6 +107,12 @@ AUTO_DRAFT = "auto"                    # speculative: lookup+feature where the s
 RECYCLING = "recycling"                # token recycling (drafters/recycling.py), for any model
 SUFFIX = "suffix"                      # suffix matching over this process's earlier text (drafters/suffix.py)
 TRAINING_FREE = (RECYCLING, SUFFIX)    # lattice sources that need no files ("recycling+suffix"; DSpark and speculative)
+DRAFT_MODEL_SOURCE = "model:"          # DSpark "model:ID": a draft model with the target's vocabulary as a source
+
+
+def is_source_part(part: str) -> bool:
+    """A DSpark drafter part that names a tree source: a training-free one, or a draft model (model:ID)."""
+    return part in TRAINING_FREE or (part.startswith(DRAFT_MODEL_SOURCE) and len(part) > len(DRAFT_MODEL_SOURCE))
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")
 COST_POLICY = "cost"                   # γ per round maximizing expected tokens per ms (a verify-cost table)
 
@@ -191,7 +197,7 @@ def drafter_parts(name: str) -> tuple[str | None, tuple[str, ...]]:
     if name == AUTO_DRAFTER:
         return AUTO_DRAFTER, ()
     parts, free = name.split("+"), []
-    while parts and parts[-1] in TRAINING_FREE:
+    while parts and is_source_part(parts[-1]):
         free.insert(0, parts.pop())
     trained = "+".join(parts) or None
     check(len(set(free)) == len(free), "drafter", name, "names a training-free source twice")

@@ -2,11 +2,13 @@
 from __future__ import annotations
 
 from decoding.core.config import AUTO_DRAFT, LOOKUP, LOOKUP_THEN, TRAINING_FREE
-from decoding.core.errors import ConfigError
+from decoding.core.errors import ConfigError, check
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
+from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
+from decoding.drafters.model_source import MODEL_PREFIX, DraftModelSource
 from decoding.drafters.recycling import RECYCLING, RecyclingSource, table_for
 from decoding.drafters.source_chain import SourceChainDrafter
 from decoding.drafters.suffix import SUFFIX, SuffixSource, store_for
@@ -39,9 +41,21 @@ def load_draft(name: str, target: LM, **spec):
 
 
 def training_free_sources(target: LM, names) -> list:
-    """Fresh tree sources for one run, by name ("recycling", "suffix"); their memory is the model's."""
+    """Fresh tree sources for one run, by name ("recycling", "suffix", "model:ID"); their memory (and a
+    draft model, loaded once) is the target's."""
     made = {RECYCLING: lambda: RecyclingSource(table_for(target)), SUFFIX: lambda: SuffixSource(store_for(target))}
-    return [made[name]() for name in names]
+    return [made[name]() if name in made else draft_model_source(target, name[len(MODEL_PREFIX):]) for name in names]
+
+
+def draft_model_source(target: LM, name: str) -> DraftModelSource:
+    """The draft model `name` (loaded once per target) as a lattice source; errors name `drafter`."""
+    try:
+        draft = target.loaded(("draft model source", name), None, lambda: load_draft(name, target))
+    except ConfigError as err:
+        raise ConfigError("drafter", MODEL_PREFIX + name, err.expected) from None
+    check(not isinstance(draft, FeatureNet) and draft is not None, "drafter", MODEL_PREFIX + name,
+          "must name a causal LM with the target's vocabulary (a trained drafter goes first: feature+model:ID)")
+    return DraftModelSource(DraftModelDrafter(draft, target))
 
 
 def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -> Drafter:
@@ -49,8 +63,6 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -
     model the caller loaded (`draft_lm`: an LM, or a FeatureNet from load_draft('feature')), 'lookup+X'
     (prompt lookup, else X), or 'auto': 'lookup+feature' with the shipped feature drafter loaded by
     load_draft('auto'), 'lookup+recycling' where none fits the model (draft_lm None)."""
-    from decoding.drafters.feature_net import FeatureNet
-
     if draft == LOOKUP:
         return PromptLookupDrafter(max_ngram, target.eos_ids)
     if draft == AUTO_DRAFT:

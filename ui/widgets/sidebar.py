@@ -60,20 +60,26 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                                     "the context's last n-gram (n up to this) as one more candidate per position, "
                                     "scored by how often lookup's tokens matched the output so far. 0: off. "
                                     "Helps when the answer copies from the prompt; stays exact.",
-    ("dspark", "drafter"): "feature: the trained feature drafter as a sequential head; each position's candidates "
-                           "come from the two likeliest candidates before it (the default). parallel: the trained "
-                           "parallel drafter, every position from one pass over the target's states. Or a "
-                           "parallel drafter's weights file.",
+    ("dspark", "drafter"): "auto (the default): the shipped feature drafter on the model it was trained for, token "
+                           "recycling on any other. feature: the trained feature drafter as a sequential head; "
+                           "each position's candidates come from the two likeliest candidates before it. parallel: "
+                           "the trained parallel drafter, every position from one pass over the target's states "
+                           "(feature:FILE, parallel:FILE for other weights). recycling: the target's own earlier "
+                           "next-token guesses per token; suffix: what followed the context's last words in earlier "
+                           "text; model:ID a draft model with the target's vocabulary. Join with + to compose: "
+                           "feature+recycling.",
     ("speculative", "lookup_max_ngram"): "Prompt lookup (draft 'lookup' or 'lookup+…'): the longest n-gram matched.",
     ("speculative", "gamma_policy"): "fixed: γ every round. heuristic: +2 after a fully accepted round, −1 "
                                      "otherwise. confidence: stop drafting below the confidence threshold. "
                                      "cost: per round the γ ≤ gamma with the fewest ms per expected token, from "
                                      "the verify-cost table (Advanced; none = auto) and this run's acceptance.",
-    ("speculative", "draft"): "lookup: prompt lookup (copies from the context). shallow: the trained self-draft "
-                              "(shallow:FILE for other weights). feature: the trained feature drafter, which "
-                              "drafts from the target's own last LM-head input (feature:FILE for other weights). "
-                              "Or a draft model id or path with the target's "
-                              "vocabulary. lookup+MODEL: prompt lookup where the context has an n-gram match of 2 or "
+    ("speculative", "draft"): "lookup: prompt lookup (copies from the context). recycling: the target's own earlier "
+                              "next-token guesses per token, for any model. auto: lookup+feature on the model the "
+                              "shipped feature drafter fits, lookup+recycling elsewhere. shallow: the trained "
+                              "self-draft (shallow:FILE for other weights). feature: the trained feature drafter, "
+                              "which drafts from the target's own last LM-head input (feature:FILE for other "
+                              "weights). Or a draft model id or path with the target's vocabulary. lookup+MODEL: "
+                              "prompt lookup where the context has an n-gram match of 2 or "
                               "more tokens (1 when lookup max ngram is 1), MODEL in the other rounds.",
 }
 PARAM_CHOICES = {("speculative", "gamma_policy"): GAMMA_POLICIES, ("dspark", "select"): DSPARK_SELECT}
