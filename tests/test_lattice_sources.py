@@ -286,3 +286,23 @@ def test_a_draft_model_source_must_be_a_model_of_the_targets_vocabulary(tok_lm, 
         with pytest.raises(ConfigError, match=message) as err:
             next(dspark.decode(tok_lm, [1, 2], DSparkConfig(drafter=f"model:{name}"), generator=torch.Generator()))
         assert err.value.param == "drafter" and str(err.value.value).startswith("model:")
+
+
+def test_recycling_reads_every_prompt_position_at_the_prefill():
+    """The prefill keeps the logits of every prompt position for token recycling (one head product), so the
+    table knows what followed each prompt token; without it, only the last."""
+    from decoding.drafters import recycling
+    from decoding.drafters.recycling import table_for
+
+    fresh = varied_llama(seed=11)
+    prompt = [3, 9, 27, 81 % 64]
+    run(fresh, prompt, DSparkConfig(max_new_tokens=1, drafter="recycling", cost_table=None))
+    table = table_for(fresh)
+    assert all(table.children(t, 1) for t in prompt)
+    table.clear()
+    saved, recycling.RecyclingSource.reads_prompt = recycling.RecyclingSource.reads_prompt, False
+    try:
+        run(fresh, prompt, DSparkConfig(max_new_tokens=1, drafter="recycling", cost_table=None))
+    finally:
+        recycling.RecyclingSource.reads_prompt = saved
+    assert [bool(table.children(t, 1)) for t in prompt] == [False, False, False, True]

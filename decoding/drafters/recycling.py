@@ -22,6 +22,7 @@ from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, So
 
 TABLE_K = 8                 # next tokens kept per token id
 CHILDREN = 4                # of those, the most a node proposes
+PROMPT_ROWS = True          # fill the table from every prompt position at the prefill (one LM-head product)
 
 
 class RecyclingTable:
@@ -85,6 +86,7 @@ def table_for(lm) -> RecyclingTable:
 
 class RecyclingSource(LatticeSource):
     name = RECYCLING
+    reads_prompt = PROMPT_ROWS
 
     def __init__(self, table: RecyclingTable, children: int = CHILDREN):
         self.table, self.most = table, children

@@ -307,13 +307,15 @@ class DSparkDecoder:
         the drafter's input row (the LM-head input, then the feature layers' outputs) at the last position."""
         timer = Timer(self.lm)
         fed = list(prompt_ids) + list(forced)
+        keep = 0 if any(source.reads_prompt for source in self.drafting.sources) else 1
         with tap_head_input(self.lm, self.drafting.feature_layers) as tap:
-            row = self.lm.forward(fed, self.cache, logits_to_keep=1)[-1]  # (V,)
+            rows = self.lm.forward(fed, self.cache, logits_to_keep=keep)            # (T or 1, V)
+        row = rows[-1]                             # (V,)
         self.hidden = tap.hidden[0, -1][None]      # (1, F) the head reads the last position only
         timer.lap("prefill")
         for source in self.drafting.sources:
             source.start(fed)
-            source.observe(fed[-1:], row[None])
+            source.observe(fed[len(fed) - len(rows):], rows)
         token, draw = self._first_token(row)
         timer.lap("acceptance")
         event = prefill_event(self.lm, self.config,
