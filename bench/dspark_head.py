@@ -138,17 +138,25 @@ def main(argv=None) -> None:
     if args.budgets:
         cmd += f" --budgets {','.join(map(str, args.budgets))}"
     cmd += model_options.flags(args)
-    body = [f"## DSpark with the sequential head against speculative decoding (temperature {args.temperature:g})", "",
-            f"Command: `{cmd}`  ",
-            f"Model: {model_options.label(lm)}; machine: {machine()}.  ",
-            "Speed: tokens/s over plain decoding's (greedy, or sampling at the same temperature) on the same "
-            "prompt in the same repeat, contenders interleaved; median [min–max] over prompts × repeats. τ: tokens "
-            "per target forward after the prefill. Round times from the traces' timing fields (prefill excluded). "
-            + ("Every contender's output was checked equal to greedy's." if args.temperature == 0 else
-               "Sampled with seed 0: outputs differ between contenders; each stays exact in distribution."), ""]
-    for title, rows in sets.items():
-        body += render_set(title, rows, args)
+    method = ("Speed: tokens/s over plain decoding's (greedy, or sampling at the same temperature) on the same "
+              "prompt in the same repeat, contenders interleaved; median [min–max] over prompts × repeats. τ: "
+              "tokens per target forward after the prefill. Round times from the traces' timing fields (prefill "
+              "excluded). ")
+    report(args, lm, sets, (f"DSpark with the sequential head against speculative decoding (temperature "
+                            f"{args.temperature:g})", cmd, method), "dspark_head")
+
+
+def report(args, lm, sets: dict, heading: tuple[str, str, str], section: str) -> None:
+    """Write and print a section: heading = (title, command, how it was measured); one table per prompt set;
+    `section` names it in BENCHMARKS.md (with "_sampled" above temperature 0)."""
+    title, cmd, method = heading
+    body = [f"## {title}", "", f"Command: `{cmd}`  ", f"Model: {model_options.label(lm)}; machine: {machine()}.  ",
+            method + ("Every contender's output was checked equal to greedy's." if args.temperature == 0 else
+                      "Sampled with seed 0: outputs differ between contenders; each stays exact in distribution."),
+            ""]
+    for title_, rows in sets.items():
+        body += render_set(title_, rows, args)
     text = "\n".join(body)
-    model_options.write(args, "dspark_head" if args.temperature == 0 else "dspark_head_sampled", text)
+    model_options.write(args, section if args.temperature == 0 else section + "_sampled", text)
     print(text)
 

@@ -13,8 +13,7 @@ import argparse
 
 from bench import model_options
 from bench.dspark import timed_run
-from bench.dspark_head import DEFAULTS, SETS, measure, render_set
-from bench.report import machine
+from bench.dspark_head import DEFAULTS, SETS, measure, report
 from decoding import runner
 from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.drafters.feature_net import load_feature
@@ -90,18 +89,11 @@ def main(argv=None) -> None:
             for title, prompts in SETS.items()}
     cmd = (f"python -m bench dspark-sources --repeats {args.repeats} --max-new-tokens {args.max_new_tokens} "
            f"--temperature {args.temperature:g}" + model_options.flags(args))
-    body = [f"## DSpark's lattice sources: training-free and composed (temperature {args.temperature:g})", "",
-            f"Command: `{cmd}`  ",
-            f"Model: {model_options.label(lm)}; machine: {machine()}.  ",
-            "Speed: tokens/s over plain decoding's on the same prompt in the same repeat, contenders interleaved; "
-            "median [min–max] over prompts × repeats. τ: tokens per target forward after the prefill. The "
-            "training-free sources' memory (the recycling table, the suffix store) is set before every run: "
-            f"*cold* empty, *warm* as {WARM_PROMPTS} runs on unrelated prompts (decoding.train.data.distill_prompts, "
-            "seed 7) left it, so that no run sees a benchmark prompt's text, its own included. "
-            + ("Every contender's output was checked equal to greedy's." if args.temperature == 0 else
-               "Sampled with seed 0: outputs differ between contenders; each stays exact in distribution."), ""]
-    for title, rows in sets.items():
-        body += render_set(title, rows, args)
-    text = "\n".join(body)
-    model_options.write(args, "dspark_sources" if args.temperature == 0 else "dspark_sources_sampled", text)
-    print(text)
+    method = ("Speed: tokens/s over plain decoding's on the same prompt in the same repeat, contenders "
+              "interleaved; median [min–max] over prompts × repeats. τ: tokens per target forward after the "
+              "prefill. The training-free sources' memory (the recycling table, the suffix store) is set before "
+              f"every run: *cold* empty, *warm* as {WARM_PROMPTS} runs on unrelated prompts "
+              "(decoding.train.data.distill_prompts, seed 7) left it, so that no run sees a benchmark prompt's "
+              "text, its own included. ")
+    report(args, lm, sets, (f"DSpark's lattice sources: training-free and composed (temperature "
+                            f"{args.temperature:g})", cmd, method), "dspark_sources")

@@ -33,3 +33,19 @@ def test_budgets_add_contenders_and_bad_ones_name_the_flag(capsys):
             dspark_head.main(["--budgets", bad])
         err = capsys.readouterr().err
         assert "--budgets" in err and f"'{bad}'" in err
+
+
+def test_report_writes_one_section_with_its_heading_and_tables(tmp_path, capsys):
+    from types import SimpleNamespace
+
+    import torch
+
+    lm = SimpleNamespace(dtype=torch.float32, device=torch.device("cpu"), fast=None)
+    args = argparse.Namespace(temperature=0.8, md=str(tmp_path / "out.md"))
+    rows = {"sample (ours)": _row([1.0], [], 10, 400.0, 400.0, 0.0),
+            dspark_head.DEFAULTS: _row([1.2], [2.0], 5, 300.0, 250.0, 50.0)}
+    dspark_head.report(args, lm, {"fresh prompts": rows}, ("A title", "python -m bench x", "How. "), "x")
+    text = (tmp_path / "out.md").read_text(encoding="utf-8")
+    assert text.startswith("## A title\n\nCommand: `python -m bench x`")
+    assert "How. Sampled with seed 0" in text and "### fresh prompts, temperature 0.8" in text
+    assert f"| {dspark_head.DEFAULTS} | 1.200 [1.200–1.200] |" in text and text.strip() in capsys.readouterr().out
