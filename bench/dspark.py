@@ -27,7 +27,7 @@ from decoding.drafters.parallel import load_drafter
 from decoding.drafters.shallow import DEFAULT_SHALLOW, load_shallow
 from decoding.runtime.cost_table import CostTable, auto_cost_path
 from decoding.runtime.models import ModelSpec, load
-from decoding.strategies.dspark import DEFAULT_WEIGHTS
+from decoding.runtime.paths import PARALLEL_WEIGHTS
 
 # The parallel drafter's settings, DSpark's defaults before the sequential head: what this section measures.
 PARALLEL = {"drafter": "parallel", "top_k_candidates": 2, "select": "chain", "budget": 16, "lookup_max_ngram": 0,
@@ -255,7 +255,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     args.gammas = [int(g) for g in args.gammas.split(",")]
     lm = load(ModelSpec())
-    drafter = load_drafter(DEFAULT_WEIGHTS, lm)            # once, outside the timed runs
+    drafter = load_drafter(PARALLEL_WEIGHTS, lm)            # once, outside the timed runs
     rows = measure(lm, drafter, args)
     cost_file = auto_cost_path(lm)
     args.cost_ms = CostTable.load(cost_file).verify_ms if cost_file.is_file() else None

@@ -51,10 +51,10 @@ def test_shipped_drafter_equals_greedy_and_accepts(real_lm, select):
     """The shipped drafter (assets/) at temperature 0: output identical to greedy on new and held-out
     prompts; and it is a real drafter: more than 1.8 tokens per target forward on held-out prompts of
     its training distribution, more than 1.2 on the new ones (an untrained drafter gives about 1.0)."""
-    from decoding.strategies.dspark import DEFAULT_WEIGHTS
+    from decoding.runtime.paths import PARALLEL_WEIGHTS
 
-    if not DEFAULT_WEIGHTS.is_file():
-        pytest.fail(f"shipped drafter weights missing: {DEFAULT_WEIGHTS}")
+    if not PARALLEL_WEIGHTS.is_file():
+        pytest.fail(f"shipped drafter weights missing: {PARALLEL_WEIGHTS}")
     traces = {}
     for text in SHIPPED_PROMPTS + tuple(heldout_prompts(2)):
         prompt = real_lm.encode(text)
@@ -77,11 +77,11 @@ def test_offline_evaluation_predicts_every_runtime_round(real_lm):
     import dataclasses
 
     from decoding.drafters.parallel import load_drafter
-    from decoding.strategies.dspark import DEFAULT_WEIGHTS
+    from decoding.runtime.paths import PARALLEL_WEIGHTS
     from decoding.train import data as train_data
     from decoding.train import parallel as train
 
-    drafter = load_drafter(DEFAULT_WEIGHTS, real_lm)
+    drafter = load_drafter(PARALLEL_WEIGHTS, real_lm)
     prompt = real_lm.encode("Write a Python function that checks whether a string is a palindrome, with a docstring.")
     n, gamma = 64, 8
     trace = run(real_lm, prompt, chain_config(max_new_tokens=n, gamma=gamma, top_k_candidates=1), drafter=drafter)
@@ -175,15 +175,16 @@ def test_named_drafter_loads_once_per_file_version(real_lm, tmp_path):
 
     from decoding.core.config import FEATURE_HEAD
     from decoding.core.errors import ConfigError
-    from decoding.strategies.dspark import DEFAULT_WEIGHTS, load_named_drafter
+    from decoding.drafters.factory import load_lattice_drafter
+    from decoding.runtime.paths import PARALLEL_WEIGHTS
 
-    assert load_named_drafter(real_lm, FEATURE_HEAD) is load_named_drafter(real_lm, FEATURE_HEAD)
+    assert load_lattice_drafter(real_lm, FEATURE_HEAD) is load_lattice_drafter(real_lm, FEATURE_HEAD)
     path = tmp_path / "drafter.safetensors"
     with pytest.raises(ConfigError):
-        load_named_drafter(real_lm, str(path))
-    shutil.copy(DEFAULT_WEIGHTS, path)
-    first = load_named_drafter(real_lm, str(path))
-    assert load_named_drafter(real_lm, str(path)) is first
+        load_lattice_drafter(real_lm, str(path))
+    shutil.copy(PARALLEL_WEIGHTS, path)
+    first = load_lattice_drafter(real_lm, str(path))
+    assert load_lattice_drafter(real_lm, str(path)) is first
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
-    assert load_named_drafter(real_lm, str(path)) is not first
+    assert load_lattice_drafter(real_lm, str(path)) is not first

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 
 from decoding.core.trace import TraceFormatError, from_json, to_json, without_timings
-from decoding.strategies.dspark import DEFAULT_WEIGHTS
+from decoding.runtime.paths import PARALLEL_WEIGHTS
 from ui.views import tour
 from ui.widgets import keys
 
@@ -43,7 +43,7 @@ def test_unknown_stop_is_a_config_error():
 
 def test_every_stop_is_recorded_except_dspark_until_its_weights_exist():
     missing = {s.id for s in tour.STOPS} - {s.id for s in recorded_stops()}
-    assert missing <= (set() if DEFAULT_WEIGHTS.is_file() else {"dspark"})
+    assert missing <= (set() if PARALLEL_WEIGHTS.is_file() else {"dspark"})
 
 
 @pytest.mark.parametrize("stop", recorded_stops(), ids=lambda s: s.id)

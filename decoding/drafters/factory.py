@@ -1,19 +1,32 @@
 """The drafter a speculative config names, and the draft model or net it needs loaded."""
 from __future__ import annotations
 
-from decoding.core.config import AUTO_DRAFT, LOOKUP, LOOKUP_THEN, TRAINING_FREE
+from pathlib import Path
+
+from decoding.core.config import (
+    AUTO_DRAFT,
+    FEATURE_HEAD,
+    LOOKUP,
+    LOOKUP_THEN,
+    PARALLEL_ALIASES,
+    PARALLEL_DRAFTER,
+    TRAINING_FREE,
+)
 from decoding.core.errors import ConfigError, check
 from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
+from decoding.drafters.feature_lattice import load_feature_lattice
 from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
 from decoding.drafters.model_source import MODEL_PREFIX, DraftModelSource
+from decoding.drafters.parallel import load_drafter
 from decoding.drafters.recycling import RECYCLING, RecyclingSource, table_for
 from decoding.drafters.source_chain import SourceChainDrafter
 from decoding.drafters.suffix import SUFFIX, SuffixSource, store_for
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import LM
+from decoding.runtime.paths import FEATURE_WEIGHTS, PARALLEL_WEIGHTS, calibration_path
 
 
 def load_draft(name: str, target: LM, **spec):
@@ -82,3 +95,41 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -
     if draft.startswith(LOOKUP_THEN):
         return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
     return model
+
+
+# ------------------------------------------------------------------------------ DSpark's trained drafters
+def load_lattice_drafter(lm: LM, name: str):
+    """DSpark's trained drafter `name` stands for (the feature head or a parallel drafter), loaded once per
+    model and version of its files (a retrained file at the same path loads anew); errors name `drafter`."""
+    path = named_weights(name)
+    version = file_stamp(path), file_stamp(calibration_path(path))
+    try:
+        if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":"):
+            return lm.loaded(("dspark drafter", name), version, lambda: load_feature_lattice(lm, path))
+        return lm.loaded(("dspark drafter", name), version, lambda: load_drafter(path, lm))
+    except ConfigError as err:
+        if err.param == "draft" or (err.param == "drafter" and err.value != name):   # name the drafter as given
+            raise ConfigError("drafter", name, err.expected) from None
+        raise
+
+
+def named_weights(name: str) -> Path:
+    """The weights file a drafter name stands for: "feature" and "parallel" the shipped ones,
+    "feature:FILE" and "parallel:FILE" (or a bare FILE: a parallel drafter) a trained one."""
+    if name == FEATURE_HEAD:
+        return FEATURE_WEIGHTS
+    if name in PARALLEL_ALIASES:
+        return PARALLEL_WEIGHTS
+    for kind in (FEATURE_HEAD, PARALLEL_DRAFTER):
+        if name.startswith(kind + ":"):
+            return Path(name[len(kind) + 1:]).expanduser()
+    return Path(name).expanduser()
+
+
+def file_stamp(path: Path) -> tuple[int, int] | None:
+    """(modification time in ns, size) of a file; None when there is none."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_mtime_ns, stat.st_size

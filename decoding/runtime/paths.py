@@ -8,6 +8,7 @@ from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 FEATURE_WEIGHTS = ASSETS / "feature-draft-smollm2-135m.safetensors"   # the shipped feature drafter
+PARALLEL_WEIGHTS = ASSETS / "dspark-smollm2-135m.safetensors"          # the shipped parallel (DSpark) drafter
 DRAFTER_TARGETS = ASSETS / "drafter-targets.json"   # the fingerprint of the model the shipped drafters fit
 
 

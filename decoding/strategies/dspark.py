@@ -12,7 +12,6 @@ import statistics
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
@@ -21,13 +20,11 @@ from decoding.core.config import (
     AUTO_COST,
     AUTO_DRAFTER,
     FEATURE_HEAD,
-    PARALLEL_ALIASES,
-    PARALLEL_DRAFTER,
     RECYCLING,
     DSparkConfig,
     drafter_parts,
 )
-from decoding.core.errors import ConfigError, check
+from decoding.core.errors import check
 from decoding.core.formulas import cut_at_eos, round_metrics, survival
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
@@ -41,8 +38,8 @@ from decoding.core.trace import (
     PlanNode,
     SizeChoiceInfo,
 )
-from decoding.drafters.factory import training_free_sources
-from decoding.drafters.feature_lattice import FeatureLatticeDrafter, load_feature_lattice
+from decoding.drafters.factory import load_lattice_drafter, training_free_sources
+from decoding.drafters.feature_lattice import FeatureLatticeDrafter
 from decoding.drafters.lattice_lookup import (
     LookupInput,
     LookupRate,
@@ -53,12 +50,11 @@ from decoding.drafters.lattice_lookup import (
     lookup_nodes,
 )
 from decoding.drafters.lattice_source import LatticeSource, OnlineCalibration, SourceRequest, compose, labelled
-from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter, load_drafter
+from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.models import LM, Timer, kv_memory
-from decoding.runtime.paths import ASSETS, FEATURE_WEIGHTS, calibration_path
 from decoding.strategies.dspark_select import (
     ChainPlan,
     SizeChoice,
@@ -70,9 +66,6 @@ from decoding.strategies.dspark_select import (
     flat_tree,
 )
 from decoding.strategies.tree_verify import compact_cache, depths, verify_tree
-
-DEFAULT_WEIGHTS = ASSETS / "dspark-smollm2-135m.safetensors"
-
 
 # ------------------------------------------------------------------------------ set-up
 Drafter = ParallelDrafter | FeatureLatticeDrafter
@@ -104,7 +97,7 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
     if trained == AUTO_DRAFTER:
         trained, free, reason = auto_parts(lm, drafter is not None)
     if drafter is None and trained is not None:
-        drafter = load_named_drafter(lm, trained)
+        drafter = load_lattice_drafter(lm, trained)
     elif isinstance(drafter, ParallelDrafter) and drafter.head is None:
         drafter.attach(lm)
     if drafter is not None:
@@ -134,43 +127,6 @@ def auto_parts(lm: LM, given: bool) -> tuple[str | None, tuple[str, ...], str]:
 def model_source_name(drafter: Drafter) -> str:
     """How cells a trained drafter proposed are labelled: "feature" or "parallel"."""
     return "feature" if isinstance(drafter, FeatureLatticeDrafter) else "parallel"
-
-
-def load_named_drafter(lm: LM, name: str) -> Drafter:
-    """The drafter `name` stands for, loaded once per model and version of its files (a retrained file
-    at the same path loads anew)."""
-    path = named_weights(name)
-    version = file_stamp(path), file_stamp(calibration_path(path))
-    try:
-        if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":"):
-            return lm.loaded(("dspark drafter", name), version, lambda: load_feature_lattice(lm, path))
-        return lm.loaded(("dspark drafter", name), version, lambda: load_drafter(path, lm))
-    except ConfigError as err:
-        if err.param == "draft" or (err.param == "drafter" and err.value != name):   # name the drafter as given
-            raise ConfigError("drafter", name, err.expected) from None
-        raise
-
-
-def named_weights(name: str) -> Path:
-    """The weights file a drafter name stands for: "feature" and "parallel" the shipped ones,
-    "feature:FILE" and "parallel:FILE" (or a bare FILE: a parallel drafter) a trained one."""
-    if name == FEATURE_HEAD:
-        return FEATURE_WEIGHTS
-    if name in PARALLEL_ALIASES:
-        return DEFAULT_WEIGHTS
-    for kind in (FEATURE_HEAD, PARALLEL_DRAFTER):
-        if name.startswith(kind + ":"):
-            return Path(name[len(kind) + 1:]).expanduser()
-    return Path(name).expanduser()
-
-
-def file_stamp(path: Path) -> tuple[int, int] | None:
-    """(modification time in ns, size) of a file; None when there is none."""
-    try:
-        stat = path.stat()
-    except OSError:
-        return None
-    return stat.st_mtime_ns, stat.st_size
 
 
 def load_cost(lm: LM, config: DSparkConfig, drafter: Drafting) -> CostTable | None:

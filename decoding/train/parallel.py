@@ -406,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main_train_parallel(argv: Sequence[str] | None = None) -> int:
-    from decoding.strategies.dspark import DEFAULT_WEIGHTS
+    from decoding.runtime.paths import PARALLEL_WEIGHTS
 
-    return run_trainer(argv, build_parser(), TrainSettings, DEFAULT_WEIGHTS, "dspark", train_parallel,
+    return run_trainer(argv, build_parser(), TrainSettings, PARALLEL_WEIGHTS, "dspark", train_parallel,
                        lambda r: tau_summary(r.metrics["tau_chain"]))
