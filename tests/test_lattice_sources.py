@@ -288,9 +288,9 @@ def test_a_draft_model_source_must_be_a_model_of_the_targets_vocabulary(tok_lm, 
         assert err.value.param == "drafter" and str(err.value.value).startswith("model:")
 
 
-def test_recycling_reads_every_prompt_position_at_the_prefill():
-    """The prefill keeps the logits of every prompt position for token recycling (one head product), so the
-    table knows what followed each prompt token; without it, only the last."""
+def test_recycling_reads_the_prompt_positions_at_the_prefill():
+    """The prefill keeps the logits of the prompt's last positions for token recycling (one head product), so
+    the table knows what followed each of those prompt tokens; without it, only the last."""
     from decoding.drafters import recycling
     from decoding.drafters.recycling import table_for
 
@@ -300,9 +300,67 @@ def test_recycling_reads_every_prompt_position_at_the_prefill():
     table = table_for(fresh)
     assert all(table.children(t, 1) for t in prompt)
     table.clear()
-    saved, recycling.RecyclingSource.reads_prompt = recycling.RecyclingSource.reads_prompt, False
+    saved, recycling.RecyclingSource.prompt_rows = recycling.RecyclingSource.prompt_rows, 0
     try:
         run(fresh, prompt, DSparkConfig(max_new_tokens=1, drafter="recycling", cost_table=None))
     finally:
-        recycling.RecyclingSource.reads_prompt = saved
+        recycling.RecyclingSource.prompt_rows = saved
     assert [bool(table.children(t, 1)) for t in prompt] == [False, False, False, True]
+
+
+# ------------------------------------------------------------------------------ bounds and names
+def test_suffix_store_stays_bounded_and_matches_the_latest_text():
+    from decoding.drafters.suffix import MAX_HITS, SuffixSource, SuffixStore, continuation_tree
+
+    store = SuffixStore(max_tokens=300)
+    for run_ in range(40):
+        sid = store.open()
+        seq = [(run_ * 7 + i) % 97 for i in range(60)]
+        store.extend(sid, seq[:30])
+        store.extend(sid, seq)
+    assert store.tokens <= 300 + 60 and len(store.sequences) <= 6
+    assert len(store.index) <= 2 * 3 * store.tokens and all(len(v) <= MAX_HITS for v in store.index.values())
+    state = store.snapshot()
+    source = SuffixSource(store)
+    source.start([5, 6, 7, 8, 5, 6])                    # the prompt is indexed at once: 5, 6 -> 7 matches in it
+    tree = source.propose([5, 6, 7, 8, 5, 6], SourceRequest(gamma=2, max_nodes=4))
+    assert tree.nodes and tree.nodes[0].token == 7
+    store.restore(state)
+    assert store.tokens == state[3] and set(store.sequences) == {sid for sid, _ in state[0]}
+    nodes = continuation_tree([(1, 2), (1, 3), (4,)], max_nodes=3)
+    assert [(n.token, n.parent) for n in nodes] == [(1, ROOT), (4, ROOT), (2, 0)]
+    assert nodes[0].prior == pytest.approx(2 / 3) and nodes[2].prior == pytest.approx(1 / 2)
+
+
+def test_long_and_repeated_drafter_names(lm, tmp_path):
+    with pytest.raises(ConfigError, match="more than one draft model"):
+        DSparkConfig(drafter="model:a+model:b")
+    long_path = str(tmp_path / ("d" * 200) / ("e" * 200) / "x.safetensors")
+    info = dspark.resolve_drafter(lm, DSparkConfig(drafter=long_path + "+recycling"), random_head(lm)).info
+    assert len(info.reason) <= 300 and info.reason.endswith("+recycling' as set")
+
+
+def random_head(lm):
+    from tests.dspark_helpers import random_drafter
+
+    return random_drafter(lm, gamma_max=8)
+
+
+def test_a_source_name_from_a_trace_is_escaped_in_the_calibration_legend():
+    import pandas as pd
+
+    from ui.views import calibration
+
+    table = pd.DataFrame([{"round": 1, "node": 1, "position": 1, "source": "<a href='x'>l</a>", "score": 0.5,
+                           "accepted": True}], columns=calibration.SAMPLE_COLUMNS)
+    names = [t.name for t in calibration.reliability_figure(table, "source").data]
+    assert not any("<a" in name for name in names) and any("&lt;a" in name for name in names)
+
+
+def test_auto_is_no_match_when_the_embedding_cannot_be_read(lm, monkeypatch):
+    from decoding.runtime import fingerprint
+
+    def offloaded(lm):
+        raise NotImplementedError("Cannot copy out of meta tensor")
+    monkeypatch.setattr(fingerprint, "cached_fingerprint", offloaded)
+    assert fingerprint.shipped_fits(lm) is False

@@ -201,6 +201,8 @@ def drafter_parts(name: str) -> tuple[str | None, tuple[str, ...]]:
         free.insert(0, parts.pop())
     trained = "+".join(parts) or None
     check(len(set(free)) == len(free), "drafter", name, "names a training-free source twice")
+    check(sum(part.startswith(DRAFT_MODEL_SOURCE) for part in free) <= 1, "drafter", name,
+          "names more than one draft model (model:ID)")
     return trained, tuple(free)
 
 
@@ -212,11 +214,12 @@ class DSparkConfig(SamplingParams):
     the round's overhead timed once per drafter) sizes each round's chain or tree by expected tokens per
     millisecond, up to gamma / budget; None or "none" verifies the size as set. A seeded run with "auto"
     depends on the machine's timings; a table file makes it reproducible. `drafter`: "auto" (the default:
-    the shipped feature drafter as a sequential head where the model is the one it was trained for, and
-    token recycling on every model), "feature" (that head alone), "parallel" (the shipped parallel drafter;
-    "default" is an older name for it), "recycling" (token recycling alone, no files) or a parallel
-    drafter's weights file; "+recycling" after a trained one adds token recycling; a run may also pass a
-    loaded drafter as `drafter=`. lossy_threshold
+    the shipped feature drafter as a sequential head where the model is the one it was trained for, token
+    recycling on any other), "feature" (that head alone), "parallel" (the shipped parallel drafter;
+    "default" is an older name for it), "feature:FILE" / "parallel:FILE" (or a bare FILE: a parallel
+    drafter) for trained weights, "recycling", "suffix" (no files) or "model:ID" (a draft model), joined with
+    "+" after a trained one to compose them ("feature+recycling"); a run may also pass a loaded drafter as
+    `drafter=`. lossy_threshold
     (LOSSY, off by default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram >
     0 adds prompt lookup's continuation (longest n-gram matched) to the lattice as one more candidate
     per position, scored by its acceptance rate so far in the run (0: off)."""

@@ -226,6 +226,7 @@ def check_dspark(step, prev, where: str) -> None:
 
 MAX_SOURCES = 8                      # lattice sources named by one cell or run
 MAX_SOURCE_NAME = 40                 # characters of a source's name
+MAX_DRAFTING_REASON = 300            # characters of a run's `drafting.reason`
 
 
 def _source_names(where: str, names) -> None:
@@ -244,9 +245,9 @@ def _check_sources(where: str, step) -> None:
         _source_names(f"{where}.nodes[{i}].sources", node.sources)
     if step.drafting is not None:
         _source_names(f"{where}.drafting.sources", step.drafting.sources)
-        if len(step.drafting.reason) > 300:
+        if len(step.drafting.reason) > MAX_DRAFTING_REASON:
             raise TraceFormatError(f"{where}.drafting.reason: {len(step.drafting.reason)} characters is over the "
-                                   "limit of 300")
+                                   f"limit of {MAX_DRAFTING_REASON}")
 
 
 def _check_lattice(where: str, lattice) -> None:

@@ -65,7 +65,7 @@ class LatticeSource(ABC):
     strategy runs anyway (the tokens it fed and the target's logits at each), before the next round."""
 
     name: str = "source"
-    reads_prompt: bool = False      # wants the target's logits at every prompt position (`observe` at prefill)
+    prompt_rows: int = 0            # wants the target's logits at the last this many prompt positions (prefill)
 
     def start(self, prompt_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
         """A run begins with this prompt."""

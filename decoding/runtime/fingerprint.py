@@ -62,6 +62,6 @@ def shipped_fits(lm) -> bool:
     """Whether the shipped drafters were trained for this model (assets/drafter-targets.json)."""
     try:
         recorded = json.loads(DRAFTER_TARGETS.read_text(encoding="utf-8")).get("target")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return matches(recorded, cached_fingerprint(lm))
+        return matches(recorded, cached_fingerprint(lm))
+    except (OSError, ValueError, AttributeError, NotImplementedError, RuntimeError):
+        return False          # no file, or weights it cannot read (an embedding offloaded to disk): no match

@@ -38,6 +38,7 @@ from decoding.core.trace import (
     PlanNode,
     SizeChoiceInfo,
 )
+from decoding.core.trace_check import MAX_DRAFTING_REASON
 from decoding.drafters.factory import load_lattice_drafter, training_free_sources
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter
 from decoding.drafters.lattice_lookup import (
@@ -108,7 +109,10 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
     sources = tuple(training_free_sources(lm, free))
     names = ((model_source_name(drafter),) if drafter is not None else ()) \
         + (("lookup",) if config.lookup_max_ngram > 0 else ()) + tuple(s.name for s in sources)
-    return Drafting(drafter, sources, DraftingInfo(names, reason or f"drafter {config.drafter!r} as set"))
+    reason = reason or f"drafter {config.drafter!r} as set"
+    if len(reason) > MAX_DRAFTING_REASON:              # a long file path: the trace keeps its end
+        reason = "…" + reason[len(reason) - MAX_DRAFTING_REASON + 1:]
+    return Drafting(drafter, sources, DraftingInfo(names, reason))
 
 
 AUTO_WITH_TRAINED: tuple[str, ...] = ()       # training-free sources "auto" adds to the shipped head
@@ -263,7 +267,7 @@ class DSparkDecoder:
         the drafter's input row (the LM-head input, then the feature layers' outputs) at the last position."""
         timer = Timer(self.lm)
         fed = list(prompt_ids) + list(forced)
-        keep = 0 if any(source.reads_prompt for source in self.drafting.sources) else 1
+        keep = min(len(fed), max([1] + [source.prompt_rows for source in self.drafting.sources]))
         with tap_head_input(self.lm, self.drafting.feature_layers) as tap:
             rows = self.lm.forward(fed, self.cache, logits_to_keep=keep)            # (T or 1, V)
         row = rows[-1]                             # (V,)

@@ -16,6 +16,7 @@ import plotly.graph_objects as go
 
 from decoding.core.formulas import CALIBRATION_BINS, calibration_error, reliability_bins
 from ui.views import palette
+from ui.views.figures import plot_text
 from ui.views.sources import source_text
 
 SAMPLE_COLUMNS = ["round", "node", "position", "source", "score", "accepted"]
@@ -61,7 +62,7 @@ def reliability_figure(table: pd.DataFrame, by: str) -> go.Figure:
     fig = go.Figure(go.Scatter(x=[0, 1], y=[0, 1], mode="lines", name="perfectly calibrated",
                                line={"color": palette.GREY, "dash": "dash"}))
     for i, (group, part) in enumerate(bins.groupby(by, sort=True)):
-        label = f"{by} {group}" if by == "position" else str(group)
+        label = f"{by} {group}" if by == "position" else plot_text(str(group))   # a source name comes from the trace
         fig.add_trace(go.Scatter(
             x=list(part["mean_score"]), y=list(part["acceptance"]), mode="lines+markers",
             name=f"{label} (ECE {ece[group]:.3f}, {int(part['samples'].sum())} nodes)",

@@ -40,6 +40,8 @@ FRAMES = (   # (source, legend, half-width, line): the frames nest, so a cell se
      {"color": palette.SKY, "width": 2.5, "dash": "dash"}),
     ("suffix", "suffix matching's (dotted frame)", LOOKUP_FRAME - 0.12,
      {"color": palette.PURPLE, "width": 2.5, "dash": "dot"}),
+    ("model", "the draft model's (dash-dot frame)", LOOKUP_FRAME - 0.18,
+     {"color": palette.VERMILLION, "width": 2.5, "dash": "dashdot"}),
 )
 
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 from decoding.core.trace import proposed_by
 
 SOURCE_LABELS = {"feature": "feature head", "parallel": "parallel drafter", "lookup": "prompt lookup",
-                 "recycling": "token recycling", "suffix": "suffix matching", "drafter": "drafter"}
+                 "recycling": "token recycling", "suffix": "suffix matching", "model": "draft model",
+                 "drafter": "drafter"}
 
 
 def source_label(name: str) -> str:
