@@ -331,3 +331,12 @@ def _parse(text: str):
     import xml.etree.ElementTree as ET
 
     return ET.fromstring(text)
+
+
+def test_cost_tables_are_named_without_the_servers_path():
+    from ui.views.tables import table_name
+
+    assert table_name("/root/.cache/decodescope/cost/default-cpu-float32.json") == \
+        "auto, profiled on this machine (default-cpu-float32.json)"
+    assert table_name("/home/me/tables/mine.json") == "mine.json"
+    assert table_name("mine.json") == "mine.json"

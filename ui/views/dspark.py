@@ -16,6 +16,7 @@ from ui.views import palette
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
 from ui.views.sources import source_text
+from ui.views.tables import table_name
 
 NODE_STYLE = {   # verdict -> (colour, marker symbol, text twin)
     "accepted": (palette.GREEN, "circle", "✓ accepted"),
@@ -296,7 +297,8 @@ def selection_summary(event) -> dict:
     return {"mode": "chain (DP)" if event.select == "chain" else "tree (best-first)",
             "positions drafted (γ)": len(event.lattice), "candidates per position (K)": width,
             ("chain length" if event.select == "chain" else "tree nodes") + " verified": len(event.nodes),
-            "size": f"cost-aware: {info.size} from the table {info.cost_source}" if info else "fixed (no cost table)",
+            "size": f"cost-aware: {info.size} from the table {table_name(info.cost_source)}" if info else
+                    "fixed (no cost table)",
             "expected accepted drafts": round(event.expected_accepted, 4),
             "expected tokens this forward": round(1.0 + event.expected_accepted, 4),
             "accepted drafts (measured)": len(event.accepted_path), "tokens emitted": len(event.emitted),

@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import PurePath
 
 import pandas as pd
 
 from ui.views.chips import first_divergence, visible
 from ui.views.figures import emitted_count
+
+
+def table_name(source: str) -> str:
+    """A cost table's source as the page shows it: its file name, never the server's path; the table "auto"
+    profiles lives in the cache's `cost` folder under a name that says model, device and dtype."""
+    path = PurePath(str(source).replace("\\", "/"))
+    return f"auto, profiled on this machine ({path.name})" if path.parent.name == "cost" else path.name
 
 
 def _p(logprob: float) -> float:

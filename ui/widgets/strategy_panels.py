@@ -74,7 +74,8 @@ def spec_panel(event, ctx: ViewContext) -> None:
 def _gamma_choice_view(event, ctx: ViewContext) -> None:
     info = event.gamma_choice
     with st.expander(f"Cost-aware γ: why {info.gamma} (ms per expected token for each γ)"):
-        st.caption(f"Verify costs from {info.cost_source}; one {info.source} draft token {info.draft_ms:.2f} ms. "
+        st.caption(f"Verify costs from {tables.table_name(info.cost_source)}; one {info.source} draft token "
+                   f"{info.draft_ms:.2f} ms. "
                    "acceptance_k: this run's estimate that position k is accepted once the ones before it were "
                    "((accepted + 1) / (reached + 2) over earlier rounds of this drafter).")
         display.table(spec.gamma_choice_table(info), f"{ctx.prefix}.gamma_choice", f"round{event.index}-gamma-choice")
@@ -182,7 +183,7 @@ def _dspark_stage1(event, ctx: ViewContext) -> None:
         display.plot(dspark.size_figure(event.size, event.select), f"{ctx.prefix}.ds_size", f"round{event.index}-size")
         overhead = (f"; round overhead {event.size.overhead_ms:.1f} ms (drafting, selection, acceptance, "
                     "cache)") if event.size.overhead_ms else ""
-        st.text(f"Cost table: {event.size.cost_source}{overhead}")
+        st.text(f"Cost table: {tables.table_name(event.size.cost_source)}{overhead}")
         with st.expander("Cost table and expected rate per size"):
             display.table(dspark.size_table(event.size), f"{ctx.prefix}.ds_size_table", f"round{event.index}-sizes")
             display.table(dspark.cost_table(event.size), f"{ctx.prefix}.ds_cost", f"round{event.index}-cost-table")
