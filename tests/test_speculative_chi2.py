@@ -239,7 +239,7 @@ def test_recycling_chain_matches_plain_sampling(target, reference):
 def test_recycling_chain_without_zeroing_fails(target, reference, monkeypatch):
     drafter = recycling_drafter(target)
     p_target = target_probs(target, PROMPT)
-    drafted = drafter.sources[0].table.children(PROMPT[-1], 1)[0][0]
+    drafted = drafter.sources.sources[0].table.children(PROMPT[-1], 1)[0][0]
     p_wrong = (1 - p_target[drafted]) * p_target
     p_wrong[drafted] += p_target[drafted]
     assert power_lambda(p_target, p_wrong, N_RUNS) >= 60

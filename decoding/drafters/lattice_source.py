@@ -223,3 +223,42 @@ def compose(base: LatticeDraft | None, trees: Sequence[SourceTree], scores: Sequ
         return cells.draft((), tuple(0 for _ in cells.tokens))
     own = base.own + (0,) * (len(cells.tokens) - len(base.own))
     return cells.draft(base.extra, own)
+
+
+class SourceSet:
+    """A run's tree sources with their calibration, as DSpark's decoder and speculative's chain drafter both
+    use them: `start` with the prompt, `observe` every target forward, `draft` a round (the trees composed
+    onto a base lattice), then `learn` from the tokens the round emitted."""
+
+    def __init__(self, sources: Sequence[LatticeSource]):
+        self.sources = tuple(sources)
+        self.calibration = OnlineCalibration.empty()
+        self.pending: tuple[SourceTree, ...] = ()       # this round's proposals, until `learn`
+
+    @property
+    def prompt_rows(self) -> int:
+        """The most prompt positions any source wants the logits of at the prefill."""
+        return max([0] + [source.prompt_rows for source in self.sources])
+
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self.calibration, self.pending = OnlineCalibration.empty(), ()
+        for source in self.sources:
+            source.start(prompt_ids)
+
+    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+        for source in self.sources:
+            source.observe(tokens, logits)
+
+    def draft(self, context: Sequence[int], request: SourceRequest, base: LatticeDraft | None) -> LatticeDraft | None:
+        """The base lattice with every source's proposal after context[-1] composed in, scored by the run."""
+        self.pending = tuple(source.propose(context, request) for source in self.sources)
+        if not self.pending:
+            return base
+        return compose(base, self.pending, [self.calibration.scores(tree) for tree in self.pending], request.gamma)
+
+    def learn(self, emitted: Sequence[int]) -> None:
+        """Count the round's proposals against the tokens it emitted (OnlineCalibration)."""
+        for tree in self.pending:
+            self.calibration.update(tree, emitted)
+        self.pending = ()
+

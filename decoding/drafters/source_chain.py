@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import torch
 
 from decoding.drafters.base import Drafter, DraftRequest, Proposal
-from decoding.drafters.lattice_source import LatticeSource, OnlineCalibration, SourceRequest, compose
+from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet
 
 CHAIN_NODES = 24            # candidates the sources propose per round before the walk
 
@@ -37,21 +37,17 @@ class SourceChainDrafter(Drafter):
     """Speculative decoding's drafter over tree sources (`--draft recycling`)."""
 
     def __init__(self, sources: Sequence[LatticeSource]):
-        self.sources = tuple(sources)
-        self.name = "+".join(s.name for s in self.sources)
-        self.calibration = OnlineCalibration.empty()
-        self._pending: tuple[int, tuple] | None = None          # (context length, the round's trees)
+        self.sources = SourceSet(sources)
+        self.name = "+".join(s.name for s in self.sources.sources)
+        self._start: int | None = None          # the context length the pending proposal was made after
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        self.calibration, self._pending = OnlineCalibration.empty(), None
-        for source in self.sources:
-            source.start(prompt_ids)
+        self.sources.start(prompt_ids)
+        self._start = None
 
     def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
-        request_ = SourceRequest(request.max_tokens, CHAIN_NODES)
-        trees = tuple(source.propose(context, request_) for source in self.sources)
-        self._pending = (len(context), trees)
-        draft = compose(None, trees, [self.calibration.scores(t) for t in trees], request.max_tokens)
+        draft = self.sources.draft(context, SourceRequest(request.max_tokens, CHAIN_NODES), None)
+        self._start = len(context)
         if draft is None:
             return Proposal((), source=self.name)
         path = greedy_walk(draft.lattice, request.max_tokens)
@@ -60,13 +56,10 @@ class SourceChainDrafter(Drafter):
 
     def rollback(self, context: Sequence[int]) -> int:
         """After a round: count the round's proposal against the tokens it kept; nothing to crop."""
-        if self._pending is not None:
-            start, trees = self._pending
-            for tree in trees:
-                self.calibration.update(tree, context[start:])
-            self._pending = None
+        if self._start is not None:
+            self.sources.learn(context[self._start:])
+            self._start = None
         return 0
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
-        for source in self.sources:
-            source.observe(tokens, logits)
+        self.sources.observe(tokens, logits)

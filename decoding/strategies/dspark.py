@@ -50,7 +50,7 @@ from decoding.drafters.lattice_lookup import (
     lookup_lattice,
     lookup_nodes,
 )
-from decoding.drafters.lattice_source import LatticeSource, OnlineCalibration, SourceRequest, compose, labelled
+from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet, labelled
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.fingerprint import shipped_fits
@@ -91,7 +91,7 @@ class Drafting:
 
 
 def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Drafting:
-    """The sources config.drafter names ("auto" chooses by the model: drafting_for), with the drafter passed
+    """The sources config.drafter names ("auto" chooses by the model: auto_parts), with the drafter passed
     in (attached to lm if needed) as the trained one when given."""
     trained, free = drafter_parts(config.drafter)
     reason = ""
@@ -252,8 +252,7 @@ class DSparkDecoder:
                  cost: CostTable | None = None, cache=None):
         self.lm, self.config, self.drafting, self.generator, self.cost = lm, config, drafting, generator, cost
         self.drafter = drafting.model                 # the trained drafter, or None
-        self.calibration = OnlineCalibration.empty()  # the tree sources' scores, measured in this run
-        self.trees: tuple = ()                        # the tree sources' proposals this round
+        self.sources = SourceSet(drafting.sources)    # the tree sources, calibrated by this run
         self.pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
                                                                      config.top_p, config.min_p)
         self.cache = lm.sequence_cache() if cache is None else cache
@@ -267,15 +266,14 @@ class DSparkDecoder:
         the drafter's input row (the LM-head input, then the feature layers' outputs) at the last position."""
         timer = Timer(self.lm)
         fed = list(prompt_ids) + list(forced)
-        keep = min(len(fed), max([1] + [source.prompt_rows for source in self.drafting.sources]))
+        keep = min(len(fed), max(1, self.sources.prompt_rows))
         with tap_head_input(self.lm, self.drafting.feature_layers) as tap:
             rows = self.lm.forward(fed, self.cache, logits_to_keep=keep)            # (T or 1, V)
         row = rows[-1]                             # (V,)
         self.hidden = tap.hidden[0, -1][None]      # (1, F) the head reads the last position only
         timer.lap("prefill")
-        for source in self.drafting.sources:
-            source.start(fed)
-            source.observe(fed[len(fed) - len(rows):], rows)
+        self.sources.start(fed)
+        self.sources.observe(fed[len(fed) - len(rows):], rows)
         token, draw = self._first_token(row)
         timer.lap("acceptance")
         event = prefill_event(self.lm, self.config,
@@ -318,8 +316,7 @@ class DSparkDecoder:
         past = self.cache.get_seq_length()
         logits, rows = self._verify(tokens, parents)               # (q, V), (q, F)
         timer.lap("verification")
-        for source in self.drafting.sources:
-            source.observe(tokens, logits)
+        self.sources.observe(tokens, logits)
         timer.lap("drafter")
         peak = kv_memory(self.cache).bytes
         p_rows = target_probs(logits, self.pipeline)               # (q, V)
@@ -335,9 +332,7 @@ class DSparkDecoder:
         """After a round: the context, the history rows (at most the drafter's span) and the lookup rate."""
         self.context.extend(emitted)
         self.hidden = torch.cat([self.hidden, produced[:len(emitted)]])[-self.drafting.span:]
-        for tree in self.trees:
-            self.calibration.update(tree, emitted)
-        self.trees = ()
+        self.sources.learn(emitted)
         if step.lookup:
             self.rate = self.rate.updated(hits(step.lookup.tokens, emitted))
         self.last, self.index = emitted, self.index + 1
@@ -359,11 +354,7 @@ class DSparkDecoder:
         """The round's lattice: the trained drafter's (prompt lookup's chain inside it), else prompt
         lookup's chain alone, with every tree source's candidates composed in; None when nothing was proposed."""
         base = self._trained_draft(step) if self.drafter is not None else lookup_lattice(step.lookup)
-        request = SourceRequest(step.gamma, source_nodes(self.config))
-        self.trees = tuple(source.propose(self.context, request) for source in self.drafting.sources)
-        if not self.trees:
-            return base
-        return compose(base, self.trees, [self.calibration.scores(tree) for tree in self.trees], step.gamma)
+        return self.sources.draft(self.context, SourceRequest(step.gamma, source_nodes(self.config)), base)
 
     def _trained_draft(self, step: RoundStep) -> LatticeDraft:
         """The trained drafter's lattice, with prompt lookup's chain added and scored when there is one."""
