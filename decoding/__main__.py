@@ -74,8 +74,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--lossy-threshold", type=float, help="dspark: LOSSY acceptance above this p_target")
     p.add_argument("--drafter", help="dspark: 'auto' (default: the shipped feature drafter where it was trained "
                                      "for the model, token recycling on any other), 'feature', 'parallel', "
-                                     "'recycling' (training-free) or a parallel drafter's weights file; "
-                                     "'+recycling' adds token recycling to a trained one")
+                                     "'feature:FILE', 'parallel:FILE' (or a parallel drafter's weights file), "
+                                     "'recycling', 'suffix', 'model:ID' (tree sources for any model); join with "
+                                     "'+' after a trained one, e.g. 'feature+recycling'")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -108,13 +108,19 @@ RECYCLING = "recycling"                # token recycling (drafters/recycling.py)
 SUFFIX = "suffix"                      # suffix matching over this process's earlier text (drafters/suffix.py)
 TRAINING_FREE = (RECYCLING, SUFFIX)    # lattice sources that need no files ("recycling+suffix"; DSpark and speculative)
 DRAFT_MODEL_SOURCE = "model:"          # DSpark "model:ID": a draft model with the target's vocabulary as a source
+GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")
+COST_POLICY = "cost"                   # γ per round maximizing expected tokens per ms (a verify-cost table)
 
 
 def is_source_part(part: str) -> bool:
     """A DSpark drafter part that names a tree source: a training-free one, or a draft model (model:ID)."""
     return part in TRAINING_FREE or (part.startswith(DRAFT_MODEL_SOURCE) and len(part) > len(DRAFT_MODEL_SOURCE))
-GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")
-COST_POLICY = "cost"                   # γ per round maximizing expected tokens per ms (a verify-cost table)
+
+
+def training_free_names(name: str) -> tuple[str, ...] | None:
+    """The training-free sources a speculative drafter name joins ("recycling+suffix"); None for another name."""
+    parts = tuple(name.split("+"))
+    return parts if set(parts) <= set(TRAINING_FREE) else None
 
 
 @dataclass(frozen=True)
@@ -175,7 +181,7 @@ class SpeculativeConfig(SamplingParams):
         if self.draft == LOOKUP:
             return None
         model = self.draft[len(LOOKUP_THEN):] if self.draft.startswith(LOOKUP_THEN) else self.draft
-        return None if set(model.split("+")) <= set(TRAINING_FREE) else model
+        return None if training_free_names(model) else model
 
 
 DSPARK_SELECT = ("chain", "tree")

@@ -11,6 +11,7 @@ from decoding.core.config import (
     PARALLEL_ALIASES,
     PARALLEL_DRAFTER,
     TRAINING_FREE,
+    training_free_names,
 )
 from decoding.core.errors import ConfigError, check
 from decoding.drafters.base import Drafter
@@ -79,10 +80,10 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -
     if draft == LOOKUP:
         return PromptLookupDrafter(max_ngram, target.eos_ids)
     if draft == AUTO_DRAFT:
-        draft = LOOKUP_THEN + ("feature" if draft_lm is not None else TRAINING_FREE[0])
-    model_name = draft[len(LOOKUP_THEN):] if draft.startswith(LOOKUP_THEN) else draft
-    if set(model_name.split("+")) <= set(TRAINING_FREE):
-        model = SourceChainDrafter(training_free_sources(target, model_name.split("+")))
+        draft = LOOKUP_THEN + (FEATURE_HEAD if draft_lm is not None else TRAINING_FREE[0])
+    names = training_free_names(draft[len(LOOKUP_THEN):] if draft.startswith(LOOKUP_THEN) else draft)
+    if names:
+        model = SourceChainDrafter(training_free_sources(target, names))
         if draft.startswith(LOOKUP_THEN):
             return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
         return model
