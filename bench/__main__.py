@@ -1,5 +1,5 @@
-"""python -m bench {engine,speculative,matmul,dspark,dspark-head,dspark-sources,lattice,lossy,app,trace_load,
-distill-gen,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+"""python -m bench {engine,speculative,matmul,dspark,dspark-head,dspark-sources,lattice,lossy,app,load,
+trace_load,distill-gen,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
 from bench import (
@@ -10,6 +10,7 @@ from bench import (
     dspark_sources,
     engine,
     lattice,
+    load,
     lossy,
     matmul,
     speculative,
@@ -18,7 +19,7 @@ from bench import (
 
 BENCHES = {"engine": engine.main, "speculative": speculative.main, "matmul": matmul.main, "dspark": dspark.main,
            "dspark-head": dspark_head.main, "dspark-sources": dspark_sources.main,
-           "lattice": lattice.main, "lossy": lossy.main, "app": app.main,
+           "lattice": lattice.main, "lossy": lossy.main, "app": app.main, "load": load.main,
            "trace_load": trace_load.main, "distill-gen": distill_gen.main}
 
 
