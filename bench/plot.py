@@ -1,10 +1,10 @@
-"""Charts for BENCHMARKS.md as PNG without kaleido or matplotlib: the figure goes through the app's
-own SVG exporter (ui/views/svg.py) and Debian's Chromium renders it to PNG (bench/browser.py's launcher)."""
+"""Charts for BENCHMARKS.md as PNG without kaleido or matplotlib: the figure is drawn by plotly.js (the
+copy inside the plotly package, so offline) in Debian's Chromium (bench/browser.py's launcher), and
+plotly.js's own toImage writes the PNG — the same export as the app's chart toolbar."""
 from __future__ import annotations
 
+import base64
 from pathlib import Path
-
-from ui.views.svg import figure_svg
 
 PLOTS = Path(__file__).resolve().parents[1] / "assets" / "bench"
 
@@ -29,22 +29,33 @@ def speedup_figure(points: dict[str, tuple[list[int], list[float]]], title: str)
 
 def save_png(fig, name: str, width: int = 900) -> Path | None:
     """Render the figure to assets/bench/<name>.png with Chromium; None (and a message) without it."""
-    from bench.browser import CHROMIUM, launch_chromium
+    from bench.browser import CHROMIUM
 
     if not Path(CHROMIUM).exists():
         print(f"plot: {CHROMIUM} not found, {name}.png not written")
         return None
-    from playwright.sync_api import sync_playwright
-
-    svg = figure_svg(fig, width=width)
+    height = fig.layout.height or 480
+    page_html = fig.to_html(include_plotlyjs=True, full_html=True, div_id="chart", config={"staticPlot": True},
+                            default_width=f"{width}px", default_height=f"{height}px")
     PLOTS.mkdir(parents=True, exist_ok=True)
     out = PLOTS / f"{name}.png"
+    out.write_bytes(_png(page_html, width, height))
+    return out
+
+
+def _png(page_html: str, width: int, height: int) -> bytes:
+    """The chart of `page_html` (div "chart") as PNG, by plotly.js's toImage in headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    from bench.browser import launch_chromium
+
     with sync_playwright() as pw:
         browser = launch_chromium(pw)
         try:
-            page = browser.new_page(viewport={"width": width, "height": 480})
-            page.set_content(f"<html><body style='margin:0;background:#fff'>{svg}</body></html>")
-            page.locator("svg").first.screenshot(path=str(out))
+            page = browser.new_page(viewport={"width": width, "height": height})
+            page.set_content(page_html)
+            url = page.evaluate("([w, h]) => Plotly.toImage('chart', {format: 'png', width: w, height: h})",
+                                [width, height])
         finally:
             browser.close()
-    return out
+    return base64.b64decode(url.split(",", 1)[1])

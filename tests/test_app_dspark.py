@@ -27,6 +27,12 @@ def charts(at) -> list[dict]:
     return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
+def exports(at) -> dict[str, str]:
+    """What each chart's toolbar camera saves: file name -> format (plotly.js draws it in the browser)."""
+    opts = [json.loads(c.proto.config)["toImageButtonOptions"] for c in at.get("plotly_chart")]
+    return {o["filename"]: o["format"] for o in opts}
+
+
 def chart_titled(at, words: str) -> dict:
     found = [c for c in charts(at) if words in json.dumps(c["layout"].get("title", ""))]
     assert found, f"no chart titled {words!r}"
@@ -70,7 +76,9 @@ def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
     assert list(verdicts["verdict"])[-1] == f"next: {event.next_from}"
     assert any(m.label.startswith("τ") for m in at.metric)
     chart_titled(at, "Share of the drafting rounds' time")
-    assert {"pg.lattice.svg", "pg.timing.svg"} <= _keys(at)
+    saved = exports(at)
+    assert {f"round{event.index}-lattice", "step1-timing"} <= set(saved) and set(saved.values()) == {"svg"}
+    assert not [k for k in _keys(at) if k.endswith(".svg")]         # no SVG drawn on the server any more
     for chart in charts(at):       # margins fixed on the server: no automargin pass in the browser
         axes = [v for k, v in chart["layout"].items() if k.startswith(("xaxis", "yaxis"))]
         assert axes and all(a.get("automargin") is False for a in axes), chart["layout"].get("title")
@@ -150,11 +158,14 @@ def test_calibration_of_the_scores_over_the_run(tiny_dir, drafter_file):
     assert any(f"Calibration of ŝ ({len(samples)} nodes" in e.label for e in at.expander)
     fig = chart_titled(at, "Reliability of")
     assert fig["data"][0]["name"] == "perfectly calibrated"
+    # issue 39: this chart's server-side SVG button raised a TypeError on every run; plotly.js saves it now
+    assert exports(at)["dspark-reliability-position"] == "svg"
     assert int(frame_with(at, "mean_score")["samples"].sum()) == len(samples)
     radio = next(r for r in at.radio if r.label == "Group by")
     radio.set_value("source").run()
     ok(at)
     assert set(frame_with(at, "mean_score")["source"]) == set(samples["source"])
+    assert exports(at)["dspark-reliability-source"] == "svg"
 
 
 def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file):

@@ -1,4 +1,4 @@
-"""The benchmark chart: one line per series with the greedy reference, and its PNG rendered by
+"""The benchmark chart: one line per series with the greedy reference, and its PNG drawn by plotly.js in
 Chromium (skipped with the reason where Debian's chromium is missing)."""
 from pathlib import Path
 
@@ -24,3 +24,4 @@ def test_png_is_written(tmp_path, monkeypatch):
     out = plot.save_png(plot.speedup_figure({"a": ([1, 2], [1.0, 2.0])}, "t"), "x")
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 2000
+    assert int.from_bytes(data[16:20], "big") == 900 and int.from_bytes(data[20:24], "big") == 420  # IHDR size

@@ -313,6 +313,16 @@ def test_beam_tree(server, page):
     shot(page, "playground-beam")
 
 
+def save_chart_svg(chart, path: Path) -> str:
+    """Click the camera in the chart's toolbar (always shown): plotly.js draws the SVG in the browser and
+    downloads it. Returns the file's text."""
+    with chart.page.expect_download(timeout=30_000) as info:
+        chart.locator('.modebar-btn[data-title="Download plot"]').click()
+    assert info.value.suggested_filename.endswith(".svg")
+    info.value.save_as(path)
+    return path.read_text(encoding="utf-8")
+
+
 def tiny_model_only() -> None:
     """For tests whose expectations are the tiny test model's (its drafter, its draws at a seed)."""
     if os.environ.get("DECODESCOPE_BROWSER_MODEL"):
@@ -342,7 +352,8 @@ def test_speculative_residual_and_draft_model(server, page):
 
 def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
     """A DSpark round (temperature 0; the test drafter's first draft is accepted, its second rejected):
-    the chips, the lattice with the chain drawn over it, and the lattice saved as SVG."""
+    the chips, the lattice with the chain drawn over it, and the lattice and the calibration chart saved as
+    SVG by their toolbars."""
     tiny_model_only()
     import xml.etree.ElementTree as ET
 
@@ -363,13 +374,15 @@ def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
     legend = lattice.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")
     assert "✓ accepted" in legend and "✗ rejected" in legend and "plan edge" in legend
     shot(page, "playground-dspark")
-    with page.expect_download(timeout=30_000) as info:
-        page.get_by_role("button", name=re.compile("SVG")).first.click()
-    path = tmp_path / "lattice.svg"
-    info.value.save_as(path)
-    root = ET.parse(path).getroot()
-    words = " ".join(el.text or "" for el in root.iter("{http://www.w3.org/2000/svg}text"))
+    text = save_chart_svg(lattice, tmp_path / "lattice.svg")
+    assert text.startswith("<svg")
+    root = ET.fromstring(text)
+    words = " ".join("".join(el.itertext()) for el in root.iter("{http://www.w3.org/2000/svg}text"))
     assert "lattice 3 positions" in words and "✓ accepted" in words
+    page.get_by_text("Calibration of ŝ").first.click()      # issue 39: this chart's export raised a TypeError
+    reliability = page.locator(".js-plotly-plot", has_text="Reliability of ŝ").first
+    reliability.wait_for(timeout=30_000)
+    assert "Reliability of ŝ" in save_chart_svg(reliability, tmp_path / "reliability.svg")
     assert not page.locator('[data-testid="stException"]').count()
 
 
@@ -393,7 +406,7 @@ def test_dspark_on_a_model_without_a_trained_drafter(server, page):
 
 
 def test_lab_measures_and_downloads(server, page, tmp_path):
-    """The Lab's two measurements from their buttons, each drawn (a chart with its SVG download, the
+    """The Lab's two measurements from their buttons, each drawn (a chart saved as SVG by its toolbar, the
     tables); screenshots lab-cost and lab-throughput."""
     page.goto(f"{server}/lab")
     measure = page.get_by_role("button", name="Measure", exact=True)
@@ -401,14 +414,12 @@ def test_lab_measures_and_downloads(server, page, tmp_path):
     idle(page)
     measure.first.click()
     page.get_by_text("What it means for speculative decoding").wait_for(timeout=60_000)
-    page.locator(".js-plotly-plot", has_text="Cost of a forward").first.wait_for(timeout=30_000)
+    cost = page.locator(".js-plotly-plot", has_text="Cost of a forward").first
+    cost.wait_for(timeout=30_000)
     idle(page)
     shot(page, "lab-cost")
-    with page.expect_download(timeout=30_000) as info:
-        page.get_by_role("button", name=re.compile("SVG")).first.click()
-    path = tmp_path / "cost.svg"
-    info.value.save_as(path)
-    assert "Cost of a forward" in path.read_text(encoding="utf-8")
+    text = save_chart_svg(cost, tmp_path / "cost.svg")
+    assert text.startswith("<svg") and "Cost of a forward" in text
     page.get_by_role("tab", name="Throughput and latency").click()
     idle(page)
     measure.first.click()                    # the hidden tab's button is not "visible": the first is this tab's

@@ -1,5 +1,6 @@
 """docs/lab.ipynb runs top to bottom (nbclient) on a tiny random llama with the real tokenizer: every
-cell without an error, the sentences and tables the Lab's builders make among its outputs."""
+cell without an error, the sentences and tables the Lab's builders make among its outputs, and the figure
+shown with the app's export config (its camera saves SVG)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -30,9 +31,11 @@ def test_the_lab_notebook_runs(tmp_path, monkeypatch):
     text = outputs_text(nb)
     assert "a one-token forward" in text and "tau_to_beat_greedy" in text          # the cost section
     assert "From b = 1 to b = 4" in text                                          # throughput
-    assert "the cache holds" in text and "characters of SVG" in text               # a trace, an export
-    plots = [o for c in nb.cells for o in c.get("outputs", []) if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(plots) == 2
+    assert "the cache holds" in text                                               # a trace
+    plots = [o["data"]["application/vnd.plotly.v1+json"] for c in nb.cells for o in c.get("outputs", [])
+             if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(plots) == 3
+    assert plots[-1]["config"]["toImageButtonOptions"]["format"] == "svg"                # the export: SVG
 
 
 def test_the_notebook_is_stored_without_outputs():

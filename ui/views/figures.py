@@ -78,6 +78,13 @@ def fixed_margins(fig: go.Figure) -> go.Figure:
     fig.update_yaxes(automargin=False)
     return fig
 
+
+def export_config(filename: str) -> dict:
+    """The plotly.js config of every chart: its toolbar always shown, and its camera saving the chart as
+    `<filename>.svg` — drawn by plotly.js in the browser, at the size the chart has on the page."""
+    return {"displaylogo": False, "displayModeBar": True,
+            "toImageButtonOptions": {"format": "svg", "filename": filename}}
+
 def _label(rank: int, piece: str) -> str:
     return plot_text(f"{rank}: {visible(piece)!r}")
 

@@ -1,6 +1,6 @@
-"""Streamlit widgets shared by every page: a chart or a table with its download button (SVG, CSV), the
-output as token chips, the running metrics, and token streams side by side. What they draw is built in
-ui/views (figures, tables, chips)."""
+"""Streamlit widgets shared by every page: a chart (its toolbar's camera saves SVG) or a table with its
+CSV download button, the output as token chips, the running metrics, and token streams side by side. What
+they draw is built in ui/views (figures, tables, chips)."""
 from __future__ import annotations
 
 import re
@@ -18,7 +18,6 @@ from ui.views.chips import (
     name_forced,
     origins_present,
 )
-from ui.views.svg import figure_svg
 
 
 def _slug(text: str) -> str:
@@ -26,15 +25,9 @@ def _slug(text: str) -> str:
 
 
 def plot(fig, key: str, filename: str) -> None:
-    """A plotly chart with margins fixed here (figures.fixed_margins): its modebar's camera saves PNG;
-    the button under it saves SVG, drawn by ui/views/svg.py only when clicked (kaleido is not installed, so
-    plotly cannot export offline)."""
-    st.plotly_chart(figures.fixed_margins(fig), key=key, config={"displaylogo": False,
-                                          "toImageButtonOptions": {"format": "png", "filename": _slug(filename),
-                                                                   "scale": 2}})
-    st.download_button("SVG", lambda: figure_svg(fig), file_name=f"{_slug(filename)}.svg", mime="image/svg+xml",
-                       key=f"{key}.svg", on_click="ignore", type="tertiary", icon=":material/download:",
-                       help="Download this chart as SVG (PNG: the camera in the chart's toolbar)")
+    """Every chart of the app: margins fixed here (figures.fixed_margins), and the toolbar's camera saving
+    `<filename>.svg`, drawn by plotly.js in the browser (figures.export_config); nothing on the server."""
+    st.plotly_chart(figures.fixed_margins(fig), key=key, config=figures.export_config(_slug(filename)))
 
 
 def table(df, key: str, filename: str, label: str = "Download CSV") -> None:
