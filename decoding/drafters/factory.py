@@ -19,6 +19,7 @@ from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
 from decoding.drafters.feature_lattice import load_feature_lattice
 from decoding.drafters.feature_net import FeatureNet
+from decoding.drafters.lattice_bases import LookupChainSource, TrainedSource
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
 from decoding.drafters.model_source import MODEL_PREFIX, DraftModelSource
 from decoding.drafters.parallel import load_drafter
@@ -98,7 +99,18 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -
     return model
 
 
-# ------------------------------------------------------------------------------ DSpark's trained drafters
+# ------------------------------------------------------------------------------ DSpark's sources
+def dspark_sources(target: LM, trained, names, lookup: bool) -> list:
+    """A DSpark run's lattice sources: the base first (the trained drafter, loaded by load_lattice_drafter,
+    with prompt lookup inside its lattice; else lookup's chain alone when `lookup`), then the tree sources
+    `names` (training_free_sources)."""
+    if trained is not None:
+        base = [TrainedSource(trained)]
+    else:
+        base = [LookupChainSource()] if lookup else []
+    return base + training_free_sources(target, names)
+
+
 def load_lattice_drafter(lm: LM, name: str):
     """DSpark's trained drafter `name` stands for (the feature head or a parallel drafter), loaded once per
     model and version of its files (a retrained file at the same path loads anew); errors name `drafter`."""

@@ -1,17 +1,20 @@
 """Lattice sources: anything that proposes DSpark candidates, and the composer that merges them.
 
-A source proposes, for one round, a tree of candidate tokens after the round's root (the last emitted
-token): each node a token, its parent node (or the root) and a prior ŝ⁰ in [0, 1], the source's own
-guess that the node is accepted once its parent is. The composer turns the priors into calibrated scores
-ŝ by what the run measured so far (`OnlineCalibration`) and merges every source into one lattice: the same
-token at the same depth is one cell whatever its parent, its score under a parent cell the highest any
-source gave it there, and the cell lists the sources that proposed it. Stage 1 (the DP or best-first
-tree) and stage 2 (the exact tree rule) are unchanged, and every input here is known before the round's
-target forward, so any mix of sources keeps decoding exact.
-
-The trained drafters (the feature head, the parallel drafter) build their lattice themselves, with prompt
-lookup's chain inside it (decoding.drafters.lattice_lookup); that lattice is the composer's base, and the
-tree sources' nodes are added to it.
+Every source implements one interface (`LatticeSource`): started with the prompt, shown every target
+forward the strategy runs anyway (`observe`), and asked once per round (`propose`) for its candidates after
+the round's root (the last emitted token), given a `SourceRequest` that holds everything the round knows
+before its target forward (γ, the node budget, the trained drafters' hidden rows, prompt lookup's chain).
+A source answers in one of two forms:
+- a tree (`SourceTree`): each node a token, its parent node (or the root) and a prior ŝ⁰ in [0, 1], the
+  source's own guess that the node is accepted once its parent is; the run's `OnlineCalibration` turns
+  priors into scores ŝ (token recycling, suffix matching, a draft model);
+- a whole lattice (`LatticeDraft`) whose scores the source calibrated itself, per parent: the trained
+  drafters (decoding.drafters.lattice_bases: the feature head, the parallel drafter, with prompt lookup's
+  chain inside), or prompt lookup's chain alone. At most one such source runs; its lattice is the base.
+The composer merges every tree into the base: the same token at the same depth is one cell whatever its
+parent, its score under a parent cell the highest any source gave it there, and the cell lists the sources
+that proposed it. Stage 1 (the DP or best-first tree) and stage 2 (the exact tree rule) are unchanged, and
+every input here is known before the round's target forward, so any mix of sources keeps decoding exact.
 """
 from __future__ import annotations
 
@@ -23,8 +26,10 @@ from dataclasses import dataclass
 import torch
 
 from decoding.core.config import DSPARK_MAX_GAMMA
+from decoding.core.errors import check
 from decoding.core.lattice import Lattice
 from decoding.core.trace_check import MAX_LATTICE_CANDIDATES
+from decoding.drafters.lattice_lookup import LookupInput
 from decoding.drafters.parallel import LatticeDraft
 
 ROOT = -1
@@ -54,10 +59,19 @@ class SourceTree:
 
 @dataclass(frozen=True)
 class SourceRequest:
-    """What a round asks of a source: at most `max_nodes` nodes, at most `gamma` deep."""
+    """What a round asks of its sources: at most `max_nodes` tree nodes, at most `gamma` deep; for a
+    lattice source, `top_k` candidates per position at `temperature` (a tree `budget`: the most nodes the
+    plan may take, None: a chain), the round's `history` (the last emitted tokens, the root last) with the
+    target's `hidden` rows that produced them (len(history), F), and prompt lookup's chain (`lookup`)."""
 
     gamma: int
     max_nodes: int
+    top_k: int = 1
+    temperature: float = 0.0
+    budget: int | None = None
+    history: Sequence[int] = ()
+    hidden: torch.Tensor | None = None
+    lookup: LookupInput | None = None
 
 
 class LatticeSource(ABC):
@@ -66,13 +80,16 @@ class LatticeSource(ABC):
 
     name: str = "source"
     prompt_rows: int = 0            # wants the target's logits at the last this many prompt positions (prefill)
+    feature_layers: tuple[int, ...] = ()   # target layers whose outputs its hidden rows hold (after the LM-head input)
+    span: int = 1                   # how many of the last emitted tokens' hidden rows it reads
 
     def start(self, prompt_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
         """A run begins with this prompt."""
 
     @abstractmethod
-    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree:
-        """Candidates after context[-1] (the round's root); draft side only."""
+    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree | LatticeDraft | None:
+        """Candidates after context[-1] (the round's root): a tree, or a lattice it scored itself (the
+        base; None: nothing this round); draft side only."""
 
     def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:  # noqa: B027 - optional hook
         """logits (n, V): the target's logits after each of the n tokens fed (in their tree's context)."""
@@ -226,19 +243,29 @@ def compose(base: LatticeDraft | None, trees: Sequence[SourceTree], scores: Sequ
 
 
 class SourceSet:
-    """A run's tree sources with their calibration, as DSpark's decoder and speculative's chain drafter both
-    use them: `start` with the prompt, `observe` every target forward, `draft` a round (the trees composed
-    onto a base lattice), then `learn` from the tokens the round emitted."""
+    """A run's lattice sources with the trees' calibration, as DSpark's decoder and speculative's chain
+    drafter both use them: `start` with the prompt, `observe` every target forward, `draft` a round (every
+    tree composed onto the lattice source's base), then `learn` from the tokens the round emitted."""
 
     def __init__(self, sources: Sequence[LatticeSource]):
         self.sources = tuple(sources)
         self.calibration = OnlineCalibration.empty()
-        self.pending: tuple[SourceTree, ...] = ()       # this round's proposals, until `learn`
+        self.pending: tuple[SourceTree, ...] = ()       # this round's trees, until `learn`
 
     @property
     def prompt_rows(self) -> int:
         """The most prompt positions any source wants the logits of at the prefill."""
         return max([0] + [source.prompt_rows for source in self.sources])
+
+    @property
+    def feature_layers(self) -> tuple[int, ...]:
+        """The target layers whose outputs the hidden rows must hold (a trained drafter's; () otherwise)."""
+        return next((s.feature_layers for s in self.sources if s.feature_layers), ())
+
+    @property
+    def span(self) -> int:
+        """How many of the last emitted tokens' hidden rows the sources read."""
+        return max([1] + [source.span for source in self.sources])
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.calibration, self.pending = OnlineCalibration.empty(), ()
@@ -249,16 +276,21 @@ class SourceSet:
         for source in self.sources:
             source.observe(tokens, logits)
 
-    def draft(self, context: Sequence[int], request: SourceRequest, base: LatticeDraft | None) -> LatticeDraft | None:
-        """The base lattice with every source's proposal after context[-1] composed in, scored by the run."""
-        self.pending = tuple(source.propose(context, request) for source in self.sources)
+    def draft(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft | None:
+        """Every source's proposal after context[-1], the trees composed onto the base lattice and scored by
+        the run; None when nothing was proposed."""
+        proposals = [source.propose(context, request) for source in self.sources]
+        bases = [p for p in proposals if isinstance(p, LatticeDraft)]
+        check(len(bases) <= 1, "drafter", "+".join(s.name for s in self.sources),
+              "may hold at most one source that scores its own lattice (a trained drafter)")
+        self.pending = tuple(p for p in proposals if isinstance(p, SourceTree))
+        base = bases[0] if bases else None
         if not self.pending:
             return base
         return compose(base, self.pending, [self.calibration.scores(tree) for tree in self.pending], request.gamma)
 
     def learn(self, emitted: Sequence[int]) -> None:
-        """Count the round's proposals against the tokens it emitted (OnlineCalibration)."""
+        """Count the round's trees against the tokens it emitted (OnlineCalibration)."""
         for tree in self.pending:
             self.calibration.update(tree, emitted)
         self.pending = ()
-

@@ -46,7 +46,7 @@ class SourceChainDrafter(Drafter):
         self._start = None
 
     def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
-        draft = self.sources.draft(context, SourceRequest(request.max_tokens, CHAIN_NODES), None)
+        draft = self.sources.draft(context, SourceRequest(request.max_tokens, CHAIN_NODES))
         self._start = len(context)
         if draft is None:
             return Proposal((), source=self.name)

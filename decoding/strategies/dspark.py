@@ -39,19 +39,11 @@ from decoding.core.trace import (
     SizeChoiceInfo,
 )
 from decoding.core.trace_check import MAX_DRAFTING_REASON
-from decoding.drafters.factory import load_lattice_drafter, training_free_sources
-from decoding.drafters.feature_lattice import FeatureLatticeDrafter
-from decoding.drafters.lattice_lookup import (
-    LookupInput,
-    LookupRate,
-    boost_chain,
-    continuation,
-    hits,
-    lookup_lattice,
-    lookup_nodes,
-)
-from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet, labelled
-from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter
+from decoding.drafters.factory import dspark_sources, load_lattice_drafter
+from decoding.drafters.lattice_bases import TrainedDrafter, trained_name
+from decoding.drafters.lattice_lookup import LookupInput, LookupRate, continuation, hits, lookup_nodes
+from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet
+from decoding.drafters.parallel import LatticeDraft, ParallelDrafter
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.hooks import tap_head_input
@@ -69,25 +61,18 @@ from decoding.strategies.dspark_select import (
 from decoding.strategies.tree_verify import compact_cache, depths, verify_tree
 
 # ------------------------------------------------------------------------------ set-up
-Drafter = ParallelDrafter | FeatureLatticeDrafter
+Drafter = TrainedDrafter
 
 
 @dataclass(frozen=True)
 class Drafting:
-    """A run's lattice sources: the trained drafter (None: none) with prompt lookup inside its lattice,
-    the training-free sources composed with it, and what the trace says of them."""
+    """A run's lattice sources (decoding.drafters.lattice_source): the base (the trained drafter with prompt
+    lookup inside its lattice, or lookup's chain alone) and the tree sources composed onto it; the trained
+    drafter itself (None: none; its round overhead is timed once per drafter) and what the trace says."""
 
     model: Drafter | None
     sources: tuple[LatticeSource, ...]
     info: DraftingInfo
-
-    @property
-    def feature_layers(self) -> tuple[int, ...]:
-        return self.model.shape.feature_layers if self.model is not None else ()
-
-    @property
-    def span(self) -> int:
-        return self.model.span if self.model is not None else 1
 
 
 def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Drafting:
@@ -106,9 +91,11 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
               f"was trained for another model (this one has vocab {lm.vocab_size})")
         check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
               f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
-    sources = tuple(training_free_sources(lm, free))
-    names = ((model_source_name(drafter),) if drafter is not None else ()) \
-        + (("lookup",) if config.lookup_max_ngram > 0 else ()) + tuple(s.name for s in sources)
+    lookup = config.lookup_max_ngram > 0
+    sources = tuple(dspark_sources(lm, drafter, free, lookup))
+    trees = sources[1:] if drafter is not None or lookup else sources
+    names = ((trained_name(drafter),) if drafter is not None else ()) + (("lookup",) if lookup else ()) \
+        + tuple(s.name for s in trees)
     reason = reason or f"drafter {config.drafter!r} as set"
     if len(reason) > MAX_DRAFTING_REASON:              # a long file path: the trace keeps its end
         reason = "…" + reason[len(reason) - MAX_DRAFTING_REASON + 1:]
@@ -126,11 +113,6 @@ def auto_parts(lm: LM, given: bool) -> tuple[str | None, tuple[str, ...], str]:
         return FEATURE_HEAD, AUTO_WITH_TRAINED, "auto: the shipped feature drafter was trained for this model"
     return None, (RECYCLING,), ("auto: no shipped drafter was trained for this model, so training-free "
                                 "sources only")
-
-
-def model_source_name(drafter: Drafter) -> str:
-    """How cells a trained drafter proposed are labelled: "feature" or "parallel"."""
-    return "feature" if isinstance(drafter, FeatureLatticeDrafter) else "parallel"
 
 
 def load_cost(lm: LM, config: DSparkConfig, drafter: Drafting) -> CostTable | None:
@@ -251,8 +233,7 @@ class DSparkDecoder:
     def __init__(self, lm: LM, config: DSparkConfig, drafting: Drafting, generator: torch.Generator,
                  cost: CostTable | None = None, cache=None):
         self.lm, self.config, self.drafting, self.generator, self.cost = lm, config, drafting, generator, cost
-        self.drafter = drafting.model                 # the trained drafter, or None
-        self.sources = SourceSet(drafting.sources)    # the tree sources, calibrated by this run
+        self.sources = SourceSet(drafting.sources)    # the base and the tree sources, calibrated by this run
         self.pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
                                                                      config.top_p, config.min_p)
         self.cache = lm.sequence_cache() if cache is None else cache
@@ -267,7 +248,7 @@ class DSparkDecoder:
         timer = Timer(self.lm)
         fed = list(prompt_ids) + list(forced)
         keep = min(len(fed), max(1, self.sources.prompt_rows))
-        with tap_head_input(self.lm, self.drafting.feature_layers) as tap:
+        with tap_head_input(self.lm, self.sources.feature_layers) as tap:
             rows = self.lm.forward(fed, self.cache, logits_to_keep=keep)            # (T or 1, V)
         row = rows[-1]                             # (V,)
         self.hidden = tap.hidden[0, -1][None]      # (1, F) the head reads the last position only
@@ -331,7 +312,7 @@ class DSparkDecoder:
     def advance(self, step: RoundStep, emitted: Sequence[int], produced: torch.Tensor) -> None:
         """After a round: the context, the history rows (at most the drafter's span) and the lookup rate."""
         self.context.extend(emitted)
-        self.hidden = torch.cat([self.hidden, produced[:len(emitted)]])[-self.drafting.span:]
+        self.hidden = torch.cat([self.hidden, produced[:len(emitted)]])[-self.sources.span:]
         self.sources.learn(emitted)
         if step.lookup:
             self.rate = self.rate.updated(hits(step.lookup.tokens, emitted))
@@ -351,26 +332,17 @@ class DSparkDecoder:
         return LookupInput(tokens, match, self.rate.scores())
 
     def _draft(self, step: RoundStep) -> LatticeDraft | None:
-        """The round's lattice: the trained drafter's (prompt lookup's chain inside it), else prompt
-        lookup's chain alone, with every tree source's candidates composed in; None when nothing was proposed."""
-        base = self._trained_draft(step) if self.drafter is not None else lookup_lattice(step.lookup)
-        return self.sources.draft(self.context, SourceRequest(step.gamma, source_nodes(self.config)), base)
-
-    def _trained_draft(self, step: RoundStep) -> LatticeDraft:
-        """The trained drafter's lattice, with prompt lookup's chain added and scored when there is one."""
-        lookup = step.lookup
+        """The round's lattice from every source (the base: the trained drafter's with prompt lookup's chain
+        inside it, or lookup's chain alone; the trees composed onto it); None when nothing was proposed."""
         config = self.config
-        budget = config.budget if config.select == "tree" else None
-        request = LatticeRequest(step.gamma, config.top_k_candidates, config.temperature,
-                                 tuple(lookup.tokens) if lookup else (), budget)
-        draft = self.drafter.lattice(step.hidden, step.history, request)
-        if draft.extra:
-            draft = dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
-        return labelled(draft, model_source_name(self.drafter))
+        request = SourceRequest(step.gamma, source_nodes(config), config.top_k_candidates, config.temperature,
+                                config.budget if config.select == "tree" else None, step.history, step.hidden,
+                                step.lookup)
+        return self.sources.draft(self.context, request)
 
     def _verify(self, tokens, parents) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (q, V) of one target forward over the tree, and the drafter's input rows (q, F)."""
-        with tap_head_input(self.lm, self.drafting.feature_layers) as tap:
+        with tap_head_input(self.lm, self.sources.feature_layers) as tap:
             logits = verify_tree(self.lm, self.cache, tokens, parents)
         return logits, tap.hidden[0]
 
