@@ -62,9 +62,11 @@ def training_free_sources(target: LM, names) -> list:
 
 
 def draft_model_source(target: LM, name: str) -> DraftModelSource:
-    """The draft model `name` (loaded once per target) as a lattice source; errors name `drafter`."""
+    """The draft model `name` as a lattice source; errors name `drafter`. A target keeps one such draft model,
+    the last one named (a config names at most one; another name replaces it, so that links naming many
+    cannot pile up copies on a shared server)."""
     try:
-        draft = target.loaded(("draft model source", name), None, lambda: load_draft(name, target))
+        draft = target.loaded(("draft model source",), name, lambda: load_draft(name, target))
     except ConfigError as err:
         raise ConfigError("drafter", MODEL_PREFIX + name, err.expected) from None
     check(not isinstance(draft, FeatureNet) and draft is not None, "drafter", MODEL_PREFIX + name,
