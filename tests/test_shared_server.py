@@ -178,3 +178,22 @@ def test_a_session_keeps_its_newest_lab_results():
     lab_panels.keep_newest(store, 5, ["again"])                   # measured again: the newest now
     lab_panels.keep_newest(store, 99, [99])                       # so 6 is the oldest and goes
     assert list(store) == [*range(7, 17), 5, 99] and store[5] == ["again"]
+
+
+def test_a_step_that_waits_for_other_sessions_says_so(tiny_dir, monkeypatch):
+    """While other sessions have work on the engine thread, the Step's spinner says how many."""
+    from contextlib import nullcontext
+
+    from decoding.runtime.engine_thread import ENGINE
+    from ui.widgets import stepper
+
+    shown = []
+    monkeypatch.setattr(stepper.st, "spinner", lambda text, **kw: (shown.append(text), nullcontext())[1])
+    at = new_app()
+    monkeypatch.setattr(ENGINE, "others_ahead", lambda owner=None: 2)
+    at.button(key="pg.step").click().run()
+    ok(at)
+    assert len(run_state(at).events) == 1
+    assert [t for t in shown if t.startswith("Waiting")] == [stepper.waiting_line(2)]
+    assert "2 other sessions" in stepper.waiting_line(2) and "1 other session on" in stepper.waiting_line(1)
+    assert stepper.waiting_line(0) is None
