@@ -197,3 +197,41 @@ def test_a_step_that_waits_for_other_sessions_says_so(tiny_dir, monkeypatch):
     assert [t for t in shown if t.startswith("Waiting")] == [stepper.waiting_line(2)]
     assert "2 other sessions" in stepper.waiting_line(2) and "1 other session on" in stepper.waiting_line(1)
     assert stepper.waiting_line(0) is None
+
+
+def test_a_model_keeps_one_trained_drafter_of_a_kind(tmp_path):
+    """Links naming many drafter files cannot pile drafters up on the model: the last one named is kept."""
+    from dspark_helpers import random_drafter, varied_llama
+
+    from decoding.drafters.factory import load_lattice_drafter
+
+    lm = varied_llama(seed=0)
+    paths = []
+    for seed in (0, 1):
+        paths.append(tmp_path / f"drafter{seed}.safetensors")
+        random_drafter(lm, gamma_max=4, seed=seed).save(paths[-1])
+    first = load_lattice_drafter(lm, str(paths[0]))
+    assert load_lattice_drafter(lm, str(paths[0])) is first          # loaded once while it is the one named
+    gone = weakref.ref(first)
+    del first
+    second = load_lattice_drafter(lm, str(paths[1]))
+    assert alive([gone]) == 0 and [k for k in lm._loaded if k[0] == "dspark drafter"] == [("dspark drafter",
+                                                                                            "parallel")]
+    assert load_lattice_drafter(lm, str(paths[1])) is second
+
+
+def test_a_model_keeps_one_draft_model_source(monkeypatch):
+    """DSpark's model:ID sources: a second name replaces the first on the target, not beside it."""
+    from dspark_helpers import varied_llama
+
+    from decoding.drafters import factory
+
+    target = varied_llama(seed=0)
+    monkeypatch.setattr(factory, "load_draft", lambda name, target: Weights())
+    monkeypatch.setattr(factory, "DraftModelDrafter", lambda draft, target: draft)
+    monkeypatch.setattr(factory, "DraftModelSource", lambda drafter: drafter)
+    first = weakref.ref(factory.draft_model_source(target, "a"))
+    assert factory.draft_model_source(target, "a") is first()       # loaded once while it is the one named
+    second = factory.draft_model_source(target, "b")
+    assert alive([first]) == 0 and factory.draft_model_source(target, "b") is second
+    assert [k for k in target._loaded if k[0] == "draft model source"] == [("draft model source",)]

@@ -103,13 +103,15 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -
 # ------------------------------------------------------------------------------ DSpark's trained drafters
 def load_lattice_drafter(lm: LM, name: str):
     """DSpark's trained drafter `name` stands for (the feature head or a parallel drafter), loaded once per
-    model and version of its files (a retrained file at the same path loads anew); errors name `drafter`."""
+    model and version of its files (a retrained file at the same path loads anew); errors name `drafter`.
+    A model keeps one drafter of each kind, the last one named (links naming many files cannot pile up
+    drafters on a shared server)."""
     path = named_weights(name)
-    version = file_stamp(path), file_stamp(calibration_path(path))
+    version = name, file_stamp(path), file_stamp(calibration_path(path))
     try:
         if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":"):
-            return lm.loaded(("dspark drafter", name), version, lambda: load_feature_lattice(lm, path))
-        return lm.loaded(("dspark drafter", name), version, lambda: load_drafter(path, lm))
+            return lm.loaded(("dspark drafter", FEATURE_HEAD), version, lambda: load_feature_lattice(lm, path))
+        return lm.loaded(("dspark drafter", PARALLEL_DRAFTER), version, lambda: load_drafter(path, lm))
     except ConfigError as err:
         if err.param == "draft" or (err.param == "drafter" and err.value != name):   # name the drafter as given
             raise ConfigError("drafter", name, err.expected) from None
