@@ -23,7 +23,9 @@ Turns are fair between sessions: each caller (an owner: the calling thread unles
 Streamlit session runs its script in one thread at a time) has a queue of its own, and the engine thread
 serves the owners in turn, one unit of work each (a step, a round, a load) — so a Run to end in one
 session, however long, puts at most one of its steps before another session's Step, whatever it has
-queued. `others_ahead` says how many other owners a new request waits behind (the page shows it).
+queued. (A first-come queue interleaves callers that each wait for one result before asking again, as
+the app's do; turns per owner keep that true whatever an owner queues.) `others_ahead` says how many
+other owners a new request waits behind (the page shows it). Nothing is kept for an owner with no work.
 """
 from __future__ import annotations
 
