@@ -9,11 +9,20 @@ from ui.widgets import display, keys, session, sidebar, step_panel, stepper
 settings = sidebar.current()
 st.title("Playground")
 config = session.config_or_stop(settings)
-lm = session.lm_or_stop(settings)
-prompt_ids = session.prompt_ids_or_stop(lm, settings)
-session.live_run(lm, settings, prompt_ids)          # a fresh run when the settings changed
-with st.expander(f"Prompt as the model sees it ({len(prompt_ids)} tokens)"):
-    st.text(lm.decode(prompt_ids))
+
+
+def open_run() -> list[int]:
+    """The prompt's ids, with this session's run ready. The model stays out of the page's globals: the
+    fragment below keeps them while the tab is open, and an idle tab must not keep a model alive."""
+    lm = session.lm_or_stop(settings)
+    prompt_ids = session.prompt_ids_or_stop(lm, settings)
+    session.live_run(lm, settings, prompt_ids)          # a fresh run when the settings changed
+    with st.expander(f"Prompt as the model sees it ({len(prompt_ids)} tokens)"):
+        st.text(lm.decode(prompt_ids))
+    return prompt_ids
+
+
+prompt_ids = open_run()
 
 
 @st.fragment
@@ -22,7 +31,7 @@ def step_through() -> None:
     pressed = stepper.controls()
     run = st.session_state[keys.RUN]
     if pressed["reset"]:
-        run = session.reset_run(lm, settings, prompt_ids)
+        run = session.reset_run(session.lm_or_stop(settings), settings, prompt_ids)
     before = len(run.events)
     if pressed["step"]:
         stepper.advance(run, 1)

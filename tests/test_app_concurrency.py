@@ -1,7 +1,7 @@
-"""Five app sessions at once, each stepping another strategy on ONE model shared through
-st.cache_resource: each gets exactly the trace the engine gives alone for its settings (timings aside),
-and none sees another's state. AppTest instances are not thread-safe (run in threads they intermittently
-lose each other's widgets), so the five sessions are interleaved Step by Step in one thread here; true
+"""Five app sessions at once, each stepping another strategy on ONE model shared through the server's
+model cache (ui/widgets/session.py): each gets exactly the trace the engine gives alone for its settings
+(timings aside), and none sees another's state. AppTest instances are not thread-safe (run in threads they
+intermittently lose each other's widgets), so the five sessions are interleaved Step by Step in one thread here; true
 parallel threads on one shared model are tested at the engine level (tests/test_concurrency.py). Also:
 Stop ends a long run and keeps its trace."""
 from __future__ import annotations
@@ -82,7 +82,7 @@ def session_of_forward(lm):
 def test_five_sessions_at_once_share_the_model_and_nothing_else(tiny_dir, sessions):
     from ui.widgets.session import load_lm
 
-    shared = load_lm(str(tiny_dir), "auto", "auto")       # the object st.cache_resource hands every session
+    shared = load_lm(str(tiny_dir), "auto", "auto")       # the object the model cache hands every session
     calls, current, hook = session_of_forward(shared)
     apps = {}
     try:

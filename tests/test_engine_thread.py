@@ -162,3 +162,46 @@ def test_call_wide_runs_with_the_count_from_before_enable_and_narrows_again(thre
     plain.enable()
     assert plain.call_wide(torch.get_num_threads) == plain.call(torch.get_num_threads) == 3
     plain.disable()
+
+
+def test_owners_take_turns_one_unit_of_work_each(engine):
+    """A fake job queue: while the engine is held, one owner queues a long run (four steps), another a
+    single Step, a third two steps. Served in turn, the Step comes second, not after the whole run (a
+    first-come queue would serve run0..run3 first)."""
+    gate, order = threading.Event(), []
+    held = engine.submit("gate", gate.wait)
+    jobs = [engine.submit(owner, order.append, f"{owner}{i}")
+            for owner, n in (("run", 4), ("step", 1), ("other", 2)) for i in range(n)]
+    assert engine.others_ahead("new") == 4 and engine.others_ahead("run") == 3
+    gate.set()
+    held.result()
+    [job.result() for job in jobs]
+    assert order == ["run0", "step0", "other0", "run1", "other1", "run2", "run3"]
+    assert engine.queued_owners() == 0 and engine.others_ahead("new") == 0   # nothing kept per owner
+
+
+def test_a_step_waits_behind_one_step_of_a_run_to_end(engine):
+    """One session steps a generator to its end on the engine thread (as Run to end does); another
+    session's Step, asked for while the run's second step runs, is served before the run's third."""
+    order, asked, step_queued = [], threading.Event(), threading.Event()
+
+    def run_to_end():
+        for i in range(4):
+            if i == 1:
+                asked.set()
+                step_queued.wait()         # the other session's Step is queued before this step ends
+            order.append(f"run{i}")
+            yield i
+
+    def other_session():
+        asked.wait()
+        job = engine.submit(None, order.append, "step")
+        step_queued.set()
+        job.result()
+
+    other = threading.Thread(target=other_session)
+    other.start()
+    assert list(engine.steps(run_to_end())) == [0, 1, 2, 3]
+    other.join()
+    assert order == ["run0", "run1", "step", "run2", "run3"]
+    assert engine.others_ahead() == 0

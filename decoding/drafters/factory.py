@@ -63,9 +63,11 @@ def training_free_sources(target: LM, names) -> list:
 
 
 def draft_model_source(target: LM, name: str) -> DraftModelSource:
-    """The draft model `name` (loaded once per target) as a lattice source; errors name `drafter`."""
+    """The draft model `name` as a lattice source; errors name `drafter`. A target keeps one such draft model,
+    the last one named (a config names at most one; another name replaces it, so that links naming many
+    cannot pile up copies on a shared server)."""
     try:
-        draft = target.loaded(("draft model source", name), None, lambda: load_draft(name, target))
+        draft = target.loaded(("draft model source",), name, lambda: load_draft(name, target))
     except ConfigError as err:
         raise ConfigError("drafter", MODEL_PREFIX + name, err.expected) from None
     check(not isinstance(draft, FeatureNet) and draft is not None, "drafter", MODEL_PREFIX + name,
@@ -113,13 +115,15 @@ def dspark_sources(target: LM, trained, names, lookup: bool) -> list:
 
 def load_lattice_drafter(lm: LM, name: str):
     """DSpark's trained drafter `name` stands for (the feature head or a parallel drafter), loaded once per
-    model and version of its files (a retrained file at the same path loads anew); errors name `drafter`."""
+    model and version of its files (a retrained file at the same path loads anew); errors name `drafter`.
+    A model keeps one drafter of each kind, the last one named (links naming many files cannot pile up
+    drafters on a shared server)."""
     path = named_weights(name)
-    version = file_stamp(path), file_stamp(calibration_path(path))
+    version = name, file_stamp(path), file_stamp(calibration_path(path))
     try:
         if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":"):
-            return lm.loaded(("dspark drafter", name), version, lambda: load_feature_lattice(lm, path))
-        return lm.loaded(("dspark drafter", name), version, lambda: load_drafter(path, lm))
+            return lm.loaded(("dspark drafter", FEATURE_HEAD), version, lambda: load_feature_lattice(lm, path))
+        return lm.loaded(("dspark drafter", PARALLEL_DRAFTER), version, lambda: load_drafter(path, lm))
     except ConfigError as err:
         if err.param == "draft" or (err.param == "drafter" and err.value != name):   # name the drafter as given
             raise ConfigError("drafter", name, err.expected) from None

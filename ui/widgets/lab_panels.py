@@ -27,6 +27,7 @@ from ui.widgets import display, keys, session
 from ui.widgets.params import Settings
 
 MEASURE_ERRORS = (ConfigError, RuntimeError, ValueError, MemoryError)
+LAB_RESULTS = 12     # measurements a session keeps (the newest; each section's settings and model make a key)
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,16 @@ def _measured(settings: Settings, measurement: Measurement, clicked: bool) -> li
             st.error(session.shown(str(err).splitlines()[0] if str(err) else type(err).__name__, settings))
             return None
         progress.empty()
-        store[key] = events
+        keep_newest(store, key, events)
     return store.get(key)
+
+
+def keep_newest(store: dict, key, value, most: int = LAB_RESULTS) -> None:
+    """store[key] = value as the newest entry, the oldest dropped beyond `most`."""
+    store.pop(key, None)
+    store[key] = value
+    for old in list(store)[:-most]:
+        del store[old]
 
 
 def _config_or_error(build: Callable[[], object]):

@@ -6,9 +6,17 @@ reruns, never across one (Streamlit stops a script at its own calls, which are o
 stays consistent. If it is ever missing (a fresh object, a failed step) it is rebuilt exactly by
 re-running the engine with `forced=` the tokens so far and skipping the recorded steps: forced tokens
 still run the choice rule, so the random draws stay aligned with the original run.
+
+On a shared server a run lets go of what it holds when its session has been idle for IDLE_S
+(`release_idle`, called on any session's rerun): the generator (its KV cache) always, the model and the
+draft model too when it was given `reload` to get them back. Its steps stay; the next Step reloads and
+rebuilds the generator as above (as long as the run so far took), so nothing the page shows changes.
 """
 from __future__ import annotations
 
+import threading
+import time
+import weakref
 from collections.abc import Callable, Sequence
 
 from decoding.core.config import BaseConfig
@@ -18,13 +26,20 @@ from decoding.runner import RUN_ERRORS, RunEnd, assemble, emitted_ids, error_lin
 
 ENGINE_ERRORS = RUN_ERRORS
 PER_TOKEN = ("greedy", "sample")   # one event per token, a forced prefix included
+IDLE_S = 600.0                     # a run untouched this long lets go of its generator and model (release_idle)
+_RUNS: weakref.WeakSet = weakref.WeakSet()   # every LiveRun alive, in any session (gone with its session)
+_RUNS_LOCK = threading.Lock()
+
+Reload = Callable[[], tuple[object, dict]]   # () -> (lm, strategy kwargs): the run's model, from the cache
 
 
 class LiveRun:
     def __init__(self, lm, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: str = "",
-                 forced: Sequence[int] = (), strategy_kwargs: dict | None = None):
-        self.lm = lm
-        self.strategy_kwargs = dict(strategy_kwargs or {})   # e.g. speculative's draft_lm=
+                 forced: Sequence[int] = (), strategy_kwargs: dict | None = None, reload: Reload | None = None):
+        self._lm = lm
+        self._kwargs = dict(strategy_kwargs or {})   # e.g. speculative's draft_lm=
+        self._reload = reload
+        self.touched = time.monotonic()
         self.prompt_ids = tuple(int(t) for t in prompt_ids)
         self.prompt_text = prompt_text
         self.config = config
@@ -34,6 +49,40 @@ class LiveRun:
         self.stop_reason = "max_new_tokens"
         self.error: str | None = None
         self._gen = None
+        with _RUNS_LOCK:
+            _RUNS.add(self)
+
+    # ------------------------------------------------------------------ what it holds
+    @property
+    def lm(self):
+        lm = self._lm
+        if lm is None:
+            lm, kwargs = self._reload()
+            self._lm, self._kwargs = lm, dict(kwargs)
+        return lm
+
+    @property
+    def strategy_kwargs(self) -> dict:
+        self.lm                              # noqa: B018  (reloaded with the model when released)
+        return self._kwargs
+
+    def rebind(self, lm, strategy_kwargs: Callable[[], dict]) -> None:
+        """Go on with `lm`, the cache's copy of this run's model, when the run holds another (its copy was
+        dropped from the cache and loaded again): the generator is rebuilt on it at the next step, and the
+        old copy is no longer held here. Marks the run as in use."""
+        self.touched = time.monotonic()
+        if self._lm is not None and self._lm is not lm:
+            self._lm, self._kwargs, self._gen = lm, dict(strategy_kwargs()), None
+
+    def release(self) -> None:
+        """Drop the generator, and the model with the draft model when they can be reloaded."""
+        self._gen = None
+        if self._reload is not None:
+            self._lm, self._kwargs = None, {}
+
+    def holds(self) -> bool:
+        """Whether the run holds a generator or a model (False once released)."""
+        return self._gen is not None or (self._reload is not None and self._lm is not None)
 
     # ------------------------------------------------------------------ stepping
     def _generator(self):
@@ -46,6 +95,7 @@ class LiveRun:
     def step(self, n: int = 1, on_event: Callable[[object], None] | None = None) -> int:
         """Advance up to n events; return how many were added. Errors end the run with a message."""
         added = 0
+        self.touched = time.monotonic()
         while added < n and not self.done:
             try:
                 event = next(self._generator())
@@ -101,7 +151,7 @@ class LiveRun:
         prefix = self.events[:at]
         keep = at if self._per_token() and [int(t) for t in emitted_ids(prefix)] == forced[:at] else 0
         other = LiveRun(self.lm, self.prompt_ids, self.config, prompt_text=self.prompt_text, forced=forced,
-                        strategy_kwargs=self.strategy_kwargs)
+                        strategy_kwargs=self.strategy_kwargs, reload=self._reload)
         other.events = list(prefix[:keep])
         while len(other.output_ids) < len(forced) and not other.done:
             if other.step(1) == 0:
@@ -139,3 +189,19 @@ class LiveRun:
         return assemble(self.lm, self.prompt_ids, self.config, self.events, prompt_text=self.prompt_text,
                         forced=self.forced, end=RunEnd(wall_ms / 1000.0, stop, self.error))
 
+
+def release_idle(idle_s: float = IDLE_S, now: float | None = None) -> int:
+    """Release every live run (of any session) untouched for `idle_s` seconds; how many were released."""
+    now = time.monotonic() if now is None else now
+    with _RUNS_LOCK:
+        runs = list(_RUNS)
+    idle = [run for run in runs if now - run.touched >= idle_s and run.holds()]
+    for run in idle:
+        run.release()
+    return len(idle)
+
+
+def live_runs() -> int:
+    """LiveRuns alive in this process (sessions closed and freed by Streamlit no longer count)."""
+    with _RUNS_LOCK:
+        return len(_RUNS)

@@ -6,17 +6,28 @@ import streamlit as st
 from decoding.core.errors import ConfigError
 from decoding.drafters.factory import load_draft
 from decoding.runner import check_inputs
+from decoding.runtime.model_cache import ModelCache
 from decoding.runtime.models import ModelSpec, load
 from ui.widgets import keys
-from ui.widgets.live import LiveRun
+from ui.widgets.live import LiveRun, release_idle
 from ui.widgets.params import Settings, current_paths, link_safe
 
+# Model copies the server holds at once (docs/app.md, "On a shared server"): each key (model, device, dtype,
+# model options) is a copy of its own, ~0.5 GB for the embedded model in float32; the least recently used
+# goes first, whatever a link asks for. A draft is built on its target (the shallow draft shares its layers),
+# so it goes with it.
+TARGET_COPIES = 2
+DRAFT_COPIES = 1
+DRAFTS: ModelCache = ModelCache(DRAFT_COPIES)
+TARGETS: ModelCache = ModelCache(TARGET_COPIES, on_drop=lambda key: DRAFTS.drop(keep=lambda d: d[-1] != key))
 
-@st.cache_resource(show_spinner=False, max_entries=2)
+
 def load_lm(name: str, device: str, dtype: str, **options):
     """One LM per (model, device, dtype, model options), shared by all sessions (its .lock guards each
-    forward). `options`: ModelSpec's gguf_file, device_map, max_memory, offload_folder, fast_path when set."""
-    return load(ModelSpec(name=name, device=device, dtype=dtype, **options))
+    forward) while it is among the TARGET_COPIES most recently used. `options`: ModelSpec's gguf_file,
+    device_map, max_memory, offload_folder, fast_path when set."""
+    key = (name, device, dtype, *sorted(options.items()))
+    return TARGETS.get(key, lambda: load(ModelSpec(name=name, device=device, dtype=dtype, **options)))
 
 
 def load_lm_for(model_key: tuple):
@@ -35,6 +46,7 @@ def shown(message: str, settings: Settings | None = None) -> str:
 
 def lm_or_stop(settings: Settings):
     """The settings' model, or an st.error naming what to fix and a stopped page."""
+    release_idle()                  # any session's rerun frees what idle sessions' runs hold
     try:
         with st.spinner(f"Loading model {settings.model!r}…"):
             return load_lm_for(settings.model_key())
@@ -45,23 +57,29 @@ def lm_or_stop(settings: Settings):
     st.stop()
 
 
-@st.cache_resource(show_spinner=False, max_entries=2)
 def load_draft_lm(name: str, device: str, dtype: str, target_key: tuple):
     """A draft model for speculative decoding, checked against the target's vocabulary and tokenizer (on the
-    fast path when the target is)."""
+    fast path when the target is); one of the DRAFT_COPIES most recently used."""
     fast = {"fast_path": True} if dict(target_key[3:]).get("fast_path") else {}
-    return load_draft(name, load_lm_for(target_key), device=device, dtype=dtype, **fast)
+    return DRAFTS.get((name, device, dtype, target_key),
+                      lambda: load_draft(name, load_lm_for(target_key), device=device, dtype=dtype, **fast))
 
 
-def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
+def strategy_kwargs(config, settings: Settings) -> dict:
     """What the strategy's decode needs besides the config: a loaded draft model for a speculative
     config whose `draft` names one ('lookup' needs nothing; 'lookup+MODEL' needs MODEL)."""
     name = getattr(config, "draft_model", None)
     if name is None:
         return {}
+    return {"draft_lm": load_draft_lm(name, settings.device, settings.dtype, settings.model_key())}
+
+
+def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
+    """strategy_kwargs, or an st.error naming what to fix and a stopped page."""
+    name = getattr(config, "draft_model", None)
     try:
         with st.spinner(f"Loading draft model {name!r}…"):
-            return {"draft_lm": load_draft_lm(name, settings.device, settings.dtype, settings.model_key())}
+            return strategy_kwargs(config, settings)
     except ConfigError as err:
         st.error(shown(str(err), settings))
     except (OSError, RuntimeError, ValueError) as err:
@@ -89,18 +107,24 @@ def config_or_stop(settings: Settings):
 
 
 def live_run(lm, settings: Settings, prompt_ids: list[int]) -> LiveRun:
-    """This session's playground run; a fresh one when the model, prompt or config changed."""
+    """This session's playground run; a fresh one when the model, prompt or config changed. A run (or
+    branch) still holding a copy of the model that the cache has dropped goes on with the cache's copy."""
     signature = (settings.model_key(), tuple(prompt_ids), repr(settings.config))
     run = st.session_state.get(keys.RUN)
     if run is None or st.session_state.get(keys.RUN_SIGNATURE) != signature:
         run = reset_run(lm, settings, prompt_ids)
         st.session_state[keys.RUN_SIGNATURE] = signature
+    for held in (run, st.session_state.get(keys.BRANCH)):
+        if held is not None:
+            held.rebind(lm, lambda: strategy_kwargs_or_stop(settings.config, settings))
     return run
 
 
 def reset_run(lm, settings: Settings, prompt_ids: list[int]) -> LiveRun:
-    run = LiveRun(lm, prompt_ids, settings.config, prompt_text=settings.prompt,
-                  strategy_kwargs=strategy_kwargs_or_stop(settings.config, settings))
+    config = settings.config
+    run = LiveRun(lm, prompt_ids, config, prompt_text=settings.prompt,
+                  strategy_kwargs=strategy_kwargs_or_stop(config, settings),
+                  reload=lambda: (load_lm_for(settings.model_key()), strategy_kwargs(config, settings)))
     st.session_state[keys.RUN] = run
     st.session_state[keys.CURSOR] = -1
     st.session_state.pop(keys.BRANCH, None)

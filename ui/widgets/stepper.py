@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from contextlib import nullcontext
 
 import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from decoding.core.errors import ConfigError
+from decoding.runtime.engine_thread import ENGINE
 from ui.widgets import keys
 from ui.widgets.display import show_streams
 
@@ -58,12 +60,23 @@ def settle_stop(pressed: dict) -> None:
         pressed["stop_slot"].button("Stop", key=keys.STOP_DONE, help=STOP_HELP, disabled=True)
 
 
+def waiting_line(others: int) -> str | None:
+    """What the page says while its steps take turns with `others` other sessions (None: none)."""
+    if others <= 0:
+        return None
+    return (f"Waiting for {others} other session{'s' if others > 1 else ''} on this server: "
+            "the model takes one step for each session in turn…")
+
+
 def advance(run, n: int, budget_s: float | None = None) -> None:
-    """Up to n steps, or fewer when budget_s seconds have passed; the cursor follows."""
-    deadline = None if budget_s is None else time.perf_counter() + budget_s
-    added = 0
-    while added < n and not run.done and (deadline is None or time.perf_counter() < deadline):
-        added += run.step(1)
+    """Up to n steps, or fewer when budget_s seconds have passed; the cursor follows. While other
+    sessions have work on the engine thread, a spinner says how many (they take turns step by step)."""
+    line = waiting_line(ENGINE.others_ahead())
+    with st.spinner(line) if line else nullcontext():
+        deadline = None if budget_s is None else time.perf_counter() + budget_s
+        added = 0
+        while added < n and not run.done and (deadline is None or time.perf_counter() < deadline):
+            added += run.step(1)
     st.session_state[keys.CURSOR] = len(run.events) - 1
 
 
