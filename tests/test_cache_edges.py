@@ -192,3 +192,28 @@ def test_missing_embedded_model_file_names_no_server_path(tmp_path, monkeypatch)
     assert str(tmp_path) not in str(caught.value)
     assert str(caught.value) == (f"model='default' is invalid: {models.EMBEDDED_GGUF} is missing; "
                                  f"reinstall {models.EMBEDDED_DIST}")
+
+
+def test_a_cost_table_kept_on_the_server_is_named_by_its_name(small, tmp_path, monkeypatch):
+    """The app keeps an uploaded cost table in the cache: its error names the file, not the server's folder."""
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    upload = tmp_path / "cost" / "uploads" / "mine.json"
+    upload.parent.mkdir(parents=True)
+    upload.write_text("{half a table")
+    with pytest.raises(ConfigError) as caught:
+        cost_module.load_table(small, str(upload), 4)
+    assert str(caught.value).startswith("cost_table='mine.json' is invalid: could not be read (Expecting")
+    missing = tmp_path / "cost" / "uploads" / "gone.json"
+    with pytest.raises(ConfigError) as caught:
+        cost_module.load_table(small, str(missing), 4)
+    assert str(caught.value) == "cost_table='gone.json' is invalid: could not be read (No such file or directory)"
+
+
+def test_a_shipped_calibration_file_is_named_by_its_name(tmp_path, monkeypatch):
+    from decoding.drafters.feature_lattice import HeadCalibration
+
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    broken = tmp_path / "head.calibration.json"
+    broken.write_text("[]")
+    with pytest.raises(ConfigError, match=r"^calibration='head\.calibration\.json' is invalid: is not a "):
+        HeadCalibration.load(broken)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from decoding.core.errors import ConfigError, check
 from decoding.runtime.files import save_to_cache, write_text_atomic
-from decoding.runtime.paths import cache_root, safe_name
+from decoding.runtime.paths import cache_root, safe_name, shown_path
 
 COST_TABLE_VERSION = 1
 MAX_COST_BYTES = 1 << 20        # a cost-table file (or upload) larger than this is refused before parsing
@@ -82,13 +82,17 @@ class CostTable:
     @classmethod
     def load(cls, path: str | Path) -> CostTable:
         """The table in a JSON file; a file over MAX_COST_BYTES is refused after reading that much."""
+        shown = shown_path(path)                   # an upload or the auto table: by its name alone
         try:
             with open(path, "rb") as file:
                 data = file.read(MAX_COST_BYTES + 1)
         except OSError as err:
-            raise ConfigError("cost_table", str(path), f"could not be read ({err})") from None
-        check(len(data) <= MAX_COST_BYTES, "cost_table", str(path), f"is over {MAX_COST_BYTES} bytes")
-        return cls.parse(data, str(path))
+            raise ConfigError("cost_table", shown, f"could not be read ({err.strerror or err})") from None
+        check(len(data) <= MAX_COST_BYTES, "cost_table", shown, f"is over {MAX_COST_BYTES} bytes")
+        try:
+            return cls.parse(data, str(path))
+        except ConfigError as err:
+            raise ConfigError("cost_table", shown, err.expected) from None
 
     def save(self, path: str | Path) -> None:
         """Write atomically (a temporary file renamed over `path`), so that a session reading the

@@ -15,7 +15,7 @@ import numpy as np
 
 from decoding.core.errors import check
 from decoding.runtime.files import atomic_path
-from decoding.runtime.paths import ASSETS, cache_root
+from decoding.runtime.paths import ASSETS, cache_root, shown_path
 
 ANSWERS_VERSION = 1
 SHIPPED = ASSETS / "distill"
@@ -41,7 +41,7 @@ class AnswerSet:
     def load(cls, path: Path) -> AnswerSet:
         with np.load(path, allow_pickle=False) as data:
             info = json.loads(str(data["meta"]))
-            check(info.pop("version", None) == ANSWERS_VERSION, "answers", str(path),
+            check(info.pop("version", None) == ANSWERS_VERSION, "answers", shown_path(path),
                   f"is not an answers file of version {ANSWERS_VERSION}")
             prompts, answers = (_unflat(data[f"{name}_tokens"], data[f"{name}_offsets"])
                                 for name in ("prompts", "answers"))
