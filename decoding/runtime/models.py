@@ -138,7 +138,7 @@ def _load_converted(cached: Path, dtype: torch.dtype, placed: dict | None):
         return None
     try:
         model, tok = _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
-        if all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.device.type != "meta"):
+        if not any(bool(torch.isnan(p).any()) for p in model.parameters() if p.device.type != "meta"):
             return model, tok
     except Exception:  # noqa: BLE001 - whatever is wrong with the copy, converting again mends it
         pass
