@@ -74,14 +74,6 @@ def test_unwritable_cache_keeps_distillation_working(small, tmp_path, monkeypatc
     assert data.positions == 8
 
 
-def test_cli_says_so_in_one_line(tmp_path, monkeypatch, capsys, fresh_warning):
-    """The command line shows the warning as one line, not Python's two-line warning with a source line."""
-    from decoding.__main__ import _show_warning
-
-    _show_warning(files.CacheWarning("the cache folder x cannot be written"), files.CacheWarning, "f.py", 1)
-    assert capsys.readouterr().err == "warning: the cache folder x cannot be written\n"
-
-
 # ------------------------------------------------------------------------------ damaged cache files
 
 def test_garbage_auto_cost_table_is_profiled_again(small, tmp_path, monkeypatch):
@@ -217,3 +209,19 @@ def test_a_shipped_calibration_file_is_named_by_its_name(tmp_path, monkeypatch):
     broken.write_text("[]")
     with pytest.raises(ConfigError, match=r"^calibration='head\.calibration\.json' is invalid: is not a "):
         HeadCalibration.load(broken)
+
+
+def test_cli_run_with_an_unwritable_cache_warns_in_one_line(tmp_path, monkeypatch, capsys, fresh_warning):
+    from word_models import PROMPT
+
+    from decoding.__main__ import main
+
+    word = build_word_model_dir(tmp_path / "word")
+    unwritable_cache(tmp_path, monkeypatch)
+    capsys.readouterr()                                              # the model's own writing progress
+    code = main(["run", "--model", str(word), "--prompt", PROMPT, "--max-new-tokens", "4", "--strategy",
+                 "speculative", "--gamma-policy", "cost", "--cost-table", "auto"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 0 and len(lines) == 1 and lines[0].startswith("warning: the cache folder "), err
+    assert "working without it" in lines[0]
