@@ -225,3 +225,10 @@ def test_longest_valid_names_are_written(tmp_path):
             assert len(os.fsencode(tmp.name)) <= 255
             tmp.write_text("again\n")
         assert path.read_text() == "again\n"
+
+
+def test_eval_feature_weights_are_checked_before_the_model_loads(word, tmp_path, capsys, no_load):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not weights\n")
+    code, _, err = cli_main(["train", "eval-feature", "--model", str(word), "--weights", str(notes)], capsys)
+    assert code == 2 and one_line(err).startswith(f"error: draft='{notes}' is invalid: could not be read (")
