@@ -134,11 +134,13 @@ def converting(tmp_path, monkeypatch):
 def damage_conversion(folder: Path, how: str) -> None:
     weights = folder / "model.safetensors"
     if how == "truncated":
-        weights.write_bytes(weights.read_bytes()[:200])
+        weights.write_bytes(weights.read_bytes()[:-100])           # cut short: its header says more
     elif how == "no-config":
         (folder / "config.json").unlink()
     elif how == "broken-config":
         (folder / "config.json").write_text("{")
+    elif how == "no-tokenizer":
+        (folder / "tokenizer_config.json").unlink()
     else:                                                            # NaN weights
         from safetensors.torch import load_file, save_file
 
@@ -147,7 +149,7 @@ def damage_conversion(folder: Path, how: str) -> None:
         save_file(state, str(weights), metadata={"format": "pt"})
 
 
-@pytest.mark.parametrize("how", ["truncated", "no-config", "broken-config", "nan"])
+@pytest.mark.parametrize("how", ["truncated", "no-config", "broken-config", "no-tokenizer", "nan"])
 def test_damaged_converted_model_is_converted_again(how, converting):
     gguf, calls = converting
     model, _ = models._load_gguf(gguf, torch.float32)

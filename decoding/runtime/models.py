@@ -132,18 +132,31 @@ def _convert(gguf: Path):
 
 
 def _load_converted(cached: Path, dtype: torch.dtype, placed: dict | None):
-    """The converted copy in the cache, or None when there is none or it is damaged (a truncated
-    safetensors file, a missing or broken config, NaN weights): a damaged copy is removed, to be redone."""
+    """The converted copy in the cache, or None when there is none or it is damaged (a cut-short
+    safetensors file, a missing or broken config or tokenizer, NaN weights): a damaged copy is removed,
+    to be converted again. Other failures (out of memory) are the load's, as for any model."""
     if not cached.exists():
         return None
-    try:
+    if _conversion_intact(cached):
         model, tok = _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
         if not any(bool(torch.isnan(p).any()) for p in model.parameters() if p.device.type != "meta"):
             return model, tok
-    except Exception:  # noqa: BLE001 - whatever is wrong with the copy, converting again mends it
-        pass
     shutil.rmtree(cached, ignore_errors=True)
     return None
+
+
+def _conversion_intact(cached: Path) -> bool:
+    """The converted copy is whole: its config and tokenizer files are JSON objects, and its safetensors
+    header covers the file exactly (safetensors checks that on opening: a cut-short copy fails)."""
+    from safetensors import safe_open
+
+    try:
+        texts = [(cached / name).read_text(encoding="utf-8") for name in ("config.json", "tokenizer_config.json")]
+        with safe_open(str(cached / "model.safetensors"), "pt"):
+            pass
+        return all(isinstance(json.loads(text), dict) for text in texts)
+    except Exception:  # noqa: BLE001 - unreadable, not JSON, not safetensors: damaged
+        return False
 
 
 def _check_gguf(gguf: Path) -> None:
