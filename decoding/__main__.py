@@ -9,13 +9,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import sys
+import warnings
 from pathlib import Path
 
 from decoding.core import trace as trace_mod
 from decoding.core.config import GAMMA_POLICIES, BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.runner import STRATEGIES, RunInterrupted, run, run_lockstep
-from decoding.runtime.files import check_writable, write_text_atomic
+from decoding.runtime.files import CacheWarning, check_writable, write_text_atomic
 from decoding.runtime.models import DEVICES, DTYPES, ModelSpec, load
 from decoding.runtime.placement import DEVICE_MAPS
 
@@ -226,8 +227,17 @@ def cmd_compare(args) -> int:
     return _finish(traces, interrupted, out, labelled=True)
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
+    """A CacheWarning as one line, "warning: ..."; any other warning as Python shows it."""
+    if issubclass(category, CacheWarning):
+        print(f"warning: {message}", file=sys.stderr)
+    else:
+        _default(message, category, filename, lineno, file, line)
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    warnings.showwarning = _show_warning
     try:
         if argv[:1] == ["train"]:      # python -m decoding train parallel [flags] (decoding/train/parallel.py)
             from decoding.train.cli import main_cli

@@ -18,6 +18,7 @@ import torch
 from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_cli_hardening import BAD_HEADER, NOT_UTF8, rewrite
+from test_train_edges import nan_copy
 from word_models import PROMPT, build_nan_model_dir, build_word_model_dir
 
 from decoding import __main__ as cli
@@ -329,6 +330,9 @@ CASES = [
     Case("drafter-weights-damaged", r"drafter='[^']*p\.safetensors' is invalid: could not be read \(gamma_max=999 ",
          cli=DSPARK + ["--drafter", "{baddrafter}"],
          engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["baddrafter"])))),
+    Case("drafter-weights-nan", r"drafter='[^']*nan-p\.safetensors' is invalid: holds NaN or infinite weights \(\d+ in "
+         r"'w2'\); train it again$", cli=DSPARK + ["--drafter", "{nandrafter}"],
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["nandrafter"])))),
     Case("drafter-other-model", r"drafter='feature' is invalid: was trained for another model \(hidden size 576; "
          r"this one has 32\)", cli=DSPARK + ["--drafter", "feature"],
          app={"strategy": "dspark", "drafter": "feature"}, action="step",
@@ -392,6 +396,8 @@ CASES = [
     Case("out-is-a-directory", r"out='[^']*' is invalid: is a directory; give a file path$", cli=["--out", "{tmp}"]),
     Case("out-parent-is-a-file", r"out='[^']*notes\.txt/t\.json' is invalid: \S*notes\.txt is not a directory$",
          cli=["--out", "{notes}/t.json"]),
+    Case("out-name-too-long", r"out='[^']*\.\.\.[^']*' is invalid: its file name is 305 bytes long; the limit here is "
+         r"255$", cli=["--out", "{tmp}/" + "t" * 300 + ".json"]),
     # ---- trace files
     Case("trace-malformed-json", r"not valid JSON: Expecting property name", upload=lambda e: b"{nope"),
     Case("trace-not-an-object", r"a trace must be a JSON object", upload=lambda e: b"[1, 2]"),
@@ -486,12 +492,13 @@ def write_broken_configs(paths: dict) -> None:
 
 
 def write_damaged_weights(paths: dict, lm: LM) -> None:
-    """A shallow draft of the word model without its head's vocab_ids, and a drafter whose header
-    says gamma_max=999."""
+    """A shallow draft of the word model without its head's vocab_ids, a drafter whose header says
+    gamma_max=999 and one whose w2 is NaN."""
     good = paths["tmp"] / "shallow-good.safetensors"
     save_shallow(build_shallow(lm, 1, 1), good)
     rewrite(good, paths["badshallow"], drop="head.vocab_ids")
     rewrite(paths["drafter"], paths["baddrafter"], header=BAD_HEADER["parallel"])
+    nan_copy(paths["drafter"], paths["nandrafter"], "w2")
 
 
 def record_traces(lm: LM, drafter) -> dict[str, str]:
@@ -515,7 +522,8 @@ def env(tmp_path_factory):
              "corrupt": tmp / "corrupt.gguf", "drafter": tmp / "drafter.safetensors",
              "badcost": tmp / "cost.json", "shortcost": tmp / "short.json", "hugecost": tmp / "huge.json",
              "deepcost": tmp / "deep.json", "longcost": tmp / "long.json", "badshallow": tmp / "s.safetensors",
-             "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg"}
+             "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg",
+             "nandrafter": tmp / "nan-p.safetensors"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
     paths["nan"] = nan_dir
     paths["empty"].mkdir()

@@ -1,4 +1,6 @@
 """One error type for bad input: a one-line message naming the parameter and the bad value."""
+import math
+from numbers import Real
 
 
 class ConfigError(ValueError):
@@ -21,6 +23,15 @@ def check(ok: bool, param: str, value, expected: str) -> None:
     """Raise ConfigError(param, value, expected) unless `ok`."""
     if not ok:
         raise ConfigError(param, value, expected)
+
+
+def check_number(param: str, value, low: float, *, above: bool = False, below: float = math.inf) -> None:
+    """`value` a finite real number >= `low` (> `low` when `above`) and < `below`; else ConfigError."""
+    ok = isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(value)
+    ok = ok and (value > low if above else value >= low) and value < below
+    bound = f"> {low:g}" if above else f">= {low:g}"
+    check(ok, param, value, f"must be a finite number {bound}" if below == math.inf
+          else f"must be a finite number {bound} and < {below:g}")
 
 
 class StepError(RuntimeError):

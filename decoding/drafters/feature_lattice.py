@@ -28,7 +28,7 @@ from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
 from decoding.core.lattice import Lattice
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, with_extra
-from decoding.runtime.paths import calibration_path
+from decoding.runtime.paths import calibration_path, shown_path
 
 CALIBRATION_FORMAT = "decodescope-head-calibration/1"
 DEFAULT_EXPAND = 2          # parents stepped per position (docs/drafters.md)
@@ -67,13 +67,14 @@ class HeadCalibration:
         try:
             data = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError) as err:
-            check(False, "calibration", str(path), f"could not be read ({type(err).__name__})")
-        check(isinstance(data, dict) and data.get("format") == CALIBRATION_FORMAT, "calibration", str(path),
+            check(False, "calibration", shown_path(path), f"could not be read ({type(err).__name__})")
+        check(isinstance(data, dict) and data.get("format") == CALIBRATION_FORMAT, "calibration", shown_path(path),
               f"is not a {CALIBRATION_FORMAT} file")
         try:
             return cls(tuple(data["a"]), tuple(data["b"]))
         except (KeyError, TypeError, ValueError):
-            check(False, "calibration", str(path), "must give lists a and b of finite numbers, one pair per position")
+            check(False, "calibration", shown_path(path),
+                  "must give lists a and b of finite numbers, one pair per position")
 
 
 @dataclass(frozen=True)

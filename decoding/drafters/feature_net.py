@@ -40,7 +40,14 @@ from decoding.core.errors import check
 from decoding.drafters.shallow import full_vocabulary
 from decoding.runtime import packed_gemm
 from decoding.runtime.paths import FEATURE_WEIGHTS
-from decoding.runtime.weights_file import read_header, reading, resolve_weights, save_weights, trained_for
+from decoding.runtime.weights_file import (
+    check_finite,
+    read_header,
+    reading,
+    resolve_weights,
+    save_weights,
+    trained_for,
+)
 
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
 DEFAULT_FEATURE = FEATURE_WEIGHTS
@@ -226,6 +233,7 @@ def load_feature(target, path: str | Path | None = None) -> FeatureNet:
     with reading("draft", path):
         info = read_meta(path)
         state = load_file(str(path))
+        check_finite(state, "draft", path)
         net = FeatureNet(FeatureShape(**info["shape"]), state["vocab_ids"].tolist())
         net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     net.eval().requires_grad_(False)

@@ -44,7 +44,8 @@ from decoding.core.errors import ConfigError, check
 from decoding.core.lattice import Lattice
 from decoding.runtime import packed_gemm
 from decoding.runtime.hooks import check_feature_layers
-from decoding.runtime.weights_file import reading, save_weights
+from decoding.runtime.paths import shown_path
+from decoding.runtime.weights_file import check_finite, reading, save_weights
 
 WEIGHTS_FORMAT = "decodescope-parallel-drafter/1"
 
@@ -336,14 +337,15 @@ def load_drafter(path: str | Path, lm=None) -> ParallelDrafter:
     from safetensors import safe_open
 
     path = Path(path)
-    check(path.is_file(), "drafter", str(path),
+    check(path.is_file(), "drafter", shown_path(path),
           "no drafter weights there (give 'feature', 'parallel' or a parallel drafter's weights file; train one: "
           "python -m decoding train parallel)")
     with reading("drafter", path):
         with safe_open(str(path), framework="pt") as fh:
             header = fh.metadata() or {}
             tensors = {k: fh.get_tensor(k) for k in fh.keys()}
-        check(header.get("format") == WEIGHTS_FORMAT, "drafter", str(path), "is not a parallel-drafter file")
+        check(header.get("format") == WEIGHTS_FORMAT, "drafter", shown_path(path), "is not a parallel-drafter file")
+        check_finite(tensors, "drafter", path)
         drafter = ParallelDrafter(DrafterShape(**json.loads(header["shape"])), vocab_ids=tensors["vocab_ids"].tolist())
         drafter.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
         drafter.meta = json.loads(header.get("meta", "{}"))

@@ -23,7 +23,14 @@ from decoding.core.errors import check
 from decoding.runtime import packed_gemm
 from decoding.runtime.models import LM
 from decoding.runtime.paths import ASSETS
-from decoding.runtime.weights_file import read_header, reading, resolve_weights, save_weights, trained_for
+from decoding.runtime.weights_file import (
+    check_finite,
+    read_header,
+    reading,
+    resolve_weights,
+    save_weights,
+    trained_for,
+)
 
 WEIGHTS_FORMAT = "decodescope-shallow-draft/1"
 DEFAULT_SHALLOW = ASSETS / "shallow-draft-smollm2-135m.safetensors"
@@ -56,7 +63,7 @@ def full_vocabulary(small: torch.Tensor, vocab_ids: torch.Tensor, vocab_size: in
     return out
 
 
-def _check_shape(target_model, layers: int, adapters: int) -> None:
+def check_shape(target_model, layers: int, adapters: int) -> None:
     total = len(target_model.model.layers)
     check(isinstance(layers, int) and 1 <= layers < total, "draft_layers", layers,
           f"must be an integer in [1, {total - 1}]")
@@ -68,7 +75,7 @@ def build_shallow(target: LM, layers: int, adapters: int, vocab_ids=None, name: 
     """Untrained shallow draft: target layers [0, L) shared, adapters initialised as copies of target
     layers [L, L + A), norm copied, head sliced to `vocab_ids` (None: the whole vocabulary)."""
     model = target.model
-    _check_shape(model, layers, adapters)
+    check_shape(model, layers, adapters)
     config = copy.deepcopy(model.config)
     config.num_hidden_layers = layers + adapters
     if getattr(config, "layer_types", None):
@@ -134,6 +141,7 @@ def load_shallow(target: LM, path: str | Path | None = None) -> LM:
     with reading("draft", path):
         info = read_meta(path)
         state = load_file(str(path))
+        check_finite(state, "draft", path)
         draft = build_shallow(target, info["layers"], info["adapters"], state["head.vocab_ids"],
                               name=f"{target.name}[shallow {info['layers']}+{info['adapters']}]")
         _load_trained(draft, state)

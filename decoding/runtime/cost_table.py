@@ -14,8 +14,8 @@ from numbers import Real
 from pathlib import Path
 
 from decoding.core.errors import ConfigError, check
-from decoding.runtime.files import write_text_atomic
-from decoding.runtime.paths import cache_root, safe_name
+from decoding.runtime.files import save_to_cache, write_text_atomic
+from decoding.runtime.paths import cache_root, safe_name, shown_path
 
 COST_TABLE_VERSION = 1
 MAX_COST_BYTES = 1 << 20        # a cost-table file (or upload) larger than this is refused before parsing
@@ -82,13 +82,17 @@ class CostTable:
     @classmethod
     def load(cls, path: str | Path) -> CostTable:
         """The table in a JSON file; a file over MAX_COST_BYTES is refused after reading that much."""
+        shown = shown_path(path)                   # an upload or the auto table: by its name alone
         try:
             with open(path, "rb") as file:
                 data = file.read(MAX_COST_BYTES + 1)
         except OSError as err:
-            raise ConfigError("cost_table", str(path), f"could not be read ({err})") from None
-        check(len(data) <= MAX_COST_BYTES, "cost_table", str(path), f"is over {MAX_COST_BYTES} bytes")
-        return cls.parse(data, str(path))
+            raise ConfigError("cost_table", shown, f"could not be read ({err.strerror or err})") from None
+        check(len(data) <= MAX_COST_BYTES, "cost_table", shown, f"is over {MAX_COST_BYTES} bytes")
+        try:
+            return cls.parse(data, str(path))
+        except ConfigError as err:
+            raise ConfigError("cost_table", shown, err.expected) from None
 
     def save(self, path: str | Path) -> None:
         """Write atomically (a temporary file renamed over `path`), so that a session reading the
@@ -157,11 +161,10 @@ def load_table(lm, cost_table: str, need: int) -> CostTable:
     again when it covers fewer than `need` tokens) or a JSON file that must cover `need` tokens."""
     if cost_table == AUTO:
         path = auto_cost_path(lm)
-        cost = CostTable.load(path) if path.is_file() else None
+        cost = cached_table(path)
         if cost is None or cost.max_tokens < need:
             cost = profile_verify_cost(lm, max(need, AUTO_MIN_TOKENS))
-            path.parent.mkdir(parents=True, exist_ok=True)
-            cost.save(path)
+            save_to_cache(cost.save, path)
         return dataclasses.replace(cost, source=str(path))
     cost = CostTable.load(cost_table)
     check(cost.max_tokens >= need, "cost_table", cost_table,
@@ -174,9 +177,17 @@ def draft_token_ms(target, draft) -> tuple[float, str]:
     on this device on first use and cached per target and draft."""
     table_path = auto_cost_path(target)
     path = table_path.with_name(f"{table_path.stem}--draft-{safe_name(draft.name)}.json")
-    if path.is_file():
-        return CostTable.load(path).ms(1), str(path)
-    table = profile_verify_cost(draft, 1, repeats=15)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table.save(path)
+    table = cached_table(path)
+    if table is None:
+        table = profile_verify_cost(draft, 1, repeats=15)
+        save_to_cache(table.save, path)
     return table.ms(1), str(path)
+
+
+def cached_table(path: Path) -> CostTable | None:
+    """The table cached at `path`; None when there is none or it is damaged (half-written, edited, from
+    an older version): the caller profiles again, since the user never named that file."""
+    try:
+        return CostTable.load(path) if path.is_file() else None
+    except ConfigError:
+        return None

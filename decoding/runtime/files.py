@@ -8,9 +8,11 @@ import os
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator
+import warnings
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TypeVar
 
 from decoding.core.errors import ConfigError, check
 
@@ -26,7 +28,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     if path.exists() and not path.is_file():
         yield path
         return
-    tmp = path.with_name(f".{path.name[:180]}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp = path.with_name(f".{_prefix(path.name)}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         yield tmp
         _flush(tmp)
@@ -36,6 +38,12 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _prefix(name: str, limit: int = 120) -> str:
+    """The first `limit` bytes of `name` (whole characters), so that the temporary name stays within the
+    file-name limit for every name that is within it."""
+    return name.encode("utf-8", "surrogateescape")[:limit].decode("utf-8", "ignore")
 
 
 def _flush(path: Path) -> None:
@@ -53,6 +61,43 @@ def write_text_atomic(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
+T = TypeVar("T")
+
+
+class CacheWarning(UserWarning):
+    """The cache folder cannot be written: everything still works, only slower to start."""
+
+
+_cache_warned = threading.Event()
+
+
+def save_to_cache(save: Callable[[Path], None], path: Path) -> bool:
+    """`save(path)` (an atomic writer) into the cache, its folder made first. When the cache cannot be
+    written (read-only, full, not a folder), warn once per process (CacheWarning) and return False: the
+    caller goes on without the cached copy."""
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save(path)
+    except OSError as err:
+        if not _cache_warned.is_set():
+            _cache_warned.set()
+            warnings.warn(f"the cache folder {path.parent} cannot be written ({err.strerror or err}); working without "
+                          "it (set DECODESCOPE_CACHE to a writable folder)", CacheWarning, stacklevel=2)
+        return False
+    return True
+
+
+def load_from_cache(load: Callable[[Path], T], path: Path) -> T | None:
+    """`load(path)` of a cache file; None when there is none or it cannot be read (a half-written or damaged
+    file, one from an older version): the caller makes it again."""
+    if not path.is_file():
+        return None
+    try:
+        return load(path)
+    except Exception:  # noqa: BLE001 - whatever is wrong with a cache file, making it again mends it
+        return None
+
+
 def check_writable(path: str | Path, param: str) -> Path:
     """`path` as a file this process can create or replace, checked before any work is done (its directory
     exists, it is not a directory nor read-only, a file can be created beside it); else ConfigError naming
@@ -60,6 +105,7 @@ def check_writable(path: str | Path, param: str) -> Path:
     text = str(path)
     check(text.strip() != "", param, text, "give a file path")
     target = Path(text).expanduser()
+    check_name_lengths(target, param, text)
     folder = Path(os.path.realpath(target)).parent       # where atomic_path puts its temporary file
     check(folder.exists(), param, text, f"its directory {folder} does not exist")
     check(folder.is_dir(), param, text, f"{folder} is not a directory")
@@ -67,10 +113,63 @@ def check_writable(path: str | Path, param: str) -> Path:
     check(not target.exists() or os.access(target, os.W_OK), param, text, "is read-only")
     if target.exists() and not target.is_file():        # a device or a pipe (/dev/stdout): written in place
         return target
+    _probe(folder, param, text)
+    return target
+
+
+def check_folder(path: str | Path, param: str) -> Path:
+    """`path` as a folder (made when missing) in which files can be created, checked before any work;
+    else ConfigError naming `param`."""
+    text = str(path)
+    check(text.strip() != "", param, text, "give a folder")
+    folder = Path(text).expanduser()
+    check_name_lengths(folder, param, text)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ConfigError(param, text, f"could not be made a folder ({err.strerror or err})") from None
+    _probe(folder, param, text)
+    return folder
+
+
+def _probe(folder: Path, param: str, text: str) -> None:
+    """A file can be created in `folder` (created and removed again); else ConfigError naming `param`."""
     try:
         fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check.")
     except OSError as err:
         raise ConfigError(param, text, f"no file can be created in {folder} ({err.strerror or err})") from None
     os.close(fd)
     os.unlink(probe)
-    return target
+
+
+def check_name_lengths(target: Path, param: str, text: str) -> None:
+    """Every part of `target` within the system's limit on a file name (255 bytes on most), the whole
+    path within its limit on a path; else ConfigError naming `param`."""
+    name_max, path_max = _limits(target)
+    for part in target.parts:
+        size = len(os.fsencode(part))
+        what = "its file name" if part == target.name else f"the folder name {_short(part)!r}"
+        check(size <= name_max, param, _short(text), f"{what} is {size} bytes long; the limit here is {name_max}")
+    size = len(os.fsencode(str(target)))
+    check(size < path_max, param, _short(text), f"the path is {size} bytes long; the limit here is {path_max - 1}")
+
+
+def _limits(target: Path) -> tuple[int, int]:
+    """(longest file name, longest path) in bytes on the file system `target` would be on."""
+    folder = next((p for p in target.parents if _is_dir(p)), Path("."))
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX"), os.pathconf(folder, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):          # no pathconf (Windows): the usual limits
+        return 255, 4096
+
+
+def _is_dir(path: Path) -> bool:
+    try:
+        return path.is_dir()
+    except OSError:                 # a part of it too long, a loop of links
+        return False
+
+
+def _short(text: str, keep: int = 60) -> str:
+    """`text` cut to `keep` characters with '...' in the middle, for messages about over-long names."""
+    return text if len(text) <= keep else f"{text[:keep // 2]}...{text[-(keep // 2 - 3):]}"

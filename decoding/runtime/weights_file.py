@@ -11,6 +11,7 @@ import torch
 
 from decoding.core.errors import ConfigError, check
 from decoding.runtime.files import atomic_path
+from decoding.runtime.paths import shown_path
 
 
 def save_weights(state: dict[str, torch.Tensor], path: str | Path, header: dict[str, str]) -> None:
@@ -18,6 +19,9 @@ def save_weights(state: dict[str, torch.Tensor], path: str | Path, header: dict[
 
     stored = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()).contiguous()
               for k, v in state.items()}
+    bad = non_finite(stored)
+    check(bad is None, "out", shown_path(path), f"not written: {bad} of the weights are NaN or infinite in float16 "
+                                                "(training diverged: try a lower --lr)")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with atomic_path(path) as tmp:
@@ -34,9 +38,24 @@ def reading(param: str, path: str | Path) -> Iterator[None]:
     except ConfigError as err:
         if err.param == param:
             raise
-        raise ConfigError(param, str(path), f"could not be read ({err})") from None
+        raise ConfigError(param, shown_path(path), f"could not be read ({err})") from None
     except Exception as err:  # noqa: BLE001 - a damaged file becomes one line
-        raise ConfigError(param, str(path), f"could not be read ({damage(err)})") from None
+        raise ConfigError(param, shown_path(path), f"could not be read ({damage(err)})") from None
+
+
+def non_finite(state: dict[str, torch.Tensor]) -> str | None:
+    """'N in NAME' for the first float tensor of `state` holding NaN or ±inf (N of them); None when all are
+    finite."""
+    for name, value in state.items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return f"{int((~torch.isfinite(value)).sum())} in {name!r}"
+    return None
+
+
+def check_finite(state: dict[str, torch.Tensor], param: str, path: str | Path) -> None:
+    """Every weight read from the file at `path` finite: NaN weights would draft garbage, silently."""
+    bad = non_finite(state)
+    check(bad is None, param, shown_path(path), f"holds NaN or infinite weights ({bad}); train it again")
 
 
 def damage(err: Exception) -> str:
@@ -55,7 +74,7 @@ def read_header(path: str | Path, weights_format: str, what: str, param: str = "
 
     with reading(param, path), safe_open(str(path), "pt") as f:
         header = f.metadata() or {}
-    check(header.get("format") == weights_format, param, str(path),
+    check(header.get("format") == weights_format, param, shown_path(path),
           f"is not a {what} weights file (format {header.get('format')!r})")
     return header
 
@@ -64,7 +83,7 @@ def resolve_weights(path: str | Path | None, default: Path, what: str, train_com
     """The weights file given, else the shipped `default`; one line naming `draft` when there is none."""
     path = Path(path) if path is not None else default
     if not path.is_file():
-        raise ConfigError("draft", str(path), f"has no {what} weights file: train one with `{train_command}`")
+        raise ConfigError("draft", shown_path(path), f"has no {what} weights file: train one with `{train_command}`")
     return path
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from decoding.core.errors import check
-from decoding.runtime.files import atomic_path
-from decoding.runtime.paths import ASSETS, cache_root
+from decoding.runtime.files import atomic_path, load_from_cache
+from decoding.runtime.paths import ASSETS, cache_root, shown_path
 
 ANSWERS_VERSION = 1
 SHIPPED = ASSETS / "distill"
@@ -41,7 +41,7 @@ class AnswerSet:
     def load(cls, path: Path) -> AnswerSet:
         with np.load(path, allow_pickle=False) as data:
             info = json.loads(str(data["meta"]))
-            check(info.pop("version", None) == ANSWERS_VERSION, "answers", str(path),
+            check(info.pop("version", None) == ANSWERS_VERSION, "answers", shown_path(path),
                   f"is not an answers file of version {ANSWERS_VERSION}")
             prompts, answers = (_unflat(data[f"{name}_tokens"], data[f"{name}_offsets"])
                                 for name in ("prompts", "answers"))
@@ -77,7 +77,7 @@ def load_matching(key: str, prompts: Sequence[Sequence[int]]) -> AnswerSet | Non
     path = find(key)
     if path is None:
         return None
-    stored = AnswerSet.load(path)
-    if stored.prompts != tuple(tuple(int(t) for t in p) for p in prompts):
+    stored = load_from_cache(AnswerSet.load, path)       # a damaged file: generate again
+    if stored is None or stored.prompts != tuple(tuple(int(t) for t in p) for p in prompts):
         return None
     return AnswerSet(stored.prompts, stored.answers, {**stored.info, "source": path.name})

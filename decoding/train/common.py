@@ -55,6 +55,7 @@ def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: P
         out = args.out or (shipped if args.model == "default"
                            else Path(f"{prefix}-{Path(args.model).name}.safetensors"))
         check_writable(out, "out")                     # before the model loads and the hours of training
+        check_writable(Path(out).with_suffix(".md"), "out")   # its model card, written beside it
         lm = load(target_spec(args))
         report = train(lm, settings, out, progress=not args.no_progress)
     except ConfigError as err:

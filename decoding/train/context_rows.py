@@ -14,9 +14,9 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.runtime.files import atomic_path
+from decoding.runtime.files import load_from_cache, save_to_cache
 from decoding.runtime.paths import cache_root
-from decoding.train.data import DISTILL_VERSION
+from decoding.train.data import DISTILL_VERSION, save_tensors
 from decoding.train.greedy_batch import left_pad, pad_id, positions_of
 
 ROWS_VERSION = 1
@@ -43,8 +43,8 @@ def prompt_rows(lm, prompts: Sequence[Sequence[int]], *, batch_size: int = 16, u
     """(rows (R, H) float16, offsets (S + 1,)): prompt s's rows h_0 .. h_{P_s − 2} are
     rows[offsets[s]:offsets[s + 1]]. Prompts are batched by length so padding stays small."""
     path = prompt_rows_path(lm, prompts)
-    if use_cache and path.is_file():
-        saved = torch.load(path, weights_only=True)
+    saved = load_from_cache(lambda p: torch.load(p, weights_only=True), path) if use_cache else None
+    if isinstance(saved, dict) and {"rows", "offsets"} <= saved.keys():
         return saved["rows"], saved["offsets"]
     from tqdm import tqdm
 
@@ -57,7 +57,5 @@ def prompt_rows(lm, prompts: Sequence[Sequence[int]], *, batch_size: int = 16, u
     offsets = torch.tensor([0] + [len(r) for r in out]).cumsum(0)
     rows = torch.cat(out) if out else torch.zeros(0, int(lm.model.config.hidden_size), dtype=torch.float16)
     if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            torch.save({"rows": rows, "offsets": offsets}, tmp)
+        save_to_cache(lambda p: save_tensors({"rows": rows, "offsets": offsets}, p), path)
     return rows, offsets

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import torch
 
-from decoding.core.errors import check
-from decoding.runtime.files import atomic_path
+from decoding.core.errors import check, check_number
+from decoding.runtime.files import atomic_path, load_from_cache, save_to_cache
 from decoding.runtime.hooks import check_feature_layers, decoder_layers, tap_head_input
 from decoding.runtime.paths import cache_root
 from decoding.train import answer_store
@@ -247,8 +247,9 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
           "need at least one non-empty prompt")
     key = distill_key(lm, prompts, answer_tokens, temperature, soft_k, seed)
     path = cache_root() / "distill" / f"{key}.pt"
-    if use_cache and path.is_file():
-        return DistillData.load(path)
+    cached = load_from_cache(DistillData.load, path) if use_cache else None
+    if cached is not None:
+        return cached
     start = time.perf_counter()
     stored = answer_store.load_matching(key, prompts) if use_cache else None
     answers = ([Answer(list(a)) for a in stored.answers] if stored is not None else
@@ -264,13 +265,13 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
             "answers": "generated" if stored is None else f"stored ({stored.info.get('source', 'answers file')})"}
     data = DistillData(tokens.long(), hidden, soft_ids, soft_probs, offsets, info)
     if use_cache:
-        data.save(path)
+        save_to_cache(data.save, path)
         if stored is None:
-            answer_store.AnswerSet(tuple(tuple(int(t) for t in p) for p in prompts),
-                                   tuple(tuple(a) for a in answers_all),
-                                   {"model": lm.name, "key": key, "answer_tokens": answer_tokens,
-                                    "temperature": temperature, "seed": seed, "seconds": seconds}
-                                   ).save(cache_root() / "distill" / answer_store.file_name(key))
+            answer_set = answer_store.AnswerSet(tuple(tuple(int(t) for t in p) for p in prompts),
+                                                tuple(tuple(a) for a in answers_all),
+                                                {"model": lm.name, "key": key, "answer_tokens": answer_tokens,
+                                                 "temperature": temperature, "seed": seed, "seconds": seconds})
+            save_to_cache(answer_set.save, cache_root() / "distill" / answer_store.file_name(key))
     return data
 
 
@@ -315,8 +316,9 @@ def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, laye
     check(len(prompts) == len(data.offsets) - 1, "prompts", len(prompts),
           f"must be the {len(data.offsets) - 1} prompts the data answers")
     path = layer_features_path(lm, prompts, data, layers)
-    if use_cache and path.is_file():
-        return torch.load(path, weights_only=True)
+    cached = load_from_cache(lambda p: torch.load(p, weights_only=True), path) if use_cache else None
+    if cached is not None:
+        return cached
     from tqdm import tqdm
 
     chunks = []
@@ -325,10 +327,14 @@ def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, laye
         chunks.append(_layer_pass(lm, [prompts[s] for s in seqs], [data.answer(s) for s in seqs], layers))
     feats = torch.cat(chunks)                                               # (N, E, H)
     if use_cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(path) as tmp:
-            torch.save(feats, tmp)
+        save_to_cache(lambda p: save_tensors(feats, p), path)
     return feats
+
+
+def save_tensors(obj, path: Path) -> None:
+    """torch.save of `obj` to `path`, atomically."""
+    with atomic_path(path) as tmp:
+        torch.save(obj, tmp)
 
 
 def with_features(data: DistillData, feats: torch.Tensor) -> DistillData:
@@ -440,6 +446,7 @@ class DataSettings:
         check(self.prompt_pool in POOLS, "prompt_pool", self.prompt_pool, "choose templates or mixed")
         check(isinstance(self.heldout_every, int) and self.heldout_every >= 2, "heldout_every",
               self.heldout_every, "must be an integer >= 2")
+        check_number("gen_temperature", self.gen_temperature, 0)
 
 
 BASE_PROMPTS = len(_TEMPLATES) * len(_TOPICS) + len(_CODE)

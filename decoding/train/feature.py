@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from decoding.core.errors import check
+from decoding.core.errors import check, check_number
 from decoding.drafters.feature_net import DEFAULT_FEATURE, FeatureNet, FeatureShape, save_feature
 from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
 from decoding.train.data import DataSettings, DistillData, anchors, data_split, distill_set, sequence_ends, vocab_slice
@@ -72,9 +72,9 @@ class FeatureSettings(DataSettings):
             check(isinstance(getattr(self, name), int) and getattr(self, name) >= 0, name, getattr(self, name),
                   "must be an integer >= 0")
         for name in ("lr", "max_minutes", "decay"):
-            check(getattr(self, name) > 0, name, getattr(self, name), "must be > 0")
+            check_number(name, getattr(self, name), 0, above=True)
         for name in ("soft_weight", "feature_weight", "noise", "weight_decay"):
-            check(getattr(self, name) >= 0, name, getattr(self, name), "must be >= 0")
+            check_number(name, getattr(self, name), 0)
         check(not self.init or Path(self.init).is_file(), "init", self.init, "is not a file")
         check(self.device == "cpu" or (self.device.split(":")[0] == "cuda" and torch.cuda.is_available()),
               "device", self.device, "must be cpu, or cuda on a machine with a CUDA GPU")
@@ -206,6 +206,29 @@ class _Attending:
         return attending_metrics(net, self.data, self.held if which == "held" else self.fit, GAMMAS)
 
 
+def feature_shape(settings: FeatureSettings, lm) -> FeatureShape:
+    return FeatureShape(int(lm.model.config.hidden_size), settings.width, settings.mlp, settings.blocks,
+                        settings.heads, settings.head_dim)
+
+
+def check_init(settings: FeatureSettings, lm) -> None:
+    """The --init file is a feature drafter whose shape fits these settings (checked before any data)."""
+    from decoding.core.errors import ConfigError
+    from decoding.drafters.feature_net import read_meta
+
+    if not settings.init:
+        return
+    try:
+        theirs = read_meta(settings.init)["shape"]
+    except ConfigError:
+        raise ConfigError("init", settings.init, "is not a feature-drafter weights file") from None
+    ours = asdict(feature_shape(settings, lm))
+    keys = ("hidden_size", "width", "mlp", "blocks") + (("head_dim",) if ours["heads"] and theirs.get("heads") else ())
+    differ = [k for k in keys if theirs.get(k) != ours[k]]
+    check(not differ, "init", settings.init, f"does not fit this drafter's shape ({differ[0]} {theirs.get(differ[0])}, "
+                                             f"not {ours[differ[0]]})" if differ else "")
+
+
 def start_from(net: FeatureNet, path: str) -> None:
     """Load every trained tensor of the weights file at `path` into `net`; the attention layer, if the
     file has none, starts with a zero output map, so the net drafts exactly as the file's does."""
@@ -240,9 +263,7 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     held_ids = held_ids or train_ids[:8]
     ids_slice = vocab_slice(data.subset(train_ids), lm, "seen")
     torch.manual_seed(settings.seed)
-    shape = FeatureShape(int(lm.model.config.hidden_size), settings.width, settings.mlp, settings.blocks,
-                         settings.heads, settings.head_dim)
-    net = FeatureNet(shape, ids_slice)
+    net = FeatureNet(feature_shape(settings, lm), ids_slice)
     if settings.init:
         start_from(net, settings.init)
     net = net.attach(lm).float()
@@ -279,7 +300,7 @@ def train_feature_net(lm, data: DistillData, settings: FeatureSettings, progress
     seconds = round(time.perf_counter() - start, 1)
     after, fit = task.metrics(net, "held"), task.metrics(net, "fit")
     report = FeatureReport(settings=asdict(settings), data=dict(data.info),
-                           shape={**asdict(shape), "vocab_slice": len(ids_slice)},
+                           shape={**asdict(net.shape), "vocab_slice": len(ids_slice)},
                            params=sum(p.numel() for p in params), steps=done, seconds=seconds,
                            final_loss=round(loss_avg if loss_avg is not None else math.nan, 4),
                            before=before, after=after, train_metrics=fit)
@@ -357,6 +378,7 @@ def model_card(report: FeatureReport, title: str) -> str:
 def train_feature(lm, settings: FeatureSettings, out: str | Path, *, prompts=None, progress: bool = True,
                   title: str | None = None) -> FeatureReport:
     """Prompts -> cached distillation data -> training -> weights at `out` and the model card (.md)."""
+    check_init(settings, lm)                   # before the data (maybe an hour)
     prompts, data, source = distill_set(lm, settings, progress, prompts)
     net, report = train_feature_net(lm, data, settings, progress=progress, prompts=prompts)
     report.target, report.data["source"] = display_name(lm), source

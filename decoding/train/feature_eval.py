@@ -57,11 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main_eval_feature(argv: Sequence[str] | None = None) -> int:
+    from decoding.drafters.feature_net import read_meta
     from decoding.runtime.models import load
 
     args = build_parser().parse_args(argv)
     try:
         settings = DataSettings(**{k: v for k, v in vars(args).items() if k in DataSettings.__dataclass_fields__})
+        for path in args.weights:              # each a feature-drafter file, before the data is made
+            read_meta(path)
         lm = load(target_spec(args))
         _, data, _ = distill_set(lm, settings, progress=not args.no_progress)
         print(render(evaluate_files(lm, data, settings.heldout_every, args.weights)))

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from decoding.core.config import DSPARK_MAX_GAMMA
+from decoding.core.errors import ConfigError, check
 from decoding.core.formulas import calibration_error
 from decoding.drafters.feature_lattice import CALIBRATION_FORMAT, HeadCalibration, logit
-from decoding.runtime.files import write_text_atomic
+from decoding.runtime.files import check_writable, write_text_atomic
 from decoding.runtime.paths import calibration_path
 
 
@@ -172,20 +175,34 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def check_flags(args, out: Path) -> None:
+    """Every flag in range and --out writable; one line naming the flag otherwise."""
+    for name in ("prompts", "answer_tokens", "gamma", "top_k"):
+        value = getattr(args, name)
+        check(value >= 1, name, value, "must be an integer >= 1")
+    check(args.gamma <= DSPARK_MAX_GAMMA, "gamma", args.gamma, f"must be at most {DSPARK_MAX_GAMMA}")
+    check_writable(out, "out")
+
+
 def main_head_calibration(argv: Sequence[str] | None = None) -> int:
     from decoding.drafters.feature_net import DEFAULT_FEATURE, load_feature
     from decoding.runtime.models import ModelSpec, load
     from decoding.train.data import generate_distill
 
     args = build_parser().parse_args(argv)
-    lm = load(ModelSpec())
-    net = load_feature(lm, args.draft)
+    weights = Path(args.draft) if args.draft else DEFAULT_FEATURE
+    out = Path(args.out) if args.out else calibration_path(weights)
+    try:
+        check_flags(args, out)                   # before the model loads and the answers are generated
+        lm = load(ModelSpec())
+        net = load_feature(lm, args.draft)
+    except ConfigError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     data = generate_distill(lm, heldout_prompts(lm, args.prompts), answer_tokens=args.answer_tokens, batch_size=16)
     report = calibrate(head_samples(net, data, args.gamma, args.top_k), args.gamma)
     report["data"] = {"prompts": args.prompts, "answer_tokens": args.answer_tokens, "positions": data.positions,
                       "top_k": args.top_k, "split": "the feature drafter's held-out prompts (one base prompt in 16)"}
-    weights = Path(args.draft) if args.draft else DEFAULT_FEATURE
-    out = Path(args.out) if args.out else calibration_path(weights)
     write_text_atomic(out, json.dumps(report, indent=1) + "\n")
     card = card_to_update(weights, out)
     if card is not None:

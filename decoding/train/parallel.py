@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from decoding.core.errors import check
+from decoding.core.errors import check, check_number
 from decoding.drafters.parallel import DrafterShape, DraftOut, ParallelDrafter
 from decoding.runtime.hooks import check_feature_layers, decoder_layers
 from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
@@ -87,27 +87,34 @@ class TrainSettings(DataSettings):
 
     def __post_init__(self):
         super().__post_init__()
-        for name in ("steps", "batch_size", "chunk", "window"):
+        for name in ("steps", "batch_size", "chunk", "window", "gamma_max", "rank", "trunk", "width"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
+        check_number("lr", self.lr, 0, above=True)
+        for name in ("soft_weight", "conf_weight"):
+            check_number(name, getattr(self, name), 0)
         check(isinstance(self.layers, int) and self.layers >= 0, "layers", self.layers, "must be an integer >= 0")
         text = self.feature_layers
         check(isinstance(text, str) and (not text.strip() or all(x.strip().isdigit() for x in text.split(","))),
               "feature_layers", text, "must be comma-separated layer indices, e.g. 7,15,23")
         check(self.vocab in ("seen", "full"), "vocab", self.vocab, "choose seen or full")
-        check(isinstance(self.dropout, float) and 0.0 <= self.dropout < 1.0, "dropout", self.dropout,
-              "must be in [0, 1)")
+        check_number("dropout", self.dropout, 0, below=1)
         check(isinstance(self.parent_mlp, bool), "parent_mlp", self.parent_mlp, "must be true or false")
-        check(isinstance(self.weight_decay, float) and self.weight_decay >= 0.0, "weight_decay", self.weight_decay,
-              "must be >= 0")
-        check(isinstance(self.feature_weight, float) and 0.0 <= self.feature_weight < math.inf, "feature_weight",
-              self.feature_weight, "must be a finite number >= 0")
+        for name in ("weight_decay", "feature_weight"):
+            check_number(name, getattr(self, name), 0)
         check(isinstance(self.max_minutes, float) and 0.0 <= self.max_minutes < math.inf, "max_minutes",
               self.max_minutes, "must be a finite number >= 0 (0: no limit)")
 
     @property
     def feature_layer_ids(self) -> tuple[int, ...]:
         return tuple(int(x) for x in self.feature_layers.split(",")) if self.feature_layers.strip() else ()
+
+    def drafter_shape(self, lm) -> DrafterShape:
+        """The drafter these settings make for `lm` (its checks run before any data is made)."""
+        check_feature_layers(self.feature_layer_ids, len(decoder_layers(lm)))
+        return DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, self.gamma_max, self.rank, self.trunk,
+                            self.width, self.layers, self.window, feature_layers=self.feature_layer_ids,
+                            parent_mlp=self.parent_mlp)
 
 
 def losses(drafter: ParallelDrafter, out: DraftOut, batch: Batch, settings: TrainSettings):
@@ -274,9 +281,7 @@ def train_drafter(lm, data: DistillData, settings: TrainSettings, progress: bool
 
     train_seqs, held_seqs = data_split(data, settings.heldout_every)
     train, held = data.subset(train_seqs), data.subset(held_seqs)
-    shape = DrafterShape(int(lm.model.config.hidden_size), lm.vocab_size, settings.gamma_max, settings.rank,
-                         settings.trunk, settings.width, settings.layers, settings.window,
-                         feature_layers=settings.feature_layer_ids, parent_mlp=settings.parent_mlp)
+    shape = settings.drafter_shape(lm)
     check(train.hidden.shape[1] == shape.row_width, "data", tuple(train.hidden.shape),
           f"rows must be {shape.row_width} wide for feature layers {list(shape.feature_layers)} (see drafter_data)")
     drafter = ParallelDrafter(shape, vocab_slice(train, lm, settings.vocab), seed=settings.seed).attach(lm)
@@ -387,7 +392,7 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
                    progress: bool = True, title: str | None = None) -> TrainReport:
     """Whole pipeline: prompts -> cached distillation data -> training -> calibration -> weights at
     `out` (float16 safetensors) and the model card next to it (same name, .md)."""
-    check_feature_layers(settings.feature_layer_ids, len(decoder_layers(lm)))   # before the data (maybe an hour)
+    settings.drafter_shape(lm)                 # its checks before the data (maybe an hour)
     prompts, data, source = distill_set(lm, settings, progress, prompts)
     data = drafter_data(lm, prompts, data, settings.feature_layer_ids, batch_size=settings.gen_batch,
                         progress=progress)

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from decoding.core.errors import check
-from decoding.drafters.shallow import DEFAULT_SHALLOW, build_shallow, save_shallow, trainable
+from decoding.core.errors import check, check_number
+from decoding.drafters.shallow import DEFAULT_SHALLOW, build_shallow, check_shape, save_shallow, trainable
 from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
 from decoding.train.data import DataSettings, DistillData, data_split, distill_set
 
@@ -47,8 +47,13 @@ class DraftSettings(DataSettings):
         for name in ("steps", "batch_size"):
             v = getattr(self, name)
             check(isinstance(v, int) and v >= 1, name, v, "must be an integer >= 1")
-        check(self.lr > 0, "lr", self.lr, "must be > 0")
-        check(self.max_minutes > 0, "max_minutes", self.max_minutes, "must be > 0")
+        for name in ("lr", "max_minutes"):
+            check_number(name, getattr(self, name), 0, above=True)
+        check_number("soft_weight", self.soft_weight, 0)
+        check(isinstance(self.layers, int) and self.layers >= 1, "layers", self.layers, "must be an integer >= 1")
+        for name in ("adapters", "vocab_extra"):
+            v = getattr(self, name)
+            check(isinstance(v, int) and v >= 0, name, v, "must be an integer >= 0")
 
 
 @dataclass(frozen=True)
@@ -290,6 +295,7 @@ def model_card(report: DraftReport, title: str) -> str:
 def train_shallow(lm, settings: DraftSettings, out: str | Path, *, prompts=None, progress: bool = True,
                   title: str | None = None) -> DraftReport:
     """Prompts -> cached distillation data -> training -> weights at `out` and the model card (.md)."""
+    check_shape(lm.model, settings.layers, settings.adapters)    # before the data (maybe an hour)
     prompts, data, _ = distill_set(lm, settings, progress, prompts)
     draft, report = train_draft(lm, settings, prompts, data, progress=progress)
     report.target = display_name(lm)

@@ -1,0 +1,229 @@
+"""The per-user cache (DECODESCOPE_CACHE) at its edges: an empty variable means the default folder; a cache
+that cannot be written leaves everything working, with one warning; damaged cache files (a converted
+model, an auto cost table, distillation data) are made again instead of failing, and never blamed on a
+parameter the user did not give; errors name server-side files by their name alone."""
+from __future__ import annotations
+
+import threading
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from word_models import build_word_model_dir
+
+from decoding.core.errors import ConfigError
+from decoding.runtime import cost_table as cost_module
+from decoding.runtime import files, models
+from decoding.runtime.paths import ASSETS, cache_root, shown_path
+from decoding.train.data import generate_distill
+from tests.dspark_helpers import one_thread, varied_llama
+
+_threads = pytest.fixture(scope="module", autouse=True)(one_thread)
+
+
+@pytest.fixture
+def fresh_warning(monkeypatch):
+    """The cache warning not yet shown in this process."""
+    monkeypatch.setattr(files, "_cache_warned", threading.Event())
+
+
+@pytest.fixture(scope="module")
+def small():
+    return varied_llama(seed=3)
+
+
+def unwritable_cache(tmp_path: Path, monkeypatch) -> Path:
+    """DECODESCOPE_CACHE pointing at a regular file: no folder can be made under it (for root too)."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be\n")
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(blocker))
+    return blocker
+
+
+# ------------------------------------------------------------------------------ the folder
+
+@pytest.mark.parametrize("value", ["", "   "])
+def test_empty_cache_variable_means_the_default_folder(value, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", value)
+    assert cache_root() == Path.home() / ".cache" / "decodescope"
+
+
+def test_cache_variable_expands_the_home_folder(monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", "~/elsewhere")
+    assert cache_root() == Path.home() / "elsewhere"
+
+
+def test_unwritable_cache_works_without_it_and_warns_once(small, tmp_path, monkeypatch, fresh_warning):
+    unwritable_cache(tmp_path, monkeypatch)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = cost_module.load_table(small, "auto", 4)
+        second = cost_module.load_table(small, "auto", 4)           # profiled again: nothing was kept
+    assert first.max_tokens >= 4 and second.max_tokens >= 4
+    shown = [w for w in caught if issubclass(w.category, files.CacheWarning)]
+    assert len(shown) == 1, [str(w.message) for w in caught]
+    assert "cannot be written" in str(shown[0].message) and "DECODESCOPE_CACHE" in str(shown[0].message)
+
+
+def test_unwritable_cache_keeps_distillation_working(small, tmp_path, monkeypatch, fresh_warning):
+    unwritable_cache(tmp_path, monkeypatch)
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        data = generate_distill(small, [[1, 2, 3], [4, 5]], answer_tokens=4, batch_size=2, progress=False)
+    assert data.positions == 8
+
+
+# ------------------------------------------------------------------------------ damaged cache files
+
+def test_garbage_auto_cost_table_is_profiled_again(small, tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    path = cost_module.auto_cost_path(small)
+    path.parent.mkdir(parents=True)
+    path.write_text("{half a table")
+    table = cost_module.load_table(small, "auto", 4)                # not: cost_table='...' is invalid
+    assert table.max_tokens >= cost_module.AUTO_MIN_TOKENS
+    assert cost_module.CostTable.load(path).verify_ms == table.verify_ms   # the damaged file was replaced
+
+
+def test_garbage_draft_cost_is_profiled_again(small, tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    draft = varied_llama(seed=4)
+    table_path = cost_module.auto_cost_path(small)
+    path = table_path.with_name(f"{table_path.stem}--draft-{draft.name}.json")
+    path.parent.mkdir(parents=True)
+    path.write_text('{"version": 1, "verify_ms": ["x"]}')
+    ms, where = cost_module.draft_token_ms(small, draft)
+    assert ms > 0 and where == str(path) and cost_module.CostTable.load(path).ms(1) == ms
+
+
+def test_a_cost_table_the_user_gives_is_still_refused(small, tmp_path):
+    given = tmp_path / "mine.json"
+    given.write_text("{half a table")
+    with pytest.raises(ConfigError, match=r"^cost_table='.*mine\.json' is invalid: could not be read"):
+        cost_module.load_table(small, str(given), 4)
+
+
+def test_damaged_distillation_cache_is_made_again(small, tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    prompts = [[1, 2, 3], [4, 5]]
+    data = generate_distill(small, prompts, answer_tokens=4, batch_size=2, progress=False)
+    for cached in [*(tmp_path / "distill").glob("*.pt"), *(tmp_path / "distill").glob("answers-*.npz")]:
+        cached.write_bytes(cached.read_bytes()[:100])                # cut short
+    again = generate_distill(small, prompts, answer_tokens=4, batch_size=2, progress=False)
+    assert torch.equal(again.tokens, data.tokens)
+
+
+@pytest.fixture
+def converting(tmp_path, monkeypatch):
+    """_load_gguf on a stand-in GGUF file whose conversion (counted) is a tiny word model's."""
+    word = build_word_model_dir(tmp_path / "word")
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF stand-in")
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path / "cache"))
+    calls = []
+
+    def convert(path):
+        calls.append(path)
+        return models._load_dir(str(word), torch.float32, trust_remote_code=False, local_only=True)
+
+    monkeypatch.setattr(models, "_convert", convert)
+    return gguf, calls
+
+
+def damage_conversion(folder: Path, how: str) -> None:
+    weights = folder / "model.safetensors"
+    if how == "truncated":
+        weights.write_bytes(weights.read_bytes()[:-100])           # cut short: its header says more
+    elif how == "no-config":
+        (folder / "config.json").unlink()
+    elif how == "broken-config":
+        (folder / "config.json").write_text("{")
+    elif how == "no-tokenizer":
+        (folder / "tokenizer_config.json").unlink()
+    else:                                                            # NaN weights
+        from safetensors.torch import load_file, save_file
+
+        state = load_file(str(weights))
+        state = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v for k, v in state.items()}
+        save_file(state, str(weights), metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize("how", ["truncated", "no-config", "broken-config", "no-tokenizer", "nan"])
+def test_damaged_converted_model_is_converted_again(how, converting):
+    gguf, calls = converting
+    model, _ = models._load_gguf(gguf, torch.float32)
+    folder = models._gguf_cache_dir(gguf)
+    assert len(calls) == 1 and (folder / "model.safetensors").is_file()
+    models._load_gguf(gguf, torch.float32)
+    assert len(calls) == 1                                           # the cached copy served
+    damage_conversion(folder, how)
+    again, _ = models._load_gguf(gguf, torch.float32)
+    assert len(calls) == 2
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+    models._load_gguf(gguf, torch.float32)
+    assert len(calls) == 2                                           # the mended copy serves again
+
+
+# ------------------------------------------------------------------------------ server paths
+
+def test_server_side_files_are_named_by_their_name(tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path / "cache"))
+    assert shown_path(ASSETS / "dspark-smollm2-135m.safetensors") == "dspark-smollm2-135m.safetensors"
+    assert shown_path(tmp_path / "cache" / "cost" / "t.json") == "t.json"
+    assert shown_path(tmp_path / "mine.safetensors") == str(tmp_path / "mine.safetensors")   # the user's own
+    assert shown_path("relative/mine.safetensors") == "relative/mine.safetensors"
+
+
+def test_missing_embedded_model_file_names_no_server_path(tmp_path, monkeypatch):
+    class Dist:
+        def locate_file(self, name):
+            return tmp_path / "site-packages" / name
+
+    monkeypatch.setattr(models.importlib.metadata, "distribution", lambda name: Dist())
+    with pytest.raises(ConfigError) as caught:
+        models.embedded_gguf_path()
+    assert str(tmp_path) not in str(caught.value)
+    assert str(caught.value) == (f"model='default' is invalid: {models.EMBEDDED_GGUF} is missing; "
+                                 f"reinstall {models.EMBEDDED_DIST}")
+
+
+def test_a_cost_table_kept_on_the_server_is_named_by_its_name(small, tmp_path, monkeypatch):
+    """The app keeps an uploaded cost table in the cache: its error names the file, not the server's folder."""
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    upload = tmp_path / "cost" / "uploads" / "mine.json"
+    upload.parent.mkdir(parents=True)
+    upload.write_text("{half a table")
+    with pytest.raises(ConfigError) as caught:
+        cost_module.load_table(small, str(upload), 4)
+    assert str(caught.value).startswith("cost_table='mine.json' is invalid: could not be read (Expecting")
+    missing = tmp_path / "cost" / "uploads" / "gone.json"
+    with pytest.raises(ConfigError) as caught:
+        cost_module.load_table(small, str(missing), 4)
+    assert str(caught.value) == "cost_table='gone.json' is invalid: could not be read (No such file or directory)"
+
+
+def test_a_shipped_calibration_file_is_named_by_its_name(tmp_path, monkeypatch):
+    from decoding.drafters.feature_lattice import HeadCalibration
+
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    broken = tmp_path / "head.calibration.json"
+    broken.write_text("[]")
+    with pytest.raises(ConfigError, match=r"^calibration='head\.calibration\.json' is invalid: is not a "):
+        HeadCalibration.load(broken)
+
+
+def test_cli_run_with_an_unwritable_cache_warns_in_one_line(tmp_path, monkeypatch, capsys, fresh_warning):
+    from word_models import PROMPT
+
+    from decoding.__main__ import main
+
+    word = build_word_model_dir(tmp_path / "word")
+    unwritable_cache(tmp_path, monkeypatch)
+    capsys.readouterr()                                              # the model's own writing progress
+    code = main(["run", "--model", str(word), "--prompt", PROMPT, "--max-new-tokens", "4", "--strategy",
+                 "speculative", "--gamma-policy", "cost", "--cost-table", "auto"])
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 0 and len(lines) == 1 and lines[0].startswith("warning: the cache folder "), err
+    assert "working without it" in lines[0]
