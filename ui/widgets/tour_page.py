@@ -60,7 +60,7 @@ def render() -> None:
         st.warning(f"stop={md_text(repr(bad[:40]))} in the link is not a tour stop; showing the first one.")
     navigation(stop)
     st.query_params[keys.QP_TOUR_STOP] = stop.id
-    st.header(md_text(tour.stop_label(stop.id)))
+    st.header(tour.stop_label(stop.id))
     st.caption(stop.terms)
     st.markdown(stop.body)
     trace_section(stop)
