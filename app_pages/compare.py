@@ -5,6 +5,7 @@ import streamlit as st
 from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES, run_lockstep
 from ui.views import figures, memory, tables
+from ui.views.text import md_text
 from ui.widgets import display, keys, session, sidebar
 from ui.widgets.params import build_config
 
@@ -21,14 +22,14 @@ for i, col in enumerate(cols):
     with col:
         default = names[i % len(names)]
         st.session_state.setdefault(keys.lane_strategy(i), default)
-        strategy = st.selectbox(f"Lane {i + 1}", names, key=keys.lane_strategy(i))
+        strategy = st.selectbox(f"Lane {i + 1:d}", names, key=keys.lane_strategy(i))
         params = sidebar.strategy_params(f"cmp{i}", strategy)
         try:
             lanes[f"{i + 1}: {strategy}"] = build_config(strategy, params, seed=settings.seed,
                                                          max_new_tokens=settings.max_new_tokens,
                                                          top_n=settings.top_n)
         except ConfigError as err:
-            st.error(str(err))
+            st.error(md_text(err))
             errors.append(i)
 
 if st.button("Run the comparison", key=keys.COMPARE_RUN, type="primary", disabled=bool(errors)):
@@ -51,14 +52,14 @@ traces = st.session_state.get(keys.COMPARE)
 if traces:
     for label, trace in traces.items():
         if trace.error:
-            st.error(f"{label}: {session.shown(trace.error, settings)}")
+            st.error(md_text(f"{label}: {session.shown(trace.error, settings)}"))
     traces = {label: trace for label, trace in traces.items() if trace.steps}   # refused lanes: message only
 if traces:
     display.show_streams({label: trace.steps for label, trace in traces.items()})
     st.subheader("Metrics")
     metrics = tables.metrics_table(traces)
     reference = tables.greedy_lane(traces)
-    st.caption(f"speedup_vs_greedy: tokens/s relative to lane {reference}, time = the steps' measured timings."
+    st.caption(f"speedup_vs_greedy: tokens/s relative to lane {md_text(reference)}, time = the steps' measured timings."
                if reference else "speedup_vs_greedy: no greedy lane to compare with — set one lane to greedy.")
     display.table(metrics, "cmp.metrics", "compare-metrics")
     display.plot(figures.tokens_vs_time({label: t.steps for label, t in traces.items()}), "cmp.time",

@@ -4,6 +4,7 @@ import time
 
 import streamlit as st
 
+from ui.views.text import md_text
 from ui.widgets import display, keys, session, sidebar, step_panel, stepper
 
 settings = sidebar.current()
@@ -42,9 +43,9 @@ def step_through() -> None:
     cursor = stepper.move_cursor(run, pressed)
     model_ms = sum(sum(e.timings_ms.values()) for e in run.events[before:])
     if run.error:
-        st.error(f"The run stopped with an error: {session.shown(run.error, settings)}")
+        st.error(f"The run stopped with an error: {md_text(session.shown(run.error, settings))}")
     st.caption(f"{len(run.events)} step(s) recorded ({'finished' if run.done else 'in progress'}); viewing step "
-               f"{cursor if cursor >= 0 else '—'}. Strategy {config.strategy}, seed {config.seed}.")
+               f"{md_text(cursor if cursor >= 0 else '—')}. Strategy {md_text(config.strategy)}, seed {config.seed:d}.")
     if not run.events:
         st.info("Press **Step** to generate the first token, or **Run to end**.")
     else:

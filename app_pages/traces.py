@@ -2,6 +2,7 @@
 import streamlit as st
 
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json, to_json
+from ui.views.text import md_text
 from ui.widgets import display, guard, keys, step_panel
 
 st.title("Traces")
@@ -14,7 +15,7 @@ else:
     trace = run.trace()
     if trace.error:
         st.warning(f"This run stopped with an error; the trace keeps its {len(trace.steps)} step(s) so far "
-                   f"and the message: {trace.error}")
+                   f"and the message: {md_text(trace.error)}")
     st.download_button(f"Download the playground trace ({len(trace.steps)} steps, JSON)", to_json(trace, indent=1),
                        file_name=f"decodescope-{trace.strategy}-seed{trace.config.get('seed', 0)}.json",
                        mime="application/json", key=keys.DOWNLOAD, on_click="ignore")
@@ -23,13 +24,13 @@ st.subheader("Replay")
 upload = st.file_uploader("Upload a trace (.json)", type=["json"], key=guard.uploader_key(keys.UPLOAD))
 if upload is not None:
     if upload.size > MAX_TRACE_BYTES:
-        st.error(f"{upload.name} is {upload.size} bytes, over the {MAX_TRACE_BYTES} byte limit")
+        st.error(f"{md_text(upload.name)} is {upload.size:d} bytes, over the {MAX_TRACE_BYTES} byte limit")
     else:
         try:
             st.session_state[keys.REPLAY] = from_json(upload.getvalue())
         except TraceFormatError as err:
             st.session_state.pop(keys.REPLAY, None)
-            st.error(f"{upload.name} is not a readable trace: {err}")
+            st.error(f"{md_text(upload.name)} is not a readable trace: {md_text(err)}")
 
 replay = st.session_state.get(keys.REPLAY)
 if replay is not None:

@@ -4,6 +4,7 @@ import streamlit as st
 
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json
 from ui.views import whatif, whatif_dspark
+from ui.views.text import md_text
 from ui.widgets import display, guard, keys, whatif_panel
 
 st.title("What-if: other γ or budgets from a recorded trace")
@@ -29,13 +30,13 @@ else:
                               key=guard.uploader_key(keys.WHATIF_UPLOAD))
     if upload is not None:
         if upload.size > MAX_TRACE_BYTES:
-            st.error(f"{upload.name} is {upload.size} bytes, over the {MAX_TRACE_BYTES} byte limit")
+            st.error(f"{md_text(upload.name)} is {upload.size:d} bytes, over the {MAX_TRACE_BYTES} byte limit")
         else:
             try:
                 st.session_state[keys.WHATIF_TRACE] = from_json(upload.getvalue())
             except TraceFormatError as err:
                 st.session_state.pop(keys.WHATIF_TRACE, None)
-                st.error(f"{upload.name} is not a readable trace: {err}")
+                st.error(f"{md_text(upload.name)} is not a readable trace: {md_text(err)}")
     trace = st.session_state.get(keys.WHATIF_TRACE)
 
 if trace is not None and whatif_dspark.dspark_rounds(trace.steps):
@@ -44,7 +45,7 @@ if trace is not None and whatif_dspark.dspark_rounds(trace.steps):
 if trace is not None:
     rounds = whatif.spec_rounds(trace.steps)
     if not rounds:
-        st.warning(f"This trace is from strategy {trace.strategy!r}; the what-if needs speculative or "
+        st.warning(f"This trace is from strategy {md_text(repr(trace.strategy))}; the what-if needs speculative or "
                    "dspark rounds.")
         st.stop()
     measured = whatif.measured(trace.steps)
@@ -53,13 +54,13 @@ if trace is not None:
                           key=keys.WHATIF_MAX_GAMMA)
     table = whatif.with_cost(whatif.sweep(trace.steps, range(1, int(top) + 1)), trace.steps)
     cols = st.columns(4)
-    cols[0].metric("Rounds", measured["rounds"])
+    cols[0].metric("Rounds", md_text(measured["rounds"]))
     cols[1].metric("Measured tokens / forward", f"{measured['tokens_per_forward']:.3f}")
     rate = measured["acceptance_rate"]
     cols[2].metric("Measured acceptance rate", "—" if rate is None else f"{rate:.1%}")
-    cols[3].metric("γ in the trace", ", ".join(str(g) for g in measured["gammas"]))
+    cols[3].metric("γ in the trace", md_text(", ".join(str(g) for g in measured["gammas"])))
     if recorded < int(top):
-        st.caption(f"Rounds recorded at most {recorded} drafts; for larger γ the rows count only those "
+        st.caption(f"Rounds recorded at most {recorded:d} drafts; for larger γ the rows count only those "
                    "(see short_rounds). Record more with the gamma_max parameter.")
     if "expected_ms_per_token" in table:
         whatif_panel.cost_caption(table, trace.steps)

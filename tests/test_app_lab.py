@@ -4,6 +4,7 @@ points, a point beyond the device's memory and a model that does not load are on
 from __future__ import annotations
 
 import pytest
+from md_helpers import shown
 from test_app import new_app, ok, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_dspark import chart_titled, frame_with
 
@@ -20,7 +21,8 @@ def lab_page(query: dict | None = None):
 
 
 def errors(at) -> list[str]:
-    return [e.value for e in at.error]
+    """The error boxes' text as the reader sees it (their Markdown read)."""
+    return [shown(e.value) for e in at.error]
 
 
 def test_cost_of_a_forward_measures_and_stays(tiny_dir):

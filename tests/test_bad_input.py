@@ -16,6 +16,7 @@ import pytest
 import test_app as app_tests
 import torch
 from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
+from md_helpers import shown
 from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_cli_hardening import BAD_HEADER, NOT_UTF8, rewrite
 from test_train_edges import nan_copy
@@ -743,8 +744,9 @@ def open_app(case: Case, env, typed: bool = True):
 
 
 def errors_of(at) -> list[str]:
+    """The error boxes' text as the reader sees it (their Markdown read)."""
     assert not at.exception, [e.value for e in at.exception]
-    return [e.value for e in at.error]
+    return [shown(e.value) for e in at.error]
 
 
 @pytest.mark.parametrize("case", cases_for("app"))
@@ -765,7 +767,7 @@ def test_app(case, env, app_model, monkeypatch):
         elif case.action == "run_end":
             run_to_end(at)
     errors = errors_of(at)
-    lines = [w.value for w in at.warning] if case.warning else errors
+    lines = [shown(w.value) for w in at.warning] if case.warning else errors
     assert any(re.search(case.pattern, e) for e in lines), (errors, lines)
     assert all(len(e.strip().splitlines()) == 1 for e in errors + lines), lines
 

@@ -455,3 +455,39 @@ def test_lab_trace_views_and_losslessness(server, page):
     idle(page)
     shot(page, "lab-losslessness")
     assert not page.locator('[data-testid="stException"]').count()
+
+
+def test_a_hostile_trace_and_file_name_show_as_text(server, page, tmp_path):
+    """Streamlit's own Markdown (GFM autolinks, emoji, directives), not a Python stand-in: a trace whose
+    strings are links, images, HTML, a bare URL, an e-mail address and shortcodes, and a refused upload
+    whose file name and bad value are such, show their characters and put no link or image on the page."""
+    evil = "[x](http://evil.test/a) ![i](http://evil.test/i.png) <img src=x> http://evil.test me@evil.test :smile:"
+    data = json.loads((ROOT / "tests" / "golden" / "spec_cost.json").read_text(encoding="utf-8"))
+    data["model"]["name"] = evil
+    for step in data["steps"]:
+        step["final_kind"] = evil
+        step["gamma_choice"]["source"] = evil
+    hostile = tmp_path / "hostile.json"
+    hostile.write_text(json.dumps(data))
+    refused = tmp_path / "![i](http:evil.test_i.png).json"
+    refused.write_text(json.dumps({"schema_version": evil, "steps": []}))
+    open_app(page, server)
+    page.get_by_role("link", name="Traces").click()
+    uploader = page.locator('[data-testid="stFileUploader"] input[type="file"]')
+    uploader.set_input_files(str(hostile))
+    page.get_by_role("slider").wait_for(timeout=30_000)
+    page.get_by_role("slider").press("ArrowRight")                          # round 1: a cost-aware γ
+    page.get_by_text("Cost-aware γ: why").click()
+    idle(page)
+    metric = page.locator('[data-testid="stMetric"]', has_text="Final token")
+    assert evil in metric.inner_text().replace("\u2060", "")
+    assert evil in page.locator('[data-testid="stCaptionContainer"]', has_text="Verify costs").inner_text(
+        ).replace("\u2060", "")
+    no_link = 'a[href*="evil"], img[src*="evil"], img[src="x"]'
+    assert page.locator(no_link).count() == 0
+    uploader.set_input_files(str(refused))
+    page.locator('[data-testid="stAlertContentError"]').wait_for(timeout=30_000)
+    error = page.locator('[data-testid="stAlertContentError"]').inner_text().replace("\u2060", "")
+    assert f"{refused.name} is not a readable trace: schema_version={evil[:40]!r}"[:-1] in error  # cut at 60
+    assert page.locator(no_link).count() == 0
+    shot(page, "traces-hostile")

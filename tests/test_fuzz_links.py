@@ -1,7 +1,8 @@
 """Property-based tests of link (URL query) parameters: whatever a link carries, parsing it and building
 the config either works or refuses with one ConfigError line naming a parameter (never another exception),
 and the app opened with it renders the Playground and takes a step with no exception and one-line errors
-only. Seeded (derandomize) and bounded, so `make test` runs the same examples every time."""
+only, none of them a link, an image or HTML made of a link value. Seeded (derandomize) and bounded, so
+`make test` runs the same examples every time."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +11,7 @@ import re
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from md_helpers import links, page_markdown
 from test_app import new_app, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 from decoding.core.errors import ConfigError
@@ -22,7 +24,8 @@ PARAM_NAMES = sorted({f.name for s in STRATEGIES for f in param_fields(s)}
 NAMES = sorted(set(QP_SCALARS) - {"strategy"}) + PARAM_NAMES + ["zzz"]
 NASTY = ["", " ", "nan", "inf", "-inf", "1e999", "-1", "0", "1", "0.5", "99999999999999999999999999", "1e-320",
          "true", "auto", "none", "lookup+", "shallow:/nonexistent", "feature:", "cpu=1e999GiB", "0=-5GB", "\x00",
-         "1,2,3", "1," * 50, "é" * 300, "default", "../../etc/passwd", "chain", "tree", "cost"]
+         "1,2,3", "1," * 50, "é" * 300, "default", "../../etc/passwd", "chain", "tree", "cost",
+         "[x](http://evil)", "![i](http://evil/i.png)", "<img src=x>"]
 VALUES = st.one_of(st.sampled_from(NASTY), st.text(max_size=30), st.integers().map(str),
                    st.floats(allow_nan=True, allow_infinity=True).map(repr))
 QUERIES = st.builds(lambda strategy, rest: {"strategy": strategy, **rest}, st.sampled_from(sorted(STRATEGIES)),
@@ -84,6 +87,7 @@ def test_any_link_renders_and_steps_cleanly(tiny_dir, strategy, query):  # noqa:
     for element in list(at.error) + list(at.warning):
         assert len(str(element.value).strip().splitlines()) == 1, element.value
         assert "Traceback" not in str(element.value)
+    assert [text for text in page_markdown(at) if links(text)] == []      # link values show as text
 
 
 def test_an_overlong_link_value_is_ignored_by_name():

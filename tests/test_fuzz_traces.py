@@ -2,7 +2,8 @@
 golden traces: greedy, sampling, beam, speculative with each drafter, DSpark chain and tree) either load
 or are refused with TraceFormatError — never another exception — and what loads renders: the Traces page
 with every step on view and the What-if page, with no exception and one-line errors, within AppTest's
-timeout. Seeded (derandomize) and bounded."""
+timeout, and with no link, image or HTML made of the trace's strings (some mutations write such strings).
+Seeded (derandomize) and bounded."""
 from __future__ import annotations
 
 import copy
@@ -11,6 +12,7 @@ from pathlib import Path
 
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from md_helpers import links, page_markdown
 from test_app import tiny_dir  # noqa: F401  (tiny_dir is a fixture: no model is loaded by these pages)
 
 from decoding.core.trace import Trace, TraceFormatError, from_json
@@ -22,7 +24,8 @@ TRACES = [json.loads(p.read_text(encoding="utf-8")) for p in SOURCES]
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 
 REPLACEMENTS = st.sampled_from([-1, -(10 ** 6), 10 ** 6, 2 ** 63, 0, 1, 2, 1.5, -0.5, None, "", "\ud800", "x" * 5000,
-                                [], {}, [[]], [-1, 0], True, "token", "dspark", {"kind": "token"}])
+                                [], {}, [[]], [-1, 0], True, "token", "dspark", {"kind": "token"},
+                                "[x](http://evil)", "![i](http://evil/i.png)", "<img src=x>"])
 MUTATIONS = st.lists(st.tuples(st.integers(0, 10 ** 9), st.sampled_from(["replace", "delete", "duplicate"]),
                                REPLACEMENTS, st.booleans()), min_size=1, max_size=3)
 
@@ -109,6 +112,7 @@ def clean(at) -> None:
     for element in at.error:
         assert len(str(element.value).strip().splitlines()) == 1, element.value
     assert not any("could not be shown" in str(e.value) for e in at.error), [e.value for e in at.error]
+    assert [text for text in page_markdown(at) if links(text)] == []      # a trace's strings show as text
 
 
 @settings(max_examples=30, derandomize=True, deadline=None,

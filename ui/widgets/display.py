@@ -18,6 +18,7 @@ from ui.views.chips import (
     name_forced,
     origins_present,
 )
+from ui.views.text import md_text
 
 
 def _slug(text: str) -> str:
@@ -32,7 +33,7 @@ def plot(fig, key: str, filename: str) -> None:
 
 def table(df, key: str, filename: str, label: str = "Download CSV") -> None:
     st.dataframe(df, hide_index=True, key=f"{key}.df")
-    st.download_button(label, df.to_csv(index=False), file_name=f"{_slug(filename)}.csv", mime="text/csv",
+    st.download_button(md_text(label), df.to_csv(index=False), file_name=f"{_slug(filename)}.csv", mime="text/csv",
                        key=f"{key}.csv", on_click="ignore")
 
 
@@ -49,8 +50,8 @@ def show_chips(events: Sequence, current_step: int | None = None, diverge_at: in
 def show_metrics(events: Sequence) -> None:
     m = tables.running_metrics(events)
     cols = st.columns(4)
-    cols[0].metric("Tokens", m["tokens"])
-    cols[1].metric("Target forwards", m["target_forwards"])
+    cols[0].metric("Tokens", f"{m['tokens']:d}")
+    cols[1].metric("Target forwards", f"{m['target_forwards']:d}")
     cols[2].metric("Model time", f"{m['model_ms']:.0f} ms")
     cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}")
 
@@ -72,5 +73,5 @@ def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None
         if piece_of is not None:
             chips = name_forced(chips, stream, piece_of)
         with col:
-            st.markdown(f"**{label}**" + (f" — diverges at token {diverge}" if diverge is not None else ""))
+            st.markdown(f"**{md_text(label)}**" + (f" — diverges at token {diverge:d}" if diverge is not None else ""))
             st.html(chips_html(chips, diverge_at=diverge))

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import streamlit as st
 
+from ui.views.text import md_text
 from ui.widgets import forcing
 from ui.widgets.step_panel import ViewContext, force_button
 
@@ -28,7 +29,7 @@ def _pick(where, label: str, key: str, options: list, labels: dict):
     the first option rather than keep a value that is not offered."""
     if st.session_state.get(key) not in options:
         st.session_state.pop(key, None)
-    return where.selectbox(label, options, format_func=labels.get, key=key)
+    return where.selectbox(md_text(label), options, format_func=labels.get, key=key)
 
 
 def beam_force(step, ctx: ViewContext) -> None:

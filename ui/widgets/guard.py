@@ -8,6 +8,7 @@ import logging
 
 import streamlit as st
 
+from ui.views.text import md_text
 from ui.widgets import keys
 
 log = logging.getLogger("decodescope.app")
@@ -27,7 +28,7 @@ def uploader_key(base: str) -> str:
 def show_note() -> None:
     """Before the page: the line of a failure that the previous run recovered from."""
     if NOTE in st.session_state:
-        st.error(st.session_state[NOTE])
+        st.error(md_text(st.session_state[NOTE]))
 
 
 def page_done() -> None:

@@ -23,6 +23,7 @@ from decoding.lab.lossless import measure_lossless
 from decoding.lab.throughput import measure_throughput
 from decoding.runtime.engine_thread import ENGINE
 from ui.views import acceptance, lab, lossless, memory
+from ui.views.text import md_text
 from ui.widgets import display, keys, session
 from ui.widgets.params import Settings
 
@@ -53,11 +54,11 @@ def _measured(settings: Settings, measurement: Measurement, clicked: bool) -> li
         try:
             for event in ENGINE.steps(measurement.start(lm)):
                 events.append(event)
-                progress.progress(min(1.0, len(events) / total), text=f"Measured {len(events)} of {total}")
+                progress.progress(min(1.0, len(events) / total), text=f"Measured {len(events)} of {total:d}")
         except MEASURE_ERRORS as err:
             progress.empty()
             store.pop(key, None)
-            st.error(session.shown(str(err).splitlines()[0] if str(err) else type(err).__name__, settings))
+            st.error(md_text(session.shown(str(err).splitlines()[0] if str(err) else type(err).__name__, settings)))
             return None
         progress.empty()
         keep_newest(store, key, events)
@@ -76,7 +77,7 @@ def _config_or_error(build: Callable[[], object]):
     try:
         return build()
     except ConfigError as err:
-        st.error(str(err))
+        st.error(md_text(err))
         return None
 
 
@@ -198,7 +199,7 @@ def _trace_events(key: str) -> list | None:
     if not sources:
         st.caption("Run something in the Playground, or replay a trace on the Traces page.")
         return None
-    return sources[st.radio("Trace", list(sources), horizontal=True, key=key)]
+    return sources[st.radio("Trace", list(sources), format_func=md_text, horizontal=True, key=key)]
 
 
 def lossless_panel(settings: Settings) -> None:

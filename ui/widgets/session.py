@@ -8,6 +8,7 @@ from decoding.drafters.factory import load_draft
 from decoding.runner import check_inputs
 from decoding.runtime.model_cache import ModelCache
 from decoding.runtime.models import ModelSpec, load
+from ui.views.text import md_text
 from ui.widgets import keys
 from ui.widgets.live import LiveRun, release_idle
 from ui.widgets.params import Settings, current_paths, link_safe
@@ -48,12 +49,13 @@ def lm_or_stop(settings: Settings):
     """The settings' model, or an st.error naming what to fix and a stopped page."""
     release_idle()                  # any session's rerun frees what idle sessions' runs hold
     try:
-        with st.spinner(f"Loading model {settings.model!r}…"):
+        with st.spinner(f"Loading model {md_text(repr(settings.model))}…"):
             return load_lm_for(settings.model_key())
     except ConfigError as err:
-        st.error(shown(str(err), settings))
+        st.error(md_text(shown(str(err), settings)))
     except (OSError, RuntimeError, ValueError) as err:
-        st.error(shown(f"model={settings.model!r} could not be loaded: {str(err).splitlines()[0][:200]}", settings))
+        message = f"model={settings.model!r} could not be loaded: {str(err).splitlines()[0][:200]}"
+        st.error(md_text(shown(message, settings)))
     st.stop()
 
 
@@ -78,12 +80,12 @@ def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
     """strategy_kwargs, or an st.error naming what to fix and a stopped page."""
     name = getattr(config, "draft_model", None)
     try:
-        with st.spinner(f"Loading draft model {name!r}…"):
+        with st.spinner(f"Loading draft model {md_text(repr(name))}…"):
             return strategy_kwargs(config, settings)
     except ConfigError as err:
-        st.error(shown(str(err), settings))
+        st.error(md_text(shown(str(err), settings)))
     except (OSError, RuntimeError, ValueError) as err:
-        st.error(shown(f"draft={name!r} could not be loaded: {str(err).splitlines()[0][:200]}", settings))
+        st.error(md_text(shown(f"draft={name!r} could not be loaded: {str(err).splitlines()[0][:200]}", settings)))
     st.stop()
 
 
@@ -95,13 +97,13 @@ def prompt_ids_or_stop(lm, settings: Settings) -> list[int]:
         check_inputs(lm, ids, settings.max_new_tokens)
         return ids
     except ConfigError as err:
-        st.error(str(err))
+        st.error(md_text(err))
         st.stop()
 
 
 def config_or_stop(settings: Settings):
     if settings.config is None:
-        st.error(f"Fix the sidebar first: {settings.error}")
+        st.error(f"Fix the sidebar first: {md_text(settings.error)}")
         st.stop()
     return settings.config
 

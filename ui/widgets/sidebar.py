@@ -11,6 +11,7 @@ from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import DEVICES, DTYPES, ModelSpec
+from ui.views.text import md_text
 from ui.widgets import keys
 from ui.widgets.advanced import (
     COST_FIELD,
@@ -133,7 +134,7 @@ def _key(key: str, default):
 
 def param_widget(scope: str, strategy: str, f: ParamField):
     key = _key(keys.param_key(scope, strategy, f.name), float(f.default) if f.type is float else f.default)
-    label, tip = f.name.replace("_", " "), PARAM_HELP.get((strategy, f.name))
+    label, tip = md_text(f.name.replace("_", " ")), PARAM_HELP.get((strategy, f.name))
     options = PARAM_CHOICES.get((strategy, f.name))
     if options:                                  # a link's value outside them was refused on loading
         return st.selectbox(label, options, key=key, help=tip)
@@ -149,7 +150,7 @@ def param_widget(scope: str, strategy: str, f: ParamField):
 def optional_widget(scope: str, strategy: str, f: OptionalField):
     """A text field for an optional parameter: empty is off (None)."""
     key = _key(keys.param_key(scope, strategy, f.name), "")
-    text = st.text_input(f"{f.name.replace('_', ' ')} (empty: off)", key=key, help=OPTION_HELP.get(f.name))
+    text = st.text_input(f"{md_text(f.name.replace('_', ' '))} (empty: off)", key=key, help=OPTION_HELP.get(f.name))
     return optional_value(text, f.type)
 
 
@@ -165,7 +166,8 @@ def cost_widget(scope: str, strategy: str) -> CostPick:
     pick = pick_cost(mode, upload, st.session_state.get(keys.cost_link_key(key)))
     if pick.table is not None:
         ms = pick.table.verify_ms
-        st.caption(f"{pick.name}: {len(ms)} entries, {ms[0]:.3g} ms for 1 token … {ms[-1]:.3g} ms for {len(ms)}")
+        st.caption(f"{md_text(pick.name)}: {len(ms)} entries, {ms[0]:.3g} ms for 1 token … {ms[-1]:.3g} ms for "
+                   f"{len(ms)}")
     return pick
 
 
@@ -199,7 +201,7 @@ def model_option_widgets() -> dict[str, str]:
                                 help="On one CUDA GPU: decode on static KV caches and replay each step as a "
                                      "CUDA graph (one launch instead of hundreds; same tokens). Not on the CPU.")
         if ENGINE.threads is not None:
-            st.caption(f"CPU threads for the model: {ENGINE.threads} (one core is left to this server and the "
+            st.caption(f"CPU threads for the model: {ENGINE.threads:d} (one core is left to this server and the "
                        "browser, unless OMP_NUM_THREADS is set; the command line takes them all).")
     return model_options(gguf_file=gguf_file, device_map=device_map, max_memory=max_memory,
                          offload_folder=offload_folder, fast_path=fast_path)
@@ -226,9 +228,9 @@ def render() -> Settings:
     with sb:
         st.header("DecodeScope")
         if st.session_state.get(keys.QP_BAD):
-            st.warning(f"Ignored unreadable link parameter(s): {', '.join(st.session_state[keys.QP_BAD])}")
+            st.warning(f"Ignored unreadable link parameter(s): {md_text(', '.join(st.session_state[keys.QP_BAD]))}")
         for message in st.session_state.get(keys.QP_LINK_ERRORS, ()):
-            st.error(f"{message} (ignored)")
+            st.error(f"{md_text(message)} (ignored)")
         model = st.text_input("Model", key=_key(keys.MODEL, default_model()),
                               help="'default' (embedded SmolLM2-135M-Instruct), a local path or an HF id")
         c1, c2 = st.columns(2)
@@ -249,7 +251,7 @@ def render() -> Settings:
         current = path_values({"model": model, **options}, params)
         messages = [link_safe(m, st.session_state.get(keys.QP_PATHS, {}), current) for m in messages]
         for message in messages:
-            st.error(message)
+            st.error(md_text(message))
     settings = Settings(model=model, device=device, dtype=dtype, prompt=prompt, chat_template=chat,
                         strategy=strategy, params=params, seed=seed, max_new_tokens=max_new, top_n=top_n,
                         config=config, error=messages[0] if messages else None, model_options=options)

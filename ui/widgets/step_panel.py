@@ -12,6 +12,7 @@ import streamlit as st
 from decoding.core.errors import ConfigError
 from ui.views import figures, tables
 from ui.views.chips import token_box_html, visible
+from ui.views.text import md_text
 from ui.widgets import display, forcing
 from ui.widgets.keys import FLASH
 
@@ -32,7 +33,7 @@ def token_panel(step, ctx: ViewContext) -> None:
     with cols[0]:
         st.html(token_box_html(step.chosen_piece, step.chosen_id, "⚑ forced" if step.forced else ""))
     cols[1].metric("p processed", f"{p_chosen:.4f}" if p_chosen >= 1e-3 else f"{p_chosen:.1e}")
-    cols[2].metric("Raw rank", step.chosen_rank)
+    cols[2].metric("Raw rank", f"{step.chosen_rank:d}")
     cols[3].metric("Entropy raw", f"{step.entropy_raw:.3g}", help="nats, before any processing")
     cols[4].metric("Entropy processed", f"{step.entropy_processed:.3g}", help="nats, after the filters")
     cols[5].metric("Draw u", "argmax" if step.draw is None else f"{step.draw:.4f}")
@@ -83,11 +84,11 @@ def force_button(where, ctx: ViewContext, at: int, forced_of: Callable[[], list[
             return
         ctx.on_force(at, forced)
 
-    where.button("Force & branch", key=f"{ctx.prefix}.force", on_click=on_click, help=help)
+    where.button("Force & branch", key=f"{ctx.prefix}.force", on_click=on_click, help=md_text(help))
 
 
 def generic_panel(step, ctx: ViewContext) -> None:
-    st.info(f"No panel for step kind {getattr(step, 'kind', '?')!r} yet; its fields:")
+    st.info(f"No panel for step kind {md_text(repr(getattr(step, 'kind', '?')))} yet; its fields:")
     st.json({k: v for k, v in vars(step).items() if k != "timings_ms"}, expanded=False)
 
 

@@ -40,7 +40,7 @@ def controls() -> dict:
     pressed = {"step": c[0].button("Step", key=keys.STEP, type="primary")}
     n_steps = c[1].number_input("N", min_value=1, max_value=1024, value=8, step=1, key=keys.N_STEPS,
                                 label_visibility="collapsed")
-    pressed["run_n"] = c[2].button(f"Run {n_steps}", key=keys.RUN_N)
+    pressed["run_n"] = c[2].button(f"Run {n_steps:d}", key=keys.RUN_N)
     pressed["run_end"] = c[3].button("Run to end", key=keys.RUN_END)
     going = keys.RUNNING in st.session_state or pressed["run_n"] or pressed["run_end"]
     pressed["stop_slot"] = c[4].empty()

@@ -10,6 +10,7 @@ from decoding.runtime.paths import FEATURE_WEIGHTS, calibration_path
 from ui.views import beam, calibration, chips, dspark, spec, tables
 from ui.views.chips import token_box_html
 from ui.views.sources import drafting_text
+from ui.views.text import md_text
 from ui.widgets import display, force_pickers, step_panel
 from ui.widgets.step_panel import ViewContext
 
@@ -20,7 +21,7 @@ HEAD_CALIBRATION = calibration_path(FEATURE_WEIGHTS)   # DSpark's default head
 def beam_panel(step, ctx: ViewContext) -> None:
     """The beam tree over the last steps, the step's candidate pool and the finished hypotheses."""
     cols = st.columns(5)
-    cols[0].metric("Step", step.index)
+    cols[0].metric("Step", f"{step.index:d}")
     cols[1].metric("Live beams", len(step.beams))
     cols[2].metric("Finished", len(step.finished))
     cols[3].metric("Early stop", "yes" if step.early_stop else "no",
@@ -35,7 +36,7 @@ def beam_panel(step, ctx: ViewContext) -> None:
     st.graphviz_chart(dot)
     st.download_button("Download the tree (DOT)", dot, file_name=f"beam-step{step.index}.dot",
                        mime="text/vnd.graphviz", key=f"{ctx.prefix}.beam_dot", on_click="ignore")
-    st.caption(f"Candidate pool of step {step.index} (top {len(step.pool)} of B×V, best first)")
+    st.caption(f"Candidate pool of step {step.index:d} (top {len(step.pool)} of B×V, best first)")
     display.table(beam.pool_table(step), f"{ctx.prefix}.pool", f"beam-step{step.index}-pool")
     if ctx.on_force is not None:
         force_pickers.beam_force(step, ctx)
@@ -50,12 +51,12 @@ def spec_panel(event, ctx: ViewContext) -> None:
     """One round: the drafts with their numbers and verdicts, the residual or bonus token, γ and why,
     the KV rollback, and the running acceptance metrics."""
     cols = st.columns(6)
-    cols[0].metric("γ verified", event.gamma)
-    cols[1].metric("Accepted", f"{event.accepted}/{event.gamma}")
-    cols[2].metric("Final token", event.final_kind)
-    cols[3].metric("Tokens fed", event.fed_tokens, help="tokens in this round's single target forward")
-    cols[4].metric("KV rolled back (target)", event.kv_cropped_target)
-    cols[5].metric("KV rolled back (draft)", event.kv_cropped_draft)
+    cols[0].metric("γ verified", f"{event.gamma:d}")
+    cols[1].metric("Accepted", f"{event.accepted:d}/{event.gamma:d}")
+    cols[2].metric("Final token", md_text(event.final_kind))
+    cols[3].metric("Tokens fed", f"{event.fed_tokens:d}", help="tokens in this round's single target forward")
+    cols[4].metric("KV rolled back (target)", f"{event.kv_cropped_target:d}")
+    cols[5].metric("KV rolled back (draft)", f"{event.kv_cropped_draft:d}")
     st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
     st.text(f"Drafter: {event.drafter}" + spec.lookup_text(event))
     if event.gamma_choice is not None:
@@ -73,9 +74,9 @@ def spec_panel(event, ctx: ViewContext) -> None:
 
 def _gamma_choice_view(event, ctx: ViewContext) -> None:
     info = event.gamma_choice
-    with st.expander(f"Cost-aware γ: why {info.gamma} (ms per expected token for each γ)"):
-        st.caption(f"Verify costs from {tables.table_name(info.cost_source)}; one {info.source} draft token "
-                   f"{info.draft_ms:.2f} ms. "
+    with st.expander(f"Cost-aware γ: why {info.gamma:d} (ms per expected token for each γ)"):
+        st.caption(f"Verify costs from {md_text(tables.table_name(info.cost_source))}; one {md_text(info.source)} "
+                   f"draft token {info.draft_ms:.2f} ms. "
                    "acceptance_k: this run's estimate that position k is accepted once the ones before it were "
                    "((accepted + 1) / (reached + 2) over earlier rounds of this drafter).")
         display.table(spec.gamma_choice_table(info), f"{ctx.prefix}.gamma_choice", f"round{event.index}-gamma-choice")
@@ -109,12 +110,12 @@ def _running_metrics(events, ctx: ViewContext) -> None:
 
 def _metrics_row(m: dict, caption: str, rate_help: str, rounds_label: str, key: str, filename: str) -> None:
     """τ, acceptance rate, rounds and the per-position acceptance chart of speculative-style metrics."""
-    st.caption(caption)
+    st.caption(md_text(caption))
     cols = st.columns(3)
     cols[0].metric("τ (tokens per target forward)", f"{m['tau']:.2f}")
     rate = m["acceptance_rate"]
-    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help=rate_help)
-    cols[2].metric(rounds_label, m["rounds"])
+    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help=md_text(rate_help))
+    cols[2].metric(md_text(rounds_label), f"{m['rounds']:d}")
     if m["per_position"]:
         display.plot(spec.per_position_bars(m["per_position"]), key, filename)
 
@@ -151,19 +152,19 @@ def _dspark_prefill(event) -> None:
     c1, c2 = st.columns([1, 3])
     with c1:
         st.html(token_box_html(dspark.piece_of(event, event.next_token), event.next_token, "from the prefill"))
-    c2.metric("Tokens fed", event.fed_tokens)
+    c2.metric("Tokens fed", f"{event.fed_tokens:d}")
     if event.drafting is not None:
         st.text(drafting_text(event.drafting))
 
 
 def _dspark_header(event) -> None:
     cols = st.columns(6)
-    cols[0].metric("Selection", event.select)
+    cols[0].metric("Selection", md_text(event.select))
     cols[1].metric("Positions (γ)", len(event.lattice))
     cols[2].metric("Verified nodes", len(event.nodes))
     cols[3].metric("Accepted", f"{len(event.accepted_path)}/{len(event.nodes)}")
     cols[4].metric("E[accepted]", f"{event.expected_accepted:.2f}", help="stage 1's expected accepted drafts")
-    cols[5].metric("Next token", event.next_from)
+    cols[5].metric("Next token", md_text(event.next_from))
     if event.lossy:
         st.warning("LOSSY mode: a candidate is accepted outright when p_target exceeds the threshold, so the "
                    "output no longer follows the target's distribution exactly.")

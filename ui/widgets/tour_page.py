@@ -13,6 +13,7 @@ from decoding.core.trace import Trace, TraceFormatError
 from decoding.runner import run
 from ui.views import tour
 from ui.views.chips import first_divergence
+from ui.views.text import md_text
 from ui.widgets import keys, session, sidebar
 from ui.widgets.display import show_chips, show_metrics
 from ui.widgets.step_panel import ViewContext, show_step
@@ -56,7 +57,7 @@ def render() -> None:
     st.title("Tour: how a language model decodes, and how to make it faster")
     bad = st.session_state.pop(keys.TOUR_BAD_STOP, None)
     if bad is not None:
-        st.warning(f"stop={bad[:40]!r} in the link is not a tour stop; showing the first one.")
+        st.warning(f"stop={md_text(repr(bad[:40]))} in the link is not a tour stop; showing the first one.")
     navigation(stop)
     st.query_params[keys.QP_TOUR_STOP] = stop.id
     st.header(tour.stop_label(stop.id))
@@ -73,8 +74,8 @@ def trace_section(stop: tour.Stop) -> None:
     info.text(f"Prompt (chat template): {stop.prompt}\nSettings: {tour.config_line(stop)}")
     model = sidebar.default_model()
     if button.button("Re-run live", key=keys.TOUR_RUN, type="primary",
-                     help=f"Runs this stop's settings now on the model {model!r} with the sidebar's device "
-                          "and dtype (the recording used the embedded model)."):
+                     help=f"Runs this stop's settings now on the model {md_text(repr(model))} with the sidebar's "
+                          "device and dtype (the recording used the embedded model)."):
         run_live(stop, model)
     recorded = recorded_or_error(stop)
     live = st.session_state.get(keys.TOUR_LIVE, {}).get(stop.id)
@@ -94,7 +95,7 @@ def recorded_or_error(stop: tour.Stop) -> Trace | None:
     try:
         return tour.load_recorded(stop)
     except (TraceFormatError, OSError) as err:
-        st.error(f"The recorded trace {tour.trace_path(stop).name} cannot be read: {str(err)[:300]}")
+        st.error(f"The recorded trace {md_text(tour.trace_path(stop).name)} cannot be read: {md_text(str(err)[:300])}")
         return None
 
 
@@ -106,10 +107,10 @@ def run_live(stop: tour.Stop, model: str) -> None:
     config = stop.config()
     kwargs = session.strategy_kwargs_or_stop(config, settings)
     try:
-        with st.spinner(f"Running {stop.title.lower()} live…"):
+        with st.spinner(f"Running {md_text(stop.title.lower())} live…"):
             trace = run(lm, prompt_ids, config, prompt_text=stop.prompt, **kwargs)
     except ConfigError as err:
-        st.error(str(err))
+        st.error(md_text(err))
         return
     st.session_state.setdefault(keys.TOUR_LIVE, {})[stop.id] = trace
     st.session_state[keys.TOUR_SOURCE] = "Live"
@@ -118,14 +119,14 @@ def run_live(stop: tour.Stop, model: str) -> None:
 
 def compare_line(recorded: Trace | None, live: Trace) -> None:
     if live.error:
-        st.error(f"The live run stopped with an error: {live.error}")
+        st.error(f"The live run stopped with an error: {md_text(live.error)}")
     if recorded is None:
         return
     at = first_divergence(recorded.output_ids, live.output_ids)
     if at is None:
         st.success(f"The live run reproduced the recording: the same {len(live.output_ids)} tokens.")
     else:
-        st.warning(f"The live run differs from the recording from token {at} on (another model, device or "
+        st.warning(f"The live run differs from the recording from token {at:d} on (another model, device or "
                    "dtype gives other numbers).")
 
 
@@ -133,7 +134,7 @@ def show_trace(stop: tour.Stop, trace: Trace, source: str) -> None:
     st.text(tour.facts(trace))
     stale = tour.stale_fields(stop, trace)
     if stale:
-        st.warning(f"This trace was recorded with other settings than the stop's ({', '.join(stale)}); "
+        st.warning(f"This trace was recorded with other settings than the stop's ({md_text(', '.join(stale))}); "
                    f"record it again with `python -m ui.views.tour record --only {stop.id}`.")
     if not trace.steps:
         st.info("This trace has no steps.")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import streamlit as st
 
 from ui.views import whatif, whatif_dspark
+from ui.views.text import md_text
 from ui.widgets import display, keys
 
 
@@ -19,10 +20,10 @@ def dspark(trace) -> None:
         "many: a lower bound, counted in `lower_bound_rounds`). No model runs here.")
     measured = whatif_dspark.measured(trace.steps)
     cols = st.columns(4)
-    cols[0].metric("Rounds", measured["rounds"])
+    cols[0].metric("Rounds", f"{measured['rounds']:d}")
     cols[1].metric("Measured tokens / forward", f"{measured['tokens_per_forward']:.3f}")
-    cols[2].metric("Plan in the trace", measured["select"])
-    cols[3].metric("Lattice positions (γ)", measured["gamma"])
+    cols[2].metric("Plan in the trace", md_text(measured["select"]))
+    cols[3].metric("Lattice positions (γ)", f"{measured['gamma']:d}")
     budgets = st.multiselect("Tree budgets", [2, 4, 6, 8, 12, 16, 24, 32], default=[4, 8, 16],
                              key=keys.WHATIF_BUDGETS)
     table = whatif_dspark.sweep(trace.steps, range(1, measured["gamma"] + 1), sorted(budgets))
