@@ -64,7 +64,7 @@ def waiting_line(others: int) -> str | None:
     """What the page says while its steps take turns with `others` other sessions (None: none)."""
     if others <= 0:
         return None
-    return (f"Waiting for {others} other session{'s' if others > 1 else ''} on this server: "
+    return (f"Waiting for {int(others):d} other session{'s' if others > 1 else ''} on this server: "
             "the model takes one step for each session in turn…")
 
 
