@@ -101,6 +101,13 @@ def test_spec_chips_by_origin_and_hostile_pieces_escaped():
     assert "<script>" not in html and "<b>" not in html and "&lt;script&gt;" in html
     bonus = spec.spec_chips(_round(1, drafts[:1], 1, final_kind="bonus"))
     assert [c.origin for c in bonus] == ["accepted", "bonus"]
+    assert "all 1 drafts accepted" in bonus[1].tooltip
+
+
+def test_a_round_without_drafts_does_not_claim_accepted_drafts():
+    plain = spec.spec_chips(_round(2, (), 0, final_kind="bonus"))
+    assert [c.origin for c in plain] == ["bonus"]
+    assert "no drafts" in plain[0].tooltip and "accepted" not in plain[0].tooltip
 
 
 def test_divergence_marker_skips_chips_not_emitted():

@@ -78,7 +78,7 @@ def final_tooltip(event) -> str:
         parts.append("from norm(max(0, p_target − q_draft))" if event.residual_top else "target after a rejection")
         parts.append(f"p_residual {_num(_prob_in(event.residual_top, event.final_id))}")
     else:
-        parts.append(f"bonus: all {event.gamma} drafts accepted")
+        parts.append(f"bonus: all {event.gamma} drafts accepted" if event.gamma else "no drafts: the target alone")
     parts.append(f"p_target {_num(_prob_in(event.final_top, event.final_id))}")
     parts.append(f"u {_num(event.final_draw)}" if event.final_draw is not None else "argmax (T=0)")
     parts.append(f"round {event.index}")
