@@ -14,10 +14,11 @@ import torch
 
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
 from decoding.core.config import COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
-from decoding.core.formulas import cut_at_eos, round_metrics
+from decoding.core.formulas import cut_at_eos
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, KVMemory, ProbEntry, SpecRound
+from decoding.core.trace_totals import spec_metrics
 from decoding.drafters.base import Drafter, DraftRequest, Proposal
 from decoding.drafters.factory import make_drafter
 from decoding.runtime.cost_table import AUTO, load_table
@@ -386,7 +387,5 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, gene
 
 
 def spec_stats(events: Sequence) -> dict:
-    """vLLM's definitions: tokens per verification forward, accepted/drafted, per-position rates."""
-    rounds = [e for e in events if isinstance(e, SpecRound)]
-    return round_metrics([len(r.emitted) - len(r.forced_ids) for r in rounds], [r.gamma for r in rounds],
-                         [r.accepted for r in rounds], [r.gamma for r in rounds])
+    """vLLM's definitions (decoding.core.trace_totals.spec_metrics) over the speculative rounds."""
+    return spec_metrics([e for e in events if isinstance(e, SpecRound)])
