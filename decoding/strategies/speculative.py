@@ -18,6 +18,7 @@ from decoding.core.formulas import cut_at_eos
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, KVMemory, ProbEntry, SpecRound
+from decoding.core.trace_check import draft_verdict
 from decoding.core.trace_totals import spec_metrics
 from decoding.drafters.base import Drafter, DraftRequest, Proposal
 from decoding.drafters.factory import make_drafter
@@ -341,7 +342,7 @@ def draft_positions(lm: LM, top_n: int, result: SpecResult, target_tops) -> tupl
         index=k, token_id=token, piece=lm.piece(token), q_draft=q_x[k], p_target=p_x[k],
         ratio=p_x[k] / q_x[k] if q_x[k] else p_x[k], accept_prob=masses[k],
         u=verdicts.us[k] if k < len(verdicts.us) else None,
-        verdict=_verdict(k, result.n_verify, verdicts.accepted),
+        verdict=draft_verdict(k, result.n_verify, verdicts.accepted),
         draft_draw=proposal.draft_draws[k] if k < len(proposal.draft_draws) else None,
         target_top=target_tops[k], draft_top=draft_tops[k], target_entropy=entropies[k])
         for k, token in enumerate(proposal.tokens))
@@ -363,14 +364,6 @@ def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -
     logit_rows = torch.log(prob_rows) if logits is None else logits.gather(-1, top)    # (R, N)
     return [tuple(Candidate(t, lm.piece(t), lg, pr) for t, lg, pr in zip(ids, lgs, prs))
             for ids, lgs, prs in zip(top.tolist(), logit_rows.tolist(), prob_rows.tolist())]
-
-
-def _verdict(k: int, n_verify: int, accepted: int) -> str:
-    if k >= n_verify:
-        return "recorded"
-    if k < accepted:
-        return "accepted"
-    return "rejected" if k == accepted else "not_reached"
 
 
 # ---------------------------------------------------------------- strategy entry points
