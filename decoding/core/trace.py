@@ -159,6 +159,10 @@ class BeamCandidate:
     normalized_score: float       # score / (new tokens incl. this one) ** length_penalty
     status: str
 
+    def __post_init__(self):           # the engine's own check; the loader names the field's path first
+        if self.status not in BEAM_STATUSES:
+            raise TraceFormatError(f"status={self.status!r}: expected one of {', '.join(BEAM_STATUSES)}")
+
 
 @dataclass(frozen=True)
 class LiveBeam:
