@@ -573,6 +573,14 @@ def test_stats_not_the_steps_refused(name, mutate, field):
     refused(data, field)
 
 
+def test_config_of_another_strategy_refused():
+    data = golden("sample")
+    data["config"]["strategy"] = "greedy"
+    refused(data, "trace.config.strategy='greedy' is not the trace's strategy 'sample'")
+    data["config"].pop("strategy")                          # a config that does not say: loads
+    assert from_json(json.dumps(data)).strategy == "sample"
+
+
 def test_stats_metric_not_recorded_loads():
     """A metric recorded as null is not recorded (the views show it as missing); a recorded one must agree."""
     data = golden("spec_cost")

@@ -58,10 +58,14 @@ def _index(where: str, value: int, size: int, what: str) -> None:
 
 
 def check_trace(trace) -> None:
-    """The strategy is known, every step is of its kind, numbered by its place, and passes its kind's checks."""
+    """The strategy is known (and the config's, where it names one, is the same), every step is of its
+    kind, numbered by its place, and passes its kind's checks; then the totals (check_totals)."""
     kind = STEP_KIND.get(trace.strategy)
     if kind is None:
         raise _refuse("trace.strategy", trace.strategy, f"is not a strategy: expected one of {', '.join(STEP_KIND)}")
+    if trace.config.get("strategy", trace.strategy) != trace.strategy:
+        raise _refuse("trace.config.strategy", trace.config["strategy"],
+                      f"is not the trace's strategy {trace.strategy!r}")
     check = STEP_CHECKS[kind]
     prev = None
     for i, step in enumerate(trace.steps):
