@@ -4,26 +4,29 @@ repeated, each step's index renumbered), the median of a few loads each, with th
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import time
 from pathlib import Path
 
 from bench.report import machine, write_section
-from decoding.core.trace import from_json
+from decoding.core.trace import from_json, recounted, to_json
 
 TOUR = Path(__file__).resolve().parents[1] / "assets" / "tour"
 SOURCES = ("sampling", "beam", "speculative", "dspark")
 
 
 def grown(name: str, mib: float) -> bytes:
-    """The tour trace `name` with its steps repeated until the JSON is about `mib` MiB."""
-    data = json.loads((TOUR / f"{name}.json").read_text(encoding="utf-8"))
-    first = data["steps"][:1] if data["strategy"] == "dspark" else []      # DSpark's prefill comes once
-    body = data["steps"][len(first):]
-    count = int(mib * 2 ** 20 / (len(json.dumps(body)) / len(body)))
-    data["steps"] = first + [{**body[i % len(body)], "index": len(first) + i} for i in range(count)]
-    return json.dumps(data).encode()
+    """The tour trace `name` with its steps repeated until the JSON is about `mib` MiB, its output and
+    counts recomputed from those steps (the loader checks them against the steps)."""
+    text = (TOUR / f"{name}.json").read_text(encoding="utf-8")
+    small = from_json(text)
+    first = small.steps[:1] if small.strategy == "dspark" else ()      # DSpark's prefill comes once
+    body = small.steps[len(first):]
+    count = int(mib * 2 ** 20 / (len(json.dumps(json.loads(text)["steps"][len(first):])) / len(body)))
+    steps = first + tuple(dataclasses.replace(body[i % len(body)], index=len(first) + i) for i in range(count))
+    return to_json(recounted(dataclasses.replace(small, steps=steps))).encode()
 
 
 def seconds(call, payload: bytes, repeats: int) -> float:

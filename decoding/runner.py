@@ -11,6 +11,7 @@ from decoding.core.config import BaseConfig, BeamConfig, DSparkConfig, GreedyCon
 from decoding.core.errors import ConfigError, StepError, check
 from decoding.core.formulas import cut_at_eos
 from decoding.core.trace import SCHEMA_VERSION, Stats, Trace
+from decoding.core.trace_totals import emitted_ids, target_forwards
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import LM, free_device_memory, is_out_of_memory
 from decoding.strategies import beam, dspark, greedy, sampling, speculative
@@ -23,14 +24,6 @@ class Strategy:
     decode: Callable                                   # (lm, prompt_ids, config, *, generator, forced)
     output_ids: Callable[[Sequence], list[int]]        # events -> new token ids
     extra_stats: Callable[[Sequence], dict] | None = None
-
-
-def emitted_ids(events: Sequence) -> list[int]:
-    """New tokens of strategies whose events each emit tokens in order."""
-    out: list[int] = []
-    for event in events:
-        out.extend(event.emitted_ids() if hasattr(event, "emitted_ids") else [event.chosen_id])
-    return out
 
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -51,10 +44,6 @@ def strategy_for(config: BaseConfig) -> Strategy:
     check(config.strategy in STRATEGIES, "strategy", config.strategy,
           f"choose one of {', '.join(STRATEGIES)}")
     return STRATEGIES[config.strategy]
-
-
-def target_forwards(events: Sequence) -> int:
-    return sum(getattr(e, "target_forwards", 1) for e in events)
 
 
 def check_inputs(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, forced: Sequence[int] = ()) -> None:

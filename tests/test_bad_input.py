@@ -454,6 +454,17 @@ CASES = [
     Case("trace-integer-too-long", r"not valid JSON: Exceeds the limit \(4300 digits\) for integer string conversion: "
          r"value has 5000 digits",
          upload=lambda e: traced(e, lambda d: None).replace(b'"index": 1,', b'"index": ' + b"9" * 5000 + b",", 1)),
+    Case("trace-schema-version-malformed", r"schema_version='１\.5' is not 'major\.minor' \(ASCII digits, e\.g\. "
+         r"'1\.5'\)$", upload=lambda e: traced(e, lambda d: d.update(schema_version="１.5"))),
+    Case("trace-closed-set-value", r"trace\.stop_reason='done' is not one of eos, max_new_tokens, stopped, error$",
+         upload=lambda e: traced(e, lambda d: d.update(stop_reason="done"))),
+    Case("trace-config-not-finite", r"trace\.config\.temperature=nan is not a finite number of magnitude <= 1e\+300$",
+         upload=lambda e: traced(e, lambda d: d["config"].update(temperature=float("nan")))),   # a NaN literal
+    Case("trace-output-not-the-steps", r"trace\.output_ids\[0\]=\d+ is not the steps' token \d+ \(the new tokens "
+         r"the steps emitted\)$",
+         upload=lambda e: traced(e, lambda d: d["output_ids"].__setitem__(0, (d["output_ids"][0] + 1) % 64))),
+    Case("trace-stats-not-the-steps", r"trace\.stats\.new_tokens=99 is not the \d+ tokens of output_ids$",
+         upload=lambda e: traced(e, lambda d: d["stats"].update(new_tokens=99))),
     # ---- runs that stop mid-way (the trace so far is kept)
     Case("logits-nan", r"logits: NaN at step 3 \(64 of 64 values from model '[^']*nan'\); the run stops here",
          cli=["--model", "{nan}", "--max-new-tokens", "8"],

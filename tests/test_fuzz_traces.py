@@ -10,12 +10,14 @@ import copy
 import json
 from pathlib import Path
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from md_helpers import links, page_markdown
 from test_app import tiny_dir  # noqa: F401  (tiny_dir is a fixture: no model is loaded by these pages)
 
-from decoding.core.trace import Trace, TraceFormatError, from_json
+from decoding.core import trace
+from decoding.core.trace import Trace, TraceFormatError, from_json, to_json
 from ui.widgets import keys
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -79,11 +81,14 @@ def mutate(data: dict, mutations) -> bytes:
 
 
 def load(payload: bytes) -> Trace | None:
+    """The trace, which can be written again, or None when it is refused in one line."""
     try:
-        return from_json(payload)
+        loaded = from_json(payload)
     except TraceFormatError as err:
         assert "\n" not in str(err), str(err)
         return None
+    assert to_json(loaded)             # e.g. a NaN that loaded could not be saved (allow_nan=False)
+    return loaded
 
 
 @settings(max_examples=400, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -95,6 +100,102 @@ def test_any_mutated_trace_loads_or_is_refused_in_one_line(source, mutations):
 def test_the_sources_cover_every_strategy_and_load():
     assert {t["strategy"] for t in TRACES} == {"greedy", "sample", "beam", "speculative", "dspark"}
     assert all(isinstance(load(json.dumps(t).encode()), Trace) for t in TRACES)
+
+
+# ---------------------------------------------------------------- contradictions (issue 39)
+# Each class turns a recorded trace into one whose fields are well typed but which contradicts a closed
+# set, its own steps, the free-form rules or the version's form; every one is refused in one line.
+
+CLOSED = {}
+for (_cls, _field), _values in trace.CLOSED_SETS.items():
+    CLOSED.setdefault(_field, set()).update(_values)
+NOT_FINITE = st.sampled_from([float("nan"), float("inf"), -float("inf"), 1e301, -1e308, 2 ** 63, -(2 ** 63) - 1,
+                              list(range(trace.MAX_LIST_ITEMS + 1))])
+ODD_CHARS = st.sampled_from([" ", "\n", "\t", "\u00a0", "+", "-", "_", ".", ",", "\uff11", "\u0665", "\u00b2", "x"])
+
+
+def _spots(data: dict, keys) -> list[tuple]:
+    return [w for w in locations(data) if w[-1] in keys and w[0] not in ("config", "model")]
+
+
+def _at(data, where: tuple):
+    for key in where[:-1]:
+        data = data[key]
+    return data
+
+
+def closed_value(data: dict, draw) -> None:
+    where = draw(st.sampled_from(_spots(data, CLOSED)))
+    _at(data, where)[where[-1]] = draw(st.text(max_size=12).filter(lambda t: t not in CLOSED[where[-1]]))
+
+
+def other_output(data: dict, draw) -> None:
+    out = data["output_ids"]
+    if out and draw(st.booleans()):
+        i = draw(st.integers(0, len(out) - 1))
+        out[i] = next(t for t in data["prompt_ids"] + [0, 1] if t != out[i])
+    elif out and draw(st.booleans()):
+        out.pop(draw(st.integers(0, len(out) - 1)))
+    else:
+        out.append(data["prompt_ids"][0])
+
+
+def other_count(data: dict, draw) -> None:
+    name = draw(st.sampled_from(["new_tokens", "target_forwards"]))
+    data["stats"][name] += draw(st.sampled_from([-1, 1])) * draw(st.integers(1, 10 ** 6))
+
+
+def other_metric(data: dict, draw) -> None:
+    name = draw(st.sampled_from(["mean_accepted_length", "acceptance_rate"]))
+    now = data["stats"][name]
+    data["stats"][name] = draw(st.floats(0, 10).filter(lambda v: now is None or abs(v - now) > 1e-6))
+
+
+def other_verdict(data: dict, draw) -> None:
+    """A speculative draft's verdict other than its round's numbers give, or a DSpark node accepted off
+    the accepted path (a golden trace of another strategy gets a bad stop reason instead)."""
+    drafts = [w for w in _spots(data, {"verdict"}) if "drafts" in w]
+    nodes = [w for w in _spots(data, {"verdict"}) if "nodes" in w and _at(data, w)["verdict"] != "accepted"]
+    if drafts:
+        where = draw(st.sampled_from(drafts))
+        now = _at(data, where)["verdict"]
+        _at(data, where)["verdict"] = draw(st.sampled_from([v for v in trace.DRAFT_VERDICTS if v != now]))
+    elif nodes:
+        where = draw(st.sampled_from(nodes))
+        _at(data, where)["verdict"] = "accepted"
+    else:
+        data["error"] = "an error"
+
+
+def not_finite_free_form(data: dict, draw) -> None:
+    spots = [w for w in locations(data) if w[0] in ("config", "model") and isinstance(_at(data, w)[w[-1]],
+                                                                                      (dict, list))]
+    where = draw(st.sampled_from([("config",), ("model",)] + spots))
+    holder = _at(data, where + (None,))
+    if isinstance(holder, list):
+        holder.insert(draw(st.integers(0, len(holder))), draw(NOT_FINITE))
+    else:
+        holder[draw(st.text(max_size=8))] = draw(NOT_FINITE)
+
+
+def odd_version(data: dict, draw) -> None:
+    version = data["schema_version"]
+    i = draw(st.integers(0, len(version)))
+    data["schema_version"] = version[:i] + draw(ODD_CHARS) + version[i:]
+
+
+CONTRADICTIONS = [closed_value, other_output, other_count, other_metric, other_verdict, not_finite_free_form,
+                  odd_version]
+
+
+@settings(max_examples=60, derandomize=True, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, len(TRACES) - 1), st.sampled_from(CONTRADICTIONS), st.data())
+def test_every_contradiction_is_refused_in_one_line(source, contradiction, data):
+    mutated = copy.deepcopy(TRACES[source])
+    contradiction(mutated, data.draw)
+    with pytest.raises(TraceFormatError) as err:
+        from_json(json.dumps(mutated))
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400, str(err.value)
 
 
 def open_with(payload: bytes):

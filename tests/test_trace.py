@@ -84,7 +84,10 @@ def test_out_of_range_token_ids(sample_trace):
         trace.from_json(text, vocab_size=64)
     with pytest.raises(TraceFormatError, match=r"output_ids\[1\]=999.*64 tokens"):
         trace.from_json(text)  # the trace's own model's vocabulary applies
-    trace.from_json(_mutate(sample_trace, lambda d: (d.update(output_ids=[1, 999]), d["model"].pop("vocab_size"))))
+    def unknown_vocabulary(d):           # token 999 emitted by step 1, and no vocabulary recorded
+        d["output_ids"][1] = d["steps"][1]["chosen_id"] = 999
+        d["model"].pop("vocab_size")
+    assert trace.from_json(_mutate(sample_trace, unknown_vocabulary)).output_ids[1] == 999
 
 
 def test_oversized_refused(monkeypatch, sample_trace):

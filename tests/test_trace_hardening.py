@@ -5,6 +5,7 @@ field's path. It builds each class's field plan once, so its work grows with the
 Mutations of real recorded traces (tests/golden) stand in for hand-edited or adversarial uploads."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -425,9 +426,11 @@ def test_list_over_the_limit_refused():
 # ---------------------------------------------------------------- work grows with the size only
 
 def _repeated(data: dict, times: int) -> dict:
-    body = data["steps"]
-    data["steps"] = [{**body[i % len(body)], "index": i} for i in range(times * len(body))]
-    return data
+    """The trace with its steps repeated `times` times (renumbered; output and counts recomputed)."""
+    small = from_json(json.dumps(data))
+    body = small.steps
+    steps = tuple(dataclasses.replace(body[i % len(body)], index=i) for i in range(times * len(body)))
+    return trace.to_dict(trace.recounted(dataclasses.replace(small, steps=steps)))
 
 
 def test_type_hints_once_per_class(monkeypatch):
@@ -450,3 +453,179 @@ def test_type_hints_once_per_class(monkeypatch):
         from_json(json.dumps(_repeated(golden(name), 20)))
     assert calls and max(calls.values()) == 1, calls
     assert sum(calls.values()) == first
+
+
+# ---------------------------------------------------------------- contradictions (issue 39)
+# Traces whose fields are well typed but contradict the views' closed sets or the trace's own steps.
+
+def _dotted(path: tuple) -> str:
+    return "trace" + "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path)
+
+
+CLOSED_FIELDS = [               # (golden trace, path to a closed-set field, its class's set)
+    ("sample", ("stop_reason",), trace.STOP_REASONS),
+    ("sample", ("steps", 2, "processed_top", 1, "removed_by"), trace.FILTER_NAMES),
+    ("sample", ("steps", 2, "filters", 1, "name"), trace.FILTER_NAMES),
+    ("beam", ("steps", 1, "pool", 0, "status"), trace.BEAM_STATUSES),
+    ("spec_cost", ("steps", 0, "drafts", 0, "verdict"), trace.DRAFT_VERDICTS),
+    ("spec_cost", ("steps", 0, "final_kind"), trace.FINAL_KINDS),
+    ("spec_cost", ("steps", 0, "gamma_policy"), trace.GAMMA_POLICIES),
+    ("dspark_tree", ("steps", 1, "nodes", 0, "verdict"), trace.NODE_VERDICTS),
+    ("dspark_tree", ("steps", 1, "select"), trace.DSPARK_SELECT),
+    ("dspark_tree", ("steps", 1, "next_from"), trace.NEXT_FROM),
+]
+
+
+@pytest.mark.parametrize("name,path,values", [pytest.param(*f, id=f"{f[0]}:{_dotted(f[1])}") for f in CLOSED_FIELDS])
+@pytest.mark.parametrize("bad", ["maybe", "Accepted", "recorded "])
+def test_value_outside_its_closed_set_refused(name, path, values, bad):
+    data = golden(name)
+    _set_path(data, path, bad)
+    assert f"is not one of {', '.join(values)}" in refused(data, f"{_dotted(path)}={bad!r}")
+
+
+def test_closed_sets_are_the_engines():
+    """The loader's sets are exactly what the engine writes (processors' names, the configs' choices),
+    and a trace from before 1.5 that uses every value of a set loads."""
+    from decoding.core import config, processors
+    names = {cls.name for cls in vars(processors).values() if isinstance(cls, type) and isinstance(
+        getattr(cls, "name", None), str)}
+    assert set(trace.FILTER_NAMES) == names
+    assert trace.GAMMA_POLICIES == config.GAMMA_POLICIES and trace.DSPARK_SELECT == config.DSPARK_SELECT
+    assert trace.DRAFT_VERDICTS[:3] == trace.NODE_VERDICTS
+    for field, values in [(("steps", 0, "gamma_policy"), trace.GAMMA_POLICIES)]:
+        for value in values:
+            data = golden("spec_cost")
+            _set_path(data, field, value)
+            assert from_json(json.dumps(data)).steps[0].gamma_policy == value
+
+
+@pytest.mark.parametrize("version", ["１.5", " 1.5", "1.5 ", "1.5\n", "+1.5", "1.+5", "1.5_0", "1_0.5", "1.٥", "01.5",
+                                     "1.05", "1.5.0", "1,5", "1.", ".5", "", "1.1234567890", 1.5, None, ["1.5"]])
+def test_schema_version_not_plain_ascii_major_minor_refused(version):
+    data = golden("sample")
+    data["schema_version"] = version
+    assert "is not 'major.minor' (ASCII digits" in refused(data, "schema_version=")
+
+
+@pytest.mark.parametrize("version", ["1.0", "1.5", "1.10", "1.99"])
+def test_schema_version_of_this_major_loads(version):
+    data = golden("sample")
+    data["schema_version"] = version
+    assert from_json(json.dumps(data)).schema_version == version
+
+
+@pytest.mark.parametrize("where", ["config", "model"])
+@pytest.mark.parametrize("literal,value", [
+    ("NaN", "nan"), ("Infinity", "inf"), ("-Infinity", "-inf"), ("1e301", "1e+301"),
+    (str(2 ** 63), str(2 ** 63)), ("[1, NaN]", "nan"), ('{"a": {"b": Infinity}}', "inf"),
+])
+def test_free_form_number_not_finite_or_too_large_refused(where, literal, value):
+    """NaN in `config` loaded before, and the trace could not be written again (to_json refuses NaN)."""
+    text = json.dumps(golden("sample")).replace(f'"{where}": {{', f'"{where}": {{"x": {literal}, ', 1)
+    message = refused(text, f"trace.{where}.x")
+    assert value in message
+
+
+@pytest.mark.parametrize("where", ["config", "model"])
+def test_free_form_list_or_object_over_the_limit_refused(where):
+    data = golden("sample")
+    data[where]["ids"] = list(range(trace.MAX_LIST_ITEMS + 1))
+    refused(data, f"trace.{where}.ids: a list of 4097 items is over the 4096 item limit")
+    data = golden("sample")
+    data[where]["deep"] = {"map": {str(i): i for i in range(trace.MAX_LIST_ITEMS + 1)}}
+    refused(data, f"trace.{where}.deep.map: an object of 4097 fields is over the 4096 field limit")
+    data = golden("sample")                                 # control: at the limit, nulls and bools load
+    data[where].update(ids=list(range(trace.MAX_LIST_ITEMS)), none=None, flag=True, half=0.5)
+    assert trace.to_json(from_json(json.dumps(data)))
+
+
+@pytest.mark.parametrize("name,mutate,field", [
+    ("sample", lambda d: d["output_ids"].__setitem__(3, d["output_ids"][3] + 1), "trace.output_ids[3]="),
+    ("sample", lambda d: d["output_ids"].pop(), "trace.output_ids: has 19 tokens; expected 20"),
+    ("spec_cost", lambda d: d["output_ids"].append(d["output_ids"][0]), "trace.output_ids: has 21 tokens"),
+    ("beam", lambda d: d["output_ids"].reverse(), "trace.output_ids[0]="),
+    ("dspark_tree", lambda d: d.update(output_ids=d["output_ids"][1:]), "trace.output_ids[0]="),
+    ("greedy_forced", lambda d: d["forced_ids"].__setitem__(1, 29), "trace.forced_ids[1]=29 is not output_ids'"),
+])
+def test_output_ids_not_the_steps_tokens_refused(name, mutate, field):
+    data = golden(name)
+    mutate(data)
+    refused(data, field)
+
+
+@pytest.mark.parametrize("name,mutate,field", [
+    ("sample", lambda s: s.update(new_tokens=21), "trace.stats.new_tokens=21 is not the 20 tokens of output_ids"),
+    ("sample", lambda s: s.update(target_forwards=19), "trace.stats.target_forwards=19 is not the steps' 20"),
+    ("spec_cost", lambda s: s.update(target_forwards=1), "trace.stats.target_forwards=1"),
+    ("spec_cost", lambda s: s.update(mean_accepted_length=3.5), "trace.stats.mean_accepted_length=3.5"),
+    ("spec_cost", lambda s: s.update(acceptance_rate=1.0), "trace.stats.acceptance_rate=1.0"),
+    ("spec_cost", lambda s: s["per_position_acceptance"].append(0.5), "trace.stats.per_position_acceptance="),
+    ("dspark_tree", lambda s: s.update(per_position_acceptance=[1.0] * 4096), "trace.stats.per_position_acceptance="),
+    ("sample", lambda s: s.update(acceptance_rate=0.5),
+     "trace.stats.acceptance_rate=0.5 is not the steps' value (None)"),
+    ("sample", lambda s: s.update(wall_s=-1.0), "trace.stats.wall_s=-1.0"),
+    ("sample", lambda s: s.update(tokens_per_s=-20.0), "trace.stats.tokens_per_s=-20.0"),
+])
+def test_stats_not_the_steps_refused(name, mutate, field):
+    data = golden(name)
+    mutate(data["stats"])
+    refused(data, field)
+
+
+def test_config_of_another_strategy_refused():
+    data = golden("sample")
+    data["config"]["strategy"] = "greedy"
+    refused(data, "trace.config.strategy='greedy' is not the trace's strategy 'sample'")
+    data["config"].pop("strategy")                          # a config that does not say: loads
+    assert from_json(json.dumps(data)).strategy == "sample"
+
+
+def test_stats_metric_not_recorded_loads():
+    """A metric recorded as null is not recorded (the views show it as missing); a recorded one must agree."""
+    data = golden("spec_cost")
+    data["stats"].update(mean_accepted_length=None, acceptance_rate=None, per_position_acceptance=None)
+    assert from_json(json.dumps(data)).stats.acceptance_rate is None
+
+
+@pytest.mark.parametrize("mutate,field", [
+    (lambda d: d.update(stop_reason="eos", error="logits: NaN at step 3"), "trace.error='logits: NaN at step 3' is a "
+     "message, but stop_reason is 'eos'"),
+    (lambda d: d.update(stop_reason="error", error=None), "trace.error=None holds no message"),
+    (lambda d: d.update(stop_reason="error", error="first line\nsecond line"), "trace.error="),
+    (lambda d: d.update(steps=[], output_ids=[], stats={**d["stats"], "new_tokens": 0, "target_forwards": 0}),
+     "trace.text="),
+])
+def test_stop_error_and_text_that_contradict_the_steps_refused(mutate, field):
+    data = golden("sample")
+    mutate(data)
+    refused(data, field)
+    data = golden("sample")                                 # control: an error with its stop reason loads
+    data.update(stop_reason="error", error="logits: NaN at step 20")
+    assert from_json(json.dumps(data)).error
+
+
+@pytest.mark.parametrize("name,mutate,field", [
+    ("spec_cost", lambda s: s["drafts"][1].update(verdict="accepted"),
+     "trace.steps[0].drafts[1].verdict='accepted' is not 'not_reached' (gamma=3, accepted=0)"),
+    ("spec_cost", lambda s: s.update(gamma=2), "trace.steps[0].drafts[2].verdict='not_reached' is not 'recorded'"),
+    ("spec_cost", lambda s: s.update(final_id=None), "trace.steps[0].final_id=None does not go with final_kind "
+                                                     "'residual'"),
+    ("dspark_tree", lambda s: s["nodes"][0].update(verdict="accepted"),
+     "trace.steps[1].nodes[0].verdict='accepted' but node 1 is not on accepted_path"),
+    ("dspark_tree", lambda s: s.update(next_from="prefill"), "trace.steps[1].next_from='prefill' does not go with "
+                                                             "prefill=False"),
+])
+def test_round_verdicts_that_contradict_the_round_refused(name, mutate, field):
+    data = golden(name)
+    mutate(data["steps"][0 if name == "spec_cost" else 1])
+    refused(data, field)
+
+
+def test_prefill_round_that_drafts_refused():
+    data = golden("dspark_tree")
+    data["steps"][0].update(next_from="bonus")
+    refused(data, "trace.steps[0].next_from='bonus' does not go with prefill=True")
+    data = golden("dspark_tree")
+    data["steps"][0].update(lattice=data["steps"][1]["lattice"])
+    refused(data, "trace.steps[0]: the prefill round has 6 lattice positions")

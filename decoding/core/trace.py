@@ -4,8 +4,10 @@ A trace holds plain Python values only (no tensors), so it can be cached, saved,
 JSON: `schema_version` is "major.minor"; a reader accepts its own major version and any minor version
 (fields added in a later minor are optional, with defaults). Non-finite floats are written as null;
 a null in a logit, log-probability or score field reads back as -inf (the only non-finite value a
-trace stores). Loading checks every field, every cross-reference between fields and every size limit
-(MAX_* here and in trace_check), so that whatever loads can be drawn.
+trace stores). Loading checks every field (the free-form config and model by the same rules), every
+closed set's value (CLOSED_SETS), every cross-reference between fields, the output and statistics
+against the steps (trace_check, trace_totals) and every size limit (MAX_* here and in trace_check), so
+that whatever loads can be drawn and written again.
 """
 from __future__ import annotations
 
@@ -13,16 +15,19 @@ import dataclasses
 import functools
 import json
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from decoding.core.config import DSPARK_SELECT, GAMMA_POLICIES
 from decoding.core.trace_check import MAX_BEAM_POOL as MAX_BEAM_POOL
 from decoding.core.trace_check import MAX_BEAMS as MAX_BEAMS
 from decoding.core.trace_check import MAX_LATTICE_CANDIDATES as MAX_LATTICE_CANDIDATES
 from decoding.core.trace_check import TraceFormatError as TraceFormatError
 from decoding.core.trace_check import check_trace, key_part
+from decoding.core.trace_totals import METRIC_NAMES, metrics, output_ids, target_forwards
 
 SCHEMA_VERSION = "1.5"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
 #                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
@@ -154,7 +159,7 @@ class BeamCandidate:
     normalized_score: float       # score / (new tokens incl. this one) ** length_penalty
     status: str
 
-    def __post_init__(self):
+    def __post_init__(self):           # the engine's own check; the loader names the field's path first
         if self.status not in BEAM_STATUSES:
             raise TraceFormatError(f"status={self.status!r}: expected one of {', '.join(BEAM_STATUSES)}")
 
@@ -414,6 +419,41 @@ class DSparkRound:
 register_event(DSparkRound)
 
 
+# ---------------------------------------------------------------- closed sets
+# The values a field may hold, checked at load in every schema version (a newer minor version may add
+# fields, never values: the views know these). Open fields (a drafter's or a cost table's name, lattice
+# sources) are only capped.
+STOP_REASONS = ("eos", "max_new_tokens", "stopped", "error")
+FILTER_NAMES = ("temperature", "top_k", "top_p", "min_p")      # decoding.core.processors' names
+DRAFT_VERDICTS = ("accepted", "rejected", "not_reached", "recorded")
+NODE_VERDICTS = ("accepted", "rejected", "not_reached")
+FINAL_KINDS = ("residual", "bonus", "none")
+NEXT_FROM = ("residual", "bonus", "argmax", "prefill")
+CLOSED_SETS: dict[tuple[type, str], tuple[str, ...]] = {
+    (Trace, "stop_reason"): STOP_REASONS,
+    (Candidate, "removed_by"): FILTER_NAMES,
+    (FilterCut, "name"): FILTER_NAMES,
+    (BeamCandidate, "status"): BEAM_STATUSES,
+    (DraftPosition, "verdict"): DRAFT_VERDICTS,
+    (SpecRound, "final_kind"): FINAL_KINDS,
+    (SpecRound, "gamma_policy"): GAMMA_POLICIES,
+    (PlanNode, "verdict"): NODE_VERDICTS,
+    (DSparkRound, "select"): DSPARK_SELECT,
+    (DSparkRound, "next_from"): NEXT_FROM,
+}
+
+
+def recounted(trace: Trace) -> Trace:
+    """The trace with `output_ids`, the stats' counts and the speculative metrics recomputed from its
+    steps (decoding.core.trace_totals), for tools that build a trace from other traces' steps
+    (bench/trace_load.py); the loader refuses a trace whose recorded values differ from these."""
+    out = tuple(output_ids(trace.steps))
+    found = metrics(trace.steps)
+    stats = dataclasses.replace(trace.stats, new_tokens=len(out), target_forwards=target_forwards(trace.steps),
+                                **{name: found.get(name) for name in METRIC_NAMES})
+    return dataclasses.replace(trace, output_ids=out, stats=stats)
+
+
 # ---------------------------------------------------------------- writing
 
 def _plain(value: Any) -> Any:
@@ -557,9 +597,22 @@ def _to_bool(value: Any, reading: _Reading) -> bool:
 
 
 def _free(value: Any, reading: _Reading) -> Any:
-    """A free-form value (config, model): any JSON, its strings and keys checked as text."""
+    """A free-form value (config, model): any JSON under the rules of the typed fields: strings and keys
+    checked as text, integers 64-bit, numbers finite (null is a value here, not -inf), lists and
+    objects within MAX_LIST_ITEMS."""
+    if value is None or isinstance(value, bool):
+        return value
     if isinstance(value, str):
         return _check_string(value, MAX_TEXT_CHARS)
+    if isinstance(value, int):
+        return _to_int(value, reading)
+    if isinstance(value, float):
+        return _number(value, negative_infinity=False)
+    if not isinstance(value, (dict, list)):
+        raise _Bad(f": expected a JSON value, got {type(value).__name__}")
+    if len(value) > MAX_LIST_ITEMS:
+        what = ("an object", "fields", "field") if isinstance(value, dict) else ("a list", "items", "item")
+        raise _Bad(f": {what[0]} of {len(value)} {what[1]} is over the {MAX_LIST_ITEMS} {what[2]} limit")
     if isinstance(value, dict):
         for key, item in value.items():
             try:
@@ -657,10 +710,23 @@ class _Plan:
 @functools.cache
 def _plan(cls: type) -> _Plan:
     hints = typing.get_type_hints(cls)
-    fields = tuple((f.name, _converter(hints[f.name], _role(f.name)),
+    fields = tuple((f.name, _closed(CLOSED_SETS.get((cls, f.name)), _converter(hints[f.name], _role(f.name))),
                     f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
                    for f in dataclasses.fields(cls))
     return _Plan(fields, frozenset(name for name, _c, _r in fields) | {"kind"})
+
+
+def _closed(values: tuple[str, ...] | None, inner):
+    """`inner`, then (for a field of CLOSED_SETS) the value must be one of `values` (or null where allowed)."""
+    if values is None:
+        return inner
+
+    def convert(value: Any, reading: _Reading) -> Any:
+        out = inner(value, reading)
+        if out is not None and out not in values:
+            raise _Bad(f"={_shown(out)} is not one of {', '.join(values)}")
+        return out
+    return convert
 
 
 def _role(name: str) -> str | None:
@@ -736,12 +802,16 @@ def _to_event(value: Any, reading: _Reading) -> Any:
     return _converter(cls)(value, reading)
 
 
+VERSION_FORM = re.compile(r"(0|[1-9][0-9]{0,8})\.(0|[1-9][0-9]{0,8})")   # ASCII digits, no sign, no leading 0
+
+
 def _major_minor(version: Any) -> tuple[int, int]:
-    try:
-        major, minor = str(version).split(".")
-        return int(major), int(minor)
-    except ValueError:
-        raise TraceFormatError(f"schema_version={_shown(version)} is not 'major.minor'") from None
+    """A string "MAJOR.MINOR" of ASCII digits and nothing else (no space, sign, underscore, line end)."""
+    found = VERSION_FORM.fullmatch(version) if isinstance(version, str) else None
+    if found is None:
+        raise TraceFormatError(f"schema_version={_shown(version)} is not 'major.minor' (ASCII digits, e.g. "
+                               f"{SCHEMA_VERSION!r})")
+    return int(found[1]), int(found[2])
 
 
 def _vocab(data: dict, vocab_size: int | None) -> int | None:

@@ -1,6 +1,7 @@
 """Cross-reference checks of a loaded trace: every index a step holds (a beam's source, a tree node's
 parent, a DP path's candidate, an accepted path's node, a γ choice's table row) points at something
-the trace has, and every list is no longer than the engine can make it. One function per step kind,
+the trace has, verdicts agree with their round's counts, the output and statistics are the steps'
+(decoding.core.trace_totals), and every list is no longer than the engine can make it. One function per step kind,
 called by decoding.core.trace.from_dict once the fields are typed; each problem raises TraceFormatError
 with one line naming the field's path and the bad value. The views (ui/views) index a trace with these
 guarantees, so a trace that loads cannot make them fail.
@@ -11,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from decoding.core import trace_totals
 from decoding.core.config import (
     DSPARK_MAX_BUDGET,
     DSPARK_MAX_GAMMA,
@@ -56,10 +58,14 @@ def _index(where: str, value: int, size: int, what: str) -> None:
 
 
 def check_trace(trace) -> None:
-    """The strategy is known, every step is of its kind, numbered by its place, and passes its kind's checks."""
+    """The strategy is known (and the config's, where it names one, is the same), every step is of its
+    kind, numbered by its place, and passes its kind's checks; then the totals (check_totals)."""
     kind = STEP_KIND.get(trace.strategy)
     if kind is None:
         raise _refuse("trace.strategy", trace.strategy, f"is not a strategy: expected one of {', '.join(STEP_KIND)}")
+    if trace.config.get("strategy", trace.strategy) != trace.strategy:
+        raise _refuse("trace.config.strategy", trace.config["strategy"],
+                      f"is not the trace's strategy {trace.strategy!r}")
     check = STEP_CHECKS[kind]
     prev = None
     for i, step in enumerate(trace.steps):
@@ -73,6 +79,66 @@ def check_trace(trace) -> None:
         _check_kv(f"{where}.kv", step.kv)
         check(step, prev, where)
         prev = step
+    check_totals(trace)
+
+
+def check_totals(trace) -> None:
+    """The top-level record agrees with the steps: output_ids are the tokens they emitted (beam search:
+    the best hypothesis), beginning with forced_ids; the stats count them and the steps' target
+    forwards, and a recorded speculative metric is the steps' (decoding.core.trace_totals); an empty
+    output has empty text; an error message goes with stop_reason 'error' and nothing else."""
+    out = trace_totals.output_ids(trace.steps)
+    _check_ids("trace.output_ids", trace.output_ids, out, ("the steps' token", "the new tokens the steps emitted"))
+    _check_ids("trace.forced_ids", trace.forced_ids[:len(out)], out[:len(trace.forced_ids)],
+               ("output_ids' token", "the output begins with the forced tokens"))
+    stats = trace.stats
+    if stats.new_tokens != len(out):
+        raise _refuse("trace.stats.new_tokens", stats.new_tokens, f"is not the {len(out)} tokens of output_ids")
+    forwards = trace_totals.target_forwards(trace.steps)
+    if stats.target_forwards != forwards:
+        raise _refuse("trace.stats.target_forwards", stats.target_forwards, f"is not the steps' {forwards}")
+    for name, unit in (("wall_s", "a duration (s)"), ("tokens_per_s", "a rate (tokens/s)")):
+        if not getattr(stats, name) >= 0:
+            raise _refuse(f"trace.stats.{name}", getattr(stats, name), f"is not {unit} >= 0")
+    _check_metrics(stats, trace_totals.metrics(trace.steps))
+    if not out and trace.text:
+        raise _refuse("trace.text", trace.text, "is not empty, but output_ids is")
+    _check_error(trace.stop_reason, trace.error)
+
+
+def _check_ids(where: str, recorded, want: list[int], what: tuple[str, str]) -> None:
+    """`recorded` must be `want`; what: (the name of one wanted token, what `want` is)."""
+    if list(recorded) == want:
+        return
+    for i, (got, token) in enumerate(zip(recorded, want)):
+        if got != token:
+            raise _refuse(f"{where}[{i}]", got, f"is not {what[0]} {token} ({what[1]})")
+    raise TraceFormatError(f"{where}: has {len(recorded)} tokens; expected {len(want)}, {what[1]}")
+
+
+def _check_metrics(stats, want: dict) -> None:
+    """A metric recorded (not null) is the steps' value: null for strategies without drafting rounds."""
+    for name in trace_totals.METRIC_NAMES:
+        got, expected = getattr(stats, name), want.get(name)
+        if got is not None and not _same(got, expected):
+            raise _refuse(f"trace.stats.{name}", got, f"is not the steps' value ({expected!r:.60})")
+
+
+def _same(got, expected) -> bool:
+    if isinstance(got, tuple) and isinstance(expected, tuple):
+        return len(got) == len(expected) and all(_same(a, b) for a, b in zip(got, expected))
+    if isinstance(got, float) and isinstance(expected, (int, float)):
+        return math.isclose(got, expected, rel_tol=1e-9, abs_tol=1e-12)
+    return got == expected
+
+
+def _check_error(stop_reason: str, error) -> None:
+    if stop_reason == "error" and not error:
+        raise _refuse("trace.error", error, "holds no message, but stop_reason is 'error'")
+    if error is not None and stop_reason != "error":
+        raise _refuse("trace.error", error, f"is a message, but stop_reason is {stop_reason!r}, not 'error'")
+    if error is not None and len(error.splitlines()) > 1:
+        raise _refuse("trace.error", error, "is not one line")
 
 
 def _check_timings(where: str, timings: dict) -> None:
@@ -169,11 +235,28 @@ def check_spec(step, prev, where: str) -> None:
     if not 0 <= step.accepted <= step.gamma:
         raise _refuse(f"{where}.accepted", step.accepted, f"is out of range (0 to gamma={step.gamma})")
     _check_new_tokens(where, step, step.accepted, "accepted drafts")
+    for k, draft in enumerate(drafts):
+        want = draft_verdict(k, step.gamma, step.accepted)
+        if draft.verdict != want:
+            raise _refuse(f"{where}.drafts[{k}].verdict", draft.verdict,
+                          f"is not {want!r} (gamma={step.gamma}, accepted={step.accepted})")
+    if (step.final_kind == "none") != (step.final_id is None):
+        raise _refuse(f"{where}.final_id", step.final_id,
+                      f"does not go with final_kind {step.final_kind!r} (null exactly when it is 'none')")
     _cap(f"{where}.final_top", step.final_top, MAX_TOP_N, "candidates")
     _cap(f"{where}.residual_top", step.residual_top, MAX_TOP_N, "candidates")
     _check_lookup(where, step.lookup)
     if step.gamma_choice is not None:
         _check_gamma_choice(f"{where}.gamma_choice", step.gamma_choice)
+
+
+def draft_verdict(k: int, gamma: int, accepted: int) -> str:
+    """The verdict of draft k of a speculative round that verified `gamma` drafts and accepted `accepted`."""
+    if k >= gamma:
+        return "recorded"
+    if k < accepted:
+        return "accepted"
+    return "rejected" if k == accepted else "not_reached"
 
 
 def _check_new_tokens(where: str, step, accepted: int, what: str) -> None:
@@ -209,6 +292,12 @@ def _check_gamma_choice(where: str, info) -> None:
 def check_dspark(step, prev, where: str) -> None:
     """The lattice (positions 1..γ, γ <= DSPARK_MAX_GAMMA), the DP table, the verified tree and the
     accepted path all refer to one another consistently; sizes within the config's limits."""
+    if step.prefill != (step.next_from == "prefill"):
+        raise _refuse(f"{where}.next_from", step.next_from, f"does not go with prefill={step.prefill} "
+                                                            "('prefill' exactly on the prefill round)")
+    if step.prefill and (step.lattice or step.nodes):
+        raise TraceFormatError(f"{where}: the prefill round has {len(step.lattice)} lattice positions and "
+                               f"{len(step.nodes)} nodes; it drafts nothing")
     _check_lattice(where, step.lattice)
     widths = [len(column.cells) for column in step.lattice]
     if step.dp is not None:
@@ -348,6 +437,10 @@ def _check_accepted_path(where: str, path, nodes) -> None:
         if plan.verdict != "accepted":
             raise _refuse(here, node, f"has verdict {plan.verdict!r}, not 'accepted'")
         parent = node
+    on_path = set(path)
+    for i, plan in enumerate(nodes):
+        if plan.verdict == "accepted" and plan.node not in on_path:
+            raise _refuse(f"{where}.nodes[{i}].verdict", plan.verdict, f"but node {plan.node} is not on accepted_path")
 
 
 def _check_size(where: str, info) -> None:

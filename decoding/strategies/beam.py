@@ -28,6 +28,7 @@ import torch
 
 from decoding.core.config import BeamConfig
 from decoding.core.trace import BeamCandidate, BeamHypothesis, BeamStep, LiveBeam
+from decoding.core.trace_totals import beam_output_ids as output_ids  # noqa: F401  (the runner's and views' name)
 from decoding.runtime.models import LM, Timer, kv_memory
 
 NEG = -1.0e9   # generate's "very large negative" score for dead rows and masked candidates
@@ -244,16 +245,3 @@ def _forced_only(lm: LM, position: int, config: BeamConfig, forced: Sequence[int
     return BeamStep(index=0, position=position, num_beams=config.num_beams, pool=(), beams=(), finished=(),
                     early_stop=True, all_finished=False, done=True, forced_ids=tuple(int(t) for t in forced),
                     target_forwards=0)
-
-
-def output_ids(events: Sequence) -> list[int]:
-    """New tokens of a beam trace: the forced prefix, then the best finished hypothesis (or, for a run
-    stopped before any finished, the best live beam)."""
-    if not events:
-        return []
-    last = events[-1]
-    if last.finished:
-        best = last.finished[0].token_ids
-    else:
-        best = last.beams[0].token_ids if last.beams else ()
-    return list(last.forced_ids) + list(best)

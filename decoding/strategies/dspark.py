@@ -25,7 +25,7 @@ from decoding.core.config import (
     drafter_parts,
 )
 from decoding.core.errors import check
-from decoding.core.formulas import cut_at_eos, round_metrics, survival
+from decoding.core.formulas import cut_at_eos, survival
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import (
@@ -39,6 +39,7 @@ from decoding.core.trace import (
     SizeChoiceInfo,
 )
 from decoding.core.trace_check import MAX_DRAFTING_REASON
+from decoding.core.trace_totals import dspark_metrics
 from decoding.drafters.factory import dspark_sources, load_lattice_drafter
 from decoding.drafters.lattice_bases import TrainedDrafter, trained_name
 from decoding.drafters.lattice_lookup import LookupInput, LookupRate, continuation, hits, lookup_nodes
@@ -451,10 +452,5 @@ def size_info(cost: CostTable | None, choice) -> SizeChoiceInfo | None:
 
 # ------------------------------------------------------------------------------ stats
 def dspark_stats(events: Sequence) -> dict:
-    """vLLM's definitions over the drafting rounds (prefill excluded): tokens emitted per verification
-    forward, accepted / drafted nodes, per depth k the fraction of rounds (that drafted depth k)
-    whose accepted path reached k."""
-    rounds = [e for e in events if isinstance(e, DSparkRound) and not e.prefill]
-    return round_metrics([len(r.emitted) for r in rounds], [len(r.nodes) for r in rounds],
-                         [len(r.accepted_path) for r in rounds],
-                         [max((n.depth for n in r.nodes), default=0) for r in rounds])
+    """vLLM's definitions (decoding.core.trace_totals.dspark_metrics) over the drafting rounds."""
+    return dspark_metrics([e for e in events if isinstance(e, DSparkRound)])

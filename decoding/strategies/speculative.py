@@ -14,10 +14,12 @@ import torch
 
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
 from decoding.core.config import COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
-from decoding.core.formulas import cut_at_eos, round_metrics
+from decoding.core.formulas import cut_at_eos
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, KVMemory, ProbEntry, SpecRound
+from decoding.core.trace_check import draft_verdict
+from decoding.core.trace_totals import spec_metrics
 from decoding.drafters.base import Drafter, DraftRequest, Proposal
 from decoding.drafters.factory import make_drafter
 from decoding.runtime.cost_table import AUTO, load_table
@@ -340,7 +342,7 @@ def draft_positions(lm: LM, top_n: int, result: SpecResult, target_tops) -> tupl
         index=k, token_id=token, piece=lm.piece(token), q_draft=q_x[k], p_target=p_x[k],
         ratio=p_x[k] / q_x[k] if q_x[k] else p_x[k], accept_prob=masses[k],
         u=verdicts.us[k] if k < len(verdicts.us) else None,
-        verdict=_verdict(k, result.n_verify, verdicts.accepted),
+        verdict=draft_verdict(k, result.n_verify, verdicts.accepted),
         draft_draw=proposal.draft_draws[k] if k < len(proposal.draft_draws) else None,
         target_top=target_tops[k], draft_top=draft_tops[k], target_entropy=entropies[k])
         for k, token in enumerate(proposal.tokens))
@@ -364,14 +366,6 @@ def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -
             for ids, lgs, prs in zip(top.tolist(), logit_rows.tolist(), prob_rows.tolist())]
 
 
-def _verdict(k: int, n_verify: int, accepted: int) -> str:
-    if k >= n_verify:
-        return "recorded"
-    if k < accepted:
-        return "accepted"
-    return "rejected" if k == accepted else "not_reached"
-
-
 # ---------------------------------------------------------------- strategy entry points
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, generator: torch.Generator,
@@ -386,7 +380,5 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, gene
 
 
 def spec_stats(events: Sequence) -> dict:
-    """vLLM's definitions: tokens per verification forward, accepted/drafted, per-position rates."""
-    rounds = [e for e in events if isinstance(e, SpecRound)]
-    return round_metrics([len(r.emitted) - len(r.forced_ids) for r in rounds], [r.gamma for r in rounds],
-                         [r.accepted for r in rounds], [r.gamma for r in rounds])
+    """vLLM's definitions (decoding.core.trace_totals.spec_metrics) over the speculative rounds."""
+    return spec_metrics([e for e in events if isinstance(e, SpecRound)])
