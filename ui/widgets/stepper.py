@@ -13,6 +13,7 @@ from streamlit.errors import StreamlitAPIException
 
 from decoding.core.errors import ConfigError
 from decoding.runtime.engine_thread import ENGINE
+from ui.views.text import md_text
 from ui.widgets import keys
 from ui.widgets.display import show_streams
 
@@ -72,7 +73,7 @@ def advance(run, n: int, budget_s: float | None = None) -> None:
     """Up to n steps, or fewer when budget_s seconds have passed; the cursor follows. While other
     sessions have work on the engine thread, a spinner says how many (they take turns step by step)."""
     line = waiting_line(ENGINE.others_ahead())
-    with st.spinner(line) if line else nullcontext():
+    with st.spinner(md_text(line)) if line else nullcontext():
         deadline = None if budget_s is None else time.perf_counter() + budget_s
         added = 0
         while added < n and not run.done and (deadline is None or time.perf_counter() < deadline):
