@@ -3,8 +3,9 @@
 stage as it begins (report), a page reads it from another thread (current), the load clears it at the end
 (loading).
 A stage's `at` is the share of a first start on an empty cache done when it begins (the embedded model,
-measured: docs/app.md, "Speed"), for a progress bar; a start with the converted copy on disk skips the
-first-start stages."""
+measured: docs/app.md, "Speed"), for a progress bar; a start with the converted copy on disk begins at
+"load" (at 0) and skips the first-start stages. The kernel timing's share varies most: it is a benchmark,
+slowed several times over when other processes load the CPU."""
 from __future__ import annotations
 
 import threading
@@ -21,13 +22,13 @@ class Stage:
     at: float                  # share of a first start done when this stage begins, in [0, 1)
 
 
-STAGES = {s.key: s for s in (
+STAGES = {s.key: s for s in (     # `at`: a first start in a quiet moment here (2 CPUs): 15 s, kernels 5 s of it
     Stage("read", "Reading the GGUF file: tokenizer and config (first start only)", 0.0),
-    Stage("dequantize", "Dequantizing the weights to float32 (first start only)", 0.2),
-    Stage("save", "Saving the converted copy to the cache (first start only)", 0.45),
-    Stage("load", "Loading the converted model from the cache", 0.45),
-    Stage("pack", "Packing the weights for the CPU's matrix kernels", 0.5),
-    Stage("tune", "Timing the matrix kernels on this CPU (first start only)", 0.55),
+    Stage("dequantize", "Dequantizing the weights to float32 (first start only)", 0.35),
+    Stage("save", "Saving the converted copy to the cache (first start only)", 0.6),
+    Stage("load", "Loading the converted model from the cache", 0.0),    # a later start begins here
+    Stage("pack", "Packing the weights for the CPU's matrix kernels", 0.62),
+    Stage("tune", "Timing the matrix kernels on this CPU (first start only)", 0.65),
     Stage("warm", "Warming up the model", 0.95),
 )}
 

@@ -20,9 +20,9 @@ from ui.widgets.display import show_streams
 VIEWS = ["This step", "All steps", "Branch"]
 CHUNK_S = 0.5
 # A pause between the new token (chips, metrics) and the step's details: without it their messages reach the
-# browser together and it draws the charts before it paints the token; with it the token shows first (on
-# the app benchmark ~100 ms sooner, the details about as late as before: docs/app.md, "Speed").
-HEAD_START_S = 0.03
+# browser together and it draws the charts before it paints the token; with it the token shows first (on the
+# app benchmark, click->chip ~220 -> ~90-110 ms; the details no sooner than before: docs/app.md, "Speed").
+HEAD_START_S = 0.06
 LIVE_CHIPS = 400     # chips drawn while a long run goes on (all of them once it ends or stops)
 STOP_HELP = "Stops a long run; the steps so far are kept"
 
