@@ -56,6 +56,7 @@ def step_through() -> None:
         if more_to_come:      # a step's charts every chunk would cost the page more than the model
             st.caption("The step's details are drawn when the run ends or you press Stop.")
         elif view == "This step":
+            stepper.head_start()
             step_panel.show_step(run.events, cursor, step_panel.ViewContext("pg", on_force=stepper.force))
         elif view == "All steps":
             step_panel.show_all_steps(run.events, step_panel.ViewContext("pg.all"), f"{config.strategy}-run")

@@ -76,3 +76,18 @@ def _engine_thread_off_after_each_test():
     from decoding.runtime.engine_thread import ENGINE
 
     ENGINE.disable()
+
+
+@pytest.fixture(autouse=True)
+def _no_head_start(monkeypatch):
+    """The Playground's pause before a step's details (ui/widgets/stepper.py, HEAD_START_S) lets a browser paint
+    the new token first; AppTest has no browser, and its runs would only be slower."""
+    import sys
+
+    stepper = sys.modules.get("ui.widgets.stepper")
+    if stepper is None:
+        try:
+            from ui.widgets import stepper
+        except ImportError:          # no streamlit where only the engine is installed
+            return
+    monkeypatch.setattr(stepper, "HEAD_START_S", 0.0)

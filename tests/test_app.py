@@ -93,6 +93,36 @@ def test_step_run_to_end_back_forward_reset(tiny_dir):
     assert run_state(at).events == [] and at.session_state["ds.cursor"] == -1
 
 
+def test_the_candidates_table_is_drawn_only_while_its_expander_is_open(tiny_dir):
+    at = new_app()
+    at.button(key="pg.step").click().run()
+    ok(at)
+    def candidate_tables():
+        return [d for d in at.dataframe if "p_processed" in d.value.columns]
+    assert [e.label for e in at.expander if e.label == "Candidates table"] and not candidate_tables()
+    at.session_state["pg.cands_open"] = True                  # the user opens it: the fragment reruns
+    at.run()
+    assert len(candidate_tables()) == 1 and candidate_tables()[0].value["rank"].tolist()[:2] == [0, 1]
+    at.button(key="pg.step").click().run()                   # it stays open from step to step
+    ok(at)
+    assert len(candidate_tables()) == 1 and at.session_state["ds.cursor"] == 1
+
+
+def test_the_new_token_leaves_before_the_step_details(tiny_dir, monkeypatch):
+    """stepper.head_start runs between the chips and the step panel, once per rerun that draws the panel."""
+    from ui.widgets import step_panel, stepper
+
+    order = []
+    monkeypatch.setattr(stepper, "head_start", lambda: order.append("pause"))
+    monkeypatch.setitem(step_panel.STEP_PANELS, "token", lambda step, ctx: order.append("panel"))
+    at = new_app()
+    at.button(key="pg.step").click().run()
+    ok(at)
+    assert order == ["pause", "panel"] and any('data-step="0"' in h.value for h in at.html)
+    at.button_group(key="pg.view").set_value("All steps").run()
+    assert order == ["pause", "panel"]                        # no panel, no pause
+
+
 def test_a_run_in_progress_draws_its_chips_and_the_step_details_once_it_ends(tiny_dir, monkeypatch):
     from ui.widgets import stepper
 

@@ -84,3 +84,40 @@ def test_stored_tables_are_bounded_and_the_recent_ones_kept():
     assert len(stored_folders()) == MAX_STORED_COSTS
     assert first.is_file() and all(p.is_file() for p in newer + older[8:])
     assert not any(p.exists() for p in older[:8])
+
+
+@pytest.fixture
+def unwritable_cache(tmp_path, monkeypatch):
+    """The cache a regular file (no folder can be made under it), the temporary folder a fresh one; the
+    cache warning not yet shown in this process."""
+    import tempfile
+    import threading
+
+    from decoding.runtime import files
+
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the cache folder should be\n")
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(blocker))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr(files, "_cache_warned", threading.Event())
+    return tmp_path / "tmp"
+
+
+def test_an_upload_with_an_unwritable_cache_is_kept_in_the_temporary_folder(unwritable_cache):
+    with pytest.warns(UserWarning, match="cannot be written"):
+        pick = advanced.pick_cost("file", ("mine.json", b'{"version": 1, "verify_ms": [1.5, 2.5]}'), None)
+    assert pick.error is None and Path(pick.config_value()).is_relative_to(unwritable_cache)
+    assert CostTable.load(pick.config_value()).verify_ms == (1.5, 2.5)
+    assert store_cost(pick.table, "mine.json") == pick.config_value()          # found there again
+
+
+def test_an_upload_with_nowhere_to_store_it_is_one_line(unwritable_cache):
+    unwritable_cache.rmdir()
+    unwritable_cache.write_text("not a folder either\n")
+    with pytest.warns(UserWarning):
+        pick = advanced.pick_cost("file", ("mine.json", b'{"version": 1, "verify_ms": [1.5]}'), None)
+    assert pick.error == ("cost_table='mine.json' is invalid: could not be stored: neither the cache folder nor "
+                          "the temporary folder can be written (set DECODESCOPE_CACHE to a writable folder)")
+    with pytest.raises(ConfigError, match="could not be stored"):
+        pick.config_value()

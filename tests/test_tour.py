@@ -134,6 +134,15 @@ def test_record_unknown_stop_exits_2_without_loading(monkeypatch, capsys):
     assert "stop='nope' is invalid" in capsys.readouterr().err
 
 
+def test_record_to_a_folder_name_over_the_limit_exits_2_without_loading(tmp_path, monkeypatch, capsys):
+    import decoding.runtime.models
+
+    monkeypatch.setattr(decoding.runtime.models, "load", lambda spec: pytest.fail("no model for a bad --out"))
+    assert tour.main(["record", "--only", "greedy", "--out", str(tmp_path / ("x" * 300))]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: out=") and "is 300 bytes long; the limit here is" in err and err.count("\n") == 1
+
+
 def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tiny_dir, tmp_path, monkeypatch, capsys):
     import decoding.runtime.models
 

@@ -19,9 +19,10 @@ import torch
 
 from decoding.core.errors import ConfigError, StepError, check
 from decoding.core.trace import KVMemory
-from decoding.runtime import fast_path, packed_gemm, placement
+from decoding.runtime import fast_path, load_progress, packed_gemm, placement
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.files import save_to_cache
+from decoding.runtime.gguf_once import parsed_once
 from decoding.runtime.paths import cache_root, shown_path
 
 DEFAULT_MODEL = "default"
@@ -118,14 +119,18 @@ def _load_gguf(gguf: Path, dtype: torch.dtype, placed: dict | None = None):
 
 
 def _convert(gguf: Path):
-    """(model, tokenizer) dequantized from the GGUF file to float32; one line naming it on failure."""
+    """(model, tokenizer) dequantized from the GGUF file to float32 (the file parsed once: gguf_once);
+    one line naming it on failure."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _check_gguf(gguf)
     try:
-        tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
-                                                     dtype=torch.float32)
+        with parsed_once():
+            load_progress.report("read")
+            tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+            load_progress.report("dequantize")
+            model = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name,
+                                                         dtype=torch.float32)
     except Exception as err:  # noqa: BLE001 - any loader failure becomes one line
         raise ConfigError("gguf_file", shown_path(gguf), f"could not be loaded ({_one_line(err)})") from None
     return model, tok
@@ -138,6 +143,7 @@ def _load_converted(cached: Path, dtype: torch.dtype, placed: dict | None):
     if not cached.exists():
         return None
     if _conversion_intact(cached):
+        load_progress.report("load")
         model, tok = _load_dir(str(cached), dtype, trust_remote_code=False, local_only=True, placed=placed)
         if not any(bool(torch.isnan(p).any()) for p in model.parameters() if p.device.type != "meta"):
             return model, tok
@@ -171,6 +177,7 @@ def _save_converted(model, tok, target: Path) -> None:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    load_progress.report("save")
     save_to_cache(lambda path: _write_converted(model, tok, path), target)   # unwritable: works without it
 
 
@@ -207,7 +214,13 @@ def load(spec: ModelSpec) -> LM:
     up; raise ConfigError with one line on failure. Only local files are read unless
     DECODESCOPE_ALLOW_DOWNLOAD=1 (then an HF id may download). With all of torch's threads: a load
     runs alone."""
-    return ENGINE.call_wide(_load, spec)
+    return ENGINE.call_wide(_load_reporting, spec)
+
+
+def _load_reporting(spec: ModelSpec) -> LM:
+    """_load, its stages reported to load_progress for a page to show meanwhile."""
+    with load_progress.loading():
+        return _load(spec)
 
 
 def _load(spec: ModelSpec) -> LM:
@@ -233,9 +246,11 @@ def _load(spec: ModelSpec) -> LM:
     if spec.pack_gemm:
         from decoding.runtime.paths import gemm_plan_path
 
+        load_progress.report("pack")
         packed_gemm.pack_linears(model)            # a no-op off the CPU, for other dtypes, without MKL
         packed_gemm.use_plan(model, packed_gemm.auto_plan(model, gemm_plan_path(spec.name)))
     lm = LM(model, tok, name=spec.name, device=device)
+    load_progress.report("warm")
     return (lm.use_fast_path() if spec.fast_path else lm).warm_up()
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from decoding.runtime import load_progress
 from decoding.runtime.files import save_to_cache, write_text_atomic
 
 PACK_MIN_ROWS = 4     # below this MKL's plain sgemm is as fast or faster on the machines measured
@@ -303,6 +304,7 @@ def auto_plan(model: nn.Module, path: Path) -> GemmPlan:
             return GemmPlan(tuple(data["rows"]), tuple(data["kernels"]), source=str(path))
         except (OSError, ValueError, KeyError, TypeError):
             pass                                              # unreadable: profile again
+    load_progress.report("tune")
     plan, medians = profile_plan(model)
     text = json.dumps({"rows": list(plan.rows), "kernels": list(plan.kernels), "ms": medians}, indent=1)
     save_to_cache(lambda p: write_text_atomic(p, text), path)

@@ -65,7 +65,7 @@ def fixed_margins(fig: go.Figure) -> go.Figure:
     plotly turning them by 30°, as it does where they would overlap at the chart's width."""
     margin = fig.layout.margin
     left = _side_px(fig, "y", "yaxis")
-    overlaid = fig.layout.to_plotly_json().get("yaxis2", {}).get("overlaying")
+    overlaid = "yaxis2" in fig.layout and fig.layout.yaxis2.overlaying   # not to_plotly_json: it copies the template
     right = _side_px(fig, "y2", "yaxis2") if overlaid else (margin.r if margin.r is not None else 10)
     labels = _category_labels(fig, "x")
     chars = max((len(t) for t in labels), default=NUMBER_CHARS)

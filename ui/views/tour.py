@@ -17,6 +17,7 @@ from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.core.trace import Trace, from_json, to_json
 from decoding.runner import STRATEGIES, run
+from decoding.runtime.files import check_folder
 
 TOUR_DIR = Path(__file__).resolve().parents[2] / "assets" / "tour"
 MAX_SHIPPED_BYTES = 300_000          # a shipped trace stays small (lower top_n or max_new_tokens if not)
@@ -355,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         stops = [stop_by_id(s) for s in args.only] if args.only else list(STOPS)
         check(bool(stops), "only", args.only, "name at least one stop")
-        return 1 if record(stops, args.out, device=args.device, dtype=args.dtype) else 0
+        root = check_folder(args.out, "out")       # before the model loads: a bad folder is one line
+        return 1 if record(stops, root, device=args.device, dtype=args.dtype) else 0
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -3,11 +3,13 @@ fields that are off when None (their text form: empty = off), DSpark's cost tabl
 auto / an uploaded JSON file (and its URL form), and the model's placement options."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import os
 import re
 import shutil
+import tempfile
 import types
 import typing
 from dataclasses import dataclass
@@ -18,6 +20,7 @@ from decoding.core.config import AUTO_COST
 from decoding.core.errors import ConfigError, check
 from decoding.runner import STRATEGIES
 from decoding.runtime.cost_table import MAX_COST_BYTES, MAX_COST_ENTRIES, CostTable
+from decoding.runtime.files import save_to_cache
 from decoding.runtime.paths import cache_root
 from decoding.runtime.placement import DEVICE_MAPS
 
@@ -25,6 +28,7 @@ COST_FIELD = "cost_table"              # a file, not a text field: its own widge
 OPTIONAL_TYPES = (int, float, str)
 MAX_COST_LINK_CHARS = 32 * MAX_COST_ENTRIES   # a link's table longer than this is refused before parsing
 MAX_STORED_COSTS = 32                 # uploaded / linked tables kept in the cache; the least recent go first
+UPLOADS_FALLBACK = "decodescope-cost-uploads"   # under the temporary folder when the cache is unwritable
 MAX_SHOWN = 60                        # characters of a bad link value quoted in a message
 
 
@@ -113,18 +117,23 @@ def link_mode(text: str) -> str:
 
 
 def store_cost(table: CostTable, name: str) -> str:
-    """Save a table under the cache (one file per content and name) for the config to point at."""
+    """Save a table (one file per content and name) for the config to point at: under the cache, or, when
+    the cache cannot be written, under the system's temporary folder (save_to_cache warns once); a
+    ConfigError when neither can be written."""
     digest = hashlib.sha256(cost_to_link(table).encode()).hexdigest()[:12]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name).strip("._")[:60] or "cost"
-    root = cache_root() / "cost" / "uploads"
-    path = root / digest / (safe if safe.endswith(".json") else safe + ".json")
-    if path.is_file():
-        os.utime(path.parent)                  # recently used: the last to be pruned
-        return str(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    dataclasses.replace(table, source=name).save(path)
-    prune_stored(root)
-    return str(path)
+    safe = safe if safe.endswith(".json") else safe + ".json"
+    for root in (cache_root() / "cost" / "uploads", Path(tempfile.gettempdir()) / UPLOADS_FALLBACK):
+        path = root / digest / safe
+        if path.is_file():
+            with contextlib.suppress(OSError):
+                os.utime(path.parent)          # recently used: the last to be pruned
+            return str(path)
+        if save_to_cache(dataclasses.replace(table, source=name).save, path):
+            prune_stored(root)
+            return str(path)
+    raise ConfigError("cost_table", name, "could not be stored: neither the cache folder nor the temporary "
+                                          "folder can be written (set DECODESCOPE_CACHE to a writable folder)")
 
 
 def prune_stored(root: Path) -> None:
@@ -182,9 +191,10 @@ def pick_cost(mode: str, upload: tuple[str, bytes] | None, link_text: str | None
         else:
             raise ConfigError("cost_table", None, "upload a JSON cost table (version 1 with verify_ms), "
                                                   "or choose none or auto")
+        path = store_cost(table, name)
     except ConfigError as err:
         return CostPick(mode=mode, error=str(err))
-    return CostPick(mode=mode, table=table, name=name, path=store_cost(table, name))
+    return CostPick(mode=mode, table=table, name=name, path=path)
 
 
 # ------------------------------------------------------------------ model placement

@@ -32,9 +32,17 @@ def plot(fig, key: str, filename: str) -> None:
 
 
 def table(df, key: str, filename: str, label: str = "Download CSV") -> None:
+    """A table and its CSV download, the CSV made only when the button is clicked (not every rerun)."""
     st.dataframe(df, hide_index=True, key=f"{key}.df")
-    st.download_button(md_text(label), df.to_csv(index=False), file_name=f"{_slug(filename)}.csv", mime="text/csv",
-                       key=f"{key}.csv", on_click="ignore")
+    st.download_button(md_text(label), lambda: df.to_csv(index=False), file_name=f"{_slug(filename)}.csv",
+                       mime="text/csv", key=f"{key}.csv", on_click="ignore")
+
+
+def lazy_expander(label: str, key: str):
+    """An expander whose content is drawn only while it is open (opening it reruns the fragment or page):
+    a closed one costs the rerun and the browser nothing. -> (container, open)."""
+    box = st.expander(md_text(label), key=key, on_change="rerun")
+    return box, bool(box.open)
 
 
 def show_chips(events: Sequence, current_step: int | None = None, diverge_at: int | None = None,

@@ -1,11 +1,15 @@
 """Per-process model cache and per-session run state for the pages."""
 from __future__ import annotations
 
+import time
+from concurrent import futures
+
 import streamlit as st
 
 from decoding.core.errors import ConfigError
 from decoding.drafters.factory import load_draft
 from decoding.runner import check_inputs
+from decoding.runtime import load_progress
 from decoding.runtime.model_cache import ModelCache
 from decoding.runtime.models import ModelSpec, load
 from ui.views.text import md_text
@@ -21,6 +25,9 @@ TARGET_COPIES = 2
 DRAFT_COPIES = 1
 DRAFTS: ModelCache = ModelCache(DRAFT_COPIES)
 TARGETS: ModelCache = ModelCache(TARGET_COPIES, on_drop=lambda key: DRAFTS.drop(keep=lambda d: d[-1] != key))
+LOADS = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="decodescope-load")   # loads run alone anyway
+PROGRESS_AFTER_S = 0.3          # a load that takes longer shows its stage
+PROGRESS_POLL_S = 0.25
 
 
 def load_lm(name: str, device: str, dtype: str, **options):
@@ -38,6 +45,28 @@ def load_lm_for(model_key: tuple):
     return load_lm(name, device, dtype, **dict(options))
 
 
+def load_showing_progress(model_key: tuple):
+    """load_lm_for(model_key) on a loader thread; when it takes longer than PROGRESS_AFTER_S (a first start
+    converting the embedded model, a model not yet in memory), a progress bar names the stage it is in
+    (decoding.runtime.load_progress) until it ends. Its errors are the load's."""
+    future = LOADS.submit(load_lm_for, model_key)
+    done, _ = futures.wait([future], timeout=PROGRESS_AFTER_S)
+    if not done:
+        bar = st.empty()
+        while not futures.wait([future], timeout=PROGRESS_POLL_S)[0]:
+            show_stage(bar, load_progress.current())
+        bar.empty()
+    return future.result()
+
+
+def show_stage(where, now: load_progress.Current | None) -> None:
+    """The load's stage as a progress bar in `where` (nothing known yet: the bar at 0)."""
+    if now is None:
+        where.progress(0.0, text="Loading the model…")
+        return
+    where.progress(now.stage.at, text=md_text(f"{now.stage.text}… {time.monotonic() - now.since:.0f} s"))
+
+
 def shown(message: str, settings: Settings | None = None) -> str:
     """An error line as a page may show it: one about a server path that came from the link (and is
     still in the sidebar) says only that the value cannot be used (params.link_safe)."""
@@ -50,7 +79,7 @@ def lm_or_stop(settings: Settings):
     release_idle()                  # any session's rerun frees what idle sessions' runs hold
     try:
         with st.spinner(f"Loading model {md_text(repr(settings.model))}…"):
-            return load_lm_for(settings.model_key())
+            return load_showing_progress(settings.model_key())
     except ConfigError as err:
         st.error(md_text(shown(str(err), settings)))
     except (OSError, RuntimeError, ValueError) as err:

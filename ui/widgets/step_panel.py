@@ -43,8 +43,10 @@ def token_panel(step, ctx: ViewContext) -> None:
         st.caption("Filter cuts (mass under the temperature-scaled distribution)")
         display.table(tables.filters_table(step), f"{ctx.prefix}.filters", f"step{step.index}-filters")
     _draw_view(step, ctx)
-    with st.expander("Candidates table"):
-        display.table(tables.candidates_table(step), f"{ctx.prefix}.cands", f"step{step.index}-candidates")
+    box, shown = display.lazy_expander("Candidates table", f"{ctx.prefix}.cands_open")
+    if shown:                           # drawn only while open: a Step does not send a hidden table
+        with box:
+            display.table(tables.candidates_table(step), f"{ctx.prefix}.cands", f"step{step.index}-candidates")
     if ctx.on_force is not None:
         _force_widget(step, ctx)
 
