@@ -259,3 +259,73 @@ def test_only_the_drafters_own_calibration_file_updates_its_card(tmp_path):
     (tmp_path / "net.md").write_text("# card\n")
     assert card_to_update(weights, tmp_path / "net.calibration.json") == tmp_path / "net.md"
     assert card_to_update(weights, tmp_path / "other.json") is None
+
+
+# ------------------------------------------------------------------------------ the pairs for T > 0
+def test_sampled_pairs_score_the_head_above_temperature_zero(tmp_path):
+    """A calibration file's `sampled` pairs are the ones used at T > 0; without them T > 0 keeps q."""
+    q = torch.tensor([0.2, 0.5, 0.9])
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"format": feature_lattice.CALIBRATION_FORMAT, "a": [1.5], "b": [0.2],
+                                "sampled": {"temperature": 0.8, "a": [0.5], "b": [-1.0]}}))
+    cal = HeadCalibration.load(path)
+    assert torch.allclose(cal.at(0)(0, q), torch.sigmoid(1.5 * torch.log(q / (1 - q)) + 0.2))
+    assert torch.allclose(cal.at(0.8)(3, q), torch.sigmoid(0.5 * torch.log(q / (1 - q)) - 1.0))
+    assert torch.allclose(cal.at(1.3)(0, q), cal.at(0.8)(0, q))
+    assert torch.equal(HeadCalibration((1.5,), (0.2,)).at(0.8)(0, q), q)                 # none fitted: q itself
+    for sampled in ({"a": [1]}, {"a": [float("nan")], "b": [0]}, [1, 2], {"a": [1, 2], "b": [0]}):
+        path.write_text(json.dumps({"format": feature_lattice.CALIBRATION_FORMAT, "a": [1], "b": [0],
+                                    "sampled": sampled}))
+        with pytest.raises(ConfigError, match="calibration"):
+            HeadCalibration.load(path)
+
+
+def test_the_lattice_at_temperature_uses_the_sampled_pairs(lm):
+    """The same head at T = 0.8: with sampled pairs its scores are σ(a · logit q_T + b), without them q_T."""
+    plain = random_head(lm, seed=5)
+    fitted = random_head(lm, seed=5, calibration=HeadCalibration((1.0,), (0.0,), HeadCalibration((0.5,), (-1.0,))))
+    hidden = torch.randn(1, lm.model.config.hidden_size)
+    request = LatticeRequest(2, 3, 0.8)
+    raw = plain.lattice(hidden, [4], request).lattice.scores[0][0]
+    calibrated = fitted.lattice(hidden, [4], request).lattice.scores[0][0]
+    expect = [float(torch.sigmoid(0.5 * torch.logit(torch.tensor(v)) - 1.0)) for v in raw]
+    assert calibrated == pytest.approx(expect, abs=1e-5) and calibrated != pytest.approx(raw, abs=1e-3)
+
+
+def test_target_probabilities_at_temperature_are_the_models(lm):
+    """target_probs_at over the stored LM-head inputs equals the target's own softmax(logits / T) at the
+    answer's positions (a forward over prompt + answer); at another temperature they differ."""
+    from decoding.train.data import generate_distill
+    from decoding.train.head_calibration import Target, target_probs_at
+
+    prompt = [1, 2, 3]
+    data = generate_distill(lm, [prompt], answer_tokens=5, use_cache=False, progress=False)
+    answer = data.tokens.tolist()
+    with torch.inference_mode():
+        logits = lm.model(torch.tensor([prompt + answer])).logits[0].float()       # (T, V)
+    tokens = torch.tensor([[5, 9], [answer[1], 2], [7, 7], [answer[3], 1], [0, 3]])
+    head = lm.model.get_output_embeddings().weight
+    got = target_probs_at(Target(head, 0.8), data.hidden, tokens, rows=2)
+    want = torch.softmax(logits[len(prompt) - 1:len(prompt) + 4] / 0.8, -1).gather(1, tokens)
+    assert torch.allclose(got, want, atol=2e-3)
+    assert not torch.allclose(target_probs_at(Target(head, 0.3), data.hidden, tokens), want, atol=2e-3)
+
+
+def test_calibrate_fits_both_sets_of_pairs(lm):
+    """With a target the samples carry q and p at T, and the report holds the pairs for T > 0 under
+    `sampled`; the soft fit recovers a generating pair."""
+    from decoding.train.data import generate_distill
+    from decoding.train.head_calibration import Target, calibrate, head_samples
+
+    net = random_head(lm, seed=4).net
+    data = generate_distill(lm, [[1, 2, 3], [7, 8], [5, 6, 9]], answer_tokens=8, use_cache=False, progress=False)
+    samples = head_samples(net, data, gamma=2, top_k=3, target=Target(lm.model.get_output_embeddings().weight, 0.8))
+    assert len(samples.q_sampled) == len(samples.p_target) == len(samples.q)
+    assert bool(((samples.p_target >= 0) & (samples.p_target <= 1)).all()) and bool((samples.q_sampled > 0).all())
+    report = calibrate(samples, 2, temperature=0.8)
+    assert report["sampled"]["temperature"] == 0.8 and len(report["sampled"]["a"]) == 2
+    gen = random.Random(1)
+    q = torch.tensor([gen.uniform(0.02, 0.98) for _ in range(5000)])
+    p = torch.sigmoid(0.6 * torch.log(q / (1 - q)) - 0.4)
+    a, b = fit_platt(q, p)                                               # soft labels: the chances themselves
+    assert abs(a - 0.6) < 0.02 and abs(b + 0.4) < 0.02, (a, b)

@@ -97,6 +97,9 @@ def test_head_calibration_flags_and_out_before_the_model_loads(tmp_path, capsys,
     assert code == 2 and one_line(err) == "error: gamma=0 is invalid: must be an integer >= 1"
     code, _, err = cli_main(["train", "head-calibration", "--top-k", "-2"], capsys)
     assert code == 2 and one_line(err) == "error: top_k=-2 is invalid: must be an integer >= 1"
+    for bad in ("nan", "-0.5", "9"):
+        code, _, err = cli_main(["train", "head-calibration", "--temperature", bad], capsys)
+        assert code == 2 and one_line(err).startswith(f"error: temperature={float(bad)} is invalid: must be a number")
     out = tmp_path / "nodir" / "c.json"
     code, _, err = cli_main(["train", "head-calibration", "--out", str(out)], capsys)
     assert code == 2 and one_line(err).startswith(f"error: out='{out}' is invalid: its directory ")

@@ -125,13 +125,13 @@ CALIBRATION_BINS = 10
 def reliability_bins(scores: Sequence[float], hits: Sequence[bool], bins: int = CALIBRATION_BINS
                      ) -> list[tuple[int, float, float, int]]:
     """Equal-width bins over [0, 1] (a score of 1 falls in the last): (bin, mean score, hit rate, count)
-    for every non-empty bin, in order."""
+    for every non-empty bin, in order. A hit is a bool, or the probability of one (sampled decoding)."""
     sums: dict[int, list] = {}
     for score, hit in zip(scores, hits):
         b = min(int(float(score) * bins), bins - 1)
         acc = sums.setdefault(b, [0.0, 0, 0])
         acc[0] += float(score)
-        acc[1] += bool(hit)
+        acc[1] += float(hit)
         acc[2] += 1
     return [(b, s / n, h / n, n) for b, (s, h, n) in sorted(sums.items())]
 

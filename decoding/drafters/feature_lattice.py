@@ -10,10 +10,12 @@ survival-weighted mixture of their distributions. A candidate reached from sever
 the feature of its best one; a parent left unexpanded scores 0 for every child. Drafting stops
 early once no path survives above `floor` (and prompt lookup's chain has ended).
 
-Scores (the DP's ŝ): at temperature 0 the calibrated chance that x is the target's argmax given
-that its parent was accepted, ŝ_k(x | y) = σ(a_k · logit q_k(x | y) + b_k) (HeadCalibration;
-identity a = 1, b = 0 gives q itself); at temperature T > 0, q_k(x | y) at T, as with the parallel
-drafter. Everything here is draft-side, so any lattice keeps decoding exact.
+Scores (the DP's ŝ): the calibrated chance that x is accepted given that its parent was, ŝ_k(x | y) =
+σ(a_k · logit q_k(x | y) + b_k) (HeadCalibration; identity a = 1, b = 0 gives q itself): at temperature 0
+the chance that x is the target's argmax, with q the head's probability; at temperature T > 0 the
+target's probability of x at T (the chance the tree rule accepts x), with q the head's at T and a second
+set of pairs fitted at one sampling temperature (the head is sharper than the target there). Everything
+here is draft-side, so any lattice keeps decoding exact.
 """
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ from pathlib import Path
 import torch
 
 from decoding.core.config import DSPARK_MAX_GAMMA
-from decoding.core.errors import check
+from decoding.core.errors import ConfigError, check
 from decoding.core.lattice import Lattice
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, with_extra
 from decoding.runtime.paths import calibration_path, shown_path
@@ -44,10 +46,12 @@ def logit(q: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class HeadCalibration:
     """Per-position Platt scaling of the head's probability: ŝ_k = σ(a[k] · logit q + b[k]); positions
-    past the last use the last pair. The identity (a = 1, b = 0) leaves q as it is."""
+    past the last use the last pair. The identity (a = 1, b = 0) leaves q as it is. `sampled`: the pairs
+    (a, b) used at temperature > 0 (fitted at one sampling temperature; the identity when absent)."""
 
     a: tuple[float, ...] = (1.0,)
     b: tuple[float, ...] = (0.0,)
+    sampled: HeadCalibration | None = None
 
     def __post_init__(self):
         object.__setattr__(self, "a", tuple(float(v) for v in self.a))
@@ -61,6 +65,12 @@ class HeadCalibration:
             return q
         return torch.sigmoid(self.a[k] * logit(q) + self.b[k])
 
+    def at(self, temperature: float) -> HeadCalibration:
+        """The pairs that score the head at this temperature (0: greedy; above: `sampled`)."""
+        if temperature == 0:
+            return self
+        return self.sampled if self.sampled is not None else HeadCalibration()
+
     @classmethod
     def load(cls, path: str | Path) -> HeadCalibration:
         """A JSON file {"format": CALIBRATION_FORMAT, "a": [...], "b": [...], ...}; errors name `calibration`."""
@@ -71,10 +81,12 @@ class HeadCalibration:
         check(isinstance(data, dict) and data.get("format") == CALIBRATION_FORMAT, "calibration", shown_path(path),
               f"is not a {CALIBRATION_FORMAT} file")
         try:
-            return cls(tuple(data["a"]), tuple(data["b"]))
-        except (KeyError, TypeError, ValueError):
+            sampled = data.get("sampled")
+            return cls(tuple(data["a"]), tuple(data["b"]),
+                       cls(tuple(sampled["a"]), tuple(sampled["b"])) if sampled is not None else None)
+        except (KeyError, TypeError, ValueError, AttributeError, ConfigError):
             check(False, "calibration", shown_path(path),
-                  "must give lists a and b of finite numbers, one pair per position")
+                  "must give lists a and b of finite numbers, one pair per position (and in `sampled` too)")
 
 
 @dataclass(frozen=True)
@@ -156,7 +168,7 @@ class _Walk:
             self.extra_at.append(at)
         parents = len(self.survival)
         scores = q_cols.new_zeros(parents, len(ids))
-        scores[stepped] = (self.drafter.calibration(pos, q_cols) if self.temperature == 0 else q_cols).clamp(0, 1)
+        scores[stepped] = self.drafter.calibration.at(self.temperature)(pos, q_cols).clamp(0, 1)
         conf = q_cond.new_zeros(parents)
         conf[stepped] = q_cond.amax(-1)
         reach = self.survival[:, None] * scores                                             # (P, K')

@@ -1,20 +1,25 @@
 """Calibrate the feature drafter as DSpark's sequential head (decoding.drafters.feature_lattice).
 
-ŝ_k(x | parent) should be the chance that x is the target's greedy token at position k given that
-the path to its parent was accepted. On held-out prompts of the training mix (the feature drafter's
-own held-out split) the target's greedy answers give that path: from every anchor the head steps
-along the true tokens with its own predicted features, and each of its top-K candidates at position k
-is a hit when it equals the target's token there. Per position a Platt pair (a_k, b_k) on logit q is
-fitted on half the sequences; the expected calibration error (ECE, decoding.core.formulas) before
-and after is measured on the other half; the shipped pair is then fitted on all.
+ŝ_k(x | parent) should be the chance that x is accepted at position k given that the path to its parent
+was: at temperature 0 the chance that x is the target's greedy token, at temperature T > 0 the target's
+probability of x at T (the tree rule accepts a candidate with exactly that chance). On held-out prompts of
+the training mix (the feature drafter's own held-out split) the target's greedy answers give the path:
+from every anchor the head steps along the true tokens with its own predicted features, and each of its
+top-K candidates at position k is a hit when it equals the target's token there; at T its hit is the
+target's probability of it at T (from the target's LM-head input stored with the answer). Per position a
+Platt pair (a_k, b_k) on logit q is fitted on half the sequences; the expected calibration error (ECE,
+decoding.core.formulas) before and after is measured on the other half; the shipped pair is then fitted
+on all. The pairs for T > 0 are fitted at one temperature (`--temperature`, 0.8 by default) and used at
+every T > 0.
 
-Entry point: `python -m decoding train head-calibration [--prompts N] [--answer-tokens N] [--out FILE]`.
-Writes the JSON file the head loads (next to the feature drafter's weights by default).
+Entry point: `python -m decoding train head-calibration [--prompts N] [--answer-tokens N] [--temperature T]
+[--out FILE]`. Writes the JSON file the head loads (next to the feature drafter's weights by default).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,41 +37,67 @@ from decoding.runtime.paths import calibration_path
 
 @dataclass(frozen=True)
 class Samples:
-    """Per scored candidate: its 0-based position, the head's probability q and whether it was a hit."""
+    """Per scored candidate: its 0-based position, the head's probability q and whether it was a hit; at
+    a sampling temperature T, the head's probability at T and the target's (its chance of acceptance)."""
 
     position: torch.Tensor     # (N,) long
     q: torch.Tensor            # (N,) float
     hit: torch.Tensor          # (N,) bool
     sequence: torch.Tensor     # (N,) long: which answer the anchor lies in
+    q_sampled: torch.Tensor    # (N,) float: the head's q at T (empty without T)
+    p_target: torch.Tensor     # (N,) float: the target's probability at T (empty without T)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The target's LM head (V, H) and the sampling temperature the T > 0 pairs are fitted at."""
+
+    head: torch.Tensor
+    temperature: float
+
+
+def target_probs_at(target: Target, hidden: torch.Tensor, tokens: torch.Tensor, rows: int = 1024) -> torch.Tensor:
+    """(n, K) the target's probability at target.temperature of tokens[i, j] after the LM-head input hidden[i]
+    (n, H), computed `rows` rows at a time (each a (rows, V) block of logits)."""
+    out = []
+    for i in range(0, len(hidden), rows):
+        z = hidden[i:i + rows].float() @ target.head.float().T / target.temperature                  # (r, V)
+        out.append(torch.exp(z.gather(1, tokens[i:i + rows]) - torch.logsumexp(z, -1, keepdim=True)))
+    return torch.cat(out) if out else hidden.new_zeros((0, tokens.shape[1]), dtype=torch.float32)
 
 
 @torch.inference_mode()
-def head_samples(net, data, gamma: int, top_k: int, chunk: int = 4096) -> Samples:
+def head_samples(net, data, gamma: int, top_k: int, target: Target | None = None, chunk: int = 4096) -> Samples:
     """Step every anchor of `data` (decoding.train.data.DistillData) along its true answer for γ
-    positions; record the top-K candidates' q and hits at each position inside the answer."""
+    positions; record the top-K candidates' q and hits at each position inside the answer (and, with a
+    `target`, the head's and the target's probabilities of them at its temperature)."""
     from decoding.train.data import anchors, sequence_ends
 
     rows = anchors(data)
     seq_of = torch.bucketize(rows, data.offsets[1:], right=True)
-    out: list[list[torch.Tensor]] = [[], [], [], []]
+    out: list[list[torch.Tensor]] = [[], [], [], [], [], []]
     ids = net.vocab_ids.cpu()
     for i in range(0, len(rows), chunk):
         r, seq = rows[i:i + chunk], seq_of[i:i + chunk]
         end = sequence_ends(data, r)
         feature, token = data.hidden[r].to(net.dtype), data.tokens[r]
         for k in range(gamma):
-            target = r + k + 1
-            inside = target < end
+            target_row = r + k + 1
+            inside = target_row < end
             feature = net.step(feature, token)
-            q = torch.softmax(net.slice_logits(feature).float(), -1)
-            q_top, cols = torch.topk(q, top_k)                                  # (n, K)
-            truth = data.tokens[torch.where(inside, target, r)]
+            logits = net.slice_logits(feature).float()
+            q_top, cols = torch.topk(torch.softmax(logits, -1), top_k)                   # (n, K)
+            truth = data.tokens[torch.where(inside, target_row, r)]
             hit = ids[cols] == truth[:, None]
             keep = inside[:, None].expand_as(hit)
             out[0].append(torch.full_like(q_top, k, dtype=torch.long)[keep]), out[1].append(q_top[keep])
             out[2].append(hit[keep]), out[3].append(seq[:, None].expand_as(hit)[keep])
+            if target is not None:
+                q_at = torch.softmax(logits / target.temperature, -1).gather(1, cols)
+                at = torch.where(inside, target_row, r)
+                out[4].append(q_at[keep]), out[5].append(target_probs_at(target, data.hidden[at], ids[cols])[keep])
             token = truth
-    return Samples(*(torch.cat(x) for x in out))
+    return Samples(*(torch.cat(x) if x else torch.zeros(0) for x in out))
 
 
 def fit_platt(q: torch.Tensor, hit: torch.Tensor, steps: int = 200) -> tuple[float, float]:
@@ -87,8 +118,8 @@ def fit_platt(q: torch.Tensor, hit: torch.Tensor, steps: int = 200) -> tuple[flo
 
 
 def ece(score: torch.Tensor, hit: torch.Tensor) -> float:
-    """decoding.core.formulas.calibration_error over tensors (nan without samples)."""
-    value = calibration_error(score.double().tolist(), hit.bool().tolist())
+    """decoding.core.formulas.calibration_error over tensors (hits: bools or chances; nan without samples)."""
+    value = calibration_error(score.double().tolist(), hit.double().tolist())
     return float("nan") if value is None else value
 
 
@@ -97,20 +128,27 @@ def platt(q: torch.Tensor, ab: tuple[float, float]) -> torch.Tensor:
     return HeadCalibration((ab[0],), (ab[1],))(0, q.double())
 
 
-def calibrate(samples: Samples, gamma: int) -> dict:
+def calibrate(samples: Samples, gamma: int, temperature: float | None = None) -> dict:
     """Per position: the pair fitted on all samples, and the held-back half's ECE raw and calibrated
-    (with the pair fitted on the other half)."""
+    (with the pair fitted on the other half); with a `temperature` (samples taken at it) the same for
+    the pairs used at T > 0 under "sampled"."""
+    report = {"format": CALIBRATION_FORMAT, **pairs(samples, samples.q, samples.hit, gamma)}
+    if temperature is not None:
+        report["sampled"] = {"temperature": temperature, **pairs(samples, samples.q_sampled, samples.p_target, gamma)}
+    return report
+
+
+def pairs(samples: Samples, q: torch.Tensor, hit: torch.Tensor, gamma: int) -> dict:
+    """{"a", "b", "positions"}: per position the Platt pair of `hit` (bools, or acceptance chances) on q."""
     fit_half = samples.sequence % 2 == 0
     rows = []
     for k in range(gamma):
         at = samples.position == k
-        q, hit = samples.q[at], samples.hit[at]
-        half = platt_half(q, hit, fit_half[at])
-        pair = fit_platt(q, hit)
+        half = platt_half(q[at], hit[at], fit_half[at])
+        pair = fit_platt(q[at], hit[at])
         rows.append({"position": k + 1, "a": pair[0], "b": pair[1], "samples": int(at.sum()),
-                     "hit_rate": float(hit.double().mean()), **half})
-    return {"format": CALIBRATION_FORMAT, "a": [r["a"] for r in rows], "b": [r["b"] for r in rows],
-            "positions": rows}
+                     "hit_rate": float(hit[at].double().mean()), **half})
+    return {"a": [r["a"] for r in rows], "b": [r["b"] for r in rows], "positions": rows}
 
 
 def platt_half(q: torch.Tensor, hit: torch.Tensor, fit: torch.Tensor) -> dict:
@@ -129,6 +167,7 @@ def heldout_prompts(lm, n: int, pool: int = 3072, every: int = 16, seed: int = 0
     return [lm.encode(texts[i]) for i in held[:n]]
 
 
+MAX_FIT_TEMPERATURE = 4.0
 CARD_START, CARD_END = "<!-- head-calibration -->", "<!-- /head-calibration -->"
 
 
@@ -145,6 +184,15 @@ def card_section(report: dict) -> str:
              "|---|---:|---:|---:|---:|---:|"]
     lines += [f"| {r['position']} | {r['a']:.3f} | {r['b']:.3f} | {r['hit_rate']:.3f} | {r['ece_raw']:.3f} | "
               f"{r['ece_calibrated']:.3f} |" for r in report["positions"]]
+    sampled = report.get("sampled")
+    if sampled:
+        lines += ["", f"At temperature > 0 (pairs fitted at T = {sampled['temperature']:g}): ŝ = σ(a · logit q_T + b) "
+                  "with q_T the head's probability at T, against the target's probability at T of each candidate "
+                  "(its chance of acceptance under the tree rule); ECE as above.", "",
+                  "| k | a | b | mean target probability | ECE raw | ECE calibrated |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        lines += [f"| {r['position']} | {r['a']:.3f} | {r['b']:.3f} | {r['hit_rate']:.3f} | {r['ece_raw']:.3f} | "
+                  f"{r['ece_calibrated']:.3f} |" for r in sampled["positions"]]
     return "\n".join(lines + [CARD_END])
 
 
@@ -169,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--answer-tokens", type=int, default=96)
     p.add_argument("--gamma", type=int, default=8, help="positions calibrated")
     p.add_argument("--top-k", type=int, default=4, help="candidates scored per position")
+    p.add_argument("--temperature", type=float, default=0.8,
+                   help="sampling temperature the pairs used at T > 0 are fitted at (0: none fitted)")
     p.add_argument("--draft", default=None, help="feature drafter weights (default: the shipped one)")
     p.add_argument("--out", default=None, help="JSON file (default: next to the weights, which also updates the "
                                                 "drafter's model card)")
@@ -181,6 +231,8 @@ def check_flags(args, out: Path) -> None:
         value = getattr(args, name)
         check(value >= 1, name, value, "must be an integer >= 1")
     check(args.gamma <= DSPARK_MAX_GAMMA, "gamma", args.gamma, f"must be at most {DSPARK_MAX_GAMMA}")
+    check(math.isfinite(args.temperature) and 0 <= args.temperature <= MAX_FIT_TEMPERATURE, "temperature",
+          args.temperature, f"must be a number in [0, {MAX_FIT_TEMPERATURE:g}] (0: no pairs for T > 0)")
     check_writable(out, "out")
 
 
@@ -200,15 +252,18 @@ def main_head_calibration(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     data = generate_distill(lm, heldout_prompts(lm, args.prompts), answer_tokens=args.answer_tokens, batch_size=16)
-    report = calibrate(head_samples(net, data, args.gamma, args.top_k), args.gamma)
+    target = Target(lm.model.get_output_embeddings().weight.detach(), args.temperature) if args.temperature else None
+    report = calibrate(head_samples(net, data, args.gamma, args.top_k, target), args.gamma,
+                       args.temperature if target else None)
     report["data"] = {"prompts": args.prompts, "answer_tokens": args.answer_tokens, "positions": data.positions,
                       "top_k": args.top_k, "split": "the feature drafter's held-out prompts (one base prompt in 16)"}
     write_text_atomic(out, json.dumps(report, indent=1) + "\n")
     card = card_to_update(weights, out)
     if card is not None:
         write_text_atomic(card, with_card_section(card.read_text(encoding="utf-8"), card_section(report)))
-    for row in report["positions"]:
-        print(f"k={row['position']}: a={row['a']:.3f} b={row['b']:.3f} hit rate {row['hit_rate']:.3f} "
-              f"ECE raw {row['ece_raw']:.3f} -> {row['ece_calibrated']:.3f} ({row['samples']} samples)")
+    for label, part in (("T=0", report), (f"T={args.temperature:g}", report.get("sampled"))):
+        for row in (part or {}).get("positions", ()):
+            print(f"{label} k={row['position']}: a={row['a']:.3f} b={row['b']:.3f} hit rate {row['hit_rate']:.3f} "
+                  f"ECE raw {row['ece_raw']:.3f} -> {row['ece_calibrated']:.3f} ({row['samples']} samples)")
     print(f"wrote {out}")
     return 0
