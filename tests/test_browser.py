@@ -464,8 +464,8 @@ def test_a_hostile_trace_and_file_name_show_as_text(server, page, tmp_path):
     evil = "[x](http://evil.test/a) ![i](http://evil.test/i.png) <img src=x> http://evil.test me@evil.test :smile:"
     data = json.loads((ROOT / "tests" / "golden" / "spec_cost.json").read_text(encoding="utf-8"))
     data["model"]["name"] = evil
-    for step in data["steps"]:
-        step["final_kind"] = evil
+    for step in data["steps"]:          # (a closed set such as final_kind refuses it at load: test_md_text)
+        step["drafter"] = evil
         step["gamma_choice"]["source"] = evil
     hostile = tmp_path / "hostile.json"
     hostile.write_text(json.dumps(data))
@@ -479,8 +479,6 @@ def test_a_hostile_trace_and_file_name_show_as_text(server, page, tmp_path):
     page.get_by_role("slider").press("ArrowRight")                          # round 1: a cost-aware γ
     page.get_by_text("Cost-aware γ: why").click()
     idle(page)
-    metric = page.locator('[data-testid="stMetric"]', has_text="Final token")
-    assert evil in metric.inner_text().replace("\u2060", "")
     assert evil in page.locator('[data-testid="stCaptionContainer"]', has_text="Verify costs").inner_text(
         ).replace("\u2060", "")
     no_link = 'a[href*="evil"], img[src*="evil"], img[src="x"]'

@@ -277,12 +277,12 @@ def test_the_page_check_sees_a_raw_link():
 
 
 @pytest.mark.parametrize("name, fields, in_markdown", [
-    # a speculative round: the final token's kind (a metric), the cost-aware γ's drafter (a caption); its cost
-    # table's file name and the round's drafter are st.text
-    ("spec_cost.json", {"final": ("final_kind",), "drafter": ("drafter",), "cost": ("gamma_choice", "cost_source"),
-                        "source": ("gamma_choice", "source")}, 2),
-    # a DSpark round: where the next token came from (a metric); the cost table's name is st.text
-    ("dspark_tree_cost.json", {"next": ("next_from",), "cost": ("size", "cost_source")}, 1),
+    # a speculative round: the cost-aware γ's drafter (a caption); its cost table's file name and the round's
+    # drafter are st.text
+    ("spec_cost.json", {"drafter": ("drafter",), "cost": ("gamma_choice", "cost_source"),
+                        "source": ("gamma_choice", "source")}, 1),
+    # a DSpark round: the cost table's name is st.text, so no Markdown holds it
+    ("dspark_tree_cost.json", {"cost": ("size", "cost_source")}, 0),
 ])
 def test_an_uploaded_trace_shows_its_strings_and_no_link(tiny_dir, name, fields, in_markdown):  # noqa: F811
     at = _upload(_hostile(name, fields), cursor=1)
@@ -290,6 +290,17 @@ def test_an_uploaded_trace_shows_its_strings_and_no_link(tiny_dir, name, fields,
     assert not at.error, [e.value for e in at.error]
     assert [t for t in texts if links(t)] == []
     assert sum(EVIL in shown(t) for t in texts) == in_markdown       # shown, as the characters it holds
+
+
+@pytest.mark.parametrize("name, field", [("spec_cost.json", ("final_kind",)),
+                                         ("dspark_tree_cost.json", ("next_from",))])
+def test_a_hostile_value_in_a_closed_set_is_refused_as_text(tiny_dir, name, field):  # noqa: F811
+    """Fields of a closed set (the final token's kind, where DSpark's next token came from) used to reach a
+    metric; the loader now refuses any other value, and its refusal shows the value as text."""
+    at = _upload(_hostile(name, {"f": field}))
+    (error,) = at.error
+    assert links(error.value) == []
+    assert field[-1] in shown(error.value) and LINK in shown(error.value)
 
 
 def test_the_refusal_of_an_upload_shows_the_bad_value_and_no_link(tiny_dir):  # noqa: F811
