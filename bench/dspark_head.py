@@ -46,7 +46,23 @@ def contenders(lm, feature, temperature: float, n: int, budgets: tuple[int, ...]
             "DSpark fixed tree of 8 (feature head, lookup, no cost table)": dspark(cost_table="none"),
             "DSpark parallel drafter, chain γ=8 (the old defaults)": dspark(gamma=8, **PARALLEL)}
     runs.update({f"DSpark defaults, tree ≤ {b}": dspark(budget=b) for b in budgets})
+    if temperature > 0:
+        raw = raw_head(lm)
+        runs[RAW_HEAD] = lambda ids: timed_run(lm, ids, DSparkConfig(max_new_tokens=n, **sampled), drafter=raw)
     return runs, reference
+
+
+RAW_HEAD = "DSpark defaults, the head's q at T as ŝ (no pairs for T > 0, as before)"
+
+
+def raw_head(lm):
+    """The shipped head with its temperature-0 pairs only: at T > 0 its scores are its probabilities at T."""
+    from decoding.drafters.factory import load_lattice_drafter
+    from decoding.drafters.feature_lattice import FeatureLatticeDrafter, HeadCalibration
+
+    head = load_lattice_drafter(lm, "feature")
+    return FeatureLatticeDrafter(head.net, HeadCalibration(head.calibration.a, head.calibration.b), head.expand,
+                                 head.floor)
 
 
 def measure(lm, feature, prompts: dict, args, make=None) -> dict:
