@@ -102,15 +102,13 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -
 
 
 # ------------------------------------------------------------------------------ DSpark's sources
-def dspark_sources(target: LM, trained, names, lookup: bool) -> list:
-    """A DSpark run's lattice sources: the base first (the trained drafter, loaded by load_lattice_drafter,
-    with prompt lookup inside its lattice; else lookup's chain alone when `lookup`), then the tree sources
-    `names` (training_free_sources)."""
+def dspark_base(trained, lookup: bool) -> list:
+    """A DSpark run's base source, if any: the trained drafter (loaded by load_lattice_drafter) with prompt
+    lookup inside its lattice, else lookup's chain alone when `lookup`. Its tree sources come from
+    training_free_sources."""
     if trained is not None:
-        base = [TrainedSource(trained)]
-    else:
-        base = [LookupChainSource()] if lookup else []
-    return base + training_free_sources(target, names)
+        return [TrainedSource(trained)]
+    return [LookupChainSource()] if lookup else []
 
 
 def load_lattice_drafter(lm: LM, name: str):

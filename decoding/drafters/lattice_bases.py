@@ -7,13 +7,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
+from decoding.core.config import LOOKUP
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter
 from decoding.drafters.lattice_lookup import boost_chain, lookup_lattice
 from decoding.drafters.lattice_source import LatticeSource, SourceRequest, labelled
 from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter
 
 TrainedDrafter = ParallelDrafter | FeatureLatticeDrafter
-LOOKUP = "lookup"
 
 
 def trained_name(drafter: TrainedDrafter) -> str:

@@ -20,6 +20,7 @@ from decoding.core.config import (
     AUTO_COST,
     AUTO_DRAFTER,
     FEATURE_HEAD,
+    LOOKUP,
     RECYCLING,
     DSparkConfig,
     drafter_parts,
@@ -40,7 +41,7 @@ from decoding.core.trace import (
 )
 from decoding.core.trace_check import MAX_DRAFTING_REASON
 from decoding.core.trace_totals import dspark_metrics
-from decoding.drafters.factory import dspark_sources, load_lattice_drafter
+from decoding.drafters.factory import dspark_base, load_lattice_drafter, training_free_sources
 from decoding.drafters.lattice_bases import TrainedDrafter, trained_name
 from decoding.drafters.lattice_lookup import LookupInput, LookupRate, continuation, hits, lookup_nodes
 from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet
@@ -93,10 +94,10 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
         check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
               f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
     lookup = config.lookup_max_ngram > 0
-    sources = tuple(dspark_sources(lm, drafter, free, lookup))
-    trees = sources[1:] if drafter is not None or lookup else sources
-    names = ((trained_name(drafter),) if drafter is not None else ()) + (("lookup",) if lookup else ()) \
+    trees = training_free_sources(lm, free)
+    names = ((trained_name(drafter),) if drafter is not None else ()) + ((LOOKUP,) if lookup else ()) \
         + tuple(s.name for s in trees)
+    sources = tuple(dspark_base(drafter, lookup) + trees)
     reason = reason or f"drafter {config.drafter!r} as set"
     if len(reason) > MAX_DRAFTING_REASON:              # a long file path: the trace keeps its end
         reason = "…" + reason[len(reason) - MAX_DRAFTING_REASON + 1:]

@@ -87,14 +87,14 @@ def head_samples(net, data, gamma: int, top_k: int, target: Target | None = None
             feature = net.step(feature, token)
             logits = net.slice_logits(feature).float()
             q_top, cols = torch.topk(torch.softmax(logits, -1), top_k)                   # (n, K)
-            truth = data.tokens[torch.where(inside, target_row, r)]
+            at = torch.where(inside, target_row, r)                                       # (n,) rows read
+            truth = data.tokens[at]
             hit = ids[cols] == truth[:, None]
             keep = inside[:, None].expand_as(hit)
             out[0].append(torch.full_like(q_top, k, dtype=torch.long)[keep]), out[1].append(q_top[keep])
             out[2].append(hit[keep]), out[3].append(seq[:, None].expand_as(hit)[keep])
             if target is not None:
                 q_at = torch.softmax(logits / target.temperature, -1).gather(1, cols)
-                at = torch.where(inside, target_row, r)
                 out[4].append(q_at[keep]), out[5].append(target_probs_at(target, data.hidden[at], ids[cols])[keep])
             token = truth
     return Samples(*(torch.cat(x) if x else torch.zeros(0) for x in out))
