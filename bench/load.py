@@ -19,9 +19,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from bench.app import ARM, ROOT, TIMING, _chip, _tiny_model_dir, load_note
+from bench.app import ARM, ROOT, TIMING, _chip, _tiny_model_dir, load_note, parse_timing
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server
 from bench.report import machine, write_section
+from decoding.core.formulas import percentile
 
 MAX_SESSIONS = 16
 MAX_STEPS = 50
@@ -29,17 +30,6 @@ LONG_RUN_TOKENS = 160          # the Run to end of the second scenario
 WAIT_MS = 120_000
 IDLE = ("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') "
         "&& !document.querySelector('[data-stale=\"true\"]')")
-
-
-def percentile(values: list[float], q: float) -> float:
-    """The q-th percentile (0–100) of a non-empty list, linear between the closest ranks."""
-    if not values:
-        raise ValueError("percentile needs at least one value")
-    ordered = sorted(values)
-    rank = (len(ordered) - 1) * q / 100.0
-    low = int(rank)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def parse_sessions(text: str) -> tuple[int, ...]:
@@ -88,8 +78,10 @@ async def _step(page, step: int) -> dict:
         if text != before:
             break
         await page.wait_for_timeout(50)
-    match = TIMING.search(text)
-    server = float(match.group(1)) + float(match.group(2)) if match else float("nan")
+    try:
+        server = sum(parse_timing(text))
+    except ValueError:                        # no caption read: counted in click→chip only
+        server = float("nan")
     return {"click_to_chip_ms": wall, "server_ms": server}
 
 

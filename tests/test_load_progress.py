@@ -88,6 +88,9 @@ def test_a_gguf_file_is_read_once_within_parsed_once_and_as_before_after(tmp_pat
     assert len(built) == 2                                  # outside: transformers reads it as it does
 
 
+KEY = ("not-held-model", "cpu", "float32")     # a Settings.model_key() no test loads
+
+
 def test_a_slow_load_shows_its_stage_until_it_ends(monkeypatch):
     release = threading.Event()
     shown = []
@@ -106,14 +109,14 @@ def test_a_slow_load_shows_its_stage_until_it_ends(monkeypatch):
     monkeypatch.setattr(session, "show_stage", show)
     monkeypatch.setattr(session, "PROGRESS_AFTER_S", 0.01)
     monkeypatch.setattr(session, "PROGRESS_POLL_S", 0.01)
-    assert session.load_showing_progress(("m",)) == ("lm", ("m",))
+    assert session.load_showing_progress(KEY) == ("lm", KEY)
     assert "dequantize" in shown
 
 
 def test_a_quick_load_shows_nothing_and_a_failed_one_raises_its_error(monkeypatch):
     monkeypatch.setattr(session, "show_stage", lambda where, now: pytest.fail("no bar for a quick load"))
     monkeypatch.setattr(session, "load_lm_for", lambda key: "lm")
-    assert session.load_showing_progress(("m",)) == "lm"
+    assert session.load_showing_progress(KEY) == "lm"
 
     def failing(key):
         time.sleep(0.01)
@@ -121,7 +124,7 @@ def test_a_quick_load_shows_nothing_and_a_failed_one_raises_its_error(monkeypatc
 
     monkeypatch.setattr(session, "load_lm_for", failing)
     with pytest.raises(ConfigError, match="no such model"):
-        session.load_showing_progress(("m",))
+        session.load_showing_progress(KEY)
 
 
 def test_the_bar_names_the_stage_and_its_seconds():
@@ -131,3 +134,13 @@ def test_the_bar_names_the_stage_and_its_seconds():
     session.show_stage(where, None)
     assert calls == [(0.65, "Timing the matrix kernels on this CPU (first start only)… 3 s"),
                      (0.0, "Loading the model…")]
+
+
+def test_a_held_model_is_returned_without_the_loader(monkeypatch):
+    """A rerun with its model in memory gets it at once: no loader thread, no progress bar."""
+    monkeypatch.setattr(session, "load_lm_for", lambda key: pytest.fail("a held model is not loaded again"))
+    monkeypatch.setattr(session, "show_stage", lambda where, now: pytest.fail("no bar for a held model"))
+    held = object()
+    monkeypatch.setattr(session, "TARGETS", session.ModelCache(2))
+    session.TARGETS.get(session.target_key("held", "cpu", "float32", {}), lambda: held)
+    assert session.load_showing_progress(("held", "cpu", "float32")) is held

@@ -49,6 +49,17 @@ def test_the_cache_keeps_the_cap_most_recently_used_and_no_more():
         ModelCache(0)
 
 
+def test_peek_returns_what_is_held_and_never_loads():
+    """The app's reruns read a held model with peek (no loader thread); peek counts as a use."""
+    cache = ModelCache(2)
+    assert cache.peek("a") is None and cache.keys() == []
+    a = cache.get("a", Weights)
+    cache.get("b", Weights)
+    assert cache.peek("a") is a and cache.keys() == ["b", "a"]      # "a" is now the most recently used
+    cache.get("c", Weights)
+    assert cache.peek("b") is None and cache.keys() == ["a", "c"]
+
+
 def test_a_failed_load_keeps_nothing_and_a_held_entry_survives_its_drop():
     cache = ModelCache(1)
     with pytest.raises(OSError):

@@ -46,6 +46,10 @@ class ModelCache(Generic[T]):
                         del self._loading[key]
         return value
 
+    def peek(self, key: Hashable) -> T | None:
+        """The entry held for `key` (made the most recently used), or None; never loads."""
+        return self._lookup(key)[1]
+
     def keys(self) -> list[Hashable]:
         """The keys held, least recently used first."""
         with self._lock:

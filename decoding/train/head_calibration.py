@@ -50,7 +50,7 @@ class Samples:
 
 @dataclass(frozen=True)
 class Target:
-    """The target's LM head (V, H) and the sampling temperature the T > 0 pairs are fitted at."""
+    """The target's LM head (V, H, float32) and the sampling temperature the T > 0 pairs are fitted at."""
 
     head: torch.Tensor
     temperature: float
@@ -61,7 +61,7 @@ def target_probs_at(target: Target, hidden: torch.Tensor, tokens: torch.Tensor, 
     (n, H), computed `rows` rows at a time (each a (rows, V) block of logits)."""
     out = []
     for i in range(0, len(hidden), rows):
-        z = hidden[i:i + rows].float() @ target.head.float().T / target.temperature                  # (r, V)
+        z = hidden[i:i + rows].float() @ target.head.T / target.temperature                          # (r, V)
         out.append(torch.exp(z.gather(1, tokens[i:i + rows]) - torch.logsumexp(z, -1, keepdim=True)))
     return torch.cat(out) if out else hidden.new_zeros((0, tokens.shape[1]), dtype=torch.float32)
 
@@ -252,7 +252,8 @@ def main_head_calibration(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     data = generate_distill(lm, heldout_prompts(lm, args.prompts), answer_tokens=args.answer_tokens, batch_size=16)
-    target = Target(lm.model.get_output_embeddings().weight.detach(), args.temperature) if args.temperature else None
+    head = lm.model.get_output_embeddings().weight.detach().float()
+    target = Target(head, args.temperature) if args.temperature else None
     report = calibrate(head_samples(net, data, args.gamma, args.top_k, target), args.gamma,
                        args.temperature if target else None)
     report["data"] = {"prompts": args.prompts, "answer_tokens": args.answer_tokens, "positions": data.positions,

@@ -34,8 +34,13 @@ def load_lm(name: str, device: str, dtype: str, **options):
     """One LM per (model, device, dtype, model options), shared by all sessions (its .lock guards each
     forward) while it is among the TARGET_COPIES most recently used. `options`: ModelSpec's gguf_file,
     device_map, max_memory, offload_folder, fast_path when set."""
-    key = (name, device, dtype, *sorted(options.items()))
-    return TARGETS.get(key, lambda: load(ModelSpec(name=name, device=device, dtype=dtype, **options)))
+    return TARGETS.get(target_key(name, device, dtype, options),
+                       lambda: load(ModelSpec(name=name, device=device, dtype=dtype, **options)))
+
+
+def target_key(name: str, device: str, dtype: str, options: dict) -> tuple:
+    """The TARGETS key of one model copy."""
+    return (name, device, dtype, *sorted(options.items()))
 
 
 def load_lm_for(model_key: tuple):
@@ -49,6 +54,10 @@ def load_showing_progress(model_key: tuple):
     """load_lm_for(model_key) on a loader thread; when it takes longer than PROGRESS_AFTER_S (a first start
     converting the embedded model, a model not yet in memory), a progress bar names the stage it is in
     (decoding.runtime.load_progress) until it ends. Its errors are the load's."""
+    name, device, dtype, *options = model_key
+    held = TARGETS.peek(target_key(name, device, dtype, dict(options)))
+    if held is not None:                     # the usual rerun: no thread, no wait
+        return held
     future = LOADS.submit(load_lm_for, model_key)
     done, _ = futures.wait([future], timeout=PROGRESS_AFTER_S)
     if not done:
@@ -108,6 +117,8 @@ def strategy_kwargs(config, settings: Settings) -> dict:
 def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
     """strategy_kwargs, or an st.error naming what to fix and a stopped page."""
     name = getattr(config, "draft_model", None)
+    if name is None:
+        return {}
     try:
         with st.spinner(f"Loading draft model {md_text(repr(name))}…"):
             return strategy_kwargs(config, settings)
