@@ -14,7 +14,7 @@ from numbers import Real
 from pathlib import Path
 
 from decoding.core.errors import ConfigError, check
-from decoding.runtime.files import save_to_cache, write_text_atomic
+from decoding.runtime.files import load_from_cache, save_to_cache, write_text_atomic
 from decoding.runtime.paths import cache_root, safe_name, shown_path
 
 COST_TABLE_VERSION = 1
@@ -161,7 +161,7 @@ def load_table(lm, cost_table: str, need: int) -> CostTable:
     again when it covers fewer than `need` tokens) or a JSON file that must cover `need` tokens."""
     if cost_table == AUTO:
         path = auto_cost_path(lm)
-        cost = cached_table(path)
+        cost = load_from_cache(CostTable.load, path)
         if cost is None or cost.max_tokens < need:
             cost = profile_verify_cost(lm, max(need, AUTO_MIN_TOKENS))
             save_to_cache(cost.save, path)
@@ -177,17 +177,8 @@ def draft_token_ms(target, draft) -> tuple[float, str]:
     on this device on first use and cached per target and draft."""
     table_path = auto_cost_path(target)
     path = table_path.with_name(f"{table_path.stem}--draft-{safe_name(draft.name)}.json")
-    table = cached_table(path)
+    table = load_from_cache(CostTable.load, path)
     if table is None:
         table = profile_verify_cost(draft, 1, repeats=15)
         save_to_cache(table.save, path)
     return table.ms(1), str(path)
-
-
-def cached_table(path: Path) -> CostTable | None:
-    """The table cached at `path`; None when there is none or it is damaged (half-written, edited, from
-    an older version): the caller profiles again, since the user never named that file."""
-    try:
-        return CostTable.load(path) if path.is_file() else None
-    except ConfigError:
-        return None
