@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from decoding.core.errors import check, check_number
+from decoding.core.errors import ConfigError, check, check_number
 from decoding.drafters.feature_net import DEFAULT_FEATURE, FeatureNet, FeatureShape, save_feature
 from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
 from decoding.train.data import DataSettings, DistillData, anchors, data_split, distill_set, sequence_ends, vocab_slice
@@ -213,7 +213,6 @@ def feature_shape(settings: FeatureSettings, lm) -> FeatureShape:
 
 def check_init(settings: FeatureSettings, lm) -> None:
     """The --init file is a feature drafter whose shape fits these settings (checked before any data)."""
-    from decoding.core.errors import ConfigError
     from decoding.drafters.feature_net import read_meta
 
     if not settings.init:
@@ -234,7 +233,6 @@ def start_from(net: FeatureNet, path: str) -> None:
     file has none, starts with a zero output map, so the net drafts exactly as the file's does."""
     from safetensors.torch import load_file
 
-    from decoding.core.errors import ConfigError
     from decoding.drafters.feature_net import read_meta
 
     check(Path(path).is_file(), "init", path, "is not a file")
