@@ -5,7 +5,10 @@ wait for the engine thread behind other sessions) and click→chip (from the cli
 the new token chip, in the page's own clock). A second scenario has one session press Run to end while the
 others Step: with a fair engine thread their Steps do not wait for the whole run.
 
-    python -m bench load [--sessions 1,4,8] [--steps 8] [--model embedded|tiny]
+    python -m bench load [--sessions 1,4,8] [--steps 8] [--model embedded|tiny] [--browsers normal|low]
+
+--browsers low starts Chromium at the lowest CPU priority (SCHED_IDLE, `chrt --idle`), standing in for a class
+whose browsers run on the students' own machines: the server then has the CPUs first, as it would alone.
 
 Bounded: at most 16 sessions and 50 Steps each, every wait has a timeout, one Chromium for all sessions.
 """
@@ -108,10 +111,19 @@ async def _scenario(browser, url: str, sessions: int, steps: int, long_run: bool
             await context.close()
 
 
-async def _run(url: str, counts: tuple[int, ...], steps: int) -> tuple[dict, str]:
+def _idle_chromium(folder: Path) -> str:
+    """A launcher that runs Chromium, and every process it starts, under SCHED_IDLE (a nice value does not
+    hold: Chromium sets its own processes' nice values)."""
+    launcher = folder / "chromium-idle"
+    launcher.write_text(f'#!/bin/sh\nexec chrt --idle 0 {CHROMIUM} "$@"\n')
+    launcher.chmod(0o755)
+    return str(launcher)
+
+
+async def _run(url: str, counts: tuple[int, ...], steps: int, chromium: str) -> tuple[dict, str]:
     from playwright.async_api import async_playwright
     async with async_playwright() as p:
-        browser = await p.chromium.launch(executable_path=CHROMIUM, args=list(CHROMIUM_ARGS))
+        browser = await p.chromium.launch(executable_path=chromium, args=list(CHROMIUM_ARGS))
         try:
             out = {f"{n} session{'s' if n > 1 else ''} stepping": await _scenario(browser, url, n, steps, False)
                    for n in counts}
@@ -127,11 +139,18 @@ def _cell(values: list[float]) -> str:
     return f"{statistics.median(values):.0f} / {percentile(values, 95):.0f}"
 
 
-def render(results: dict, steps: int, model: str, loads: tuple, version: str, command: str) -> str:
-    lines = ["## Many sessions on one server", "",
+BROWSERS = {"normal": "its sessions on the same machine as the server, at the same CPU priority",
+            "low": "its sessions on the same machine as the server but at the lowest CPU priority (SCHED_IDLE), "
+                   "standing in for browsers on the students' own machines"}
+
+
+def render(results: dict, steps: int, model: str, loads: tuple, version: str, command: str,
+           browsers: str = "normal") -> str:
+    title = "## Many sessions on one server" + (", browsers at low priority" if browsers == "low" else "")
+    lines = [title, "",
              f"Command: `{command}`  ",
-             f"Machine: {machine()}; {os.cpu_count()} CPUs; Chromium {version} headless (Playwright), its "
-             "sessions on the same machine as the server.  ", load_note(*loads, os.cpu_count() or 1) + "  ",
+             f"Machine: {machine()}; {os.cpu_count()} CPUs; Chromium {version} headless (Playwright), "
+             f"{BROWSERS[browsers]}.  ", load_note(*loads, os.cpu_count() or 1) + "  ",
              f"`streamlit run app.py` on the {model} model, greedy. Each session is a browser context of its own "
              f"(one Streamlit session each); after a warm-up Step, every session presses Step {steps} times, all "
              "at once. Server: the rerun's time on the server from the page's timing caption (model + page, "
@@ -154,6 +173,8 @@ def main(argv=None) -> None:
     parser.add_argument("--sessions", default="1,4,8", help="session counts, e.g. 1,4,8 (each 1–16)")
     parser.add_argument("--steps", type=int, default=8, help=f"Steps per session (1–{MAX_STEPS})")
     parser.add_argument("--model", choices=("embedded", "tiny"), default="embedded")
+    parser.add_argument("--browsers", choices=tuple(BROWSERS), default="normal",
+                        help="the browsers' CPU priority (low: SCHED_IDLE, as if on other machines)")
     args = parser.parse_args(argv)
     try:
         counts = parse_sessions(args.sessions)
@@ -164,6 +185,7 @@ def main(argv=None) -> None:
     if not os.path.exists(CHROMIUM):
         sys.exit(f"bench load needs Chromium at {CHROMIUM} (Debian's chromium package); not found")
     command = f"python -m bench load --sessions {','.join(map(str, counts))} --steps {args.steps} --model {args.model}"
+    command += " --browsers low" if args.browsers == "low" else ""
     before = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="bench_load_") as tmp_name:
         tmp = Path(tmp_name)
@@ -171,7 +193,8 @@ def main(argv=None) -> None:
         if args.model == "tiny":
             env["DECODESCOPE_MODEL"] = str(_tiny_model_dir(tmp / "model"))
         with streamlit_server(ROOT / "app.py", env, tmp / "server.log", cwd=ROOT) as url:
-            results, version = asyncio.run(_run(url, counts, args.steps))
-    body = render(results, args.steps, args.model, (before, os.getloadavg()), version, command)
-    write_section("load", body)
+            chromium = _idle_chromium(tmp) if args.browsers == "low" else CHROMIUM
+            results, version = asyncio.run(_run(url, counts, args.steps, chromium))
+    body = render(results, args.steps, args.model, (before, os.getloadavg()), version, command, args.browsers)
+    write_section("load" if args.browsers == "normal" else "load_low", body)
     print(body)

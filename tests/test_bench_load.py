@@ -1,4 +1,7 @@
 """Pure helpers of the many-sessions benchmark (bench/load.py): percentiles, the --sessions list, the table."""
+import os
+from pathlib import Path
+
 import pytest
 
 from bench.load import main, parse_sessions, percentile, render
@@ -43,3 +46,16 @@ def test_render_compares_every_scenario_with_one_session():
     # the step whose caption was not read counts in click→chip but not in server time
     assert rows[1] == "| 8 sessions stepping | 3 | 230 / 257 | 950 / 995 | 2.09× |"
     assert "None" not in text and "nan" not in text
+
+
+def test_low_priority_browsers_are_named_in_the_report(tmp_path):
+    from bench.load import _idle_chromium
+
+    launcher = Path(_idle_chromium(tmp_path))
+    assert launcher.read_text().splitlines()[1].startswith("exec chrt --idle 0 ")
+    assert os.access(launcher, os.X_OK)
+    rows = {"1 session stepping": [{"click_to_chip_ms": 300.0, "server_ms": 100.0}]}
+    low = render(rows, 1, "tiny", ((0.1,) * 3, (0.2,) * 3), "150", "cmd", "low")
+    normal = render(rows, 1, "tiny", ((0.1,) * 3, (0.2,) * 3), "150", "cmd")
+    assert "lowest CPU priority" in low and "browsers at low priority" in low.splitlines()[0]
+    assert "lowest CPU priority" not in normal and "same CPU priority" in normal
