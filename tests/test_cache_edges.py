@@ -4,6 +4,8 @@ model, an auto cost table, distillation data) are made again instead of failing,
 parameter the user did not give; errors name server-side files by their name alone."""
 from __future__ import annotations
 
+import json
+import os
 import threading
 import warnings
 from pathlib import Path
@@ -227,3 +229,25 @@ def test_cli_run_with_an_unwritable_cache_warns_in_one_line(tmp_path, monkeypatc
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 0 and len(lines) == 1 and lines[0].startswith("warning: the cache folder "), err
     assert "working without it" in lines[0]
+
+
+def test_a_reinstalled_gguf_leaves_one_converted_copy(converting, tmp_path):
+    """A reinstall gives the GGUF file a new time, so a new key: the copies of its earlier versions (and
+    unrecorded ones of the same name, from before the record) are removed once the new copy is saved;
+    a copy of another file of the same name stays."""
+    gguf, calls = converting
+    models._load_gguf(gguf, torch.float32)
+    first = models._gguf_cache_dir(gguf)
+    unrecorded = first.with_name(f"{gguf.stem}-0123456789ab")
+    unrecorded.mkdir()
+    elsewhere = first.with_name(f"{gguf.stem}-fedcba987654")
+    elsewhere.mkdir()
+    (elsewhere / models.SOURCE_RECORD).write_text(json.dumps({"gguf": str(tmp_path / "other" / "tiny.gguf")}))
+    unrelated = first.with_name("another-model-0123456789ab")
+    unrelated.mkdir()
+    os.utime(gguf, ns=(1, 1))                                       # as a reinstall would
+    models._load_gguf(gguf, torch.float32)
+    second = models._gguf_cache_dir(gguf)
+    assert second != first and len(calls) == 2
+    assert sorted(p.name for p in first.parent.iterdir()) == sorted([second.name, elsewhere.name, unrelated.name])
+    assert json.loads((second / models.SOURCE_RECORD).read_text())["gguf"] == str(gguf.resolve())

@@ -492,8 +492,8 @@ def test_a_failed_gguf_conversion_leaves_no_temporary_directory(failure, tmp_pat
     model = SimpleNamespace(config=SimpleNamespace(), save_pretrained=save)
     target = tmp_path / "converted"
     if isinstance(failure, OSError):
-        models._save_converted(model, SimpleNamespace(save_pretrained=save), target)
+        models._save_converted(model, SimpleNamespace(save_pretrained=save), target, tmp_path / "m.gguf")
     else:
         with pytest.raises(KeyboardInterrupt):
-            models._save_converted(model, SimpleNamespace(save_pretrained=save), target)
+            models._save_converted(model, SimpleNamespace(save_pretrained=save), target, tmp_path / "m.gguf")
     assert list(tmp_path.iterdir()) == []

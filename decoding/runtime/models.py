@@ -96,10 +96,29 @@ def embedded_gguf_path() -> Path:
     return path
 
 
+SOURCE_RECORD = "decodescope-source.json"      # in a converted copy: the GGUF file it was converted from
+
+
 def _gguf_cache_dir(gguf: Path) -> Path:
     stat = gguf.stat()
     key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
     return cache_root() / f"{gguf.stem}-{key}"
+
+
+def _drop_stale_conversions(gguf: Path, current: Path) -> None:
+    """Remove the converted copies an earlier version of the same GGUF file left (a reinstall changes its
+    time, so its key): each ~0.5 GB for the embedded model, never read again. A copy is stale when its
+    source record names this file, or when it has none (made before the record) and shares the name."""
+    pattern = re.compile(re.escape(gguf.stem) + r"-[0-9a-f]{12}")
+    for folder in current.parent.iterdir():
+        if folder == current or not pattern.fullmatch(folder.name) or not folder.is_dir():
+            continue
+        try:
+            source = json.loads((folder / SOURCE_RECORD).read_text(encoding="utf-8")).get("gguf")
+        except (OSError, ValueError, AttributeError):
+            source = None
+        if source in (None, str(gguf.resolve())):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _load_gguf(gguf: Path, dtype: torch.dtype, placed: dict | None = None):
@@ -110,7 +129,8 @@ def _load_gguf(gguf: Path, dtype: torch.dtype, placed: dict | None = None):
     if loaded is not None:
         return loaded
     model, tok = _convert(gguf)
-    _save_converted(model, tok, cached)
+    if _save_converted(model, tok, cached, gguf):
+        _drop_stale_conversions(gguf, cached)
     if placed:
         check((cached / "config.json").is_file(), "device_map", placed.get("device_map"),
               "needs the converted model in the cache; make DECODESCOPE_CACHE writable")
@@ -171,21 +191,23 @@ def _check_gguf(gguf: Path) -> None:
     check(magic == b"GGUF", "gguf_file", shown_path(gguf), "is not a GGUF file (bad magic bytes)")
 
 
-def _save_converted(model, tok, target: Path) -> None:
-    """Write the dequantized model as safetensors (atomically: a temp dir renamed into place)."""
+def _save_converted(model, tok, target: Path, gguf: Path) -> bool:
+    """Write the dequantized model as safetensors with a record of its GGUF file (atomically: a temp dir
+    renamed into place); False when the cache cannot be written."""
     model.hf_quantizer = None
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     load_progress.report("save")
-    save_to_cache(lambda path: _write_converted(model, tok, path), target)   # unwritable: works without it
+    return save_to_cache(lambda path: _write_converted(model, tok, path, gguf), target)   # unwritable: works without
 
 
-def _write_converted(model, tok, target: Path) -> None:
+def _write_converted(model, tok, target: Path, gguf: Path) -> None:
     tmp = target.with_name(target.name + f".tmp{os.getpid()}")
     try:
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
+        (tmp / SOURCE_RECORD).write_text(json.dumps({"gguf": str(gguf.resolve())}), encoding="utf-8")
         tmp.rename(target)
     except OSError:
         if not (target / "config.json").is_file():     # else another process won the race: its copy serves
