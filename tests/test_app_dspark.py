@@ -11,6 +11,7 @@ from dspark_helpers import APP_CHAIN, chain_config
 from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_strategies import html_of
 
+from ui.views import headers
 from ui.views.sources import source_text
 
 
@@ -72,7 +73,8 @@ def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
     dp = frame_with(at, "on the chosen chain")
     assert int(dp["on the chosen chain"].sum()) == len(event.dp.path) == len(event.nodes)
     verdicts = frame_with(at, "acceptance probability")
-    assert list(verdicts["verdict"])[:-1] == [n.verdict for n in event.nodes]
+    assert list(verdicts["verdict"])[:-1] == [headers.VALUE_WORDS["verdict"].get(n.verdict, n.verdict)
+                                              for n in event.nodes]
     assert list(verdicts["verdict"])[-1] == f"next: {event.next_from}"
     assert any(m.label.startswith("τ") for m in at.metric)
     chart_titled(at, "Share of the drafting rounds' time")

@@ -37,7 +37,9 @@ def header_problems(frame: pd.DataFrame) -> list[str]:
 
 def cell_problems(frame: pd.DataFrame) -> list[str]:
     texts = [v for c in frame.columns for v in frame[c] if isinstance(v, str)]
-    return [f"cell {v!r}" for v in texts if v.strip() in NULL_TEXT or SERVER_PATH.search(v)]
+    names = [v for c in ("verdict", "status") if c in frame.columns for v in frame[c] if isinstance(v, str)]
+    return ([f"cell {v!r}" for v in texts if v.strip() in NULL_TEXT or SERVER_PATH.search(v)]
+            + [f"cell {v!r} is a name" for v in names if FIELD_NAME.match(v)])
 
 
 def tiny_columns(frame: pd.DataFrame) -> list[str]:
@@ -150,6 +152,8 @@ def test_the_checks_catch_a_field_name_a_none_cell_and_a_default_format():
     assert header_problems(raw) == ["header 'token_id' is a field name", "header 'q_draft' is a field name",
                                     "header 'p_target' is a field name"]
     assert cell_problems(raw) == ["cell 'None'"]
+    assert cell_problems(pd.DataFrame({"verdict": ["not_reached"]})) == ["cell 'not_reached' is a name"]
+    assert cell_problems(headers.shown(pd.DataFrame({"verdict": ["not_reached"], "status": ["eos_not_top"]}))) == []
     assert cell_problems(pd.DataFrame({"source": ["/home/user/cache/cost/x.json"]})) != []
     assert tiny_columns(raw) == ["p_target"]
     view = headers.shown(raw)

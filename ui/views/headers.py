@@ -1,6 +1,7 @@
 """What a table shows its users: the builders (ui/views/*) name columns by the trace's fields, for notebooks
 and the CSV download; the page shows those columns in words, with units (HEADERS), whole numbers as whole
-numbers and tiny probabilities to four significant digits (SMALL_FORMAT). A cell that does not apply is
+numbers, tiny probabilities to four significant digits (SMALL_FORMAT), verdicts and beam statuses in words
+(VALUE_WORDS). A cell that does not apply is
 drawn as NOT_APPLICABLE (ui.widgets.display.table passes it to st.dataframe as the text for missing values).
 Pure: no streamlit."""
 from __future__ import annotations
@@ -8,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 import pandas as pd
+
+from ui.views.beam import STATUS_STYLE
 
 NOT_APPLICABLE = "—"
 SMALL = 1e-3                  # a column holding a non-zero value below this gets SMALL_FORMAT
@@ -79,6 +82,13 @@ HEADERS: dict[str, str] = {
 }
 
 
+# Cells of a closed set of values, in words where the value is a name (a trace's verdicts and beam statuses).
+VALUE_WORDS: dict[str, dict[str, str]] = {
+    "verdict": {"not_reached": "not reached"},
+    "status": {status: style[-1] for status, style in STATUS_STYLE.items()},
+}
+
+
 def header(field: str, words: Mapping[str, str] | None = None) -> str:
     """The words a column named `field` shows: the table's own `words`, else HEADERS, else the name."""
     return (words or {}).get(field) or HEADERS.get(field, field)
@@ -92,7 +102,9 @@ def _whole(column: pd.Series) -> bool:
 
 def shown(table: pd.DataFrame, words: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The table as the page shows it: columns in words; a float column of whole numbers (ids with a gap that
-    does not apply, counts) as integers, its gaps missing, not NaN."""
+    does not apply, counts) as integers, its gaps missing, not NaN; verdicts and statuses in words."""
+    table = table.assign(**{f: table[f].map(lambda v, w=w: w.get(v, v)) for f, w in VALUE_WORDS.items()
+                            if f in table.columns})
     out = table.rename(columns=lambda field: header(str(field), words))
     whole = [c for c in out.columns if _whole(out[c])]
     return out.astype(dict.fromkeys(whole, "Int64")) if whole else out
