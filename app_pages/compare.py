@@ -59,9 +59,9 @@ if traces:
     st.subheader("Metrics")
     metrics = tables.metrics_table(traces)
     reference = tables.greedy_lane(traces)
-    st.caption(f"speedup_vs_greedy: tokens/s relative to lane {md_text(reference)}, time = the steps' measured timings."
-               if reference else "speedup_vs_greedy: no greedy lane to compare with — set one lane to greedy.")
-    display.table(metrics, "cmp.metrics", "compare-metrics")
+    st.caption(f"speed vs greedy: tokens/s relative to lane {md_text(reference)}, time = the steps' measured timings."
+               if reference else "speed vs greedy: no greedy lane to compare with — set one lane to greedy.")
+    display.table(metrics, "cmp.metrics", "compare-metrics", words=tables.METRICS_HEADERS)
     display.plot(figures.tokens_vs_time({label: t.steps for label, t in traces.items()}), "cmp.time",
                "compare-tokens-vs-time")
     display.plot(figures.tokens_per_forward_bars(list(zip(metrics["lane"], metrics["tokens_per_forward"]))),

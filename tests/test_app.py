@@ -98,7 +98,7 @@ def test_the_candidates_table_is_drawn_only_while_its_expander_is_open(tiny_dir)
     at.button(key="pg.step").click().run()
     ok(at)
     def candidate_tables():
-        return [d for d in at.dataframe if "p_processed" in d.value.columns]
+        return [d for d in at.dataframe if "p processed" in d.value.columns]
     assert [e.label for e in at.expander if e.label == "Candidates table"] and not candidate_tables()
     at.session_state["pg.cands_open"] = True                  # the user opens it: the fragment reruns
     at.run()

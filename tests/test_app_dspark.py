@@ -11,6 +11,7 @@ from dspark_helpers import APP_CHAIN, chain_config
 from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_strategies import html_of
 
+from ui.views import headers
 from ui.views.sources import source_text
 
 
@@ -69,10 +70,11 @@ def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
     assert heat["type"] == "heatmap" and len(heat["z"]) == 2 and len(heat["z"][0]) == 3
     names = {t.get("name") for t in lattice["data"]}
     assert {"✓ accepted", "✗ rejected"} <= names
-    dp = frame_with(at, "on_path")
-    assert int(dp["on_path"].sum()) == len(event.dp.path) == len(event.nodes)
-    verdicts = frame_with(at, "p_accept")
-    assert list(verdicts["verdict"])[:-1] == [n.verdict for n in event.nodes]
+    dp = frame_with(at, "on the chosen chain")
+    assert int(dp["on the chosen chain"].sum()) == len(event.dp.path) == len(event.nodes)
+    verdicts = frame_with(at, "acceptance probability")
+    assert list(verdicts["verdict"])[:-1] == [headers.VALUE_WORDS["verdict"].get(n.verdict, n.verdict)
+                                              for n in event.nodes]
     assert list(verdicts["verdict"])[-1] == f"next: {event.next_from}"
     assert any(m.label.startswith("τ") for m in at.metric)
     chart_titled(at, "Share of the drafting rounds' time")
@@ -99,7 +101,7 @@ def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
     assert count(html, "accepted") == accepted >= 1 and count(html, "rejected") == rejected >= 1
     at.button_group(key="pg.view").set_value("All steps").run()
     ok(at)
-    steps = frame_with(at, "next_from")
+    steps = frame_with(at, "next token from")
     assert list(steps["accepted"]) == [len(e.accepted_path) for e in live.events]
 
 
@@ -117,8 +119,8 @@ def test_dspark_tree_round_panel(tiny_dir, drafter_file):
     event = run_state(at).events[1]
     assert event.select == "tree" and event.dp is None and len(event.nodes) == 5
     assert any("Tree mode" in c.value for c in at.caption)
-    assert not [d for d in at.dataframe if "on_path" in d.value.columns]       # no DP table in tree mode
-    assert len(frame_with(at, "p_accept")) == len(event.nodes) + 1
+    assert not [d for d in at.dataframe if "on the chosen chain" in d.value.columns]       # no DP table in tree mode
+    assert len(frame_with(at, "acceptance probability")) == len(event.nodes) + 1
     summary = frame_with(at, "quantity").set_index("quantity")["value"]
     assert summary["tree nodes verified"] == "5" and summary["mode"] == "tree (best-first)"
 
@@ -135,7 +137,7 @@ def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     assert event.lookup is not None and event.lookup_scores is not None
     names = {t.get("name") for t in chart_titled(at, "lattice")["data"]}
     assert "prompt lookup's token (framed)" in names
-    verdicts = frame_with(at, "p_accept")
+    verdicts = frame_with(at, "acceptance probability")
     assert list(verdicts["source"])[:-1] == [source_text(n) for n in event.nodes]
     assert any("prompt lookup" in s for s in verdicts["source"])
     assert all(n.sources for n in event.nodes)
@@ -160,11 +162,11 @@ def test_calibration_of_the_scores_over_the_run(tiny_dir, drafter_file):
     assert fig["data"][0]["name"] == "perfectly calibrated"
     # issue 39: this chart's server-side SVG button raised a TypeError on every run; plotly.js saves it now
     assert exports(at)["dspark-reliability-position"] == "svg"
-    assert int(frame_with(at, "mean_score")["samples"].sum()) == len(samples)
+    assert int(frame_with(at, "mean ŝ")["samples"].sum()) == len(samples)
     radio = next(r for r in at.radio if r.label == "Group by")
     radio.set_value("source").run()
     ok(at)
-    assert set(frame_with(at, "mean_score")["source"]) == set(samples["source"])
+    assert set(frame_with(at, "mean ŝ")["source"]) == set(samples["source"])
     assert exports(at)["dspark-reliability-source"] == "svg"
 
 
@@ -214,7 +216,8 @@ def test_replay_of_a_cost_aware_trace_shows_the_size_choice(tiny_dir, drafter_fi
     assert f"chain length {event.size.size}" in json.dumps(size["layout"]["title"])
     assert any(t.value == f"Cost table: {Path(table).name}" for t in at.text)       # the name, not the server path
     assert not any(str(Path(table).parent) in t.value for t in at.text)
-    assert list(frame_with(at, "tokens_verified")["size"]) == list(range(1, len(event.size.tokens_per_s) + 1))
+    sizes = frame_with(at, "tokens verified")["size (chain length or tree nodes)"]
+    assert list(sizes) == list(range(1, len(event.size.tokens_per_s) + 1))
 
 
 def _compare(at, strategies: list[str], drafter_file: str):
@@ -234,15 +237,16 @@ def _compare(at, strategies: list[str], drafter_file: str):
 def test_compare_speedup_vs_greedy_and_dspark_charts(tiny_dir, drafter_file):
     at = new_app({"max_new": "8"})
     traces = _compare(at, ["greedy", "dspark", "sample"], drafter_file)
-    table = frame_with(at, "speedup_vs_greedy").set_index("lane")
-    assert table.loc["1: greedy", "speedup_vs_greedy"] == pytest.approx(1.0)
+    table = frame_with(at, "speed vs greedy (×)").set_index("lane")
+    assert table.loc["1: greedy", "speed vs greedy (×)"] == pytest.approx(1.0)
 
     def rate(trace):
         return len(trace.output_ids) / (sum(sum(e.timings_ms.values()) for e in trace.steps) / 1000)
 
     ratio = rate(traces["2: dspark"]) / rate(traces["1: greedy"])
-    assert table.loc["2: dspark", "speedup_vs_greedy"] == pytest.approx(ratio)
-    assert table.loc["2: dspark", "tau"] == pytest.approx(traces["2: dspark"].stats.mean_accepted_length)
+    assert table.loc["2: dspark", "speed vs greedy (×)"] == pytest.approx(ratio)
+    tau = table.loc["2: dspark", "τ (tokens per verification)"]
+    assert tau == pytest.approx(traces["2: dspark"].stats.mean_accepted_length)
     assert any("relative to lane 1: greedy" in c.value for c in at.caption)
     per_forward = chart_titled(at, "Tokens per target forward")["data"][0]
     dspark = traces["2: dspark"]
@@ -259,5 +263,5 @@ def test_compare_speedup_vs_greedy_and_dspark_charts(tiny_dir, drafter_file):
 def test_compare_without_a_greedy_lane_says_so(tiny_dir, drafter_file):
     at = new_app({"max_new": "5"})
     _compare(at, ["sample", "dspark"], drafter_file)
-    assert frame_with(at, "speedup_vs_greedy")["speedup_vs_greedy"].isna().all()
+    assert frame_with(at, "speed vs greedy (×)")["speed vs greedy (×)"].isna().all()
     assert any("no greedy lane" in c.value for c in at.caption)

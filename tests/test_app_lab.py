@@ -37,9 +37,9 @@ def test_cost_of_a_forward_measures_and_stays(tiny_dir):
     assert any("a one-token forward" in m.value for m in at.markdown)
     fig = chart_titled(at, "Cost of a forward")
     assert [t["name"][:12] for t in fig["data"]] == ["measured: n ", "measured: b ", "roofline: le"]
-    table = frame_with(at, "roofline_ms")
+    table = frame_with(at, "roofline (ms)")
     assert list(table["n"]) == [1, 3, 9, 1, 2]
-    assert list(frame_with(at, "tau_to_beat_greedy")["gamma"]) == [2, 8]
+    assert list(frame_with(at, "τ to beat greedy")["γ"]) == [2, 8]
     assert "ridge" in list(frame_with(at, "quantity")["quantity"])
     store = at.session_state[keys.LAB]
     assert len(store) == 1
@@ -47,7 +47,7 @@ def test_cost_of_a_forward_measures_and_stays(tiny_dir):
     at.run()                                                    # cached: shown again without measuring
     ok(at)
     assert next(iter(at.session_state[keys.LAB].values())) is events
-    assert frame_with(at, "roofline_ms").shape[0] == 5
+    assert frame_with(at, "roofline (ms)").shape[0] == 5
     at.button(key=keys.LAB_COST_RUN).click().run()               # measured again on request
     assert next(iter(at.session_state[keys.LAB].values())) is not events
     at.number_input(key=keys.LAB_REPEATS).set_value(2).run()      # other settings: not measured yet
@@ -102,7 +102,7 @@ def test_throughput_measures_each_batch(tiny_dir):
     ok(at)
     assert not errors(at)
     assert any("From b = 1 to b = 4" in m.value for m in at.markdown)
-    assert list(frame_with(at, "latency_p99_ms")["batch"]) == [1, 4]
+    assert list(frame_with(at, "latency p99 (ms per token)")["batch"]) == [1, 4]
     assert chart_titled(at, "Throughput against latency")["data"][0]["type"] == "bar"
 
 
@@ -120,7 +120,7 @@ def test_acceptance_shows_the_playground_rounds(tiny_dir):
     ok(at)
     heat = chart_titled(at, "Acceptance per round and draft position")["data"][0]
     assert heat["y"] == [f"round {e.index}" for e in rounds]
-    assert list(frame_with(at, "not_reached")["rounds"])[0] == len(rounds)
+    assert list(frame_with(at, "not reached")["rounds"])[0] == len(rounds)
 
 
 def test_acceptance_of_a_run_without_drafts_says_so(tiny_dir):
@@ -144,7 +144,7 @@ def test_memory_of_the_playground_run(tiny_dir):
     assert any("3 sequences" in m.value for m in at.markdown)
     line = chart_titled(at, "KV cache held")["data"][0]
     assert line["y"] == [s.kv.bytes / 1e6 for s in steps]
-    assert list(frame_with(at, "held_mb")["sequences"]) == [3] * len(steps)
+    assert list(frame_with(at, "held (MB)")["sequences"]) == [3] * len(steps)
 
 
 def test_compare_draws_the_cache_of_each_lane(tiny_dir):
@@ -167,7 +167,7 @@ def test_losslessness_measures_and_refuses_no_samples(tiny_dir):
     at.button(key=keys.LAB_LL_RUN).click().run()
     ok(at)
     assert not errors(at)
-    table = frame_with(at, "claims_lossless")
+    table = frame_with(at, "claims lossless")
     assert list(table["samples"]) == [500] * 4
     assert chart_titled(at, "exact distribution under each rule")["data"][0]["name"].startswith("p_target")
     at.number_input(key=keys.LAB_LL_SAMPLES).set_value(0).run()

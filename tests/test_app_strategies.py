@@ -115,12 +115,12 @@ def test_speculative_cost_policy(tiny_dir, tmp_path, monkeypatch):
     live = run_state(at)
     assert live.done and all(e.gamma_choice is not None for e in live.events)
     assert any(e.label.startswith("Cost-aware γ: why") for e in at.expander)
-    shown = [d.value for d in at.dataframe if "ms_per_token" in d.value.columns]
-    assert shown and int(shown[0]["chosen"].sum()) == 1 and list(shown[0]["gamma"]) == [1, 2, 3, 4]
+    shown = [d.value for d in at.dataframe if "ms per expected token" in d.value.columns]
+    assert shown and int(shown[0]["chosen"].sum()) == 1 and list(shown[0]["γ"]) == [1, 2, 3, 4]
     at.switch_page("app_pages/whatif.py").run()                      # the What-if prices every γ with it
     ok(at)
     table = at.dataframe[0].value
-    assert table["expected_ms_per_token"].notna().sum() == 4           # γ 1-4: the table covers 5 tokens
+    assert table["expected ms per token"].notna().sum() == 4           # γ 1-4: the table covers 5 tokens
     assert any("the fastest fixed γ would be" in c.value for c in at.caption)
 
 
@@ -145,10 +145,10 @@ def test_whatif_page_from_the_playground_run(tiny_dir):
     at.switch_page("app_pages/whatif.py").run()
     ok(at)
     table = at.dataframe[0].value
-    assert list(table["gamma"])[:6] == [1, 2, 3, 4, 5, 6]
-    row = table[table["gamma"] == 3].iloc[0]
+    assert list(table["γ"])[:6] == [1, 2, 3, 4, 5, 6]
+    row = table[table["γ"] == 3].iloc[0]
     rounds = run_state(at).events
-    assert abs(row["expected_accepted"] - sum(e.accepted for e in rounds) / len(rounds)) < 1e-9   # T=0: exact
+    assert abs(row["expected accepted"] - sum(e.accepted for e in rounds) / len(rounds)) < 1e-9   # T=0: exact
     assert any("independent" in m.value for m in at.markdown)
 
 
@@ -173,7 +173,7 @@ def test_whatif_page_upload_of_a_speculative_trace(tiny_dir):
     fresh.button_group(key="wi.source").set_value("Upload a trace").run()
     fresh.file_uploader(key="wi.upload").set_value(("s.json", text.encode(), "application/json")).run()
     ok(fresh)
-    assert not fresh.error and list(fresh.dataframe[0].value["gamma"])[:2] == [1, 2]
+    assert not fresh.error and list(fresh.dataframe[0].value["γ"])[:2] == [1, 2]
 
 
 def test_replay_escapes_hostile_pieces_in_spec_and_beam_traces(tiny_dir):
@@ -254,7 +254,7 @@ def test_whatif_page_upload_of_a_dspark_trace(tiny_dir):
     assert not at.error
     table = at.dataframe[0].value
     assert list(table["plan"]) == ["chain"] * 4 + ["tree"] * 3
-    assert table["replayed_tokens_per_forward"].notna().all()         # temperature 0: exact replay
+    assert table["replayed tokens per forward"].notna().all()         # temperature 0: exact replay
     assert any("Forecast" in m.value for m in at.markdown)
 
 

@@ -489,3 +489,34 @@ def test_a_hostile_trace_and_file_name_show_as_text(server, page, tmp_path):
     assert f"{refused.name} is not a readable trace: schema_version={evil[:40]!r}"[:-1] in error  # cut at 60
     assert page.locator(no_link).count() == 0
     shot(page, "traces-hostile")
+
+
+def test_a_table_in_words_with_dashes_and_small_probabilities(server, page, tmp_path):
+    """Issue 39 in the browser: a prompt-lookup round's drafts table, whose q_draft and u do not apply,
+    and one draft the target found unlikely (p_target 3.4e-05). Its headers are words; the canvas the
+    grid draws (read on the screenshot tests/artifacts/table-words.png) shows "—" in those cells and
+    0.000034, where Streamlit's default format showed 0.00003. The grid's accessible cells carry the raw
+    values, not the drawn text, so the check on the drawn text is the AppTest's (test_table_headers)."""
+    data = json.loads((ROOT / "tests" / "golden" / "spec_lookup.json").read_text(encoding="utf-8"))
+    first = data["steps"][0]["drafts"][0]
+    assert first["q_draft"] is None and first["u"] is None        # prompt lookup at temperature 0
+    first.update(p_target=3.4e-05, ratio=3.4e-05, accept_prob=3.4e-05)
+    unlikely = tmp_path / "unlikely.json"
+    unlikely.write_text(json.dumps(data))
+    open_app(page, server)
+    page.get_by_role("link", name="Traces").click()
+    page.locator('[data-testid="stFileUploader"] input[type="file"]').set_input_files(str(unlikely))
+    drafts = page.locator('[data-testid="stDataFrame"]').filter(has_text="acceptance probability").first
+    drafts.wait_for(timeout=30_000)
+    idle(page)
+    drafts.locator('th[role="columnheader"]').first.wait_for(state="attached", timeout=30_000)
+    headers = drafts.locator('th[role="columnheader"]').all_text_contents()     # the grid's accessible table
+    assert {"token id", "q draft", "p target", "draw u", "acceptance probability"} <= {h.strip() for h in headers}
+    assert not [h for h in headers if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h.strip())]
+    assert "0.000034" in drafts.locator('td[role="gridcell"]').all_text_contents()
+    drafts.scroll_into_view_if_needed()
+    settle(page)
+    page.wait_for_timeout(600)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    drafts.screenshot(path=str(ARTIFACTS / "table-words.png"))
+    assert not page.locator('[data-testid="stException"]').count()

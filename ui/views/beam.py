@@ -98,6 +98,7 @@ def beam_output(events: Sequence) -> list[int]:
 
 # ---------------------------------------------------------------- tables
 
+HEADERS = {"score": "score (sum of log p)"}     # the page's words where beam's fields differ from headers.HEADERS
 POOL_COLUMNS = ["rank", "source_beam", "token_id", "piece", "logprob", "score", "normalized_score", "status"]
 
 

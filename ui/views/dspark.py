@@ -428,6 +428,7 @@ def phase_bars(table: pd.DataFrame) -> go.Figure:
 
 # ---------------------------------------------------------------- cost-aware size (adaptive γ)
 
+SIZE_HEADERS = {"tokens_per_s": "expected tokens/s"}
 SIZE_COLUMNS = ["size", "tokens_verified", "verify_ms", "round_ms", "expected_accepted", "expected_tokens",
                 "tokens_per_s", "chosen"]
 

@@ -129,6 +129,7 @@ def spec_row(event) -> dict:
             "gamma_reason": event.gamma_reason, "ms": sum(event.timings_ms.values())}
 
 
+GAMMA_CHOICE_HEADERS = {"ms_per_token": "ms per expected token"}
 GAMMA_CHOICE_COLUMNS = ["gamma", "tokens_verified", "verify_ms", "draft_ms", "acceptance_k", "expected_tokens",
                         "round_ms", "ms_per_token", "chosen"]
 

@@ -81,6 +81,9 @@ def greedy_lane(traces: Mapping[str, object]) -> str | None:
     return next((label for label, trace in traces.items() if trace.strategy == "greedy"), None)
 
 
+METRICS_HEADERS = {"tokens_per_s": "tokens/s (wall time)"}
+
+
 def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
     """One row per labelled trace; divergence is counted against the first trace's output.
     speedup_vs_greedy = step_tokens_per_s / that of the first greedy lane, where step_tokens_per_s

@@ -112,7 +112,7 @@ def cost_note(table: pd.DataFrame, events: Sequence) -> str | None:
         return None
     best = priced.loc[priced["expected_ms_per_token"].idxmin()]
     greedy_ms = recorded_cost(events)[0][0]
-    return (f"With the cost table this trace recorded (`expected_ms_per_token`): the fastest fixed γ would be "
+    return (f"With the cost table this trace recorded (expected ms per token): the fastest fixed γ would be "
             f"{int(best['gamma'])} at {best['expected_ms_per_token']:.1f} ms per token; plain greedy costs "
             f"{greedy_ms:.1f} ms per token (one 1-token forward). Bookkeeping outside the forwards is not counted.")
 

@@ -4,11 +4,11 @@ they draw is built in ui/views (figures, tables, chips)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import streamlit as st
 
-from ui.views import figures, tables
+from ui.views import figures, headers, tables
 from ui.views.chips import (
     chips_for,
     chips_html,
@@ -31,9 +31,13 @@ def plot(fig, key: str, filename: str) -> None:
     st.plotly_chart(figures.fixed_margins(fig), key=key, config=figures.export_config(_slug(filename)))
 
 
-def table(df, key: str, filename: str, label: str = "Download CSV") -> None:
-    """A table and its CSV download, the CSV made only when the button is clicked (not every rerun)."""
-    st.dataframe(df, hide_index=True, key=f"{key}.df")
+def table(df, key: str, filename: str, label: str = "Download CSV", words: Mapping[str, str] | None = None) -> None:
+    """A table in words (headers.shown: HEADERS, then the table's own `words`), "—" where a value does not
+    apply, and its CSV download with the field names, made only when the button is clicked (not every rerun)."""
+    view = headers.shown(df, words)
+    formats = {c: st.column_config.NumberColumn(format=f) for c, f in headers.number_formats(view).items()}
+    st.dataframe(view, hide_index=True, key=f"{key}.df", placeholder=headers.NOT_APPLICABLE,
+                 column_config=formats or None)
     st.download_button(md_text(label), lambda: df.to_csv(index=False), file_name=f"{_slug(filename)}.csv",
                        mime="text/csv", key=f"{key}.csv", on_click="ignore")
 

@@ -37,12 +37,13 @@ def beam_panel(step, ctx: ViewContext) -> None:
     st.download_button("Download the tree (DOT)", dot, file_name=f"beam-step{step.index}.dot",
                        mime="text/vnd.graphviz", key=f"{ctx.prefix}.beam_dot", on_click="ignore")
     st.caption(f"Candidate pool of step {step.index:d} (top {len(step.pool)} of B×V, best first)")
-    display.table(beam.pool_table(step), f"{ctx.prefix}.pool", f"beam-step{step.index}-pool")
+    display.table(beam.pool_table(step), f"{ctx.prefix}.pool", f"beam-step{step.index}-pool", words=beam.HEADERS)
     if ctx.on_force is not None:
         force_pickers.beam_force(step, ctx)
     if step.finished:
         st.caption("Finished hypotheses (best first)")
-        display.table(beam.finished_table(step), f"{ctx.prefix}.finished", f"beam-step{step.index}-finished")
+        display.table(beam.finished_table(step), f"{ctx.prefix}.finished", f"beam-step{step.index}-finished",
+                      words=beam.HEADERS)
 
 
 # ---------------------------------------------------------------- speculative
@@ -77,9 +78,10 @@ def _gamma_choice_view(event, ctx: ViewContext) -> None:
     with st.expander(f"Cost-aware γ: why {info.gamma:d} (ms per expected token for each γ)"):
         st.caption(f"Verify costs from {md_text(tables.table_name(info.cost_source))}; one {md_text(info.source)} "
                    f"draft token {info.draft_ms:.2f} ms. "
-                   "acceptance_k: this run's estimate that position k is accepted once the ones before it were "
-                   "((accepted + 1) / (reached + 2) over earlier rounds of this drafter).")
-        display.table(spec.gamma_choice_table(info), f"{ctx.prefix}.gamma_choice", f"round{event.index}-gamma-choice")
+                   "Acceptance of position γ (estimate): this run's estimate that position γ is accepted once the "
+                   "ones before it were ((accepted + 1) / (reached + 2) over earlier rounds of this drafter).")
+        display.table(spec.gamma_choice_table(info), f"{ctx.prefix}.gamma_choice", f"round{event.index}-gamma-choice",
+                      words=spec.GAMMA_CHOICE_HEADERS)
 
 
 def _final_view(event, ctx: ViewContext) -> None:
@@ -174,8 +176,8 @@ def _dspark_stage1(event, ctx: ViewContext) -> None:
     st.subheader("Stage 1 — selection (draft side only)")
     display.table(dspark.summary_table(event), f"{ctx.prefix}.ds_summary", f"round{event.index}-selection")
     if event.dp is not None:
-        st.caption("DP values V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)); back = the "
-                   "argmax y at k+1; parent −1 = the last emitted token; on_path marks the chosen chain.")
+        st.caption("DP values V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)); best next "
+                   "candidate = the argmax y at k+1; parent −1 = the last emitted token; ŝ = ŝ_k(x | parent).")
         display.table(dspark.dp_table(event), f"{ctx.prefix}.ds_dp", f"round{event.index}-dp")
     else:
         st.caption("Tree mode: the nodes of highest survival (product of ŝ along the path), best first; "
@@ -186,7 +188,8 @@ def _dspark_stage1(event, ctx: ViewContext) -> None:
                     "cache)") if event.size.overhead_ms else ""
         st.text(f"Cost table: {tables.table_name(event.size.cost_source)}{overhead}")
         with st.expander("Cost table and expected rate per size"):
-            display.table(dspark.size_table(event.size), f"{ctx.prefix}.ds_size_table", f"round{event.index}-sizes")
+            display.table(dspark.size_table(event.size), f"{ctx.prefix}.ds_size_table", f"round{event.index}-sizes",
+                          words=dspark.SIZE_HEADERS)
             display.table(dspark.cost_table(event.size), f"{ctx.prefix}.ds_cost", f"round{event.index}-cost-table")
     else:
         st.caption("No cost table: the chain length / tree budget is fixed (set cost_table for adaptive γ).")
@@ -227,7 +230,7 @@ def _dspark_calibration(events, ctx: ViewContext) -> None:
         card = calibration.card_table(HEAD_CALIBRATION)
         if card is not None:
             st.caption("Held out, before any run: the shipped feature head's calibration (its model card; drafter "
-                       "= feature). hit_rate is over its top-4 candidates per position.")
+                       "= feature). its hit rate is over its top-4 candidates per position.")
             display.table(card, f"{ctx.prefix}.ds_cal_card", "feature-head-calibration")
 
 

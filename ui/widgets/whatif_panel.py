@@ -17,7 +17,7 @@ def dspark(trace) -> None:
         "accepted tokens (sum of survival products of ŝ) + 1. **Replayed** (temperature 0 only): the trace "
         "knows the target's greedy tokens for `accepted + 1` positions after each round's root, so another "
         "plan is re-verified exactly unless it matches that whole stretch (then it accepted at least that "
-        "many: a lower bound, counted in `lower_bound_rounds`). No model runs here.")
+        "many: a lower bound, counted in *rounds at a lower bound*). No model runs here.")
     measured = whatif_dspark.measured(trace.steps)
     cols = st.columns(4)
     cols[0].metric("Rounds", f"{measured['rounds']:d}")
