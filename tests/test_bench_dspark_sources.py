@@ -29,6 +29,8 @@ def test_contenders_run_from_the_memory_they_name(monkeypatch):
     runs["DSpark recycling + suffix + lookup, warm"]([7, 8, 9])
     assert store.tokens > warm_tokens                         # started from the warm store, then added its own
     tokens, _, trace = runs["DSpark token recycling + lookup, cold"]([7, 8, 9])
-    assert tokens == 6 and table.filled <= len({7, 8, 9} | set(trace.output_ids))
+    fed = {7, 8, 9} | set(trace.output_ids) | {node.token_id for step in trace.steps for node in step.nodes}
+    assert tokens == 6 and 0 < table.filled <= len(fed)      # rows only for tokens this run fed the target
+    assert 60 in fed or table.next_ids[60, 0] < 0             # the row set before it was forgotten
     memory.warm()
     assert (table.filled, store.tokens) == (warm_rows, warm_tokens)
