@@ -1,1 +1,1 @@
-"""Draft sources for speculative decoding and DSpark, one module per family behind one Drafter interface."""
+"""Draft sources for speculative decoding and DSpark, one module per family behind one interface (LatticeSource)."""

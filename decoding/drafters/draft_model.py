@@ -7,7 +7,8 @@ from collections.abc import Sequence
 import torch
 
 from decoding.core.errors import check
-from decoding.drafters.base import Drafter, DraftRequest, Proposal, draft_probs, pick
+from decoding.drafters.base import draft_probs, pick
+from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest
 from decoding.runtime.models import LM
 
 
@@ -24,10 +25,11 @@ def check_compatible(draft: LM, target: LM) -> None:
           "uses a different tokenizer from the target's")
 
 
-class DraftModelDrafter(Drafter):
-    """Any causal LM with the target's vocabulary, with its own KV cache."""
+class DraftModelDrafter(LatticeSource):
+    """Any causal LM with the target's vocabulary, with its own KV cache: answers a chain request with its
+    chain and q_draft rows (a tree request with nothing; its tree is decoding.drafters.model_source's)."""
 
-    has_distributions = True
+    draws_chains = True
 
     def __init__(self, draft: LM, target: LM | None = None):
         if target is not None:
@@ -40,17 +42,20 @@ class DraftModelDrafter(Drafter):
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.cache, self.fed = self.lm.sequence_cache(), []
 
-    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal | None:
+        chain = request.chain
+        if chain is None:
+            return None
         if self.cache is None:
             self.start(context)
         logits = self._catch_up(list(context))  # (V,)
         tokens, rows, draws = [], [], []
-        for i in range(request.max_tokens):
-            q_draft = draft_probs(logits, request)  # (V,)
-            token, draw = pick(logits, q_draft, request)
+        for i in range(request.gamma):
+            q_draft = draft_probs(logits, chain)  # (V,)
+            token, draw = pick(logits, q_draft, chain)
             tokens.append(token), rows.append(q_draft), draws.append(draw)
-            stop = request.stop_below is not None and float(q_draft[token]) < request.stop_below
-            if stop or token in self.lm.eos_ids or i == request.max_tokens - 1:
+            stop = chain.stop_below is not None and float(q_draft[token]) < chain.stop_below
+            if stop or token in self.lm.eos_ids or i == request.gamma - 1:
                 break
             logits = self._feed([token])
         q = torch.stack(rows) if rows else None  # (n, V)
@@ -60,8 +65,11 @@ class DraftModelDrafter(Drafter):
         keep = _common_prefix(self.fed, context)
         return self._crop_to(keep)
 
-    def draft_models(self) -> dict[str, LM]:
-        return {self.name: self.lm}
+    def token_ms(self, target: LM) -> dict[str, float]:
+        """Profiled once per device and cached (decoding.runtime.cost_table)."""
+        from decoding.runtime.cost_table import draft_token_ms
+
+        return {self.name: draft_token_ms(target, self.lm)[0]}
 
     def _catch_up(self, context: list[int]) -> torch.Tensor:
         keep = min(_common_prefix(self.fed, context), len(context) - 1)

@@ -14,12 +14,12 @@ from decoding.core.config import (
     training_free_names,
 )
 from decoding.core.errors import ConfigError, check
-from decoding.drafters.base import Drafter
 from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
 from decoding.drafters.feature_lattice import load_feature_lattice
 from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lattice_bases import LookupChainSource, TrainedSource
+from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
 from decoding.drafters.model_source import MODEL_PREFIX, DraftModelSource
 from decoding.drafters.parallel import load_drafter
@@ -75,30 +75,29 @@ def draft_model_source(target: LM, name: str) -> DraftModelSource:
     return DraftModelSource(DraftModelDrafter(draft, target))
 
 
-def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -> Drafter:
+def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -> LatticeSource | SourceChainDrafter:
     """The drafter a config names: 'lookup', 'recycling' (token recycling's chain, any model), the draft
     model the caller loaded (`draft_lm`: an LM, or a FeatureNet from load_draft('feature')), 'lookup+X'
     (prompt lookup, else X), or 'auto': 'lookup+feature' with the shipped feature drafter loaded by
-    load_draft('auto'), 'lookup+recycling' where none fits the model (draft_lm None)."""
+    load_draft('auto'), 'lookup+recycling' where none fits the model (draft_lm None). One source alone is
+    returned as it is (speculative decoding composes it), several behind the composer."""
     if draft == LOOKUP:
         return PromptLookupDrafter(max_ngram, target.eos_ids)
     if draft == AUTO_DRAFT:
         draft = LOOKUP_THEN + (FEATURE_HEAD if draft_lm is not None else TRAINING_FREE[0])
-    names = training_free_names(draft[len(LOOKUP_THEN):] if draft.startswith(LOOKUP_THEN) else draft)
+    lookup_first = draft.startswith(LOOKUP_THEN)
+    names = training_free_names(draft[len(LOOKUP_THEN):] if lookup_first else draft)
     if names:
-        model = SourceChainDrafter(training_free_sources(target, names))
-        if draft.startswith(LOOKUP_THEN):
-            return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
-        return model
-    if draft_lm is None:
+        model = training_free_sources(target, names)
+    elif draft_lm is None:
         raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass draft_lm=")
-    if isinstance(draft_lm, FeatureNet):
+    elif isinstance(draft_lm, FeatureNet):
         model = AttendingDrafter(draft_lm) if draft_lm.attends else FeatureDrafter(draft_lm)
     else:
         model = DraftModelDrafter(draft_lm, target)
-    if draft.startswith(LOOKUP_THEN):
+    if lookup_first:
         return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
-    return model
+    return SourceChainDrafter(model) if names else model
 
 
 # ------------------------------------------------------------------------------ DSpark's sources

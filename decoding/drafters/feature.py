@@ -6,17 +6,20 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.drafters.base import Drafter, DraftRequest, Proposal, draft_probs, pick
+from decoding.drafters.base import draft_probs, pick
+from decoding.drafters.lattice_source import ChainDraw, LatticeSource, Proposal, SourceRequest
 from decoding.drafters.shallow import full_vocabulary
 from decoding.runtime.models import LM
 
 
-class FeatureDrafter(Drafter):
+class FeatureDrafter(LatticeSource):
     """Drafts from the target's own LM-head input (decoding.drafters.feature_net): the verifier hands it the h_t that
     produced the context's last token (`observe`); a round whose context it has no h_t for drafts
-    nothing (the first round, after the prompt). It keeps no cache, so rollback is free."""
+    nothing (the first round, after the prompt). It keeps no cache, so rollback is free. It answers a chain
+    request with its chain and q_draft rows, a tree request with nothing (DSpark's feature head is
+    decoding.drafters.feature_lattice)."""
 
-    has_distributions = True
+    draws_chains = True
     reads_target = True
 
     def __init__(self, net):
@@ -29,7 +32,13 @@ class FeatureDrafter(Drafter):
         self._head, self._at = None, -1
 
     def observe(self, head_input: torch.Tensor, context_length: int) -> None:
+        """The target's LM-head input (H,) that produced the last token of the context of `context_length`
+        tokens (taken from the verification forward)."""
         self._head, self._at = head_input, context_length
+
+    def observe_rows(self, rows: torch.Tensor, first_position: int) -> None:
+        """Only the last row is kept (`observe`): the one that produced the context's last token."""
+        self.observe(rows[-1], first_position + len(rows) + 1)
 
     def _ready(self, context: Sequence[int]) -> bool:
         return self._head is not None and self._at == len(context)
@@ -44,37 +53,40 @@ class FeatureDrafter(Drafter):
         return self.net.step(feature, torch.tensor(token, device=feature.device))
 
     @torch.inference_mode()
-    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
-        if request.max_tokens < 1 or not self._ready(context):
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal | None:
+        chain = request.chain
+        if chain is None:
+            return None
+        if request.gamma < 1 or not self._ready(context):
             return Proposal((), source=self.name)
         feature = self._first(context)
-        if request.greedy:
-            return self._propose_greedy(feature, request)
+        if chain.greedy:
+            return self._propose_greedy(feature, request.gamma, chain)
         tokens, rows, draws = [], [], []
-        for i in range(request.max_tokens):
+        for i in range(request.gamma):
             if i:
                 feature = self._advance(feature, tokens[-1])
             logits = self.net.full_logits(feature).float()             # (V,)
-            q_draft = draft_probs(logits, request)
-            picked, draw = pick(logits, q_draft, request)
+            q_draft = draft_probs(logits, chain)
+            picked, draw = pick(logits, q_draft, chain)
             tokens.append(picked), rows.append(q_draft), draws.append(draw)
             if picked in self.net.eos_ids or (
-                    request.stop_below is not None and float(q_draft[picked]) < request.stop_below):
+                    chain.stop_below is not None and float(q_draft[picked]) < chain.stop_below):
                 break
         return Proposal(tuple(tokens), torch.stack(rows), tuple(draws), source=self.name)
 
-    def _propose_greedy(self, feature: torch.Tensor, request: DraftRequest) -> Proposal:
+    def _propose_greedy(self, feature: torch.Tensor, max_tokens: int, chain: ChainDraw) -> Proposal:
         """Temperature 0: each token is the argmax over the slice (the full-vocabulary argmax, −inf
         elsewhere); q_draft, softmax over the slice, is spread to the full vocabulary once for all rows."""
         tokens, rows = [], []
-        for i in range(request.max_tokens):
+        for i in range(max_tokens):
             if i:
                 feature = self._advance(feature, tokens[-1])
             small = self.net.slice_logits(feature).float()                   # (V_s,)
             at = torch.argmax(small)
             tokens.append(int(self.net.vocab_ids[at])), rows.append(small)
             if tokens[-1] in self.net.eos_ids or (
-                    request.stop_below is not None and float(small.softmax(-1)[at]) < request.stop_below):
+                    chain.stop_below is not None and float(small.softmax(-1)[at]) < chain.stop_below):
                 break
         q_draft = full_vocabulary(torch.stack(rows), self.net.vocab_ids, self.net.vocab_size).softmax(-1)  # (n, V)
         return Proposal(tuple(tokens), q_draft, (None,) * len(tokens), source=self.name)

@@ -23,6 +23,7 @@ from fractions import Fraction
 
 from decoding.core.lattice import Lattice
 from decoding.core.trace import LookupMatch
+from decoding.drafters.lattice_source import LookupInput
 from decoding.drafters.lookup import lookup_continuation
 from decoding.drafters.parallel import LatticeDraft
 
@@ -59,15 +60,6 @@ def hits(proposal: Sequence[int], emitted: Sequence[int]) -> list[tuple[int, boo
         if token != got:
             break
     return out
-
-
-@dataclass(frozen=True)
-class LookupInput:
-    """One round's lookup: the proposed tokens, where they matched, and (λ_first, λ_continuation)."""
-
-    tokens: tuple[int, ...]
-    match: LookupMatch | None
-    scores: tuple[float, float]
 
 
 def continuation(context: Sequence[int], max_ngram: int, max_tokens: int,

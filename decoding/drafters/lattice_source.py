@@ -1,16 +1,21 @@
-"""Lattice sources: anything that proposes DSpark candidates, and the composer that merges them.
+"""Draft sources: anything that proposes draft tokens, for DSpark's lattice and speculative decoding's chain,
+and the composer that merges their trees.
 
 Every source implements one interface (`LatticeSource`): started with the prompt, shown every target
-forward the strategy runs anyway (`observe`), and asked once per round (`propose`) for its candidates after
-the round's root (the last emitted token), given a `SourceRequest` that holds everything the round knows
-before its target forward (γ, the node budget, the trained drafters' hidden rows, prompt lookup's chain).
-A source answers in one of two forms:
+forward the strategy runs anyway (`observe_logits`), and asked once per round (`propose`) for its candidates
+after the round's root (the last emitted token), given a `SourceRequest` that holds everything the round knows
+before its target forward (γ, the node budget, the trained drafters' hidden rows, prompt lookup's chain; for
+speculative decoding, `chain`: how to draw a chain like the target). A source answers in one of three forms:
 - a tree (`SourceTree`): each node a token, its parent node (or the root) and a prior ŝ⁰ in [0, 1], the
   source's own guess that the node is accepted once its parent is; the run's `OnlineCalibration` turns
   priors into scores ŝ (token recycling, suffix matching, a draft model);
 - a whole lattice (`LatticeDraft`) whose scores the source calibrated itself, per parent: the trained
   drafters (decoding.drafters.lattice_bases: the feature head, the parallel drafter, with prompt lookup's
-  chain inside), or prompt lookup's chain alone. At most one such source runs; its lattice is the base.
+  chain inside), or prompt lookup's chain alone. At most one such source runs; its lattice is the base;
+- to a chain request, a chain (`Proposal`) drawn as the request says, with its q_draft rows where it has a
+  distribution (a draft model, the feature drafter; `draws_chains`), or point-mass (prompt lookup). A source
+  without distributions answers a chain request with its tree, and speculative decoding's composer
+  (decoding.drafters.source_chain) walks the composed lattice into a point-mass chain.
 The composer merges every tree into the base: the same token at the same depth is one cell whatever its
 parent, its score under a parent cell the highest any source gave it there, and the cell lists the sources
 that proposed it. Stage 1 (the DP or best-first tree) and stage 2 (the exact tree rule) are unchanged, and
@@ -22,15 +27,20 @@ import dataclasses
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
 from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
 from decoding.core.lattice import Lattice
+from decoding.core.trace import LookupMatch
 from decoding.core.trace_check import MAX_LATTICE_CANDIDATES
-from decoding.drafters.lattice_lookup import LookupInput
 from decoding.drafters.parallel import LatticeDraft
+
+if TYPE_CHECKING:
+    from decoding.core.processors import Pipeline
+    from decoding.runtime.models import LM
 
 ROOT = -1
 
@@ -58,11 +68,48 @@ class SourceTree:
 
 
 @dataclass(frozen=True)
+class LookupInput:
+    """One round's prompt lookup (decoding.drafters.lattice_lookup): the proposed tokens, where they matched,
+    and (λ_first, λ_continuation)."""
+
+    tokens: tuple[int, ...]
+    match: LookupMatch | None
+    scores: tuple[float, float]
+
+
+@dataclass(frozen=True)
+class ChainDraw:
+    """How a chain request wants its tokens drawn: like the target, through its `pipeline` (the argmax when
+    `greedy`) with the run's `generator`; stop after a token whose q_draft is below `stop_below`."""
+
+    pipeline: Pipeline
+    greedy: bool
+    generator: torch.Generator
+    stop_below: float | None = None
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """A source's answer to a chain request: up to `gamma` tokens, with the q_draft rows they were drawn
+    from (processed by the request's pipeline) where the source has a distribution."""
+
+    tokens: tuple[int, ...]
+    q_draft: torch.Tensor | None = None        # (n, V) processed draft probabilities; None: point mass
+    draft_draws: tuple[float | None, ...] = ()  # u that sampled each token (None for argmax)
+    lookup: LookupMatch | None = None
+    source: str = ""                            # which source proposed it ("" = the run's drafter)
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+@dataclass(frozen=True)
 class SourceRequest:
     """What a round asks of its sources: at most `max_nodes` tree nodes, at most `gamma` deep; for a
     lattice source, `top_k` candidates per position at `temperature` (a tree `budget`: the most nodes the
     plan may take, None: a chain), the round's `history` (the last emitted tokens, the root last) with the
-    target's `hidden` rows that produced them (len(history), F), and prompt lookup's chain (`lookup`)."""
+    target's `hidden` rows that produced them (len(history), F), and prompt lookup's chain (`lookup`); for
+    speculative decoding, `chain`: a chain of at most `gamma` tokens drawn as it says."""
 
     gamma: int
     max_nodes: int
@@ -72,27 +119,49 @@ class SourceRequest:
     history: Sequence[int] = ()
     hidden: torch.Tensor | None = None
     lookup: LookupInput | None = None
+    chain: ChainDraw | None = None
 
 
 class LatticeSource(ABC):
-    """A training-free or trained source of DSpark candidates. `observe` sees every target forward the
-    strategy runs anyway (the tokens it fed and the target's logits at each), before the next round."""
+    """A training-free or trained source of draft tokens, for DSpark's lattice and speculative decoding's
+    chain. `observe_logits` sees every target forward the strategy runs anyway (the tokens it fed and the
+    target's logits at each), before the next round; the other hooks serve speculative decoding's chain."""
 
     name: str = "source"
     prompt_rows: int = 0            # wants the target's logits at the last this many prompt positions (prefill)
     feature_layers: tuple[int, ...] = ()   # target layers whose outputs its hidden rows hold (after the LM-head input)
     span: int = 1                   # how many of the last emitted tokens' hidden rows it reads
+    draws_chains: bool = False      # answers a chain request with its own chain (else a tree the composer walks)
+    reads_target: bool = False      # wants the target's LM-head inputs of each verification (`observe_rows`)
 
     def start(self, prompt_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
         """A run begins with this prompt."""
 
     @abstractmethod
-    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree | LatticeDraft | None:
-        """Candidates after context[-1] (the round's root): a tree, or a lattice it scored itself (the
-        base; None: nothing this round); draft side only."""
+    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree | LatticeDraft | Proposal | None:
+        """Candidates after context[-1] (the round's root): a tree, a lattice it scored itself (the base), or
+        to a chain request (`request.chain`) a chain; None: nothing this round. Draft side only."""
 
-    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:  # noqa: B027 - optional hook
+    def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:  # noqa: B027 - optional hook
         """logits (n, V): the target's logits after each of the n tokens fed (in their tree's context)."""
+
+    def observe_rows(self, rows: torch.Tensor, first_position: int) -> None:  # noqa: B027 - optional hook
+        """For a source that reads_target: the target's LM-head inputs (m, H) at positions first_position
+        .. first_position + m − 1 of the kept context, every row of the verification forward up to the one
+        that produced the context's last token."""
+
+    def declines(self, context: Sequence[int]) -> bool:
+        """True where it has no chain after `context` (prompt lookup without a long enough match): the
+        composer then asks the next source. It depends on the context alone, so each round stays exact."""
+        return False
+
+    def rollback(self, context: Sequence[int]) -> int:
+        """After a round: drop state beyond the longest prefix of `context` it holds; positions removed."""
+        return 0
+
+    def token_ms(self, target: LM) -> dict[str, float]:
+        """ms per drafted token, by source name (the cost-aware γ policy's draft cost; none: free)."""
+        return {}
 
 
 # ------------------------------------------------------------------------------ calibration
@@ -243,12 +312,19 @@ def compose(base: LatticeDraft | None, trees: Sequence[SourceTree], scores: Sequ
 
 
 class SourceSet:
-    """A run's lattice sources with the trees' calibration, as DSpark's decoder and speculative's chain
-    drafter both use them: `start` with the prompt, `observe` every target forward, `draft` a round (every
-    tree composed onto the lattice source's base), then `learn` from the tokens the round emitted."""
+    """The composer: a run's sources with the trees' calibration, as DSpark's decoder and speculative
+    decoding's chain drafter (decoding.drafters.source_chain) both use them: `start` with the prompt,
+    `observe_logits` every target forward, `draft` a round, then `learn` from the tokens the round emitted.
+
+    The sources form groups, in order: each source that draws its own chain (`draws_chains`) alone, each run
+    of the others together. A round is drafted by the first group that does not decline its context (the
+    last never does; DSpark's sources are all one group): a chain source's answer, or every tree of the
+    group composed onto its lattice source's base."""
 
     def __init__(self, sources: Sequence[LatticeSource]):
         self.sources = tuple(sources)
+        self.name = "+".join(source.name for source in self.sources)
+        self.groups = chain_groups(self.sources)
         self.calibration = OnlineCalibration.empty()
         self.pending: tuple[SourceTree, ...] = ()       # this round's trees, until `learn`
 
@@ -272,16 +348,25 @@ class SourceSet:
         for source in self.sources:
             source.start(prompt_ids)
 
-    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+    def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         for source in self.sources:
-            source.observe(tokens, logits)
+            source.observe_logits(tokens, logits)
 
-    def draft(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft | None:
-        """Every source's proposal after context[-1], the trees composed onto the base lattice and scored by
-        the run; None when nothing was proposed."""
-        proposals = [source.propose(context, request) for source in self.sources]
+    def drafting(self, context: Sequence[int]) -> tuple[LatticeSource, ...]:
+        """The group that drafts after `context`: the first that does not decline it (the last never does)."""
+        return next((g for g in self.groups[:-1] if not (g[0].draws_chains and g[0].declines(context))),
+                    self.groups[-1] if self.groups else ())
+
+    def draft(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft | Proposal | None:
+        """The drafting group's proposal after context[-1]: a chain source's answer, or every source's, the
+        trees composed onto the base lattice and scored by the run; None when nothing was proposed."""
+        group = self.drafting(context)
+        if group and group[0].draws_chains:
+            self.pending = ()
+            return group[0].propose(context, request)
+        proposals = [source.propose(context, request) for source in group]
         bases = [p for p in proposals if isinstance(p, LatticeDraft)]
-        check(len(bases) <= 1, "drafter", "+".join(s.name for s in self.sources),
+        check(len(bases) <= 1, "drafter", self.name,
               "may hold at most one source that scores its own lattice (a trained drafter)")
         self.pending = tuple(p for p in proposals if isinstance(p, SourceTree))
         base = bases[0] if bases else None
@@ -294,3 +379,14 @@ class SourceSet:
         for tree in self.pending:
             self.calibration.update(tree, emitted)
         self.pending = ()
+
+
+def chain_groups(sources: Sequence[LatticeSource]) -> tuple[tuple[LatticeSource, ...], ...]:
+    """The sources in order, each that draws its own chain alone and each run of the others as one group."""
+    out: list[tuple[LatticeSource, ...]] = []
+    for source in sources:
+        if out and not source.draws_chains and not out[-1][0].draws_chains:
+            out[-1] += (source,)
+        else:
+            out.append((source,))
+    return tuple(out)

@@ -1,16 +1,13 @@
 """Prompt lookup: draft the continuation of an earlier occurrence of the context's last n-gram (point-mass
-drafts, free to make), alone or in front of a draft model."""
+drafts, free to make), alone or in front of another source."""
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-import torch
-
 from decoding.core.errors import check
 from decoding.core.trace import LookupMatch
-from decoding.drafters.base import Drafter, DraftRequest, Proposal
-from decoding.drafters.draft_model import DraftModelDrafter
-from decoding.runtime.models import LM
+from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest
+from decoding.drafters.source_chain import SourceChainDrafter
 
 
 def find_lookup(context: Sequence[int], max_ngram: int, max_tokens: int, latest: bool = False,
@@ -44,23 +41,41 @@ def lookup_continuation(context: Sequence[int], max_ngram: int, max_tokens: int,
     return tuple(tokens[:cut]), match
 
 
-class PromptLookupDrafter(Drafter):
-    """Copies the continuation of an earlier occurrence of the last n-gram (a point-mass drafter)."""
+class PromptLookupDrafter(LatticeSource):
+    """Copies the continuation of an earlier occurrence of the last n-gram: a point-mass chain. With
+    `min_ngram` above 1 (in front of another source) it declines a context without a match that long."""
 
     name = "lookup"
-    has_distributions = False
+    draws_chains = True
 
-    def __init__(self, max_ngram: int = 2, eos_ids: frozenset[int] = frozenset()):
+    def __init__(self, max_ngram: int = 2, eos_ids: frozenset[int] = frozenset(), min_ngram: int = 1):
         check(isinstance(max_ngram, int) and max_ngram >= 1, "lookup_max_ngram", max_ngram,
               "must be an integer >= 1")
-        self.max_ngram = max_ngram
-        self.eos_ids = eos_ids
+        self.max_ngram, self.eos_ids, self.min_ngram = max_ngram, eos_ids, min(min_ngram, max_ngram)
+        self._searched: tuple[tuple[int, ...], LookupMatch | None] | None = None   # (context, its match)
 
-    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
-        tokens, match = lookup_continuation(context, self.max_ngram, request.max_tokens, self.eos_ids)
+    def start(self, prompt_ids: Sequence[int]) -> None:
+        self._searched = None
+
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
+        tokens, match = self._continuation(context, request.gamma)
         if match is None:
             return Proposal(())
         return Proposal(tokens, None, (None,) * len(tokens), match, source=self.name)
+
+    def declines(self, context: Sequence[int]) -> bool:
+        return not self._continuation(context, 1)[0]
+
+    def _continuation(self, context: Sequence[int], max_tokens: int):
+        """(tokens, match): the n-gram search runs once per context (the composer's `declines` and the
+        round's `propose` share it)."""
+        key = tuple(context)
+        if self._searched is None or self._searched[0] != key:
+            self._searched = (key, find_lookup(context, self.max_ngram, 1, min_ngram=self.min_ngram))
+        match = self._searched[1]
+        if match is None:
+            return (), None
+        return lookup_continuation(context, self.max_ngram, max_tokens, self.eos_ids, match=match)
 
 
 # The hybrid drafts by lookup only where an n-gram of this many tokens matches (fewer when the lookup's
@@ -68,62 +83,14 @@ class PromptLookupDrafter(Drafter):
 HYBRID_MIN_NGRAM = 2
 
 
-class LookupThenDraftDrafter(Drafter):
+class LookupThenDraftDrafter(SourceChainDrafter):
     """Prompt lookup in the rounds where the context has an n-gram match of at least `min_ngram` tokens
-    (free, point-mass drafts), the draft model in the others. Which one drafts depends on the context
-    alone, so each round stays exact under its own rule; the draft model catches up on the tokens of
-    lookup rounds when next used."""
+    (free, point-mass drafts), the other source(s) in the others: a draft model, the feature drafter, or
+    tree sources walked into a chain. Which one drafts depends on the context alone, so each round stays
+    exact under its own rule; a draft model catches up on the tokens of lookup rounds when next used."""
 
-    has_distributions = True
-
-    def __init__(self, lookup: PromptLookupDrafter, model: DraftModelDrafter, min_ngram: int = HYBRID_MIN_NGRAM):
-        self.lookup, self.model = lookup, model
-        self.min_ngram = min(min_ngram, lookup.max_ngram)
-        self.name = f"{lookup.name}+{model.name}"
-        self._searched: tuple[int, LookupMatch | None] | None = None   # (context length, its match)
-
-    def start(self, prompt_ids: Sequence[int]) -> None:
-        self.lookup.start(prompt_ids)
-        self.model.start(prompt_ids)
-        self._searched = None
-
-    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
-        tokens, match = self._continuation(context, request.max_tokens)
-        if tokens:
-            return Proposal(tokens, None, (None,) * len(tokens), match, source=self.lookup.name)
-        return self.model.propose(context, request)
-
-    def rollback(self, context: Sequence[int]) -> int:
-        return self.model.rollback(context)
-
-    def source_for(self, context: Sequence[int]) -> str:
-        return self.lookup.name if self._continuation(context, 1)[0] else self.model.name
-
-    def _continuation(self, context: Sequence[int], max_tokens: int):
-        """Prompt lookup's continuation; the n-gram search runs once per context (a run's context only
-        grows, so its length names it): source_for and propose of one round share it."""
-        if self._searched is None or self._searched[0] != len(context):
-            self._searched = (len(context), find_lookup(context, self.lookup.max_ngram, 1, min_ngram=self.min_ngram))
-        match = self._searched[1]
-        if match is None:
-            return (), None
-        return lookup_continuation(context, self.lookup.max_ngram, max_tokens, self.lookup.eos_ids, match=match)
-
-    def draft_models(self) -> dict[str, LM]:
-        return self.model.draft_models()
-
-    @property
-    def reads_target(self) -> bool:
-        return self.model.reads_target
-
-    def observe(self, head_input: torch.Tensor, context_length: int) -> None:
-        self.model.observe(head_input, context_length)
-
-    def observe_rows(self, rows: torch.Tensor, first_position: int) -> None:
-        self.model.observe_rows(rows, first_position)
-
-    def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
-        self.model.observe_logits(tokens, logits)
-
-    def token_ms(self, target: LM) -> dict[str, float]:
-        return self.model.token_ms(target)
+    def __init__(self, lookup: PromptLookupDrafter, model: LatticeSource | Sequence[LatticeSource],
+                 min_ngram: int = HYBRID_MIN_NGRAM):
+        first = PromptLookupDrafter(lookup.max_ngram, lookup.eos_ids, min_ngram)
+        super().__init__([first, *(model if isinstance(model, Sequence) else [model])])
+        self.min_ngram = first.min_ngram

@@ -116,5 +116,5 @@ class RecyclingSource(LatticeSource):
             push(len(nodes) - 1, token, depth + 1, -neg)
         return SourceTree(self.name, tuple(nodes))
 
-    def observe(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
+    def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         self.table.update(tokens, logits)

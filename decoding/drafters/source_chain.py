@@ -1,11 +1,21 @@
-"""Lattice sources as speculative decoding's drafter: the composed lattice walked greedily into one chain.
+"""Speculative decoding's drafter: every source behind one composer, asked for a chain.
 
-The same tree sources DSpark composes (decoding.drafters.lattice_source) propose after the context; their
-candidates are merged and scored by the run's online calibration, and the chain follows, from the root,
-the child of highest score at each depth. The chain is point-mass (q_draft None): the target accepts a
-token with p_target(x) and a rejection samples the target with x removed, so the round is exact at any
-temperature. The sources see every verification forward's logits (`observe_logits`), and the calibration
-counts each round's proposal against the tokens the round kept (`rollback`).
+A drafter is one source (decoding.drafters.lattice_source.LatticeSource) or several in order: prompt lookup,
+a draft model, the feature drafter, token recycling, suffix matching. The composer (`SourceSet`) groups them:
+each source that draws its own chain (`draws_chains`) is a group of its own, and each run of tree sources is
+one group, their trees composed and scored by the run's online calibration. Each round the first group that
+does not decline the context (prompt lookup in front declines a context without a long enough match; the
+last group never declines) drafts it:
+- a chain source answers with its chain: drawn from its distribution as the target draws (q_draft rows: at
+  temperature > 0 the target accepts x with min(1, p_target(x) / q_draft(x)) and a rejection samples
+  norm(max(0, p_target − q_draft))), or point-mass (prompt lookup);
+- a group of tree sources answers with the composed lattice, walked from the root to the child of highest
+  score at each depth: a point-mass chain (q_draft None), accepted with p_target(x), a rejection sampling the
+  target with x removed, so the round is exact at any temperature.
+The group depends on the context alone, so each round is exact under its own rule. The sources see every
+verification forward's logits (`observe_logits`), a source that reads the target its LM-head inputs
+(`observe_rows`), and the calibration counts each walked proposal against the tokens the round kept
+(`rollback`).
 """
 from __future__ import annotations
 
@@ -13,10 +23,8 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.drafters.base import Drafter, DraftRequest, Proposal
-from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet
-
-CHAIN_NODES = 24            # candidates the sources propose per round before the walk
+from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest, SourceSet
+from decoding.runtime.models import LM
 
 
 def greedy_walk(lattice, length: int) -> list[int]:
@@ -33,33 +41,63 @@ def greedy_walk(lattice, length: int) -> list[int]:
     return path
 
 
-class SourceChainDrafter(Drafter):
-    """Speculative decoding's drafter over tree sources (`--draft recycling`)."""
+class SourceChainDrafter:
+    """What speculative decoding talks to (see the module): `start`, `propose` a chain, `rollback` after
+    the round, and the verification forward handed to the sources."""
 
     def __init__(self, sources: Sequence[LatticeSource]):
         self.sources = SourceSet(sources)
-        self.name = "+".join(s.name for s in self.sources.sources)
-        self._start: int | None = None          # the context length the pending proposal was made after
+        self.name = self.sources.name
+        self._walked: int | None = None         # the context length a walked proposal was made after
+
+    @property
+    def reads_target(self) -> bool:
+        """Some source wants the target's LM-head inputs after each round (`observe_rows`)."""
+        return any(source.reads_target for source in self.sources.sources)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.sources.start(prompt_ids)
-        self._start = None
+        self._walked = None
 
-    def propose(self, context: Sequence[int], request: DraftRequest) -> Proposal:
-        draft = self.sources.draft(context, SourceRequest(request.max_tokens, CHAIN_NODES))
-        self._start = len(context)
-        if draft is None:
-            return Proposal((), source=self.name)
-        path = greedy_walk(draft.lattice, request.max_tokens)
-        tokens = tuple(draft.lattice.token_ids[k][j] for k, j in enumerate(path))
-        return Proposal(tokens, None, (None,) * len(tokens), source=self.name)
+    def source_for(self, context: Sequence[int]) -> str:
+        """The name of the source(s) that will draft after `context` (Proposal.source)."""
+        return "+".join(source.name for source in self.sources.drafting(context))
+
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
+        """Up to request.gamma tokens to follow `context`, drawn as request.chain says where the drafting
+        source has a distribution, else the composed lattice walked greedily."""
+        name = self.source_for(context)
+        answer = self.sources.draft(context, request)
+        if isinstance(answer, Proposal):
+            return answer
+        self._walked = len(context)
+        if answer is None:
+            return Proposal((), source=name)
+        path = greedy_walk(answer.lattice, request.gamma)
+        tokens = tuple(answer.lattice.token_ids[k][j] for k, j in enumerate(path))
+        return Proposal(tokens, None, (None,) * len(tokens), source=name)
 
     def rollback(self, context: Sequence[int]) -> int:
-        """After a round: count the round's proposal against the tokens it kept; nothing to crop."""
-        if self._start is not None:
-            self.sources.learn(context[self._start:])
-            self._start = None
-        return 0
+        """After a round: a walked proposal counted against the tokens it kept; each source rolled back to
+        `context`. -> positions removed from the sources' caches."""
+        if self._walked is not None:
+            self.sources.learn(context[self._walked:])
+            self._walked = None
+        return sum(source.rollback(context) for source in self.sources.sources)
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
-        self.sources.observe(tokens, logits)
+        self.sources.observe_logits(tokens, logits)
+
+    def observe_rows(self, rows: torch.Tensor, first_position: int) -> None:
+        for source in self.sources.sources:
+            if source.reads_target:
+                source.observe_rows(rows, first_position)
+
+    def token_ms(self, target: LM) -> dict[str, float]:
+        """ms per drafted token, by source name (the cost-aware γ policy's draft cost; lookup is free)."""
+        return {name: ms for source in self.sources.sources for name, ms in source.token_ms(target).items()}
+
+
+def composed(drafter: LatticeSource | SourceChainDrafter) -> SourceChainDrafter:
+    """A drafter as the composer: one source alone, or the composer as given."""
+    return drafter if isinstance(drafter, SourceChainDrafter) else SourceChainDrafter([drafter])

@@ -256,7 +256,7 @@ class DSparkDecoder:
         self.hidden = tap.hidden[0, -1][None]      # (1, F) the head reads the last position only
         timer.lap("prefill")
         self.sources.start(fed)
-        self.sources.observe(fed[len(fed) - len(rows):], rows)
+        self.sources.observe_logits(fed[len(fed) - len(rows):], rows)
         token, draw = self._first_token(row)
         timer.lap("acceptance")
         event = prefill_event(self.lm, self.config,
@@ -299,7 +299,7 @@ class DSparkDecoder:
         past = self.cache.get_seq_length()
         logits, rows = self._verify(tokens, parents)               # (q, V), (q, F)
         timer.lap("verification")
-        self.sources.observe(tokens, logits)
+        self.sources.observe_logits(tokens, logits)
         timer.lap("drafter")
         peak = kv_memory(self.cache).bytes
         p_rows = target_probs(logits, self.pipeline)               # (q, V)

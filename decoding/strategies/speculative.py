@@ -20,8 +20,10 @@ from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, KVMemory, ProbEntry, SpecRound
 from decoding.core.trace_check import draft_verdict
 from decoding.core.trace_totals import spec_metrics
-from decoding.drafters.base import Drafter, DraftRequest, Proposal
+from decoding.drafters.base import DraftRequest
 from decoding.drafters.factory import make_drafter
+from decoding.drafters.lattice_source import LatticeSource, Proposal
+from decoding.drafters.source_chain import SourceChainDrafter, composed
 from decoding.runtime.cost_table import AUTO, load_table
 from decoding.runtime.hooks import tap_decoder_rows
 from decoding.runtime.models import LM, Timer, kv_memory
@@ -73,7 +75,7 @@ def confidence_cut(q_own: Sequence[float], threshold: float) -> int:
     return len(q_own)
 
 
-def cost_policy(lm: LM, config: SpeculativeConfig, drafter: Drafter) -> spec_cost.CostPolicy:
+def cost_policy(lm: LM, config: SpeculativeConfig, drafter: SourceChainDrafter) -> spec_cost.CostPolicy:
     """gamma_policy "cost": the verify table (config.cost_table; None = auto) and each draft model's
     token cost (profiled once per device and cached; prompt lookup costs nothing)."""
     cost = load_table(lm, config.cost_table or AUTO, config.cost_need())
@@ -93,10 +95,12 @@ class _Verdicts:
 
 
 class Speculator:
-    """Runs speculative rounds for one trace; owns the target KV cache."""
+    """Runs speculative rounds for one trace; owns the target KV cache and talks to the drafter's sources
+    through their composer."""
 
-    def __init__(self, lm: LM, config: SpeculativeConfig, drafter: Drafter, generator: torch.Generator):
-        self.lm, self.config, self.drafter, self.generator = lm, config, drafter, generator
+    def __init__(self, lm: LM, config: SpeculativeConfig, drafter: LatticeSource | SourceChainDrafter,
+                 generator: torch.Generator):
+        self.lm, self.config, self.drafter, self.generator = lm, config, composed(drafter), generator
         self.greedy = config.is_greedy
         self.pipeline = Pipeline(()) if self.greedy else build_pipeline(
             config.temperature, config.top_k, config.top_p, config.min_p)
@@ -369,10 +373,10 @@ def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -
 # ---------------------------------------------------------------- strategy entry points
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, generator: torch.Generator,
-           forced: Sequence[int] = (), drafter: Drafter | None = None, draft_lm: LM | None = None
-           ) -> Iterator[SpecRound]:
-    """Yield one SpecRound per target forward. Pass a ready `drafter`, or the loaded `draft_lm` for a
-    config whose `draft` names a model; 'lookup' needs neither."""
+           forced: Sequence[int] = (), drafter: LatticeSource | SourceChainDrafter | None = None,
+           draft_lm: LM | None = None) -> Iterator[SpecRound]:
+    """Yield one SpecRound per target forward. Pass a ready `drafter` (a source, or sources behind their
+    composer), or the loaded `draft_lm` for a config whose `draft` names a model; 'lookup' needs neither."""
     if drafter is None:
         drafter = make_drafter(config.draft, lm, draft_lm=draft_lm, max_ngram=config.lookup_max_ngram)
     forced = [int(t) for t in forced][:config.max_new_tokens]
