@@ -90,12 +90,6 @@ def beam_chips(events: Sequence) -> list[Chip]:
     return chips
 
 
-def beam_output(events: Sequence) -> list[int]:
-    from decoding.strategies.beam import output_ids
-
-    return output_ids(events)
-
-
 # ---------------------------------------------------------------- tables
 
 POOL_COLUMNS = ["rank", "source_beam", "token_id", "piece", "logprob", "score", "normalized_score", "status"]

@@ -7,8 +7,8 @@ from pathlib import PurePath
 
 import pandas as pd
 
+from decoding.core.trace_totals import emitted_count
 from ui.views.chips import first_divergence, visible
-from ui.views.figures import emitted_count
 
 
 def table_name(source: str) -> str:
@@ -103,20 +103,3 @@ def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
                      "stop_reason": trace.stop_reason})
     return pd.DataFrame(rows)
 
-
-SEQUENCE_OUTPUT: dict[str, Callable[[Sequence], list[int]]] = {}
-
-
-def register_output(kind: str, output: Callable[[Sequence], list[int]]) -> None:
-    """For strategies whose output is not the concatenation of per-step tokens (beam search)."""
-    SEQUENCE_OUTPUT[kind] = output
-
-
-def emitted_stream(events: Sequence) -> list[int]:
-    sequence = SEQUENCE_OUTPUT.get(getattr(events[-1], "kind", "")) if events else None
-    if sequence is not None:
-        return list(sequence(events))
-    out: list[int] = []
-    for event in events:
-        out.extend(event.emitted_ids() if hasattr(event, "emitted_ids") else [event.chosen_id])
-    return out
