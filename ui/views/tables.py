@@ -8,14 +8,18 @@ from pathlib import PurePath
 import pandas as pd
 
 from decoding.core.trace_totals import emitted_count
+from decoding.runtime.cost_table import AUTO_SOURCE
 from ui.views.chips import first_divergence, visible
 
 
 def table_name(source: str) -> str:
-    """A cost table's source as the page shows it: its file name, never the server's path; the table "auto"
-    profiles lives in the cache's `cost` folder under a name that says model, device and dtype."""
-    path = PurePath(str(source).replace("\\", "/"))
-    return f"auto, profiled on this machine ({path.name})" if path.parent.name == "cost" else path.name
+    """A cost table's source as the page shows it: its file name, never a path; the table "auto" profiles
+    (AUTO_SOURCE and a name that says model, device and dtype; traces before it stored its path, in the
+    cache's `cost` folder) says so."""
+    text = str(source)
+    path = PurePath(text.removeprefix(AUTO_SOURCE).replace("\\", "/"))
+    auto = text.startswith(AUTO_SOURCE) or path.parent.name == "cost"
+    return f"auto, profiled on this machine ({path.name})" if auto else path.name
 
 
 def _p(logprob: float) -> float:
