@@ -8,6 +8,7 @@ from ui.views import figures, memory, tables
 from ui.views.text import md_text
 from ui.widgets import display, keys, session, sidebar
 from ui.widgets.params import build_config
+from ui.widgets.waiting import with_waiting
 
 settings = sidebar.current()
 st.title("Compare")
@@ -36,13 +37,14 @@ if st.button("Run the comparison", key=keys.COMPARE_RUN, type="primary", disable
     lm = session.lm_or_stop(settings)
     prompt_ids = session.prompt_ids_or_stop(lm, settings)
     jobs = {label: (config, session.strategy_kwargs_or_stop(config, settings)) for label, config in lanes.items()}
-    progress = st.progress(0.0, text="Running the lanes in lockstep…")
+    progress = st.progress(0.0, text=md_text(with_waiting("Running the lanes in lockstep…")))
     events = [0]
 
     def on_event(_label, _event) -> None:
         events[0] += 1
         turn = events[0] // len(jobs)
-        progress.progress(min(1.0, turn / max(1, settings.max_new_tokens)), text=f"Lockstep turn {turn}")
+        progress.progress(min(1.0, turn / max(1, settings.max_new_tokens)),
+                          text=md_text(with_waiting(f"Lockstep turn {turn}")))
 
     st.session_state[keys.COMPARE] = run_lockstep(lm, prompt_ids, jobs, prompt_text=settings.prompt,
                                                   on_event=on_event)

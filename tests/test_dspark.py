@@ -155,7 +155,7 @@ def test_cost_aware_chain_length(lm, drafter, tmp_path):
         assert tr.output_ids == ref
         sizes = [e.size.size for e in tr.steps[1:] if e.size is not None]
         assert sizes and (max(sizes) == 1 if expect == 1 else sizes[0] == 8)
-        assert tr.steps[1].size.verify_ms[0] == 10.0 and tr.steps[1].size.cost_source == str(path)
+        assert tr.steps[1].size.verify_ms[0] == 10.0 and tr.steps[1].size.cost_source == path.name
 
 
 def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monkeypatch):
@@ -168,7 +168,8 @@ def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monk
     second = run(lm, PROMPTS[0], config, drafter=drafter)
     assert len(calls) == 1 and cost_module.auto_cost_path(lm).is_file()
     assert first.output_ids == second.output_ids == greedy_ids(lm, PROMPTS[0], 12)
-    assert second.steps[1].size.cost_source == str(cost_module.auto_cost_path(lm))
+    assert second.steps[1].size.cost_source == "auto: " + cost_module.auto_cost_path(lm).name
+    assert str(tmp_path) not in trace.to_json(second)          # a trace a user downloads names no server folder
     assert first.steps[1].size.verify_ms == second.steps[1].size.verify_ms
     overhead = first.steps[1].size.overhead_ms          # the drafter's round, timed once on the first run
     sized = [e.size for e in list(first.steps[1:]) + list(second.steps[1:]) if e.size is not None]

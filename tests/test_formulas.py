@@ -311,9 +311,11 @@ def test_limits_are_not_written_again():
     ("formulas", {"__future__", "collections", "math"}),
     ("roofline", {"__future__", "dataclasses"}),
     ("measures", {"__future__", "dataclasses", "statistics", "decoding"}),
+    ("trace_totals", {"__future__", "collections", "decoding"}),
 ])
 def test_pure_core_modules_import_no_torch(module, allowed):
-    """The formulas, the roofline and the Lab's measurement records are read by the UI and notebooks."""
+    """The formulas, the roofline, the Lab's measurement records and the trace totals are read by the UI and
+    notebooks."""
     path = ROOT / "decoding" / "core" / f"{module}.py"
     tree = ast.parse(path.read_text(encoding="utf-8"))
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

@@ -73,7 +73,7 @@ ESCAPERS = {"md_text"}
 # (ui/views/tour.py), the Lab's findings (ui/views/lab.py, memory.py) and the what-if's cost note (ui/views/whatif.py).
 AUTHORED = {"stop.body", "stop.terms", "stop.look_for", "stop.id", "stop.title", "tour.stop_label", "lab.regime",
             "lab.tradeoff", "memory.memory_summary", "whatif.cost_note",
-            "waiting_line"}                                   # authored text around a count (stepper.waiting_line)
+            "waiting_line"}                                   # authored text around a count (waiting.waiting_line)
 NUMERIC = {"len", "int", "float", "round", "abs", "sum"}         # return a number, whatever they are given
 NUMBER_FORMATS = tuple("dfFeEgGn%xXbo")                        # a format spec of these refuses a string
 

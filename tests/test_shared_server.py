@@ -8,14 +8,16 @@ import threading
 import weakref
 
 import pytest
+from md_helpers import shown
 from test_app import new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 from decoding.core.config import GreedyConfig, SampleConfig
 from decoding.core.trace import without_timings
 from decoding.runner import run
 from decoding.runtime.model_cache import ModelCache
-from ui.widgets import lab_panels, live, session
+from ui.widgets import keys, lab_panels, live, session
 from ui.widgets.live import LiveRun, release_idle
+from ui.widgets.waiting import waiting_line
 
 PROMPT = [1, 5, 9, 2]
 
@@ -207,9 +209,72 @@ def test_a_step_that_waits_for_other_sessions_says_so(tiny_dir, monkeypatch):
     at.button(key="pg.step").click().run()
     ok(at)
     assert len(run_state(at).events) == 1
-    assert [t for t in shown if t.startswith("Waiting")] == [stepper.waiting_line(2)]
-    assert "2 other sessions" in stepper.waiting_line(2) and "1 other session on" in stepper.waiting_line(1)
-    assert stepper.waiting_line(0) is None
+    assert [t for t in shown if t.startswith("Waiting")] == [waiting_line(2)]
+    assert "2 other sessions" in waiting_line(2) and "1 other session on" in waiting_line(1)
+    assert waiting_line(0) is None
+
+
+class ShownWhileWaiting:
+    """Stands in for st.spinner and st.progress (and the bar it returns): keeps every text they are given."""
+
+    def __init__(self):
+        self.texts: list[str] = []
+
+    def __call__(self, *args, text: str = "", **kw):
+        self.texts.append(shown(text or (args[0] if args and isinstance(args[0], str) else "")))
+        return self
+
+    progress = __call__
+
+    def empty(self):
+        pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def click_run_compare(at):
+    at.switch_page("app_pages/compare.py").run()
+    at.button(key=keys.COMPARE_RUN).click().run()
+    return lambda: at.session_state[keys.COMPARE]
+
+
+def click_measure_lab(at):
+    at.switch_page("app_pages/lab.py").run()
+    at.text_input(key=keys.LAB_TOKENS).set_value("1")
+    at.text_input(key=keys.LAB_BATCHES).set_value("1")
+    at.number_input(key=keys.LAB_REPEATS).set_value(1)
+    at.button(key=keys.LAB_COST_RUN).click().run()
+    return lambda: at.session_state[keys.LAB]
+
+
+def click_rerun_tour(at):
+    at.switch_page("app_pages/tour.py").run()
+    at.button(key=keys.TOUR_RUN).click().run()
+    return lambda: at.session_state[keys.TOUR_LIVE]["greedy"]
+
+
+@pytest.mark.parametrize("click", [click_run_compare, click_measure_lab, click_rerun_tour])
+def test_other_pages_that_wait_for_other_sessions_say_so(tiny_dir, monkeypatch, click):
+    """Compare's lanes, the Lab's measurements and the Tour's live runs wait on the engine thread as the
+    Playground's steps do, and say the same line while other sessions have work there."""
+    import streamlit
+
+    from decoding.runtime.engine_thread import ENGINE
+
+    bars = ShownWhileWaiting()
+    monkeypatch.setattr(streamlit, "spinner", bars)
+    monkeypatch.setattr(streamlit, "progress", bars)
+    at = new_app({"max_new": "3", "stop": "greedy"})
+    monkeypatch.setattr(ENGINE, "others_ahead", lambda owner=None: 2)
+    result = click(at)
+    ok(at)
+    assert result()                                               # the work was done
+    waited = [t for t in bars.texts if waiting_line(2) in t]
+    assert waited and all(t.endswith(f" — {waiting_line(2)}") for t in waited), bars.texts
 
 
 def test_a_model_keeps_one_trained_drafter_of_a_kind(tmp_path):

@@ -109,7 +109,7 @@ def test_focus_step_rules():
     cut = lambda *m: tuple(SimpleNamespace(name=n, removed_mass=x) for n, x in m)  # noqa: E731
     sampling = _steps(filters=[cut(("temperature", 0.9), ("top_k", 0.1)), cut(("top_p", 0.3)), cut(("min_p", 0.2))])
     assert tour.focus_step(tour.stop_by_id("sampling"), sampling) == 1     # temperature's mass is not a cut
-    spec = [SimpleNamespace(emitted_ids=lambda n=n: [0] * n, gamma=g) for n, g in [(1, 5), (4, 2), (4, 7)]]
+    spec = [SimpleNamespace(emitted=(0,) * n, gamma=g) for n, g in [(1, 5), (4, 2), (4, 7)]]
     assert tour.focus_step(tour.stop_by_id("speculative"), spec) == 1      # first of the ties
     assert tour.focus_step(tour.stop_by_id("adaptive"), spec) == 2
     assert tour.focus_step(tour.stop_by_id("beam"), spec) == 2

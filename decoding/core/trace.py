@@ -293,9 +293,6 @@ class SpecRound:
     gamma_choice: GammaChoiceInfo | None = None   # gamma_policy "cost": how this round's γ was chosen
     kv: KVMemory | None = None      # the target's cache: at its peak in verification, after the rollback
 
-    def emitted_ids(self) -> list[int]:
-        return list(self.emitted)
-
 
 register_event(SpecRound)
 
@@ -411,9 +408,6 @@ class DSparkRound:
     lookup_scores: tuple[float, float] | None = None  # (λ_first, λ_continuation) used this round
     kv: KVMemory | None = None     # the target's cache: at its peak in verification, after compaction
     drafting: DraftingInfo | None = None           # the prefill event: the run's sources (None before 1.5)
-
-    def emitted_ids(self) -> list[int]:
-        return list(self.emitted)
 
 
 register_event(DSparkRound)

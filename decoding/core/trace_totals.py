@@ -1,6 +1,7 @@
 """A trace's totals from its steps: the new token ids, the target forwards and vLLM's speculative
-metrics. The runner records them (decoding.runner.assemble) and the loader checks a recorded trace
-against them (decoding.core.trace_check), so both use these definitions. Steps are read by attribute,
+metrics. The runner records them (decoding.runner.assemble), the loader checks a recorded trace
+against them (decoding.core.trace_check) and the views count tokens with them, so all use these
+definitions (torch-free: the UI imports this module). Steps are read by attribute,
 dispatched by their `kind`, so this module needs nothing from trace.py.
 """
 from __future__ import annotations
@@ -8,6 +9,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from decoding.core.formulas import round_metrics
+
+
+def emitted_count(step) -> int:
+    """Tokens one step adds to its run: its emitted tokens (forced ones included), one for a token step;
+    one for a beam step too (every live hypothesis grows by one position)."""
+    return len(step.emitted) if hasattr(step, "emitted") else 1
 
 
 def emitted_ids(steps: Sequence) -> list[int]:

@@ -25,7 +25,7 @@ MAX_COST_ENTRIES = 1024         # verify_ms entries; a run verifies at most DSPA
 @dataclass(frozen=True)
 class CostTable:
     verify_ms: tuple[float, ...]     # verify_ms[n - 1]: ms of a forward over n new tokens
-    source: str = "profiled"         # "profiled", or the file it was read from
+    source: str = "profiled"         # "profiled", the name of the file it was read from, or AUTO_SOURCE
     device: str = ""
     model: str = ""
     overhead_ms: float = 0.0         # ms a DSpark round spends outside its verification forward
@@ -90,7 +90,7 @@ class CostTable:
             raise ConfigError("cost_table", shown, f"could not be read ({err.strerror or err})") from None
         check(len(data) <= MAX_COST_BYTES, "cost_table", shown, f"is over {MAX_COST_BYTES} bytes")
         try:
-            return cls.parse(data, str(path))
+            return cls.parse(data, Path(path).name)         # its source: the name alone, never a folder
         except ConfigError as err:
             raise ConfigError("cost_table", shown, err.expected) from None
 
@@ -140,6 +140,7 @@ def forward_times(lm, counts: Iterable[int], repeats: int, prefix_tokens: int = 
 
 
 AUTO = "auto"                       # profile on this device once, then cache (config.AUTO_COST)
+AUTO_SOURCE = "auto: "              # a trace's name of the auto table: this, then its file name (no server folder)
 AUTO_MIN_TOKENS = 17                # an auto table covers at least this many tokens
 
 
@@ -158,14 +159,16 @@ def auto_cost_path(lm) -> Path:
 
 def load_table(lm, cost_table: str, need: int) -> CostTable:
     """The table a config names: "auto" (profiled on this device on first use and cached; profiled
-    again when it covers fewer than `need` tokens) or a JSON file that must cover `need` tokens."""
+    again when it covers fewer than `need` tokens) or a JSON file that must cover `need` tokens. Its
+    `source`, which traces record as `cost_source`, names no folder (a trace may leave the server): AUTO_SOURCE
+    and the cached file's name for "auto", a file's name alone otherwise (the config keeps the path given)."""
     if cost_table == AUTO:
         path = auto_cost_path(lm)
         cost = load_from_cache(CostTable.load, path)
         if cost is None or cost.max_tokens < need:
             cost = profile_verify_cost(lm, max(need, AUTO_MIN_TOKENS))
             save_to_cache(cost.save, path)
-        return dataclasses.replace(cost, source=str(path))
+        return dataclasses.replace(cost, source=AUTO_SOURCE + path.name)
     cost = CostTable.load(cost_table)
     check(cost.max_tokens >= need, "cost_table", cost_table,
           f"covers {cost.max_tokens} tokens; this run verifies up to {need}")

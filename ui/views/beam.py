@@ -90,12 +90,6 @@ def beam_chips(events: Sequence) -> list[Chip]:
     return chips
 
 
-def beam_output(events: Sequence) -> list[int]:
-    from decoding.strategies.beam import output_ids
-
-    return output_ids(events)
-
-
 # ---------------------------------------------------------------- tables
 
 HEADERS = {"score": "score (sum of log p)"}     # the page's words where beam's fields differ from headers.HEADERS

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
 
+from decoding.core.trace_totals import emitted_count
 from ui.views import palette
 from ui.views.chips import visible
 
@@ -241,10 +242,6 @@ def timing_waterfall(timings_ms: Mapping[str, float], title: str = "Where the st
                       margin={"t": 50, "b": 10, "l": 10, "r": 10},
                       height=80 + 40 * max(1, len(names)))
     return fig
-
-
-def emitted_count(event) -> int:
-    return len(event.emitted_ids()) if hasattr(event, "emitted_ids") else 1
 
 
 def tokens_vs_time(lanes: Mapping[str, Sequence]) -> go.Figure:

@@ -8,8 +8,9 @@ from collections.abc import Mapping, Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from decoding.core.trace_totals import emitted_count
 from ui.views import palette
-from ui.views.figures import emitted_count, plot_text
+from ui.views.figures import plot_text
 
 MB = 1e6
 

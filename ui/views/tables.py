@@ -7,15 +7,19 @@ from pathlib import PurePath
 
 import pandas as pd
 
+from decoding.core.trace_totals import emitted_count
+from decoding.runtime.cost_table import AUTO_SOURCE
 from ui.views.chips import first_divergence, visible
-from ui.views.figures import emitted_count
 
 
 def table_name(source: str) -> str:
-    """A cost table's source as the page shows it: its file name, never the server's path; the table "auto"
-    profiles lives in the cache's `cost` folder under a name that says model, device and dtype."""
-    path = PurePath(str(source).replace("\\", "/"))
-    return f"auto, profiled on this machine ({path.name})" if path.parent.name == "cost" else path.name
+    """A cost table's source as the page shows it: its file name, never a path; the table "auto" profiles
+    (AUTO_SOURCE and a name that says model, device and dtype; traces before it stored its path, in the
+    cache's `cost` folder) says so."""
+    text = str(source)
+    path = PurePath(text.removeprefix(AUTO_SOURCE).replace("\\", "/"))
+    auto = text.startswith(AUTO_SOURCE) or path.parent.name == "cost"
+    return f"auto, profiled on this machine ({path.name})" if auto else path.name
 
 
 def _p(logprob: float) -> float:
@@ -106,20 +110,3 @@ def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
                      "stop_reason": trace.stop_reason})
     return pd.DataFrame(rows)
 
-
-SEQUENCE_OUTPUT: dict[str, Callable[[Sequence], list[int]]] = {}
-
-
-def register_output(kind: str, output: Callable[[Sequence], list[int]]) -> None:
-    """For strategies whose output is not the concatenation of per-step tokens (beam search)."""
-    SEQUENCE_OUTPUT[kind] = output
-
-
-def emitted_stream(events: Sequence) -> list[int]:
-    sequence = SEQUENCE_OUTPUT.get(getattr(events[-1], "kind", "")) if events else None
-    if sequence is not None:
-        return list(sequence(events))
-    out: list[int] = []
-    for event in events:
-        out.extend(event.emitted_ids() if hasattr(event, "emitted_ids") else [event.chosen_id])
-    return out

@@ -16,6 +16,7 @@ from typing import Any
 from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.core.trace import Trace, from_json, to_json
+from decoding.core.trace_totals import emitted_count
 from decoding.runner import STRATEGIES, run
 from decoding.runtime.files import check_folder
 
@@ -276,11 +277,7 @@ def _mass_cut(step) -> float:
     return sum(f.removed_mass for f in getattr(step, "filters", ()) if f.name != "temperature")
 
 
-def _emitted(step) -> int:
-    return len(step.emitted_ids()) if hasattr(step, "emitted_ids") else 1
-
-
-_FOCUS_RULES = {"closest": _closeness, "most_cut": _mass_cut, "most_emitted": _emitted,
+_FOCUS_RULES = {"closest": _closeness, "most_cut": _mass_cut, "most_emitted": emitted_count,
                 "largest_gamma": lambda step: getattr(step, "gamma", 0), "last": lambda step: 0}
 
 

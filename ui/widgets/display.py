@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 import streamlit as st
 
+from decoding.core.trace_totals import output_ids
 from ui.views import figures, headers, tables
 from ui.views.chips import (
     chips_for,
@@ -76,10 +77,10 @@ def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None
         legend = origins_present([c for events in lanes.values() for c in chips_for(events)], ("target", "forced"))
     st.html(legend_html(legend))
     labels = list(lanes)
-    base = tables.emitted_stream(lanes[labels[0]]) if labels else []
+    base = output_ids(lanes[labels[0]]) if labels else []
     cols = st.columns(len(labels))
     for col, label in zip(cols, labels):
-        stream = tables.emitted_stream(lanes[label])
+        stream = output_ids(lanes[label])
         diverge = first_divergence(base, stream) if label != labels[0] else None
         chips = chips_for(lanes[label])
         if piece_of is not None:

@@ -26,6 +26,7 @@ from ui.views import acceptance, lab, lossless, memory
 from ui.views.text import md_text
 from ui.widgets import display, keys, session
 from ui.widgets.params import Settings
+from ui.widgets.waiting import with_waiting
 
 MEASURE_ERRORS = (ConfigError, RuntimeError, ValueError, MemoryError)
 LAB_RESULTS = 12     # measurements a session keeps (the newest; each section's settings and model make a key)
@@ -49,12 +50,13 @@ def _measured(settings: Settings, measurement: Measurement, clicked: bool) -> li
     if clicked:
         lm = session.lm_or_stop(settings)
         total = measurement.total
-        progress = st.progress(0.0, text="Measuring…")
+        progress = st.progress(0.0, text=md_text(with_waiting("Measuring…")))
         events = []
         try:
             for event in ENGINE.steps(measurement.start(lm)):
                 events.append(event)
-                progress.progress(min(1.0, len(events) / total), text=f"Measured {len(events)} of {total:d}")
+                progress.progress(min(1.0, len(events) / total),
+                                  text=md_text(with_waiting(f"Measured {len(events)} of {total:d}")))
         except MEASURE_ERRORS as err:
             progress.empty()
             store.pop(key, None)

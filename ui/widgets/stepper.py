@@ -16,6 +16,7 @@ from decoding.runtime.engine_thread import ENGINE
 from ui.views.text import md_text
 from ui.widgets import keys
 from ui.widgets.display import show_streams
+from ui.widgets.waiting import waiting_line
 
 VIEWS = ["This step", "All steps", "Branch"]
 CHUNK_S = 0.5
@@ -68,14 +69,6 @@ def settle_stop(pressed: dict) -> None:
     key: a widget is drawn once per rerun) takes its place."""
     if pressed["stop_enabled"] and keys.RUNNING not in st.session_state:
         pressed["stop_slot"].button("Stop", key=keys.STOP_DONE, help=STOP_HELP, disabled=True)
-
-
-def waiting_line(others: int) -> str | None:
-    """What the page says while its steps take turns with `others` other sessions (None: none)."""
-    if others <= 0:
-        return None
-    return (f"Waiting for {int(others):d} other session{'s' if others > 1 else ''} on this server: "
-            "the model takes one step for each session in turn…")
 
 
 def advance(run, n: int, budget_s: float | None = None) -> None:

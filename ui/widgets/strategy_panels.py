@@ -239,7 +239,6 @@ def _dspark_calibration(events, ctx: ViewContext) -> None:
 step_panel.register_panel("beam", beam_panel)
 chips.register_sequence_chips("beam", beam.beam_chips)
 tables.register_rows("beam", beam.beam_row)
-tables.register_output("beam", beam.beam_output)
 
 step_panel.register_panel("spec_round", spec_panel)
 chips.register_chips("spec_round", spec.spec_chips)

@@ -17,6 +17,7 @@ from ui.views.text import md_text
 from ui.widgets import keys, session, sidebar
 from ui.widgets.display import show_chips, show_metrics
 from ui.widgets.step_panel import ViewContext, show_step
+from ui.widgets.waiting import with_waiting
 
 SOURCES = ("Recorded", "Live")
 
@@ -107,7 +108,7 @@ def run_live(stop: tour.Stop, model: str) -> None:
     config = stop.config()
     kwargs = session.strategy_kwargs_or_stop(config, settings)
     try:
-        with st.spinner(f"Running {md_text(stop.title.lower())} live…"):
+        with st.spinner(md_text(with_waiting(f"Running {stop.title.lower()} live…"))):
             trace = run(lm, prompt_ids, config, prompt_text=stop.prompt, **kwargs)
     except ConfigError as err:
         st.error(md_text(err))
