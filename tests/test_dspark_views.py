@@ -331,3 +331,17 @@ def test_cost_tables_are_named_without_the_servers_path():
         "auto, profiled on this machine (default-cpu-float32.json)"                # as older traces stored it
     assert table_name("/home/me/tables/mine.json") == "mine.json"
     assert table_name("mine.json") == "mine.json"
+    from ui.views.tables import table_short
+
+    assert table_short("auto: default-cpu-float32.json") == "auto"
+    assert table_short("/root/.cache/decodescope/cost/default-cpu-float32.json") == "auto"
+    assert table_short("/home/me/tables/mine.json") == "mine.json"
+
+
+def test_the_summary_names_the_cost_table_in_a_few_words(cost_trace):
+    """The stage-1 summary's size cell fits its column: the size and "auto" or the table's file name."""
+    sized = [e for e in cost_trace.steps if getattr(e, "size", None)]
+    assert sized, "the fixture should have cost-aware rounds"
+    for event in sized:
+        size = dspark.selection_summary(event)["size"]
+        assert size == f"cost-aware: {event.size.size} (cost table cost.json)", size

@@ -16,7 +16,7 @@ from ui.views import palette
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
 from ui.views.sources import source_text
-from ui.views.tables import table_name
+from ui.views.tables import table_short
 
 NODE_STYLE = {   # verdict -> (colour, marker symbol, text twin)
     "accepted": (palette.GREEN, "circle", "✓ accepted"),
@@ -297,7 +297,7 @@ def selection_summary(event) -> dict:
     return {"mode": "chain (DP)" if event.select == "chain" else "tree (best-first)",
             "positions drafted (γ)": len(event.lattice), "candidates per position (K)": width,
             ("chain length" if event.select == "chain" else "tree nodes") + " verified": len(event.nodes),
-            "size": f"cost-aware: {info.size} from the table {table_name(info.cost_source)}" if info else
+            "size": f"cost-aware: {info.size} (cost table {table_short(info.cost_source)})" if info else
                     "fixed (no cost table)",
             "expected accepted drafts": round(event.expected_accepted, 4),
             "expected tokens this forward": round(1.0 + event.expected_accepted, 4),

@@ -12,14 +12,25 @@ from decoding.runtime.cost_table import AUTO_SOURCE
 from ui.views.chips import first_divergence, visible
 
 
-def table_name(source: str) -> str:
-    """A cost table's source as the page shows it: its file name, never a path; the table "auto" profiles
-    (AUTO_SOURCE and a name that says model, device and dtype; traces before it stored its path, in the
-    cache's `cost` folder) says so."""
+def _table_file(source: str) -> tuple[bool, str]:
+    """(whether it is the table "auto" profiles, its file name) of a cost table's source: AUTO_SOURCE and a
+    name that says model, device and dtype; traces before it stored its path, in the cache's `cost` folder."""
     text = str(source)
     path = PurePath(text.removeprefix(AUTO_SOURCE).replace("\\", "/"))
-    auto = text.startswith(AUTO_SOURCE) or path.parent.name == "cost"
-    return f"auto, profiled on this machine ({path.name})" if auto else path.name
+    return text.startswith(AUTO_SOURCE) or path.parent.name == "cost", path.name
+
+
+def table_name(source: str) -> str:
+    """A cost table's source as the page shows it: its file name, never a path; the table "auto" profiles
+    says so."""
+    auto, name = _table_file(source)
+    return f"auto, profiled on this machine ({name})" if auto else name
+
+
+def table_short(source: str) -> str:
+    """A cost table's source in a few words, for a table cell: "auto" or its file name."""
+    auto, name = _table_file(source)
+    return "auto" if auto else name
 
 
 def _p(logprob: float) -> float:
