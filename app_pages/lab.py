@@ -7,7 +7,7 @@ settings = sidebar.current()
 st.title("Lab")
 st.caption("Each section measures one claim on the model and device the sidebar has chosen. Results are kept for "
            "this session per model, device and settings; Measure runs again. Tables download as CSV, charts as "
-           "SVG (the button) or PNG (the camera in the chart's toolbar).")
+           "SVG (the camera in the chart's toolbar).")
 cost, throughput, accepted, held, exact = st.tabs(["Cost of a forward", "Throughput and latency", "Acceptance",
                                                    "Memory", "Losslessness"])
 with cost:
