@@ -4,8 +4,11 @@ feature head with prompt lookup), the head with token recycling composed in, and
 recycling and over the shipped feature drafter, interleaved in one process, on the benchmark prompts and on
 fresh ones, at temperature 0 (every output checked equal to greedy's) or above (seeded).
 
-    python -m bench dspark-sources [--repeats R] [--max-new-tokens N] [--temperature T]
+    python -m bench dspark-sources [--repeats R] [--max-new-tokens N] [--temperature T] [--budgets 16,32]
                                    [--device cuda --dtype bfloat16 --fast-path --prompts N --md FILE]
+
+--budgets adds token recycling + lookup (warm) with those largest tree budgets, cost-aware and as a fixed
+tree: larger trees raise τ, and pay where a verification of many nodes costs about one token's (a GPU).
 """
 from __future__ import annotations
 
@@ -13,7 +16,7 @@ import argparse
 
 from bench import model_options
 from bench.dspark import timed_run
-from bench.dspark_head import DEFAULTS, SETS, measure, report
+from bench.dspark_head import DEFAULTS, SETS, budget_list, measure, report
 from decoding import runner
 from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.drafters.feature_net import load_feature
@@ -70,6 +73,10 @@ def contenders(lm, feature, args, memory: Memory) -> tuple[dict, str]:
             "DSpark feature head + token recycling + lookup, warm": dspark("warm", drafter="feature+recycling"),
             "speculative lookup+recycling cost-aware γ≤8, warm": spec("warm", "lookup+recycling"),
             "speculative lookup+feature cost-aware γ≤8": spec("cold", "lookup+feature", draft_lm=feature)}
+    for b in getattr(args, "budgets", ()):
+        runs[f"DSpark token recycling + lookup, warm, tree ≤ {b}"] = dspark("warm", drafter="recycling", budget=b)
+        runs[f"DSpark token recycling + lookup, warm, fixed tree of {b}"] = dspark(
+            "warm", drafter="recycling", budget=b, cost_table="none")
     return runs, reference
 
 
@@ -78,9 +85,10 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--budgets", type=budget_list, default=(),
+                        help="token recycling with these largest tree budgets too, e.g. 16,32")
     model_options.add(parser)
     args = parser.parse_args(argv)
-    args.budgets = ()
     lm = model_options.load_model(args)
     feature = load_feature(lm)
     memory = Memory(lm, args.max_new_tokens)
@@ -88,7 +96,8 @@ def main(argv=None) -> None:
     sets = {title: measure(lm, feature, model_options.first(prompts, args), args, make)
             for title, prompts in SETS.items()}
     cmd = (f"python -m bench dspark-sources --repeats {args.repeats} --max-new-tokens {args.max_new_tokens} "
-           f"--temperature {args.temperature:g}" + model_options.flags(args))
+           f"--temperature {args.temperature:g}" + model_options.flags(args)
+           + (f" --budgets {','.join(map(str, args.budgets))}" if args.budgets else ""))
     method = ("Speed: tokens/s over plain decoding's on the same prompt in the same repeat, contenders "
               "interleaved; median [min–max] over prompts × repeats. τ: tokens per target forward after the "
               "prefill. The training-free sources' memory (the recycling table, the suffix store) is set before "

@@ -12,7 +12,8 @@
 # scripts/gpu_distill.sh, with build/gpu/pylib for the gguf reader), bfloat16 first, then float32:
 #   `bench engine` (our loops against generate, greedy parity), the same on the fast path, `bench
 #   dspark-head` (DSpark's defaults against speculative decoding, real τ and speed) with and without the
-#   fast path, `bench speculative` (every drafter), then the Lab's cost curve (bench/lab_cost.py); one
+#   fast path, `bench speculative` (every drafter), `bench dspark-sources --budgets 32` (the training-free
+#   sources, also with 32-node trees; first dtype only), then the Lab's cost curve (bench/lab_cost.py); one
 #   prompt per set, one repeat; the sections go to $RESULTS/real.md.
 #
 #   scripts/gpu_check.sh            on the GPU
@@ -111,6 +112,8 @@ if [[ $REAL -eq 1 ]]; then
       step "real-dspark-$tag" 240 "$PYTHON" -m bench dspark-head "${AT[@]}" $fast "${ONE[@]}" "${REAL_MD[@]}"
     done
     step "real-speculative-$dt" 240 "$PYTHON" -m bench speculative "${AT[@]}" "${ONE[@]}" "${REAL_MD[@]}"
+    [[ "$dt" == "${DTYPES_REAL%% *}" ]] && step "real-sources-$dt" 240 "$PYTHON" -m bench dspark-sources "${AT[@]}" \
+      --budgets 32 "${ONE[@]}" "${REAL_MD[@]}"
   done
   step real-lab 120 "$PYTHON" -m bench.lab_cost --device "$DEVICE" --dtype "${DTYPES_REAL%% *}" "${REAL_MD[@]}"
   echo; echo "=== summary ==="
@@ -121,7 +124,7 @@ fi
 PYTEST=("$PYTHON" -m pytest -q -x -p no:cacheprovider -m "not real and not browser" -o addopts="")
 EXACT=(tests/test_engine.py tests/test_tree.py tests/test_beam.py tests/test_speculative.py
        tests/test_dspark.py tests/test_dspark_sampling.py tests/test_concurrency.py tests/test_feature.py
-       tests/test_feature_attending.py tests/test_fast_path.py)
+       tests/test_feature_attending.py tests/test_fast_path.py tests/test_lattice_sources.py tests/test_source_chain.py)
 # the embedded-model case of the KV-cache test needs the GGUF model, which this check does without
 step exactness-float32 120 env DECODESCOPE_TEST_DTYPE=float32 "${PYTEST[@]}" "${EXACT[@]}" \
   --deselect "tests/test_engine.py::test_kv_cache_equals_full_recomputation[real]"

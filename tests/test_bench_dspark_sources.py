@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
 import torch
 
 from bench import dspark_sources
@@ -34,3 +35,17 @@ def test_contenders_run_from_the_memory_they_name(monkeypatch):
     assert 60 in fed or table.next_ids[60, 0] < 0             # the row set before it was forgotten
     memory.warm()
     assert (table.filled, store.tokens) == (warm_rows, warm_tokens)
+
+
+def test_budgets_add_larger_recycling_trees(monkeypatch):
+    lm = varied_llama(seed=4)
+    monkeypatch.setattr(dspark_sources, "WARM_PROMPTS", 1)
+    monkeypatch.setattr(lm, "encode", lambda text: [1, 2, 3, len(text) % 50 + 4])
+    memory = dspark_sources.Memory(lm, 4)
+    args = argparse.Namespace(max_new_tokens=4, temperature=0.0, budgets=(12,))
+    runs, _ = dspark_sources.contenders(lm, None, args, memory)
+    tokens, _, trace = runs["DSpark token recycling + lookup, warm, fixed tree of 12"]([7, 8, 9])
+    assert tokens == 4 and trace.config["budget"] == 12 and trace.config["drafter"] == "recycling"
+    assert "DSpark token recycling + lookup, warm, tree ≤ 12" in runs
+    with pytest.raises(SystemExit):
+        dspark_sources.main(["--budgets", "0"])
