@@ -20,8 +20,8 @@ def test_contenders_run_from_the_memory_they_name(monkeypatch):
     table, store = table_for(lm), store_for(lm)
     warm_rows, warm_tokens = table.filled, store.tokens
     assert warm_rows > 0 and warm_tokens > 0
-    runs, reference = dspark_sources.contenders(lm, None, argparse.Namespace(max_new_tokens=6, temperature=0.0),
-                                                memory)
+    args = argparse.Namespace(max_new_tokens=6, temperature=0.0, budgets=())
+    runs, reference = dspark_sources.contenders(lm, None, args, memory)
     assert reference == "greedy (ours)" and list(runs)[0] == reference
     assert dspark_sources.TRAINING_FREE in runs and dspark_sources.DEFAULTS in runs
     table.update([60], torch.zeros(1, lm.vocab_size))        # a row the warm state does not have

@@ -1,7 +1,7 @@
 """What a page says while its model work waits for other sessions on the shared engine thread
 (decoding.runtime.engine_thread serves the sessions in turn, one step, round or load each): one line,
-shown by the Playground's steps, Compare's lanes, the Tour's live runs, the Lab's measurements and
-model loading alike."""
+shown by the Playground's steps, Compare's lanes, the Tour's live runs and the Lab's measurements (not
+by model loading, which runs alone)."""
 from __future__ import annotations
 
 from decoding.runtime.engine_thread import ENGINE
