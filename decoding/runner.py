@@ -4,10 +4,19 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 
-from decoding.core.config import BaseConfig, BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.config import (
+    AUTO_COST,
+    BaseConfig,
+    BeamConfig,
+    DSparkConfig,
+    GreedyConfig,
+    SampleConfig,
+    SpeculativeConfig,
+)
 from decoding.core.errors import ConfigError, StepError, check
 from decoding.core.formulas import cut_at_eos
 from decoding.core.trace import SCHEMA_VERSION, Stats, Trace
@@ -240,10 +249,20 @@ def assemble(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, events: Iter
     extra = strategy.extra_stats(events) if strategy.extra_stats else {}
     stats = Stats(new_tokens=len(out), target_forwards=target_forwards(events), wall_s=round(wall_s, 6),
                   tokens_per_s=round(len(out) / wall_s, 3) if wall_s > 0 else 0.0, **extra)
-    return Trace(schema_version=SCHEMA_VERSION, strategy=config.strategy, config=config.to_dict(),
+    return Trace(schema_version=SCHEMA_VERSION, strategy=config.strategy, config=recorded_config(config),
                  model=lm.describe(), prompt_text=prompt_text, prompt_ids=tuple(int(t) for t in prompt_ids),
                  forced_ids=tuple(int(t) for t in forced), output_ids=tuple(out), text=lm.decode(out),
                  steps=events, stats=stats, stop_reason=stop_reason, error=end.error)
+
+
+def recorded_config(config: BaseConfig) -> dict:
+    """The config as a trace records it: a cost-table file by its name alone, as `cost_source` names it, so
+    that a trace carries no folder of the machine that ran it (an app's upload lives under its cache)."""
+    out = config.to_dict()
+    table = out.get("cost_table")
+    if isinstance(table, str) and table != AUTO_COST:
+        out["cost_table"] = Path(table).name
+    return out
 
 
 def _natural_stop(lm: LM, out: list[int], config: BaseConfig, prompt_len: int) -> str:

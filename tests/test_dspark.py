@@ -156,6 +156,7 @@ def test_cost_aware_chain_length(lm, drafter, tmp_path):
         sizes = [e.size.size for e in tr.steps[1:] if e.size is not None]
         assert sizes and (max(sizes) == 1 if expect == 1 else sizes[0] == 8)
         assert tr.steps[1].size.verify_ms[0] == 10.0 and tr.steps[1].size.cost_source == path.name
+        assert tr.config["cost_table"] == path.name and str(tmp_path) not in trace.to_json(tr)
 
 
 def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monkeypatch):
