@@ -251,8 +251,8 @@ VALUES_NOTE = ("Values in ms: p50 / p95 over every session's Steps. Goal of issu
 def _pacing(pace: float) -> str:
     if pace <= 0:
         return "all at once"
-    return (f"each after a think time before every Step (exponential, mean {pace:g} s, seeded per session), as "
-            "students reading each token before pressing again")
+    return (f"each waiting a think time before every Step (exponential, mean {pace:g} s, seeded per session), "
+            "as students reading each token before pressing again")
 
 
 def render(results: dict, steps: int, model: str, loads: tuple, version: str, command: str,
@@ -280,7 +280,7 @@ def render_ws(results: dict, steps: int, model: str, loads: tuple, client: str, 
              f"`streamlit run app.py` on the {model} model, greedy. Each session is a websocket client of its own "
              "speaking Streamlit's protocol (bench/ws_session.py: one Streamlit session each, a button press sent "
              "as a browser tab sends it, every message read, nothing drawn); after a warm-up Step, every session "
-             f"presses Step {steps} times, {_pacing(pace)}, each pressing again once its previous run has "
+             f"presses Step {steps} times, {_pacing(pace)}; a session presses only once its previous run has "
              f"finished. {SERVER_NOTE}press→chip: from sending the press until the message carrying the new token "
              "chip arrived; press→finished: until the run's script_finished message arrived (after the step's "
              f"charts), both in the client's clock. {VALUES_NOTE}", ""]

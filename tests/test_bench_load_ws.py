@@ -12,7 +12,7 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from bench.app import parse_timing
-from bench.load import _checked, _command, _section, main, parse_pace, render_ws, think_times
+from bench.load import _checked, _command, _section, main, parse_pace, render, render_ws, think_times
 from bench.ws_session import SessionError, WsSession
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +60,14 @@ def test_render_ws_names_its_client_and_pace():
     assert "| scenario | Steps | server p50 / p95 | press→chip p50 / p95 | press→finished p50 / p95 |" in text
     assert "| 1 session stepping | 2 | 100 / 100 | 50 / 50 | 130 / 139 | 1.00× |" in text
     assert "nan" not in text
+
+
+def test_the_browser_report_names_a_pace_only_when_there_is_one():
+    rows = {"1 session stepping": [{"click_to_chip_ms": 300.0, "server_ms": 100.0}]}
+    paced = render(rows, 1, "tiny", ((0.1,) * 3, (0.2,) * 3), "150", "cmd", pace=2.0)
+    closed = render(rows, 1, "tiny", ((0.1,) * 3, (0.2,) * 3), "150", "cmd")
+    assert "mean 2 s" in paced and "all at once" not in paced
+    assert "Step 1 times, all at once. Server:" in closed and "think time" not in closed
 
 
 class FakeSocket:
