@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
 
 from bench.app import TIMING
 
@@ -121,7 +122,10 @@ class WsSession:
     async def drain(self) -> None:
         """Read and drop every message until the connection closes (a session left running on its own,
         whose messages must still be read, as a browser would)."""
-        async for _ in self._ws:
+        try:
+            async for _ in self._ws:
+                pass
+        except ConnectionClosed:              # closed by the server: nothing more to read
             pass
 
     async def close(self) -> None:
