@@ -119,7 +119,7 @@ def test_sampling_step_shows_filters_and_draw(server, page):
     open_app(page, server, f"?strategy=sample&temperature=0.8&top_k=6&top_p=0.9&seed=3&max_new={MAX_NEW}")
     click(page, "Step")
     page.locator(chip(0)).wait_for(timeout=30_000)
-    page.get_by_text("removed by top_k ✂").first.wait_for(timeout=30_000)
+    page.get_by_text("removed by top-k ✂").first.wait_for(timeout=30_000)
     page.get_by_text("The draw: u against the CDF", exact=False).first.wait_for(timeout=30_000)
     shot(page, "playground-sample")
 

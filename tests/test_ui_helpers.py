@@ -91,8 +91,8 @@ def test_probability_bars_traces_and_lines(tiny_lm):
     fig = figures.probability_bars(step)
     names = [t.name for t in fig.data]
     assert names[:2] == ["raw p (T=1, no filters)", "processed p (sampled from)"]
-    assert "removed by top_k ✂" in names and "top-p: cumulative p (right axis)" in names
-    removed_k = next(t for t in fig.data if t.name == "removed by top_k ✂")
+    assert "removed by top-k ✂" in names and "top-p: cumulative p (right axis)" in names
+    removed_k = next(t for t in fig.data if t.name == "removed by top-k ✂")
     assert sum(y is not None for y in removed_k.y) == sum(c.removed_by == "top_k" for c in step.processed_top)
     assert removed_k.marker.pattern.shape == "x"          # the shape twin of the colour
     processed = fig.data[1]

@@ -12,6 +12,9 @@ import plotly.graph_objects as go
 from ui.views import palette
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
+from ui.views.headers import header
+
+P, Q = header("p_target"), header("q_draft")       # the tables' words for the two distributions
 
 VERDICT_STYLE = {   # verdict -> (colour, bar pattern, text twin)
     "accepted": (palette.GREEN, "", "✓ accepted"),
@@ -165,13 +168,13 @@ def draft_bars(event) -> go.Figure:
     labels = [plot_text(f"{d.index}: {visible(d.piece)!r}") for d in event.drafts]
     fig = go.Figure()
     if any(d.q_draft is not None for d in event.drafts):
-        fig.add_bar(name="q_draft", x=labels, y=[d.q_draft for d in event.drafts], marker_color=palette.SKY,
-                    hovertemplate="%{x}<br>q_draft %{y:.4f}<extra></extra>")
+        fig.add_bar(name=Q, x=labels, y=[d.q_draft for d in event.drafts], marker_color=palette.SKY,
+                    hovertemplate=f"%{{x}}<br>{Q} %{{y:.4f}}<extra></extra>")
     styles = [VERDICT_STYLE.get(d.verdict, VERDICT_STYLE["recorded"]) for d in event.drafts]
-    fig.add_bar(name="p_target (bar colour = verdict)", x=labels, y=[d.p_target for d in event.drafts],
+    fig.add_bar(name=f"{P} (bar colour = verdict)", x=labels, y=[d.p_target for d in event.drafts],
                 marker={"color": [s[0] for s in styles], "pattern": {"shape": [s[1] for s in styles]}},
                 text=[s[2] for s in styles], textposition="outside", cliponaxis=False,
-                hovertemplate="%{x}<br>p_target %{y:.4f}<extra></extra>")
+                hovertemplate=f"%{{x}}<br>{P} %{{y:.4f}}<extra></extra>")
     if any(d.u is not None for d in event.drafts):
         fig.add_scatter(name="ratio min(1, p/q) (right axis)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
                         mode="markers", yaxis="y2", marker={"symbol": "diamond", "size": 11, "color": palette.BLACK})
@@ -179,9 +182,9 @@ def draft_bars(event) -> go.Figure:
                         mode="markers", yaxis="y2", marker={"symbol": "x", "size": 11, "color": palette.ORANGE})
         fig.update_layout(yaxis2={"title": "ratio, u", "overlaying": "y", "side": "right", "range": [0, 1.05],
                                   "dtick": 0.25, "showgrid": False})
-        rule = "accept while u < p_target/q_draft"
+        rule = f"accept while u < {header('ratio')}"
     else:   # temperature 0: the verifier compares with the target's argmax
-        fig.add_bar(name="p_target of the target's argmax", x=labels,
+        fig.add_bar(name=f"{P} of the target's argmax", x=labels,
                     y=[d.target_top[0].prob if d.target_top else None for d in event.drafts],
                     marker={"color": "white", "line": {"color": palette.BLUE, "width": 1.5}})
         rule = "temperature 0: accept while the draft is the target's argmax"
@@ -200,9 +203,9 @@ def residual_bars(event) -> go.Figure:
     fig.add_bar(name="residual p", x=labels, y=[e.prob for e in event.residual_top], marker_color=colors,
                 hovertemplate="%{x}<br>residual p %{y:.4f}<extra></extra>")
     targets = [_prob_in(event.final_top, e.token_id) for e in event.residual_top]
-    fig.add_scatter(name="p_target", x=labels, y=targets, mode="markers",
+    fig.add_scatter(name=P, x=labels, y=targets, mode="markers",
                     marker={"symbol": "diamond", "size": 10, "color": palette.BLUE})
-    fig.update_layout(title="Residual norm(max(0, p_target − q_draft)): top-N (resampled token in purple)",
+    fig.update_layout(title=f"Residual norm(max(0, {P} − {Q})): top-N (resampled token in purple)",
                       yaxis_title="probability", legend={"orientation": "h", "y": -0.3},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=360)
     return fig
