@@ -345,7 +345,7 @@ def test_speculative_residual_and_draft_model(server, page):
     click(page, "Step")
     page.locator(".ds-chips span.ds-chip[data-step]").first.wait_for(timeout=60_000)
     title = page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]").first.get_attribute("title")
-    assert "q_draft 0." in title or "q_draft 1." in title
+    assert "q draft 0." in title or "q draft 1." in title
     assert not page.locator('[data-testid="stException"]').count()
     shot(page, "playground-speculative-draft-model")
 

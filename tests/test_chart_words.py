@@ -1,6 +1,6 @@
 """Every chart speaks the tables' words (issue 39): no legend entry, chart or axis title, colour-bar title,
-annotation or hover text holds a trace's field name (p_target, q_draft, tau, verify_ms, top_k); the words come
-from ui/views/headers.py, as the tables' do. The pages are driven through AppTest on recorded traces
+annotation or hover text holds a trace's field name (p_target, q_draft, tau, verify_ms, top_k), nor does a
+token chip's tooltip; the words come from ui/views/headers.py, as the tables' do. The pages are driven through AppTest on recorded traces
 (tests/golden, no model); the Lab's measured and losslessness charts, which need a model to fill, are built
 from hand-made measurements."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ from test_table_headers import app, golden, rich_step  # noqa: F401  (app: the A
 
 from decoding.core.measures import LosslessResult, RuleOutcome
 from ui.views import lab, lossless
-from ui.widgets import keys
+from ui.views.chips import chips_for
+from ui.widgets import keys, strategy_panels  # noqa: F401  (strategy_panels registers the strategies' chips)
 
 FIELD_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\btau\b")   # q_draft, verify_ms, c_k, tau
 MARKUP = re.compile(r"%\{[^}]*\}|<[^>]*>")                              # %{y:.4f}, <br>, <extra>
@@ -94,6 +95,17 @@ def test_every_chart_on_the_pages_speaks_to_users(app):  # noqa: F811
     assert len(seen) >= 30, "\n".join(seen)                             # the drive reached the charts
     problems = [f"{where}: {p}" for where, found in seen.items() for p in found]
     assert not problems, "\n".join(problems)
+
+
+def test_every_chip_tooltip_speaks_to_users():
+    """The output chips' tooltips (their hover) of every strategy's recorded trace."""
+    names = ("greedy", "sample", "beam", "spec_feature_sampled", "spec_lookup", "dspark_tree_sampled",
+             "dspark_lookup_cost")
+    tips = {(name, c.tooltip) for name in names for c in chips_for(golden(name).steps)}
+    assert {name for name, _ in tips} == set(names)
+    assert not [tip for _, tip in tips if tip.startswith("no chip view")]
+    problems = {f"{name}: {tip!r}: {found}" for name, tip in tips for found in FIELD_NAME.findall(tip)}
+    assert not problems, "\n".join(sorted(problems))
 
 
 def _lossless_result() -> LosslessResult:

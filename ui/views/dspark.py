@@ -348,8 +348,9 @@ def next_tooltip(event) -> str:
 
 def node_tooltip(n, event) -> str:
     c = cell(event, n.depth, n.cand)
-    parts = [f"id {n.token_id}", f"ŝ {_num(n.score)}", f"q_draft {_num(c.q_draft if c else None)}",
-             f"survival {_num(n.survival)}", f"p_target {_num(n.p_target)}", f"p_accept {_num(n.p_accept)}",
+    parts = [f"id {n.token_id}", f"ŝ {_num(n.score)}", f"{header('q_draft')} {_num(c.q_draft if c else None)}",
+             f"survival {_num(n.survival)}", f"{header('p_target')} {_num(n.p_target)}",
+             f"{header('p_accept')} {_num(n.p_accept)}",
              f"u {_num(n.draw)}", f"node {n.node} depth {n.depth}", f"round {event.index}"]
     parts.insert(1, source_text(n))
     return " · ".join(parts)

@@ -49,8 +49,8 @@ def _prob_in(entries, token_id: int) -> float | None:
 # ---------------------------------------------------------------- chips
 
 def draft_tooltip(d, round_index: int) -> str:
-    parts = [f"id {d.token_id}", f"q_draft {_num(d.q_draft)}", f"p_target {_num(d.p_target)}",
-             f"ratio {_num(d.ratio)}", f"u {_num(d.u)}", f"accept prob {_num(d.accept_prob)}",
+    parts = [f"id {d.token_id}", f"{Q} {_num(d.q_draft)}", f"{P} {_num(d.p_target)}",
+             f"ratio {_num(d.ratio)}", f"u {_num(d.u)}", f"{header('accept_prob')} {_num(d.accept_prob)}",
              f"draft position {d.index}", f"round {round_index}"]
     return " · ".join(parts)
 
@@ -78,11 +78,11 @@ def spec_chips(event) -> list[Chip]:
 def final_tooltip(event) -> str:
     parts = [f"id {event.final_id}"]
     if event.final_kind == "residual":
-        parts.append("from norm(max(0, p_target − q_draft))" if event.residual_top else "target after a rejection")
-        parts.append(f"p_residual {_num(_prob_in(event.residual_top, event.final_id))}")
+        parts.append(f"from norm(max(0, {P} − {Q}))" if event.residual_top else "target after a rejection")
+        parts.append(f"{header('p_residual')} {_num(_prob_in(event.residual_top, event.final_id))}")
     else:
         parts.append(f"bonus: all {event.gamma} drafts accepted" if event.gamma else "no drafts: the target alone")
-    parts.append(f"p_target {_num(_prob_in(event.final_top, event.final_id))}")
+    parts.append(f"{P} {_num(_prob_in(event.final_top, event.final_id))}")
     parts.append(f"u {_num(event.final_draw)}" if event.final_draw is not None else "argmax (T=0)")
     parts.append(f"round {event.index}")
     return " · ".join(parts)
