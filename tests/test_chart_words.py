@@ -1,8 +1,8 @@
 """Every chart speaks the tables' words (issue 39): no legend entry, chart or axis title, colour-bar title,
 annotation or hover text holds a trace's field name (p_target, q_draft, tau, verify_ms, top_k), nor does a
-token chip's tooltip; the words come from ui/views/headers.py, as the tables' do. The pages are driven through AppTest on recorded traces
-(tests/golden, no model); the Lab's measured and losslessness charts, which need a model to fill, are built
-from hand-made measurements."""
+token chip's tooltip; the words come from ui/views/headers.py, as the tables' do. The pages are driven
+through AppTest on recorded traces (tests/golden, no model); the Lab's measured and losslessness charts,
+which need a model to fill, are built from hand-made measurements."""
 from __future__ import annotations
 
 import json
