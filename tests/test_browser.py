@@ -76,6 +76,12 @@ def shot(page, name: str) -> None:
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
 
 
+def sideways(page) -> list[int]:
+    """How far each table on the page scrolls sideways (its grid's width beyond its box, px)."""
+    return page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"] .dvn-scroller')]"
+                         ".map(e => e.scrollWidth - e.clientWidth)")
+
+
 def chip(step: int) -> str:
     return f'.ds-chips span.ds-chip[data-step="{step}"]'
 
@@ -182,6 +188,8 @@ def test_compare_page(server, page):
     page.get_by_text("Tokens vs wall time").first.wait_for(timeout=30_000)
     assert page.locator(".ds-chips").count() >= 2
     shot(page, "compare")
+    over = sideways(page)
+    assert len(over) == 2 and max(over) <= 0, over          # the metrics fit the page (issue 39: one scrolled)
 
 
 def test_traces_download_and_replay(server, page, tmp_path):

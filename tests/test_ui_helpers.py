@@ -200,6 +200,8 @@ def test_tables_columns_and_rows(tiny_lm):
     assert metrics["tokens"] == 4 and metrics["target_forwards"] == 4 and metrics["tokens_per_s"] > 0
     table = tables.metrics_table({"a": trace, "b": trace})
     assert list(table["first_divergence"]) == [None, None] and list(table["tokens"]) == [4, 4]
+    parts = [c for part in tables.METRICS_PARTS for c in part]
+    assert set(parts) == set(table.columns) and len(parts) == len(table.columns) + 1   # each once, the lane twice
 
 
 # ------------------------------------------------------------------ chips
