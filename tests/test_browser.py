@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import time
 import urllib.request
 from pathlib import Path
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 MAX_NEW = 12
 LONG_RUN = 8000      # tokens asked of the run that Stop interrupts
+SHOT_MAX_PX = 12_000  # the tallest screenshot taken (the window grows to the page's content for it)
 
 if not os.path.exists(CHROMIUM):
     pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium package to run the browser tests)",
@@ -69,11 +71,30 @@ def settle(page) -> None:
         pass
 
 
-def shot(page, name: str) -> None:
+def content_height(page) -> int:
+    """The height the page's content needs (px). Streamlit scrolls its main area inside a container, so the
+    document is only as tall as the window and a full-page screenshot alone ends where the window does."""
+    return page.evaluate("() => Math.max(document.documentElement.scrollHeight, ...[...document.querySelectorAll('*')]"
+                         ".filter(e => /(auto|scroll)/.test(getComputedStyle(e).overflowY)).map(e => e.scrollHeight))")
+
+
+def png_height(path: Path) -> int:
+    return struct.unpack(">I", path.read_bytes()[20:24])[0]      # the IHDR chunk: width, then height
+
+
+def shot(page, name: str) -> Path:
+    """A screenshot of the whole page: the window grows to the content's height for it (up to SHOT_MAX_PX)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     settle(page)
     page.wait_for_timeout(600)          # let plotly finish drawing
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    window = page.viewport_size
+    tall = min(SHOT_MAX_PX, max(window["height"], content_height(page)))
+    page.set_viewport_size({"width": window["width"], "height": tall})
+    page.wait_for_timeout(300)          # the layout follows the window
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(window)
+    return path
 
 
 def sideways(page) -> list[int]:
