@@ -322,7 +322,7 @@ def test_speculative_lookup_round_and_whatif(server, page):
     accepted.first.wait_for(timeout=30_000)   # the chips may still be re-rendering after the last chunk
     rejected.first.wait_for(timeout=30_000)
     assert accepted.count() >= 1 and rejected.count() >= 1
-    assert "p_target" in (accepted.first.get_attribute("title") or "")
+    assert "p target" in (accepted.first.get_attribute("title") or "")
     assert "text-decoration" not in (rejected.first.get_attribute("style") or "")   # struck by class, not style
     page.get_by_text("draft(s) verified", exact=False).first.wait_for(timeout=30_000)
     shot(page, "playground-speculative")
@@ -366,7 +366,7 @@ def test_speculative_residual_and_draft_model(server, page):
     open_app(page, server, f"?strategy=speculative&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0&prompt={prompt}")
     click(page, "Step")
     page.locator(".ds-chips span.ds-chip.ds-origin-residual[data-step]").first.wait_for(timeout=30_000)
-    page.get_by_text("Residual norm(max(0, p_target − q_draft))", exact=False).first.wait_for(timeout=30_000)
+    page.get_by_text("Residual norm(max(0, p target − q draft))", exact=False).first.wait_for(timeout=30_000)
     shot(page, "playground-speculative-residual")
     model = page.get_by_role("textbox", name="Model").input_value()
     open_app(page, server, f"?strategy=speculative&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0&prompt={prompt}"
