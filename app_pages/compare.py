@@ -63,7 +63,8 @@ if traces:
     reference = tables.greedy_lane(traces)
     st.caption(f"speed vs greedy: tokens/s relative to lane {md_text(reference)}, time = the steps' measured timings."
                if reference else "speed vs greedy: no greedy lane to compare with — set one lane to greedy.")
-    display.table(metrics, "cmp.metrics", "compare-metrics", words=tables.METRICS_HEADERS)
+    for i, part in enumerate(tables.METRICS_PARTS):
+        display.table(metrics[list(part)], f"cmp.metrics{i}", f"compare-metrics-{i + 1}", words=tables.METRICS_HEADERS)
     display.plot(figures.tokens_vs_time({label: t.steps for label, t in traces.items()}), "cmp.time",
                "compare-tokens-vs-time")
     display.plot(figures.tokens_per_forward_bars(list(zip(metrics["lane"], metrics["tokens_per_forward"]))),

@@ -87,7 +87,7 @@ def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
 
     at.radio(key="pg.ds_value").set_value("q_draft").run()
     ok(at)
-    assert chart_titled(at, "lattice")["data"][0]["colorbar"]["title"]["text"] == "q_draft"
+    assert chart_titled(at, "lattice")["data"][0]["colorbar"]["title"]["text"] == "q draft"
 
     run_to_end(at)
     ok(at)

@@ -169,6 +169,6 @@ def test_losslessness_measures_and_refuses_no_samples(tiny_dir):
     assert not errors(at)
     table = frame_with(at, "claims lossless")
     assert list(table["samples"]) == [500] * 4
-    assert chart_titled(at, "exact distribution under each rule")["data"][0]["name"].startswith("p_target")
+    assert chart_titled(at, "exact distribution under each rule")["data"][0]["name"].startswith("p target")
     at.number_input(key=keys.LAB_LL_SAMPLES).set_value(0).run()
     assert "samples=0 is invalid: must be an integer in [1, 100000]" in errors(at)

@@ -79,7 +79,7 @@ def test_speculative_with_a_draft_model(tiny_dir):
     assert all(d.q_draft is not None for e in live.events for d in e.drafts)
     assert all(e.drafts for e in live.events[:-1])
     html = html_of(at)
-    assert "q_draft 0." in html or "q_draft 1." in html      # tooltips carry the numbers
+    assert "q draft 0." in html or "q draft 1." in html      # tooltips carry the numbers
 
 
 def test_speculative_lookup_then_draft_model(tiny_dir):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import struct
 import time
 import urllib.request
 from pathlib import Path
@@ -28,6 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "tests" / "artifacts"
 MAX_NEW = 12
 LONG_RUN = 8000      # tokens asked of the run that Stop interrupts
+SHOT_MAX_PX = 12_000  # the tallest screenshot taken (the window grows to the page's content for it)
 
 if not os.path.exists(CHROMIUM):
     pytest.skip(f"{CHROMIUM} is missing (install Debian's chromium package to run the browser tests)",
@@ -69,11 +71,36 @@ def settle(page) -> None:
         pass
 
 
-def shot(page, name: str) -> None:
+def content_height(page) -> int:
+    """The height the page's content needs (px). Streamlit scrolls its main area inside a container, so the
+    document is only as tall as the window and a full-page screenshot alone ends where the window does."""
+    return page.evaluate("() => Math.max(document.documentElement.scrollHeight, ...[...document.querySelectorAll('*')]"
+                         ".filter(e => /(auto|scroll)/.test(getComputedStyle(e).overflowY)).map(e => e.scrollHeight))")
+
+
+def png_height(path: Path) -> int:
+    return struct.unpack(">I", path.read_bytes()[20:24])[0]      # the IHDR chunk: width, then height
+
+
+def shot(page, name: str) -> Path:
+    """A screenshot of the whole page: the window grows to the content's height for it (up to SHOT_MAX_PX)."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     settle(page)
     page.wait_for_timeout(600)          # let plotly finish drawing
-    page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+    window = page.viewport_size
+    tall = min(SHOT_MAX_PX, max(window["height"], content_height(page)))
+    page.set_viewport_size({"width": window["width"], "height": tall})
+    page.wait_for_timeout(300)          # the layout follows the window
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True)
+    page.set_viewport_size(window)
+    return path
+
+
+def sideways(page) -> list[int]:
+    """How far each table on the page scrolls sideways (its grid's width beyond its box, px)."""
+    return page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"] .dvn-scroller')]"
+                         ".map(e => e.scrollWidth - e.clientWidth)")
 
 
 def chip(step: int) -> str:
@@ -119,7 +146,7 @@ def test_sampling_step_shows_filters_and_draw(server, page):
     open_app(page, server, f"?strategy=sample&temperature=0.8&top_k=6&top_p=0.9&seed=3&max_new={MAX_NEW}")
     click(page, "Step")
     page.locator(chip(0)).wait_for(timeout=30_000)
-    page.get_by_text("removed by top_k ✂").first.wait_for(timeout=30_000)
+    page.get_by_text("removed by top-k ✂").first.wait_for(timeout=30_000)
     page.get_by_text("The draw: u against the CDF", exact=False).first.wait_for(timeout=30_000)
     shot(page, "playground-sample")
 
@@ -182,6 +209,8 @@ def test_compare_page(server, page):
     page.get_by_text("Tokens vs wall time").first.wait_for(timeout=30_000)
     assert page.locator(".ds-chips").count() >= 2
     shot(page, "compare")
+    over = sideways(page)
+    assert len(over) == 2 and max(over) <= 0, over          # the metrics fit the page (issue 39: one scrolled)
 
 
 def test_traces_download_and_replay(server, page, tmp_path):
@@ -293,7 +322,7 @@ def test_speculative_lookup_round_and_whatif(server, page):
     accepted.first.wait_for(timeout=30_000)   # the chips may still be re-rendering after the last chunk
     rejected.first.wait_for(timeout=30_000)
     assert accepted.count() >= 1 and rejected.count() >= 1
-    assert "p_target" in (accepted.first.get_attribute("title") or "")
+    assert "p target" in (accepted.first.get_attribute("title") or "")
     assert "text-decoration" not in (rejected.first.get_attribute("style") or "")   # struck by class, not style
     page.get_by_text("draft(s) verified", exact=False).first.wait_for(timeout=30_000)
     shot(page, "playground-speculative")
@@ -337,7 +366,7 @@ def test_speculative_residual_and_draft_model(server, page):
     open_app(page, server, f"?strategy=speculative&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0&prompt={prompt}")
     click(page, "Step")
     page.locator(".ds-chips span.ds-chip.ds-origin-residual[data-step]").first.wait_for(timeout=30_000)
-    page.get_by_text("Residual norm(max(0, p_target − q_draft))", exact=False).first.wait_for(timeout=30_000)
+    page.get_by_text("Residual norm(max(0, p target − q draft))", exact=False).first.wait_for(timeout=30_000)
     shot(page, "playground-speculative-residual")
     model = page.get_by_role("textbox", name="Model").input_value()
     open_app(page, server, f"?strategy=speculative&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0&prompt={prompt}"
@@ -345,7 +374,7 @@ def test_speculative_residual_and_draft_model(server, page):
     click(page, "Step")
     page.locator(".ds-chips span.ds-chip[data-step]").first.wait_for(timeout=60_000)
     title = page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]").first.get_attribute("title")
-    assert "q_draft 0." in title or "q_draft 1." in title
+    assert "q draft 0." in title or "q draft 1." in title
     assert not page.locator('[data-testid="stException"]').count()
     shot(page, "playground-speculative-draft-model")
 

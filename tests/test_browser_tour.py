@@ -4,7 +4,19 @@ updates the URL. Screenshots go to tests/artifacts/."""
 from __future__ import annotations
 
 import pytest
-from test_browser import ARTIFACTS, ROOT, browser, click, idle, page, server, shot, sync_api  # noqa: F401  (fixtures)
+from test_browser import (  # noqa: F401  (fixtures)
+    ARTIFACTS,
+    ROOT,
+    browser,
+    click,
+    content_height,
+    idle,
+    page,
+    png_height,
+    server,
+    shot,
+    sync_api,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.flaky(reruns=3, reruns_delay=2)]
 
@@ -31,4 +43,5 @@ def test_tour_link_draws_the_recorded_speculative_trace_and_next_moves_on(server
     idle(page)
     assert "stop=dspark" in page.url
     assert not page.locator('[data-testid="stException"]').count()
-    shot(page, "tour-dspark")
+    taken = shot(page, "tour-dspark")
+    assert png_height(taken) >= content_height(page) > page.viewport_size["height"]   # the whole stop, not a window

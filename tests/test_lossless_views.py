@@ -38,7 +38,7 @@ def test_each_verdict_has_its_sentence(result):
 
 def test_figures(result):
     exact = lossless.distribution_figure(result)
-    assert [t.name.split(" (")[0] for t in exact.data] == ["p_target", "q_draft", "speculative", "DSpark",
+    assert [t.name.split(" (")[0] for t in exact.data] == ["p target", "q draft", "speculative", "DSpark",
                                                           "DSpark lossy mode", "retrospective plan"]
     assert list(exact.data[2].y) == pytest.approx(list(result.p_target))
     sampled = lossless.samples_figure(result)

@@ -95,8 +95,8 @@ def test_spec_chips_by_origin_and_hostile_pieces_escaped():
     r = _round(0, drafts, 1, residual=(ProbEntry(9, "fin", 0.7),))
     chips = spec.spec_chips(r)
     assert [(c.origin, c.emitted) for c in chips] == [("accepted", True), ("rejected", False), ("residual", True)]
-    assert "q_draft 0.9000" in chips[0].tooltip and "u 0.3000" in chips[0].tooltip
-    assert "p_residual 0.7000" in chips[2].tooltip
+    assert "q draft 0.9000" in chips[0].tooltip and "u 0.3000" in chips[0].tooltip
+    assert "p residual 0.7000" in chips[2].tooltip
     html = chips_html(chips)
     assert "<script>" not in html and "<b>" not in html and "&lt;script&gt;" in html
     bonus = spec.spec_chips(_round(1, drafts[:1], 1, final_kind="bonus"))

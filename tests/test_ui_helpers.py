@@ -91,8 +91,8 @@ def test_probability_bars_traces_and_lines(tiny_lm):
     fig = figures.probability_bars(step)
     names = [t.name for t in fig.data]
     assert names[:2] == ["raw p (T=1, no filters)", "processed p (sampled from)"]
-    assert "removed by top_k ✂" in names and "top-p: cumulative p (right axis)" in names
-    removed_k = next(t for t in fig.data if t.name == "removed by top_k ✂")
+    assert "removed by top-k ✂" in names and "top-p: cumulative p (right axis)" in names
+    removed_k = next(t for t in fig.data if t.name == "removed by top-k ✂")
     assert sum(y is not None for y in removed_k.y) == sum(c.removed_by == "top_k" for c in step.processed_top)
     assert removed_k.marker.pattern.shape == "x"          # the shape twin of the colour
     processed = fig.data[1]
@@ -200,6 +200,8 @@ def test_tables_columns_and_rows(tiny_lm):
     assert metrics["tokens"] == 4 and metrics["target_forwards"] == 4 and metrics["tokens_per_s"] > 0
     table = tables.metrics_table({"a": trace, "b": trace})
     assert list(table["first_divergence"]) == [None, None] and list(table["tokens"]) == [4, 4]
+    parts = [c for part in tables.METRICS_PARTS for c in part]
+    assert set(parts) == set(table.columns) and len(parts) == len(table.columns) + 1   # each once, the lane twice
 
 
 # ------------------------------------------------------------------ chips

@@ -84,8 +84,9 @@ def beam_chips(events: Sequence) -> list[Chip]:
     chips = [Chip(f"⟨{t}⟩", "forced", f"id {t} · forced prefix", 0) for t in events[-1].forced_ids]
     for s, rank in best_path(events):
         cand = events[s].pool[rank]
+        status = STATUS_STYLE.get(cand.status, (cand.status,))[-1]         # in words: "EOS below top B"
         tip = (f"id {cand.token_id} · logprob {cand.logprob:.4f} · score {cand.score:.4f} · "
-               f"normalized {cand.normalized_score:.4f} · pool rank {rank} · {cand.status} · step {s}")
+               f"normalized {cand.normalized_score:.4f} · pool rank {rank} · {status} · step {s}")
         chips.append(Chip(cand.piece, "target", tip, s))
     return chips
 

@@ -15,6 +15,7 @@ from decoding.core.trace import proposed_by
 from ui.views import palette
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
+from ui.views.headers import header
 from ui.views.sources import source_text
 from ui.views.tables import table_short
 
@@ -28,7 +29,8 @@ NEXT_TEXT = {"residual": "residual resample (all children rejected)",
              "argmax": "target's argmax after a rejection (temperature 0)",
              "bonus": "bonus token (the accepted path reached a leaf of the plan)",
              "prefill": "first token, from the prompt's forward"}
-VALUE_LABELS = {"score": "ŝ (calibrated acceptance score)", "q_draft": "q_draft (drafter's probability)"}
+VALUE_LABELS = {"score": f"{header('score')} (calibrated acceptance score)",
+                "q_draft": f"{header('q_draft')} (drafter's probability)"}
 MARK_SHIFT = 0.32         # node markers sit left of the cell centre, where the piece is written
 ROOT_X = 0.3              # the root (the last emitted token) sits just left of position 1
 HEAT_SCALE = "Cividis"       # perceptually uniform, readable with the common colour-vision deficiencies
@@ -130,8 +132,8 @@ def _cell_hover(c, column, parent: int | None) -> str:
     confs = ", ".join(_num(x) for x in column.confidence)
     source = f" | proposed by: {source_text(c)}" + (" (ŝ after its lookup parent: the run's lookup acceptance "
                                                      "rate)" if c.lookup else "")
-    return (f"k={c.position} cand {c.cand}: {visible(c.piece)!r} (id {c.token_id}) | q_draft {_num(c.q_draft)} | "
-            f"ŝ per parent [{scores}] (shown: {given}) | c_k per parent [{confs}]{source}")
+    return (f"k={c.position} cand {c.cand}: {visible(c.piece)!r} (id {c.token_id}) | {header('q_draft')} "
+            f"{_num(c.q_draft)} | ŝ per parent [{scores}] (shown: {given}) | confidence per parent [{confs}]{source}")
 
 
 def node_points(event) -> list[dict]:
@@ -157,8 +159,8 @@ def lattice_figure(event, value: str = "score") -> go.Figure:
     grid = lattice_grid(event, value)
     fig = go.Figure(go.Heatmap(z=grid["z"], x=grid["x"], y=grid["y"], customdata=grid["hover"],
                                hovertemplate="%{customdata}<br>value %{z:.4f}<extra></extra>",
-                               colorscale=HEAT_SCALE, zmin=0, zmax=1, xgap=2, ygap=2, name=value,
-                               colorbar={"title": {"text": value}, "len": 0.8}))
+                               colorscale=HEAT_SCALE, zmin=0, zmax=1, xgap=2, ygap=2, name=header(value),
+                               colorbar={"title": {"text": header(value)}, "len": 0.8}))
     _add_pieces(fig, grid)
     _add_lookup_cells(fig, event)
     _add_edges(fig, event)
@@ -346,8 +348,9 @@ def next_tooltip(event) -> str:
 
 def node_tooltip(n, event) -> str:
     c = cell(event, n.depth, n.cand)
-    parts = [f"id {n.token_id}", f"ŝ {_num(n.score)}", f"q_draft {_num(c.q_draft if c else None)}",
-             f"survival {_num(n.survival)}", f"p_target {_num(n.p_target)}", f"p_accept {_num(n.p_accept)}",
+    parts = [f"id {n.token_id}", f"ŝ {_num(n.score)}", f"{header('q_draft')} {_num(c.q_draft if c else None)}",
+             f"survival {_num(n.survival)}", f"{header('p_target')} {_num(n.p_target)}",
+             f"{header('p_accept')} {_num(n.p_accept)}",
              f"u {_num(n.draw)}", f"node {n.node} depth {n.depth}", f"round {event.index}"]
     parts.insert(1, source_text(n))
     return " · ".join(parts)

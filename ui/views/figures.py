@@ -20,6 +20,7 @@ import plotly.graph_objects as go
 from decoding.core.trace_totals import emitted_count
 from ui.views import palette
 from ui.views.chips import visible
+from ui.views.headers import header, value_word
 
 FILTERS_ORDER = ("top_k", "top_p", "min_p")
 
@@ -146,10 +147,11 @@ def probability_bars(step) -> go.Figure:
         ys = [p if c.removed_by == name else None for c, p in zip(step.processed_top, space)]
         if any(y is not None for y in ys):
             color, shape = palette.FILTER_STYLE[name]
-            fig.add_bar(name=f"removed by {name} ✂", x=labels, y=ys,
+            words = value_word("removed_by", name)
+            fig.add_bar(name=f"{header('removed_by')} {words} ✂", x=labels, y=ys,
                         marker={"color": "white", "line": {"color": color, "width": 1.5},
                                 "pattern": {"shape": shape, "fgcolor": color}},
-                        hovertemplate="%{x}<br>would have had p %{y:.4f}<extra>" + name + "</extra>")
+                        hovertemplate="%{x}<br>would have had p %{y:.4f}<extra>" + words + "</extra>")
     _add_chosen(fig, step, labels)
     _add_top_p(fig, step, labels)
     _add_min_p(fig, step, space)
@@ -177,8 +179,8 @@ def _add_top_p(fig: go.Figure, step, labels: list[str]) -> None:
                     marker={"symbol": "diamond"}, connectgaps=True)
     fig.add_shape(type="line", xref="paper", x0=0, x1=1, yref="y2", y0=cut.value, y1=cut.value,
                   line={"color": palette.PURPLE, "dash": "dash"})
-    fig.add_annotation(xref="paper", x=1, yref="y2", y=cut.value, text=f"top_p = {cut.value:g}",
-                       showarrow=False, xanchor="right", yshift=8)
+    fig.add_annotation(xref="paper", x=1, yref="y2", y=cut.value, showarrow=False, xanchor="right", yshift=8,
+                       text=f"{value_word('filter', 'top_p')} = {cut.value:g}")
     fig.update_layout(yaxis2={"title": "cumulative p", "overlaying": "y", "side": "right", "range": [0, 1.05],
                               "dtick": 0.25, "showgrid": False})
 

@@ -1,7 +1,8 @@
 """What a table shows its users: the builders (ui/views/*) name columns by the trace's fields, for notebooks
 and the CSV download; the page shows those columns in words, with units (HEADERS), whole numbers as whole
-numbers, tiny probabilities to four significant digits (SMALL_FORMAT), verdicts and beam statuses in words
-(VALUE_WORDS). A cell that does not apply is
+numbers, tiny probabilities to four significant digits (SMALL_FORMAT), verdicts, beam statuses and filter
+names in words (VALUE_WORDS). The charts name what they show in the same words (header, value_word): a
+legend says "p target", never p_target. A cell that does not apply is
 drawn as NOT_APPLICABLE (ui.widgets.display.table passes it to st.dataframe as the text for missing values).
 Pure: no streamlit."""
 from __future__ import annotations
@@ -82,16 +83,24 @@ HEADERS: dict[str, str] = {
 }
 
 
-# Cells of a closed set of values, in words where the value is a name (a trace's verdicts and beam statuses).
+# Cells of a closed set of values, in words where the value is a name (a trace's verdicts, beam statuses and
+# the filters that removed a candidate).
+FILTER_WORDS = {"top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
 VALUE_WORDS: dict[str, dict[str, str]] = {
     "verdict": {"not_reached": "not reached"},
     "status": {status: style[-1] for status, style in STATUS_STYLE.items()},
+    "removed_by": FILTER_WORDS, "filter": FILTER_WORDS,
 }
 
 
 def header(field: str, words: Mapping[str, str] | None = None) -> str:
     """The words a column named `field` shows: the table's own `words`, else HEADERS, else the name."""
     return (words or {}).get(field) or HEADERS.get(field, field)
+
+
+def value_word(field: str, value: str) -> str:
+    """The words a cell of column `field` holding `value` shows (VALUE_WORDS), else the value itself."""
+    return VALUE_WORDS.get(field, {}).get(value, value)
 
 
 def _whole(column: pd.Series) -> bool:
@@ -103,7 +112,7 @@ def _whole(column: pd.Series) -> bool:
 def shown(table: pd.DataFrame, words: Mapping[str, str] | None = None) -> pd.DataFrame:
     """The table as the page shows it: columns in words; a float column of whole numbers (ids with a gap that
     does not apply, counts) as integers, its gaps missing, not NaN; verdicts and statuses in words."""
-    table = table.assign(**{f: table[f].map(lambda v, w=w: w.get(v, v)) for f, w in VALUE_WORDS.items()
+    table = table.assign(**{f: table[f].map(lambda v, f=f: value_word(f, v)) for f in VALUE_WORDS
                             if f in table.columns})
     out = table.rename(columns=lambda field: header(str(field), words))
     whole = [c for c in out.columns if _whole(out[c])]

@@ -12,6 +12,7 @@ from decoding.core.measures import LOSSLESS, LosslessResult
 from decoding.lab.lossless import retrospective_exact, speculative_exact, tree_exact
 from ui.views import palette
 from ui.views.figures import plot_text
+from ui.views.headers import header
 
 RULE_NAMES = {"speculative": "speculative (ratio rule)", "dspark": "DSpark (tree rule)",
               "lossy": "DSpark lossy mode", "retrospective": "retrospective plan"}
@@ -50,9 +51,9 @@ def distribution_figure(result: LosslessResult) -> go.Figure:
     """p_target (outlined), q_draft (grey) and each rule's exact distribution of the next token."""
     labels = _labels(result)
     fig = go.Figure()
-    fig.add_bar(x=labels, y=list(result.p_target), name="p_target (plain sampling)",
+    fig.add_bar(x=labels, y=list(result.p_target), name=f"{header('p_target')} (plain sampling)",
                 marker={"color": "white", "line": {"color": palette.BLACK, "width": 2}})
-    fig.add_bar(x=labels, y=list(result.q_draft), name="q_draft", marker={"color": palette.GREY})
+    fig.add_bar(x=labels, y=list(result.q_draft), name=header("q_draft"), marker={"color": palette.GREY})
     for o in result.outcomes:
         color, pattern = RULE_STYLE[o.rule]
         fig.add_bar(x=labels, y=list(o.exact), name=f"{RULE_NAMES[o.rule]} (TV {o.tv_distance:.3f})",
@@ -67,7 +68,7 @@ def samples_figure(result: LosslessResult) -> go.Figure:
     """Each rule's share of the seeded rounds per token, markers over p_target's bars."""
     labels = _labels(result)
     fig = go.Figure()
-    fig.add_bar(x=labels, y=list(result.p_target), name="p_target", marker={"color": palette.SKY})
+    fig.add_bar(x=labels, y=list(result.p_target), name=header("p_target"), marker={"color": palette.SKY})
     symbols = {"speculative": "circle", "dspark": "diamond", "lossy": "x", "retrospective": "triangle-up"}
     for o in result.outcomes:
         n = sum(o.counts) or 1

@@ -12,6 +12,9 @@ import plotly.graph_objects as go
 from ui.views import palette
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
+from ui.views.headers import header
+
+P, Q = header("p_target"), header("q_draft")       # the tables' words for the two distributions
 
 VERDICT_STYLE = {   # verdict -> (colour, bar pattern, text twin)
     "accepted": (palette.GREEN, "", "✓ accepted"),
@@ -46,8 +49,8 @@ def _prob_in(entries, token_id: int) -> float | None:
 # ---------------------------------------------------------------- chips
 
 def draft_tooltip(d, round_index: int) -> str:
-    parts = [f"id {d.token_id}", f"q_draft {_num(d.q_draft)}", f"p_target {_num(d.p_target)}",
-             f"ratio {_num(d.ratio)}", f"u {_num(d.u)}", f"accept prob {_num(d.accept_prob)}",
+    parts = [f"id {d.token_id}", f"{Q} {_num(d.q_draft)}", f"{P} {_num(d.p_target)}",
+             f"ratio {_num(d.ratio)}", f"u {_num(d.u)}", f"{header('accept_prob')} {_num(d.accept_prob)}",
              f"draft position {d.index}", f"round {round_index}"]
     return " · ".join(parts)
 
@@ -75,11 +78,11 @@ def spec_chips(event) -> list[Chip]:
 def final_tooltip(event) -> str:
     parts = [f"id {event.final_id}"]
     if event.final_kind == "residual":
-        parts.append("from norm(max(0, p_target − q_draft))" if event.residual_top else "target after a rejection")
-        parts.append(f"p_residual {_num(_prob_in(event.residual_top, event.final_id))}")
+        parts.append(f"from norm(max(0, {P} − {Q}))" if event.residual_top else "target after a rejection")
+        parts.append(f"{header('p_residual')} {_num(_prob_in(event.residual_top, event.final_id))}")
     else:
         parts.append(f"bonus: all {event.gamma} drafts accepted" if event.gamma else "no drafts: the target alone")
-    parts.append(f"p_target {_num(_prob_in(event.final_top, event.final_id))}")
+    parts.append(f"{P} {_num(_prob_in(event.final_top, event.final_id))}")
     parts.append(f"u {_num(event.final_draw)}" if event.final_draw is not None else "argmax (T=0)")
     parts.append(f"round {event.index}")
     return " · ".join(parts)
@@ -165,13 +168,13 @@ def draft_bars(event) -> go.Figure:
     labels = [plot_text(f"{d.index}: {visible(d.piece)!r}") for d in event.drafts]
     fig = go.Figure()
     if any(d.q_draft is not None for d in event.drafts):
-        fig.add_bar(name="q_draft", x=labels, y=[d.q_draft for d in event.drafts], marker_color=palette.SKY,
-                    hovertemplate="%{x}<br>q_draft %{y:.4f}<extra></extra>")
+        fig.add_bar(name=Q, x=labels, y=[d.q_draft for d in event.drafts], marker_color=palette.SKY,
+                    hovertemplate=f"%{{x}}<br>{Q} %{{y:.4f}}<extra></extra>")
     styles = [VERDICT_STYLE.get(d.verdict, VERDICT_STYLE["recorded"]) for d in event.drafts]
-    fig.add_bar(name="p_target (bar colour = verdict)", x=labels, y=[d.p_target for d in event.drafts],
+    fig.add_bar(name=f"{P} (bar colour = verdict)", x=labels, y=[d.p_target for d in event.drafts],
                 marker={"color": [s[0] for s in styles], "pattern": {"shape": [s[1] for s in styles]}},
                 text=[s[2] for s in styles], textposition="outside", cliponaxis=False,
-                hovertemplate="%{x}<br>p_target %{y:.4f}<extra></extra>")
+                hovertemplate=f"%{{x}}<br>{P} %{{y:.4f}}<extra></extra>")
     if any(d.u is not None for d in event.drafts):
         fig.add_scatter(name="ratio min(1, p/q) (right axis)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
                         mode="markers", yaxis="y2", marker={"symbol": "diamond", "size": 11, "color": palette.BLACK})
@@ -179,9 +182,9 @@ def draft_bars(event) -> go.Figure:
                         mode="markers", yaxis="y2", marker={"symbol": "x", "size": 11, "color": palette.ORANGE})
         fig.update_layout(yaxis2={"title": "ratio, u", "overlaying": "y", "side": "right", "range": [0, 1.05],
                                   "dtick": 0.25, "showgrid": False})
-        rule = "accept while u < p_target/q_draft"
+        rule = f"accept while u < {header('ratio')}"
     else:   # temperature 0: the verifier compares with the target's argmax
-        fig.add_bar(name="p_target of the target's argmax", x=labels,
+        fig.add_bar(name=f"{P} of the target's argmax", x=labels,
                     y=[d.target_top[0].prob if d.target_top else None for d in event.drafts],
                     marker={"color": "white", "line": {"color": palette.BLUE, "width": 1.5}})
         rule = "temperature 0: accept while the draft is the target's argmax"
@@ -200,9 +203,9 @@ def residual_bars(event) -> go.Figure:
     fig.add_bar(name="residual p", x=labels, y=[e.prob for e in event.residual_top], marker_color=colors,
                 hovertemplate="%{x}<br>residual p %{y:.4f}<extra></extra>")
     targets = [_prob_in(event.final_top, e.token_id) for e in event.residual_top]
-    fig.add_scatter(name="p_target", x=labels, y=targets, mode="markers",
+    fig.add_scatter(name=P, x=labels, y=targets, mode="markers",
                     marker={"symbol": "diamond", "size": 10, "color": palette.BLUE})
-    fig.update_layout(title="Residual norm(max(0, p_target − q_draft)): top-N (resampled token in purple)",
+    fig.update_layout(title=f"Residual norm(max(0, {P} − {Q})): top-N (resampled token in purple)",
                       yaxis_title="probability", legend={"orientation": "h", "y": -0.3},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=360)
     return fig

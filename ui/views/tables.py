@@ -97,6 +97,11 @@ def greedy_lane(traces: Mapping[str, object]) -> str | None:
 
 
 METRICS_HEADERS = {"tokens_per_s": "tokens/s (wall time)"}
+# Compare shows metrics_table in two tables of the same lanes, speed first: its 13 columns in one table
+# scrolled sideways at the page's width (1400 px window).
+METRICS_PARTS = (("lane", "tokens", "wall_s", "tokens_per_s", "step_tokens_per_s", "speedup_vs_greedy", "tau"),
+                 ("lane", "strategy", "target_forwards", "tokens_per_forward", "acceptance_rate", "first_divergence",
+                  "stop_reason"))
 
 
 def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:

@@ -140,7 +140,7 @@ def dspark_panel(event, ctx: ViewContext) -> None:
         display.plot(dspark.lattice_figure(event, value), f"{ctx.prefix}.lattice", f"round{event.index}-lattice")
         st.caption("Markers: ● accepted, ✗ rejected, ○ not reached (also in colour), ■ the last emitted token; "
                    "the thick solid line is the accepted path, dotted lines the rest of the plan. Hover a cell "
-                   "for ŝ per parent and c_k.")
+                   "for ŝ and the confidence per parent.")
         _dspark_stage1(event, ctx)
         _dspark_stage2(event, ctx)
         if ctx.on_force is not None:
