@@ -233,8 +233,8 @@ def test_cli_run_with_an_unwritable_cache_warns_in_one_line(tmp_path, monkeypatc
 
 def test_a_reinstalled_gguf_leaves_one_converted_copy(converting, tmp_path):
     """A reinstall gives the GGUF file a new time, so a new key: the copies of its earlier versions (and
-    unrecorded ones of the same name, from before the record) are removed once the new copy is saved;
-    a copy of another file of the same name stays."""
+    unrecorded ones of the same name, from before the record, and those of a file that is gone) are removed
+    once the new copy is saved; a copy of another existing file of the same name stays."""
     gguf, calls = converting
     models._load_gguf(gguf, torch.float32)
     first = models._gguf_cache_dir(gguf)
@@ -242,7 +242,13 @@ def test_a_reinstalled_gguf_leaves_one_converted_copy(converting, tmp_path):
     unrecorded.mkdir()
     elsewhere = first.with_name(f"{gguf.stem}-fedcba987654")
     elsewhere.mkdir()
-    (elsewhere / models.SOURCE_RECORD).write_text(json.dumps({"gguf": str(tmp_path / "other" / "tiny.gguf")}))
+    other = tmp_path / "other" / gguf.name
+    other.parent.mkdir()
+    other.write_bytes(b"")
+    (elsewhere / models.SOURCE_RECORD).write_text(json.dumps({"gguf": str(other)}))
+    gone = first.with_name(f"{gguf.stem}-aaaaaaaaaaaa")                # its GGUF's install was removed
+    gone.mkdir()
+    (gone / models.SOURCE_RECORD).write_text(json.dumps({"gguf": str(tmp_path / "removed" / gguf.name)}))
     unrelated = first.with_name("another-model-0123456789ab")
     unrelated.mkdir()
     os.utime(gguf, ns=(1, 1))                                       # as a reinstall would

@@ -108,7 +108,8 @@ def _gguf_cache_dir(gguf: Path) -> Path:
 def _drop_stale_conversions(gguf: Path, current: Path) -> None:
     """Remove the converted copies an earlier version of the same GGUF file left (a reinstall changes its
     time, so its key): each ~0.5 GB for the embedded model, never read again. A copy is stale when its
-    source record names this file, or when it has none (made before the record) and shares the name."""
+    source record names this file or a file that no longer exists (a removed install or clone), or when it
+    has none (made before the record) and shares the name."""
     pattern = re.compile(re.escape(gguf.stem) + r"-[0-9a-f]{12}")
     for folder in current.parent.iterdir():
         if folder == current or not pattern.fullmatch(folder.name) or not folder.is_dir():
@@ -117,7 +118,7 @@ def _drop_stale_conversions(gguf: Path, current: Path) -> None:
             source = json.loads((folder / SOURCE_RECORD).read_text(encoding="utf-8")).get("gguf")
         except (OSError, ValueError, AttributeError):
             source = None
-        if source in (None, str(gguf.resolve())):
+        if source in (None, str(gguf.resolve())) or not Path(str(source)).is_file():
             shutil.rmtree(folder, ignore_errors=True)
 
 
