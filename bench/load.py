@@ -38,7 +38,9 @@ from decoding.core.formulas import percentile
 
 MAX_SESSIONS = 16
 MAX_STEPS = 50
-LONG_RUN_TOKENS = 160          # the Run to end of the second scenario
+LONG_RUN_TOKENS = 160          # the Run to end of the second scenario (more with --pace: long_run_tokens)
+MAX_LONG_RUN_TOKENS = 2000
+TOKENS_PER_S = 25              # a low guess at the Run to end's pace while others Step, to size it
 WAIT_MS = 120_000
 IDLE = ("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') "
         "&& !document.querySelector('[data-stale=\"true\"]')")
@@ -105,8 +107,15 @@ async def _steps(page, first: int, pauses: list[float]) -> list[dict]:
     return rows
 
 
-def _query(session: int, steps: int) -> str:
-    return f"max_new={LONG_RUN_TOKENS + steps + 2}&seed={session}"
+def long_run_tokens(steps: int, pace: float) -> int:
+    """Tokens of the Run to end: enough to outlast the others' `steps` Steps at `pace` (about 0.25 s each
+    beyond the think time), at TOKENS_PER_S; LONG_RUN_TOKENS at least, MAX_LONG_RUN_TOKENS at most."""
+    need = math.ceil(steps * (pace + 0.25) * TOKENS_PER_S)
+    return min(MAX_LONG_RUN_TOKENS, max(LONG_RUN_TOKENS, need))
+
+
+def _query(session: int, steps: int, pace: float) -> str:
+    return f"max_new={long_run_tokens(steps, pace) + steps + 2}&seed={session}"
 
 
 def think_times(pace: float, seed: int, count: int) -> list[float]:
@@ -118,7 +127,7 @@ def think_times(pace: float, seed: int, count: int) -> list[float]:
 async def _scenario(browser, url: str, sessions: int, steps: int, long_run: bool, pace: float) -> list[dict]:
     """`sessions` Playgrounds, one warm-up Step each, then all press Step `steps` times at once (with
     `long_run`, session 0 presses Run to end instead and only the others' Steps are returned)."""
-    opened = [await _open(browser, url, _query(i, steps)) for i in range(sessions)]
+    opened = [await _open(browser, url, _query(i, steps, pace)) for i in range(sessions)]
     try:
         pages = [page for _, page in opened]
         await asyncio.gather(*(_step(page, 0) for page in pages))
@@ -143,7 +152,8 @@ async def _ws_step(session, pause: float) -> dict:
     except ValueError:                        # no caption in the run: counted in the client's times only
         server = float("nan")
     chip = float("nan") if run.chip_s is None else run.chip_s * 1000.0
-    return {"server_ms": server, "press_to_chip_ms": chip, "press_to_finished_ms": run.finished_s * 1000.0}
+    return {"server_ms": server, "press_to_chip_ms": chip, "press_to_finished_ms": run.finished_s * 1000.0,
+            "ended_at": time.perf_counter()}
 
 
 async def _ws_steps(session, pauses: list[float]) -> list[dict]:
@@ -156,7 +166,7 @@ async def _ws_scenario(url: str, sessions: int, steps: int, long_run: bool, pace
     opened, drain = [], None
     try:
         for i in range(sessions):
-            opened.append(await WsSession.open(url, _query(i, steps)))
+            opened.append(await WsSession.open(url, _query(i, steps, pace)))
         await asyncio.gather(*(session.press("Step") for session in opened))
         stepping = range(1 if long_run else 0, sessions)
         if long_run:                          # its messages are read (and dropped) while the others Step
@@ -164,7 +174,11 @@ async def _ws_scenario(url: str, sessions: int, steps: int, long_run: bool, pace
             drain = asyncio.create_task(opened[0].drain())
             await asyncio.sleep(0.5)
         results = await asyncio.gather(*(_ws_steps(opened[i], think_times(pace, i, steps)) for i in stepping))
-        return [row for rows in results for row in rows]
+        rows = [row for rows in results for row in rows]
+        if long_run:                          # a Step ended while the run went on: a later message came
+            for row in rows:
+                row["during_run"] = row["ended_at"] <= opened[0].last_message_at
+        return rows
     finally:
         if drain is not None:
             drain.cancel()
@@ -235,7 +249,10 @@ def _table(results: dict, columns: tuple[tuple[str, str], ...]) -> list[str]:
         server = _finite(rows, "server_ms")
         ratio = f"{statistics.median(server) / single:.2f}×" if server and single > 0 else "—"
         cells = "".join(f" {_cell(v) if (v := _finite(rows, key)) else '—'} |" for _, key in columns)
-        lines.append(f"| {name} | {len(rows)} | {_cell(server) if server else '—'} |{cells} {ratio} |")
+        steps = str(len(rows))
+        if rows and "during_run" in rows[0]:
+            steps += f" ({sum(r['during_run'] for r in rows)} while the run went on)"
+        lines.append(f"| {name} | {steps} | {_cell(server) if server else '—'} |{cells} {ratio} |")
     return lines
 
 

@@ -91,6 +91,7 @@ class WsSession:
         self._page_hash = ""
         self.buttons: dict[str, Button] = {}
         self.last = Run("", 0, None, 0.0)
+        self.last_message_at = 0.0
 
     @classmethod
     async def open(cls, url: str, query: str, timeout_s: float = OPEN_TIMEOUT_S) -> WsSession:
@@ -121,10 +122,11 @@ class WsSession:
 
     async def drain(self) -> None:
         """Read and drop every message until the connection closes (a session left running on its own,
-        whose messages must still be read, as a browser would)."""
+        whose messages must still be read, as a browser would); `last_message_at` keeps when the latest
+        arrived (perf_counter), so a caller can tell whether the run was still going at a given time."""
         try:
             async for _ in self._ws:
-                pass
+                self.last_message_at = time.perf_counter()
         except ConnectionClosed:              # closed by the server: nothing more to read
             pass
 

@@ -12,7 +12,19 @@ from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 
 from bench.app import parse_timing
-from bench.load import _checked, _command, _section, main, parse_pace, render, render_ws, think_times
+from bench.load import (
+    LONG_RUN_TOKENS,
+    MAX_LONG_RUN_TOKENS,
+    _checked,
+    _command,
+    _section,
+    long_run_tokens,
+    main,
+    parse_pace,
+    render,
+    render_ws,
+    think_times,
+)
 from bench.ws_session import SessionError, WsSession
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,6 +72,18 @@ def test_render_ws_names_its_client_and_pace():
     assert "| scenario | Steps | server p50 / p95 | press→chip p50 / p95 | press→finished p50 / p95 |" in text
     assert "| 1 session stepping | 2 | 100 / 100 | 50 / 50 | 130 / 139 | 1.00× |" in text
     assert "nan" not in text
+
+
+def test_the_run_to_end_outlasts_paced_steps_and_the_report_counts_those_it_overlapped():
+    assert long_run_tokens(8, 0.0) == LONG_RUN_TOKENS                     # at once: Steps end within seconds
+    assert long_run_tokens(8, 2.0) == 450                                 # 8 × 2.25 s at 25 tokens/s
+    assert long_run_tokens(50, 60.0) == MAX_LONG_RUN_TOKENS
+    rows = [{"server_ms": 100.0, "press_to_chip_ms": 50.0, "press_to_finished_ms": 120.0, "during_run": during}
+            for during in (True, True, False)]
+    text = render_ws({"1 session stepping": rows[:1], "1 stepping while 1 runs to end": rows}, 3, "tiny",
+                     ((0.1,) * 3, (0.2,) * 3), "one process", "cmd", 2.0)
+    assert "| 1 stepping while 1 runs to end | 3 (2 while the run went on) |" in text
+    assert "| 1 session stepping | 1 (1 while the run went on) |" in text
 
 
 def test_the_browser_report_names_a_pace_only_when_there_is_one():
