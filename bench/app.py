@@ -297,7 +297,7 @@ def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_
              "reports; server: "
              "the page's own time beyond the model on the server (its timing caption). The floor is a bare "
              "Streamlit button app (one `st.write`, full-script rerun) timed the same way, to its new text. "
-             f"Values: median [min–max] over {steps} Steps, in ms. Goal of issue 5: ≤ 150 ms beyond the model.",
+             f"Values: median [min–max] over {steps} Steps, in ms. Goal of issues 5 and 39: ≤ 150 ms beyond the model.",
              "", "| page | click→chip | model | beyond the model | server page beyond the model |",
              "|---|---|---|---|---|"]
     for name, rows in results.items():

@@ -8,9 +8,10 @@ re-running the engine with `forced=` the tokens so far and skipping the recorded
 still run the choice rule, so the random draws stay aligned with the original run.
 
 On a shared server a run lets go of what it holds when its session has been idle for IDLE_S
-(`release_idle`, called on any session's rerun): the generator (its KV cache) always, the model and the
-draft model too when it was given `reload` to get them back. Its steps stay; the next Step reloads and
-rebuilds the generator as above (as long as the run so far took), so nothing the page shows changes.
+(`release_idle`, called whenever a page of any session asks for its model): the generator (its KV cache)
+always, the model and the draft model too when it was given `reload` to get them back. Its steps stay;
+the next Step reloads and rebuilds the generator as above (as long as the run so far took), so nothing
+the page shows changes.
 """
 from __future__ import annotations
 

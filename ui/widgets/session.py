@@ -85,7 +85,7 @@ def shown(message: str, settings: Settings | None = None) -> str:
 
 def lm_or_stop(settings: Settings):
     """The settings' model, or an st.error naming what to fix and a stopped page."""
-    release_idle()                  # any session's rerun frees what idle sessions' runs hold
+    release_idle()                  # any page asking for a model frees what idle sessions' runs hold
     try:
         with st.spinner(f"Loading model {md_text(repr(settings.model))}…"):
             return load_showing_progress(settings.model_key())
