@@ -167,6 +167,18 @@ def traced(e, edit: Callable[[dict], None], strategy: str = "sample") -> bytes:
     return json.dumps(data).encode()
 
 
+def empty_output_with_text(data: dict) -> None:
+    """A trace with no steps and no output, yet a text."""
+    data.update(steps=[], output_ids=[], text="hello")
+    data["stats"].update(new_tokens=0, target_forwards=0)
+
+
+def flip_last_verdict(data: dict) -> None:
+    """The first round's second draft given a verdict its round's counts contradict."""
+    draft = data["steps"][0]["drafts"][1]
+    draft["verdict"] = "accepted" if draft["verdict"] == "not_reached" else "not_reached"
+
+
 def steps_of(e, strategy: str) -> list[dict]:
     return json.loads(e.traces[strategy])["steps"]
 
@@ -465,6 +477,10 @@ CASES = [
          upload=lambda e: traced(e, lambda d: d["output_ids"].__setitem__(0, (d["output_ids"][0] + 1) % 64))),
     Case("trace-stats-not-the-steps", r"trace\.stats\.new_tokens=99 is not the \d+ tokens of output_ids$",
          upload=lambda e: traced(e, lambda d: d["stats"].update(new_tokens=99))),
+    Case("trace-text-without-output", r"trace\.text='hello' is not empty, but output_ids is$",
+         upload=lambda e: traced(e, empty_output_with_text)),
+    Case("trace-verdict-not-the-round", r"trace\.steps\[0\]\.drafts\[1\]\.verdict='\w+' is not '\w+' \(gamma=2, "
+         r"accepted=\d\)$", upload=lambda e: traced(e, flip_last_verdict, "speculative")),
     # ---- runs that stop mid-way (the trace so far is kept)
     Case("logits-nan", r"logits: NaN at step 3 \(64 of 64 values from model '[^']*nan'\); the run stops here",
          cli=["--model", "{nan}", "--max-new-tokens", "8"],
