@@ -40,6 +40,7 @@ MAX_SESSIONS = 16
 MAX_STEPS = 50
 LONG_RUN_TOKENS = 160          # the Run to end of the second scenario (more with --pace: long_run_tokens)
 MAX_LONG_RUN_TOKENS = 2000
+QUIET_S = 3.0                  # a Run to end has ended when its session has sent nothing for this long
 TOKENS_PER_S = 25              # a low guess at the Run to end's pace while others Step, to size it
 WAIT_MS = 120_000
 IDLE = ("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') "
@@ -160,28 +161,37 @@ async def _ws_steps(session, pauses: list[float]) -> list[dict]:
     return [await _ws_step(session, pause) for pause in pauses]
 
 
+async def _keep_running(session) -> None:
+    """Run to end, again and again (Reset between): a run ends at EOS, often before the others' Steps do."""
+    while True:
+        await session.send_press("Run to end")
+        await session.follow(QUIET_S)
+        await session.press("Reset")
+
+
 async def _ws_scenario(url: str, sessions: int, steps: int, long_run: bool, pace: float) -> list[dict]:
     """_scenario with websocket sessions (bench/ws_session.py) in place of browser contexts."""
     from bench.ws_session import WsSession
-    opened, drain = [], None
+    opened, runner = [], None
     try:
         for i in range(sessions):
             opened.append(await WsSession.open(url, _query(i, steps, pace)))
         await asyncio.gather(*(session.press("Step") for session in opened))
         stepping = range(1 if long_run else 0, sessions)
         if long_run:                          # its messages are read (and dropped) while the others Step
-            await opened[0].send_press("Run to end")
-            drain = asyncio.create_task(opened[0].drain())
+            runner = asyncio.create_task(_keep_running(opened[0]))
             await asyncio.sleep(0.5)
         results = await asyncio.gather(*(_ws_steps(opened[i], think_times(pace, i, steps)) for i in stepping))
         rows = [row for rows in results for row in rows]
         if long_run:                          # a Step ended while the run went on: a later message came
+            if runner.done():
+                runner.result()               # the runner's error, if it stopped on one
             for row in rows:
                 row["during_run"] = row["ended_at"] <= opened[0].last_message_at
         return rows
     finally:
-        if drain is not None:
-            drain.cancel()
+        if runner is not None:
+            runner.cancel()
         for session in opened:
             await session.close()
 

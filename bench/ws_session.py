@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from streamlit.proto.BackMsg_pb2 import BackMsg
 from streamlit.proto.ForwardMsg_pb2 import ForwardMsg
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
 
 from bench.app import TIMING
 
@@ -120,15 +119,19 @@ class WsSession:
             raise SessionError(f"no button labelled {label!r} on the page (buttons: {', '.join(self.buttons)})")
         return await self._send(button)
 
-    async def drain(self) -> None:
-        """Read and drop every message until the connection closes (a session left running on its own,
-        whose messages must still be read, as a browser would); `last_message_at` keeps when the latest
-        arrived (perf_counter), so a caller can tell whether the run was still going at a given time."""
-        try:
-            async for _ in self._ws:
-                self.last_message_at = time.perf_counter()
-        except ConnectionClosed:              # closed by the server: nothing more to read
-            pass
+    async def follow(self, quiet_s: float) -> None:
+        """Read the runs the server goes on with by itself (a Run to end's chunks) until none has sent a
+        message for `quiet_s` seconds; the buttons they drew are kept, and `last_message_at` says when the
+        latest arrived (perf_counter), so a caller can tell whether the run was still going at a given time."""
+        reading = _Reading(time.perf_counter(), self.last.chips)
+        while True:
+            try:
+                data = await asyncio.wait_for(self._ws.recv(), quiet_s)
+            except TimeoutError:
+                break
+            self.last_message_at = time.perf_counter()
+            self._take(data, reading)
+        self.buttons.update(reading.buttons)
 
     async def close(self) -> None:
         await self._ws.close()
