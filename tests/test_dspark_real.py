@@ -188,3 +188,23 @@ def test_named_drafter_loads_once_per_file_version(real_lm, tmp_path):
     stat = path.stat()
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     assert load_lattice_drafter(real_lm, str(path)) is not first
+
+
+def test_with_its_trained_files_hidden_the_embedded_model_runs_training_free_and_exact(real_lm, monkeypatch,
+                                                                                       tmp_path):
+    """The embedded model as any other model a user brings: with no trained drafter matched to it, DSpark and
+    speculative decoding at their defaults ("auto") fall back to the training-free sources and stay
+    token-identical to greedy."""
+    from decoding.core.config import DSparkConfig, SpeculativeConfig
+    from decoding.runtime import fingerprint
+
+    monkeypatch.setattr(fingerprint, "DRAFTER_TARGETS", tmp_path / "no-drafter-targets.json")
+    prompt = real_lm.encode("Describe a busy train station in the morning.")
+    ref = run(real_lm, prompt, GreedyConfig(max_new_tokens=N)).output_ids
+    dspark = run(real_lm, prompt, DSparkConfig(max_new_tokens=N))
+    assert dspark.error is None and dspark.output_ids == ref
+    assert "recycling" in dspark.steps[0].drafting.sources and "feature" not in dspark.steps[0].drafting.sources
+    spec = run(real_lm, prompt, SpeculativeConfig(max_new_tokens=N, draft="auto"))
+    assert spec.error is None and spec.output_ids == ref
+    drafters = {s.drafter for s in spec.steps}
+    assert drafters <= {"lookup", "recycling", "lookup+recycling"} and "recycling" in drafters, drafters
