@@ -257,3 +257,26 @@ def test_a_reinstalled_gguf_leaves_one_converted_copy(converting, tmp_path):
     assert second != first and len(calls) == 2
     assert sorted(p.name for p in first.parent.iterdir()) == sorted([second.name, elsewhere.name, unrelated.name])
     assert json.loads((second / models.SOURCE_RECORD).read_text())["gguf"] == str(gguf.resolve())
+
+
+def test_profiled_cost_tables_are_bounded_least_recently_used_first(tmp_path):
+    """Each model, device, dtype and kernel plan gets its own auto table, so a machine that tries many models
+    (or a test suite's temporary ones) would gather them without end: the cost folder keeps the
+    MAX_AUTO_TABLES most recently used; uploads (a folder of their own) are not counted."""
+    from decoding.runtime import cost_table
+    from decoding.runtime.files import touch
+
+    folder = tmp_path / "cost"
+    (folder / "uploads").mkdir(parents=True)
+    table = cost_table.CostTable(verify_ms=(1.0, 2.0), source="test")
+    old = []
+    for i in range(cost_table.MAX_AUTO_TABLES + 5):
+        path = folder / f"model-{i}.json"
+        table.save(path)
+        os.utime(path, (1000 + i, 1000 + i))
+        old.append(path)
+    touch(old[0])                                                  # the oldest, just used again
+    cost_table.save_auto(table, folder / "new.json")
+    kept = {p.name for p in folder.glob("*.json")}
+    assert len(kept) == cost_table.MAX_AUTO_TABLES and "new.json" in kept and "model-0.json" in kept
+    assert not {f"model-{i}.json" for i in range(1, 7)} & kept and (folder / "uploads").is_dir()

@@ -14,7 +14,7 @@ from numbers import Real
 from pathlib import Path
 
 from decoding.core.errors import ConfigError, check
-from decoding.runtime.files import load_from_cache, save_to_cache, write_text_atomic
+from decoding.runtime.files import keep_recent, load_from_cache, save_to_cache, touch, write_text_atomic
 from decoding.runtime.paths import cache_root, safe_name, shown_path
 
 COST_TABLE_VERSION = 1
@@ -142,6 +142,7 @@ def forward_times(lm, counts: Iterable[int], repeats: int, prefix_tokens: int = 
 AUTO = "auto"                       # profile on this device once, then cache (config.AUTO_COST)
 AUTO_SOURCE = "auto: "              # a trace's name of the auto table: this, then its file name (no server folder)
 AUTO_MIN_TOKENS = 17                # an auto table covers at least this many tokens
+MAX_AUTO_TABLES = 64                # profiled tables kept in the cache; the least recently used go first
 
 
 def auto_cost_path(lm) -> Path:
@@ -167,7 +168,9 @@ def load_table(lm, cost_table: str, need: int) -> CostTable:
         cost = load_from_cache(CostTable.load, path)
         if cost is None or cost.max_tokens < need:
             cost = profile_verify_cost(lm, max(need, AUTO_MIN_TOKENS))
-            save_to_cache(cost.save, path)
+            save_auto(cost, path)
+        else:
+            touch(path)
         return dataclasses.replace(cost, source=AUTO_SOURCE + path.name)
     cost = CostTable.load(cost_table)
     check(cost.max_tokens >= need, "cost_table", cost_table,
@@ -183,5 +186,14 @@ def draft_token_ms(target, draft) -> tuple[float, str]:
     table = load_from_cache(CostTable.load, path)
     if table is None:
         table = profile_verify_cost(draft, 1, repeats=15)
-        save_to_cache(table.save, path)
+        save_auto(table, path)
+    else:
+        touch(path)
     return table.ms(1), str(path)
+
+
+def save_auto(table: CostTable, path: Path) -> None:
+    """Cache a profiled table; the folder keeps the MAX_AUTO_TABLES most recently used (one per model,
+    device, dtype and kernel plan, and per draft model: a few hundred bytes each)."""
+    if save_to_cache(table.save, path):
+        keep_recent(path.parent.glob("*.json"), MAX_AUTO_TABLES)

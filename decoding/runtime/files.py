@@ -9,7 +9,7 @@ import shutil
 import tempfile
 import threading
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
@@ -85,6 +85,31 @@ def save_to_cache(save: Callable[[Path], None], path: Path) -> bool:
                           "it (set DECODESCOPE_CACHE to a writable folder)", CacheWarning, stacklevel=2)
         return False
     return True
+
+
+def keep_recent(entries: Iterable[Path], keep: int) -> None:
+    """Remove all but the `keep` most recently modified of `entries` (files or folders of a cache: the least
+    recently used go first where a use touches its entry); one another process removed meanwhile counts as
+    the oldest, and one that cannot be removed stays."""
+    def used(entry: Path) -> float:
+        try:
+            return entry.stat().st_mtime
+        except OSError:
+            return 0.0
+
+    for old in sorted(entries, key=used, reverse=True)[keep:]:
+        if old.is_dir():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            old.unlink(missing_ok=True)
+
+
+def touch(path: Path) -> None:
+    """Mark a cache entry as just used (keep_recent), where the cache can be written."""
+    try:
+        os.utime(path)
+    except OSError:
+        pass
 
 
 def load_from_cache(load: Callable[[Path], T], path: Path) -> T | None:

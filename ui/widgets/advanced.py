@@ -3,12 +3,9 @@ fields that are off when None (their text form: empty = off), DSpark's cost tabl
 auto / an uploaded JSON file (and its URL form), and the model's placement options."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import hashlib
-import os
 import re
-import shutil
 import tempfile
 import types
 import typing
@@ -20,7 +17,7 @@ from decoding.core.config import AUTO_COST
 from decoding.core.errors import ConfigError, check
 from decoding.runner import STRATEGIES
 from decoding.runtime.cost_table import MAX_COST_BYTES, MAX_COST_ENTRIES, CostTable
-from decoding.runtime.files import save_to_cache
+from decoding.runtime.files import keep_recent, save_to_cache, touch
 from decoding.runtime.paths import cache_root
 from decoding.runtime.placement import DEVICE_MAPS
 
@@ -126,8 +123,7 @@ def store_cost(table: CostTable, name: str) -> str:
     for root in (cache_root() / "cost" / "uploads", Path(tempfile.gettempdir()) / UPLOADS_FALLBACK):
         path = root / digest / safe
         if path.is_file():
-            with contextlib.suppress(OSError):
-                os.utime(path.parent)          # recently used: the last to be pruned
+            touch(path.parent)                 # recently used: the last to be pruned
             return str(path)
         if save_to_cache(dataclasses.replace(table, source=name).save, path):
             prune_stored(root)
@@ -138,15 +134,7 @@ def store_cost(table: CostTable, name: str) -> str:
 
 def prune_stored(root: Path) -> None:
     """Keep the MAX_STORED_COSTS most recently used tables under `root` (one directory each)."""
-    def used(folder: Path) -> float:
-        try:
-            return folder.stat().st_mtime
-        except OSError:                        # removed meanwhile by another session
-            return 0.0
-
-    folders = sorted((d for d in root.iterdir() if d.is_dir()), key=used, reverse=True)
-    for old in folders[MAX_STORED_COSTS:]:
-        shutil.rmtree(old, ignore_errors=True)
+    keep_recent((d for d in root.iterdir() if d.is_dir()), MAX_STORED_COSTS)
 
 
 @dataclass(frozen=True)
