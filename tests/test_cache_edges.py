@@ -280,3 +280,21 @@ def test_profiled_cost_tables_are_bounded_least_recently_used_first(tmp_path):
     kept = {p.name for p in folder.glob("*.json")}
     assert len(kept) == cost_table.MAX_AUTO_TABLES and "new.json" in kept and "model-0.json" in kept
     assert not {f"model-{i}.json" for i in range(1, 7)} & kept and (folder / "uploads").is_dir()
+
+
+def test_a_cache_file_named_after_a_model_names_no_folder_of_its_path():
+    """A model loaded from a folder gets cache files named by the folder's last part and a hash of the
+    whole path: the auto cost table's name, which traces record (`cost_source`), carries no server folder
+    even in mangled form, and two models of the same name in different folders keep apart."""
+    from types import SimpleNamespace
+
+    from decoding.runtime.cost_table import auto_cost_path
+    from decoding.runtime.paths import gemm_plan_path
+
+    def named(path: str) -> str:
+        return auto_cost_path(SimpleNamespace(name=path, device="cpu", dtype=torch.float32)).name
+
+    served = named("/srv/class-2026/models/my-model")
+    assert served.startswith("my-model-") and "srv" not in served and "class-2026" not in served
+    assert named("/home/other/my-model") != served and named("default") == "default-cpu-float32.json"
+    assert "srv" not in gemm_plan_path("/srv/class-2026/models/my-model").name

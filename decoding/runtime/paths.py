@@ -2,6 +2,7 @@
 tables, GEMM plans, distillation data; DECODESCOPE_CACHE overrides it)."""
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import sysconfig
@@ -41,11 +42,22 @@ def safe_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
+def model_key(name: str) -> str:
+    """A model's part of a cache file's name: its name when that is a plain name ("default", "tiny-plan"),
+    else the last part of its path or id and a short hash of the whole, so that a file name (which a trace
+    may carry as its cost table's source) names no folder of the machine."""
+    if safe_name(name) == name:
+        return name
+    last = safe_name(re.split(r"[\\/]", name.rstrip("/\\"))[-1]).strip("._") or "model"
+    return f"{last[:60]}-{hashlib.sha256(name.encode()).hexdigest()[:8]}"
+
+
 def gemm_plan_path(model_name: str) -> Path:
     """Where the auto GEMM plan (decoding.runtime.packed_gemm) of this CPU, torch, thread count and model is cached."""
     import torch
 
     from decoding.runtime.packed_gemm import PACK_ROWS_HINT, cpu_name
 
-    key = f"{cpu_name()}-torch{torch.__version__}-{torch.get_num_threads()}t-pack{PACK_ROWS_HINT}-{model_name}"
+    machine = f"{cpu_name()}-torch{torch.__version__}-{torch.get_num_threads()}t-pack{PACK_ROWS_HINT}"
+    key = f"{machine}-{model_key(model_name)}"
     return cache_root() / "gemm" / f"{safe_name(key)}.json"
