@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -28,6 +29,7 @@ from decoding.drafters.lattice_source import (
     labelled,
     tried,
 )
+from decoding.drafters.model_source import DraftModelSource
 from decoding.drafters.parallel import LatticeDraft
 from decoding.drafters.recycling import RecyclingSource, RecyclingTable
 from decoding.drafters.suffix import SuffixSource, SuffixStore, store_for
@@ -35,7 +37,7 @@ from decoding.runner import run
 from decoding.runtime.fingerprint import fingerprint, matches
 from decoding.strategies import dspark
 from decoding.strategies.dspark_select import best_tree, flat_tree
-from tests.dspark_helpers import one_thread, varied_llama
+from tests.dspark_helpers import as_draft_model_source, one_thread, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -382,6 +384,68 @@ def test_a_draft_model_source_is_exact_and_proposes_its_path(tok_lm, draft_dirs,
     assert nodes and all(n.sources == ("model",) for n in nodes)
     if which == "same":                  # the target's own greedy path: every path node is accepted
         assert tr.stats.mean_accepted_length > 3
+
+
+def test_a_draft_model_source_is_verified_both_ways(lm):
+    """A draft model that often disagrees with the target (two varied llamas): still greedy's output, and
+    its nodes are accepted and rejected."""
+    name, verdicts = as_draft_model_source(lm, varied_llama(seed=4)), set()
+    for prompt in PROMPTS:
+        tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, drafter=name, cost_table=None, lookup_max_ngram=0))
+        assert tr.error is None and tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+        verdicts |= {n.verdict for e in tr.steps for n in e.nodes if n.sources == ("model",)}
+    assert {"accepted", "rejected"} <= verdicts
+
+
+def test_wrong_rule_with_a_draft_model_source_diverges(lm, monkeypatch):
+    name = as_draft_model_source(lm, varied_llama(seed=4))
+    monkeypatch.setattr(dspark, "greedy_round", accept_first)
+    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter=name, cost_table=None, lookup_max_ngram=0))
+    assert any(n.sources == ("model",) for e in tr.steps for n in e.nodes)
+    assert tr.output_ids != run(lm, PROMPTS[0], GreedyConfig(max_new_tokens=30)).output_ids
+
+
+class MarkovDrafter:
+    """A tabular toy's draft model behind DraftModelSource: its greedy path from the last token, with the
+    rows it drew each token from (what DraftModelDrafter returns for a greedy chain request)."""
+
+    def __init__(self, draft):
+        self.draft = draft
+
+    def propose(self, context, request):
+        tokens, rows, last = [], [], context[-1]
+        for _ in range(request.gamma):
+            rows.append([float(p) for p in self.draft.rows[last]])
+            last = self.draft.top(self.draft.rows[last], 1)[0]
+            tokens.append(last)
+        return SimpleNamespace(tokens=tuple(tokens), q_draft=torch.tensor(rows))
+
+
+def model_plan(draft, gamma: int, budget: int, proposed: dict):
+    """The draft model's plan on a toy: its greedy path with the top 2 of each step, composed and
+    calibrated, the best `budget` nodes verified; `proposed` gets each round's tree."""
+    source, cal = DraftModelSource(MarkovDrafter(draft), top_k=2), OnlineCalibration.empty()
+
+    def plan(last: int):
+        proposed[last] = source.propose([last], SourceRequest(gamma, 2 * budget))
+        lattice = compose(None, [proposed[last]], [cal.scores(proposed[last])], gamma).lattice
+        return flat_tree(last, best_tree(lattice, budget))
+    return plan
+
+
+@pytest.mark.parametrize("gamma,budget", [(2, 3), (3, 5), (4, 6)])
+def test_draft_model_trees_are_exact_by_enumeration(gamma, budget):
+    target, draft = toy_pair(400 + gamma)
+    proposed: dict = {}
+    got = speculative_sequences(target, 0, 5, model_plan(draft, gamma, budget, proposed))
+    assert got == target_sequences(target, 0, 5)
+    assert all(len(t.nodes) == min(2 * gamma, 2 * budget) and branched(t) for t in proposed.values())
+
+
+def test_draft_model_trees_with_the_retrospective_rule_fail():
+    target, draft = toy_pair(403)
+    got = speculative_sequences(target, 0, 5, model_plan(draft, 3, 5, {}), retrospective_branches)
+    assert total_variation(got, target_sequences(target, 0, 5)) > Fraction(1, 100)
 
 
 def test_a_draft_model_source_must_be_a_model_of_the_targets_vocabulary(tok_lm, draft_dirs, tmp_path):
