@@ -112,3 +112,10 @@ def chain_config(**kwargs):
 
 # The same settings as the app's query parameters.
 APP_CHAIN = {k: str(v) for k, v in CHAIN_SETTINGS.items() if k != "drafter"}
+
+
+def as_draft_model_source(target: LM, draft: LM) -> str:
+    """The drafter name `model:NAME` for `draft` (an LM of the target's vocabulary), without files: it is
+    held as the target's draft model source, where loading `model:NAME` would keep it."""
+    target.loaded(("draft model source",), draft.name, lambda: draft)
+    return f"model:{draft.name}"

@@ -1,6 +1,6 @@
 """Temperature > 0: the first tokens dspark emits follow the target's processed distribution (χ²
 against exact marginals computed from the model, over many seeds; chain and tree, random drafter, and
-with prompt-lookup candidates in the lattice).
+with prompt-lookup candidates in the lattice; each training-free source alone, and a draft model alone).
 Negative control: the lossy threshold mode must fail the same test."""
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from scipy.stats import chisquare
 
 from decoding.core.config import DSparkConfig
 from decoding.core.processors import build_pipeline
+from decoding.drafters.suffix import store_for
 from decoding.runner import run
-from tests.dspark_helpers import one_thread, random_drafter, varied_llama
+from tests.dspark_helpers import as_draft_model_source, one_thread, random_drafter, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPT = [3, 1, 4, 1, 5]
@@ -48,10 +49,12 @@ def exact_marginals(lm, depth: int) -> list[torch.Tensor]:
     return out
 
 
-def pvalues(lm, loaded, **kwargs) -> list[float]:
-    """χ² p-values of the first three tokens over RUNS seeds; `loaded`: a drafter object (None: the config's)."""
+def pvalues(lm, loaded, before=lambda: None, **kwargs) -> list[float]:
+    """χ² p-values of the first three tokens over RUNS seeds; `loaded`: a drafter object (None: the config's);
+    `before` runs before each seed's run."""
     counts = torch.zeros(3, VOCAB)
     for seed in range(RUNS):
+        before()
         config = DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING, **kwargs)
         ids = run(lm, PROMPT, config, drafter=loaded).output_ids
         for i, t in enumerate(ids[:3]):
@@ -106,4 +109,61 @@ def test_recycled_candidates_keep_the_target_distribution(lm):
 def test_recycled_candidates_fail_the_test_in_the_lossy_mode(lm):
     values = pvalues(lm, None, drafter="recycling", select="tree", budget=4, cost_table=None,
                      lossy_threshold=0.05)
+    assert min(values[1:]) < 1e-6, values
+
+
+def verified_from(lm, source: str, config: dict, before=lambda: None) -> int:
+    """Plan nodes `source` proposed over the first 50 seeds' runs (`before` runs before each)."""
+    total = 0
+    for seed in range(50):
+        before()
+        steps = run(lm, PROMPT, DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING, **config)).steps
+        total += sum(source in n.sources for e in steps for n in e.nodes)
+    return total
+
+
+SUFFIX_ALONE = {"drafter": "suffix", "select": "tree", "budget": 4, "cost_table": None, "lookup_max_ngram": 0}
+
+
+@pytest.fixture(scope="module")
+def warm_store(lm):
+    """Suffix matching's store after 20 longer runs from the prompt; restoring it before each run keeps
+    the draft side fixed. (Left to grow, the runs' own 3-token texts soon fill the latest places kept per
+    n-gram with matches at a text's end, which continue with nothing, and the source stops proposing.)"""
+    store = store_for(lm)
+    store.clear()
+    for seed in range(20):
+        run(lm, PROMPT, DSparkConfig(max_new_tokens=12, gamma=2, seed=10_000 + seed, **PROCESSING, **SUFFIX_ALONE))
+    state = store.snapshot()
+    return lambda: store.restore(state)
+
+
+def test_suffix_candidates_keep_the_target_distribution(lm, warm_store):
+    """Suffix matching alone: the prompt's end (and the first token after it) match text of the earlier
+    runs, which continues in several ways, counted."""
+    values = pvalues(lm, None, warm_store, **SUFFIX_ALONE)
+    assert min(values) > 1e-3, values
+    assert verified_from(lm, "suffix", SUFFIX_ALONE, warm_store) >= 20
+
+
+def test_suffix_candidates_fail_the_test_in_the_lossy_mode(lm, warm_store):
+    values = pvalues(lm, None, warm_store, **SUFFIX_ALONE, lossy_threshold=0.05)
+    assert min(values[1:]) < 1e-6, values
+
+
+@pytest.fixture(scope="module")
+def model_alone(lm):
+    """A draft model alone (another varied llama of the same vocabulary) as DSpark's source."""
+    name = as_draft_model_source(lm, varied_llama(seed=5, vocab=VOCAB, init=0.1))
+    return {"drafter": name, "select": "tree", "budget": 4, "cost_table": None, "lookup_max_ngram": 0}
+
+
+def test_draft_model_candidates_keep_the_target_distribution(lm, model_alone):
+    values = pvalues(lm, None, **model_alone)
+    assert min(values) > 1e-3, values
+    assert verified_from(lm, "model", model_alone) >= 20
+
+
+def test_draft_model_candidates_fail_the_test_in_the_lossy_mode(lm, model_alone):
+    values = pvalues(lm, None, **model_alone, lossy_threshold=0.05)
     assert min(values[1:]) < 1e-6, values

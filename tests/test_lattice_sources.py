@@ -1,11 +1,14 @@
 """Lattice sources: the composer (one cell per token and depth, the best score under each parent, the sources
-listed), the online calibration, token recycling's table and tree, the model fingerprint, and exactness with
-training-free sources only: exact enumeration on a tabular toy (negative control: the retrospective plan),
-token identity with plain greedy on a tiny llama (negative control: a wrong acceptance rule), and "auto"
-choosing the training-free sources on a model no shipped drafter fits."""
+listed), the online calibration, token recycling's table and tree, the model fingerprint, and exactness of
+each source alone (token recycling, suffix matching, a draft model): exact enumeration on a tabular toy
+(negative control: the retrospective plan), token identity with plain greedy on a tiny llama, DSpark and
+speculative (negative control: a wrong acceptance rule), and "auto" choosing the training-free sources on a
+model no shipped drafter fits. Each exactness test also checks that its source proposed."""
 from __future__ import annotations
 
+import random
 from fractions import Fraction
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -26,13 +29,15 @@ from decoding.drafters.lattice_source import (
     labelled,
     tried,
 )
+from decoding.drafters.model_source import DraftModelSource
 from decoding.drafters.parallel import LatticeDraft
 from decoding.drafters.recycling import RecyclingSource, RecyclingTable
+from decoding.drafters.suffix import SuffixSource, SuffixStore, store_for
 from decoding.runner import run
 from decoding.runtime.fingerprint import fingerprint, matches
 from decoding.strategies import dspark
 from decoding.strategies.dspark_select import best_tree, flat_tree
-from tests.dspark_helpers import one_thread, varied_llama
+from tests.dspark_helpers import as_draft_model_source, one_thread, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -174,13 +179,15 @@ def test_recycled_nodes_are_verified_both_ways(lm):
     assert cells and all(c.sources for c in cells)
 
 
-def test_wrong_rule_with_recycling_diverges(lm, monkeypatch):
-    def accept_first(tokens, parents, logits):
-        kids = [i for i, p in enumerate(parents) if p == 0]
-        acc = (kids[0],) if kids else ()
-        nxt = int(torch.argmax(logits[acc[-1] if acc else 0]))
-        return RoundOutcome(acc, nxt, "bonus", None, (), tuple(tokens[i] for i in acc) + (nxt,))
+def accept_first(tokens, parents, logits):
+    """WRONG on purpose: the first child of the root is accepted whatever the target says."""
+    kids = [i for i, p in enumerate(parents) if p == 0]
+    acc = (kids[0],) if kids else ()
+    nxt = int(torch.argmax(logits[acc[-1] if acc else 0]))
+    return RoundOutcome(acc, nxt, "bonus", None, (), tuple(tokens[i] for i in acc) + (nxt,))
 
+
+def test_wrong_rule_with_recycling_diverges(lm, monkeypatch):
     run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None))   # warm the table
     monkeypatch.setattr(dspark, "greedy_round", accept_first)
     tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None))
@@ -245,6 +252,104 @@ def test_greedy_walk_follows_the_best_child():
     assert greedy_walk(dead, 2) == [0]
 
 
+# ------------------------------------------------------------------------------ suffix matching
+LEAD = 0            # the toy's round context is (LEAD, last): a 2-gram, the shortest suffix matched
+
+
+def suffix_plan(draft, gamma: int, budget: int, proposed: dict):
+    """The suffix plan on a toy: a store holding text another model wrote (earlier runs), its tree for the
+    context (LEAD, last) composed and calibrated, the best `budget` nodes verified; `proposed` gets each
+    round's tree. The store is restored before each round, so the plan is a function of `last`."""
+    rng, store = random.Random(gamma), SuffixStore()
+    for _ in range(8):
+        text = [LEAD]
+        while len(text) < 12:
+            text.append(rng.choices(range(draft.vocab), [float(p) for p in draft.rows[text[-1]]])[0])
+        store.extend(store.open(), text)
+    state, cal = store.snapshot(), OnlineCalibration.empty()
+
+    def plan(last: int):
+        store.restore(state)
+        proposed[last] = SuffixSource(store).propose([LEAD, last], SourceRequest(gamma, 2 * budget))
+        lattice = compose(None, [proposed[last]], [cal.scores(proposed[last])], gamma).lattice
+        return flat_tree(last, best_tree(lattice, budget))
+    return plan
+
+
+def branched(tree: SourceTree) -> bool:
+    """Some node of the tree has a sibling (several continuations were matched)."""
+    parents = [n.parent for n in tree.nodes]
+    return len(set(parents)) < len(parents)
+
+
+@pytest.mark.parametrize("gamma,budget", [(2, 3), (3, 5), (4, 6)])
+def test_suffix_trees_are_exact_by_enumeration(gamma, budget):
+    target, draft = toy_pair(300 + gamma)
+    proposed: dict = {}
+    got = speculative_sequences(target, 0, 5, suffix_plan(draft, gamma, budget, proposed))
+    assert got == target_sequences(target, 0, 5)
+    assert sorted(proposed) == list(range(target.vocab)) and all(t.nodes for t in proposed.values())
+    assert any(branched(t) for t in proposed.values())
+
+
+def test_suffix_trees_with_the_retrospective_rule_fail():
+    target, draft = toy_pair(303)
+    proposed: dict = {}
+    got = speculative_sequences(target, 0, 5, suffix_plan(draft, 3, 5, proposed), retrospective_branches)
+    assert total_variation(got, target_sequences(target, 0, 5)) > Fraction(1, 100)
+    assert all(t.nodes for t in proposed.values())
+
+
+@pytest.mark.parametrize("select", ["chain", "tree"])
+@pytest.mark.parametrize("lookup", [0, 2])
+def test_suffix_dspark_equals_greedy(lm, select, lookup):
+    """Each prompt twice: the second run matches the first one's text in the model's store."""
+    suffix_nodes = 0
+    for prompt in PROMPTS * 2:
+        greedy = run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+        config = DSparkConfig(max_new_tokens=30, drafter="suffix", select=select, lookup_max_ngram=lookup,
+                              cost_table=None, gamma=4)
+        tr = run(lm, prompt, config)
+        assert tr.error is None and tr.output_ids == greedy
+        suffix_nodes += sum("suffix" in n.sources for e in tr.steps for n in e.nodes)
+    assert suffix_nodes > 0
+
+
+def test_suffix_nodes_are_verified_both_ways(lm):
+    """The checks above are not vacuous: suffix nodes get accepted (text seen before) and rejected (the
+    prompt's own repeat, which greedy does not follow)."""
+    store_for(lm).clear()
+    verdicts = set()
+    for prompt in PROMPTS * 2:
+        tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, drafter="suffix", cost_table=None, lookup_max_ngram=0))
+        verdicts |= {n.verdict for e in tr.steps for n in e.nodes if "suffix" in n.sources}
+        assert tr.steps[0].drafting.sources == ("suffix",)
+    assert {"accepted", "rejected"} <= verdicts
+
+
+def test_wrong_rule_with_suffix_diverges(lm, monkeypatch):
+    """A cold store: the prompt's repeat (…, 2, 3 matches 2, 3 -> 4, 5) is proposed; the wrong rule takes it."""
+    store_for(lm).clear()
+    monkeypatch.setattr(dspark, "greedy_round", accept_first)
+    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter="suffix", cost_table=None, lookup_max_ngram=0))
+    assert any("suffix" in n.sources for e in tr.steps for n in e.nodes)
+    assert tr.output_ids != run(lm, PROMPTS[0], GreedyConfig(max_new_tokens=30)).output_ids
+
+
+@pytest.mark.parametrize("draft", ["suffix", "lookup+suffix", "recycling+suffix"])
+def test_speculative_suffix_equals_greedy(lm, draft):
+    """Each prompt twice, so that suffix matching finds text that prompt lookup (this context only) cannot."""
+    from decoding.core.config import SpeculativeConfig
+
+    store_for(lm).clear()
+    drafters = set()
+    for prompt in PROMPTS * 2:
+        tr = run(lm, prompt, SpeculativeConfig(max_new_tokens=30, draft=draft, gamma=4))
+        assert tr.error is None and tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+        drafters |= {e.drafter for e in tr.steps if e.gamma}
+    assert draft.removeprefix("lookup+") in drafters
+
+
 # ------------------------------------------------------------------------------ a draft model as a source
 @pytest.fixture(scope="module")
 def draft_dirs(tmp_path_factory):
@@ -279,6 +384,68 @@ def test_a_draft_model_source_is_exact_and_proposes_its_path(tok_lm, draft_dirs,
     assert nodes and all(n.sources == ("model",) for n in nodes)
     if which == "same":                  # the target's own greedy path: every path node is accepted
         assert tr.stats.mean_accepted_length > 3
+
+
+def test_a_draft_model_source_is_verified_both_ways(lm):
+    """A draft model that often disagrees with the target (two varied llamas): still greedy's output, and
+    its nodes are accepted and rejected."""
+    name, verdicts = as_draft_model_source(lm, varied_llama(seed=4)), set()
+    for prompt in PROMPTS:
+        tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, drafter=name, cost_table=None, lookup_max_ngram=0))
+        assert tr.error is None and tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
+        verdicts |= {n.verdict for e in tr.steps for n in e.nodes if n.sources == ("model",)}
+    assert {"accepted", "rejected"} <= verdicts
+
+
+def test_wrong_rule_with_a_draft_model_source_diverges(lm, monkeypatch):
+    name = as_draft_model_source(lm, varied_llama(seed=4))
+    monkeypatch.setattr(dspark, "greedy_round", accept_first)
+    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter=name, cost_table=None, lookup_max_ngram=0))
+    assert any(n.sources == ("model",) for e in tr.steps for n in e.nodes)
+    assert tr.output_ids != run(lm, PROMPTS[0], GreedyConfig(max_new_tokens=30)).output_ids
+
+
+class MarkovDrafter:
+    """A tabular toy's draft model behind DraftModelSource: its greedy path from the last token, with the
+    rows it drew each token from (what DraftModelDrafter returns for a greedy chain request)."""
+
+    def __init__(self, draft):
+        self.draft = draft
+
+    def propose(self, context, request):
+        tokens, rows, last = [], [], context[-1]
+        for _ in range(request.gamma):
+            rows.append([float(p) for p in self.draft.rows[last]])
+            last = self.draft.top(self.draft.rows[last], 1)[0]
+            tokens.append(last)
+        return SimpleNamespace(tokens=tuple(tokens), q_draft=torch.tensor(rows))
+
+
+def model_plan(draft, gamma: int, budget: int, proposed: dict):
+    """The draft model's plan on a toy: its greedy path with the top 2 of each step, composed and
+    calibrated, the best `budget` nodes verified; `proposed` gets each round's tree."""
+    source, cal = DraftModelSource(MarkovDrafter(draft), top_k=2), OnlineCalibration.empty()
+
+    def plan(last: int):
+        proposed[last] = source.propose([last], SourceRequest(gamma, 2 * budget))
+        lattice = compose(None, [proposed[last]], [cal.scores(proposed[last])], gamma).lattice
+        return flat_tree(last, best_tree(lattice, budget))
+    return plan
+
+
+@pytest.mark.parametrize("gamma,budget", [(2, 3), (3, 5), (4, 6)])
+def test_draft_model_trees_are_exact_by_enumeration(gamma, budget):
+    target, draft = toy_pair(400 + gamma)
+    proposed: dict = {}
+    got = speculative_sequences(target, 0, 5, model_plan(draft, gamma, budget, proposed))
+    assert got == target_sequences(target, 0, 5)
+    assert all(len(t.nodes) == min(2 * gamma, 2 * budget) and branched(t) for t in proposed.values())
+
+
+def test_draft_model_trees_with_the_retrospective_rule_fail():
+    target, draft = toy_pair(403)
+    got = speculative_sequences(target, 0, 5, model_plan(draft, 3, 5, {}), retrospective_branches)
+    assert total_variation(got, target_sequences(target, 0, 5)) > Fraction(1, 100)
 
 
 def test_a_draft_model_source_must_be_a_model_of_the_targets_vocabulary(tok_lm, draft_dirs, tmp_path):

@@ -2,7 +2,8 @@
 as decoding.drafters.source_chain.SourceChainDrafter). The groups it forms, which group drafts a round
 (prompt lookup in front declines a context without a long enough match, the last group never does), a chain
 source answering a tree request with nothing, and the walked chain's calibration. Exactness of each drafter
-is tested with the others' (test_speculative_exact, _chi2, _hybrid; goldens)."""
+is tested with the others' (test_speculative_exact, _chi2, _hybrid; goldens); the training-free
+sources' greedy identity in test_lattice_sources."""
 from __future__ import annotations
 
 import torch

@@ -245,3 +245,39 @@ def test_recycling_chain_without_zeroing_fails(target, reference, monkeypatch):
     assert power_lambda(p_target, p_wrong, N_RUNS) >= 60
     monkeypatch.setattr(speculative, "point_mass_residual", lambda p_target, token: p_target)
     assert chi2_pvalue(sample_first(target, drafter), marginal(reference), N_RUNS) < ALPHA
+
+
+def suffix_drafter():
+    """Suffix matching's chain over a store of its own: the prompt's (1, 2) repeats, so the first round
+    matches it and walks the continuation 3, 4 (then every run's text is matched too)."""
+    from decoding.drafters.source_chain import SourceChainDrafter
+    from decoding.drafters.suffix import SuffixSource, SuffixStore
+
+    return SourceChainDrafter([SuffixSource(SuffixStore())])
+
+
+def test_suffix_chain_matches_plain_sampling(target, reference):
+    drafter = suffix_drafter()
+    counts = sample_pairs(target, drafter)
+    assert chi2_pvalue(first_token(counts), marginal(reference), N_RUNS) > ALPHA
+    assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA
+    first = next(speculative.decode(target, PROMPT, CONFIG, generator=torch.Generator(), drafter=drafter))
+    assert first.gamma >= 1 and first.drafter == "suffix"
+    assert next(speculative.decode(target, PROMPT, CONFIG, generator=torch.Generator(),
+                                   drafter=suffix_drafter())).drafts[0].token_id == 3
+
+
+def test_suffix_chain_without_zeroing_fails(target, reference, monkeypatch):
+    p_target = target_probs(target, PROMPT)
+    drafted = 3
+    p_wrong = (1 - p_target[drafted]) * p_target
+    p_wrong[drafted] += p_target[drafted]
+    assert power_lambda(p_target, p_wrong, N_RUNS) >= 60
+    monkeypatch.setattr(speculative, "point_mass_residual", lambda p_target, token: p_target)
+    counts: Counter = Counter()
+    for seed in range(N_RUNS):            # a fresh store each run: the first round drafts 3, 4 every time
+        gen = torch.Generator().manual_seed(seed)
+        first = next(speculative.decode(target, PROMPT, CONFIG, generator=gen, drafter=suffix_drafter()))
+        assert first.drafts[0].token_id == drafted
+        counts[(first.emitted[0],)] += 1
+    assert chi2_pvalue(counts, marginal(reference), N_RUNS) < ALPHA

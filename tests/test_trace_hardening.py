@@ -100,6 +100,32 @@ def test_older_minor_version_loads(name):
     assert back.schema_version == "1.0" and len(back.steps) == len(golden(name)["steps"])
 
 
+def _as_version_1_4(data: dict) -> dict:
+    """The trace as schema 1.4 wrote it: a lattice cell and a plan node say only whether prompt lookup
+    proposed them (`lookup`), with no `sources`, and a round no `drafting` (all added in 1.5)."""
+    data["schema_version"] = "1.4"
+    for step in data["steps"]:
+        step.pop("drafting", None)
+        for item in [c for column in step.get("lattice", []) for c in column["cells"]] + step.get("nodes", []):
+            item.pop("sources")
+    return data
+
+
+def test_lookup_cells_of_an_older_minor_read_as_source_lookup():
+    recorded = golden("dspark_lookup_cost")          # prompt lookup and the parallel drafter in one lattice
+    back = from_json(json.dumps(_as_version_1_4(golden("dspark_lookup_cost"))))
+    rounds = [s for s in back.steps if s.kind == "dspark_round"]
+    cells = [c for s in rounds for column in s.lattice for c in column.cells]
+    items = cells + [n for s in rounds for n in s.nodes]
+    assert back.schema_version == "1.4" and all(not item.sources for item in items)
+    assert all(s.drafting is None for s in rounds)
+    assert {item.lookup for item in cells} == {True, False}       # both kinds are there to read
+    assert all(trace.proposed_by(item) == (("lookup",) if item.lookup else ("drafter",)) for item in items)
+    kept = [c for s in recorded["steps"] if s.get("kind") == "dspark_round" for col in s["lattice"]
+            for c in col["cells"]]
+    assert [c["lookup"] for c in kept] == [c.lookup for c in cells]
+
+
 # ---------------------------------------------------------------- beam search
 
 @pytest.mark.parametrize("step,field,value", [
