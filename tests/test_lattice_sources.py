@@ -16,7 +16,7 @@ from test_tree_accept import retrospective_branches, toy_pair
 from toy import speculative_sequences, target_sequences
 
 from decoding.core.acceptance import RoundOutcome, total_variation
-from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
 from decoding.core.lattice import Lattice
 from decoding.drafters.lattice_source import (
@@ -313,6 +313,20 @@ def test_suffix_dspark_equals_greedy(lm, select, lookup):
         assert tr.error is None and tr.output_ids == greedy
         suffix_nodes += sum("suffix" in n.sources for e in tr.steps for n in e.nodes)
     assert suffix_nodes > 0
+
+
+@pytest.mark.parametrize("config", [
+    DSparkConfig(max_new_tokens=20, drafter="suffix", cost_table=None, gamma=4),
+    SpeculativeConfig(max_new_tokens=20, draft="suffix", gamma=4)], ids=["dspark", "speculative"])
+def test_the_suffix_store_keeps_each_run_whole(lm, config):
+    """A run's text goes into the store to its last token: the last round's tokens, which no later round
+    proposes after, included (else each run's ending stays a match with nothing after it)."""
+    store = store_for(lm)
+    store.clear()
+    prompt = PROMPTS[0]
+    tr = run(lm, prompt, config)
+    assert tr.error is None and len(tr.output_ids) > 4
+    assert list(store.sequences.values())[-1] == list(prompt) + list(tr.output_ids)
 
 
 def test_suffix_nodes_are_verified_both_ways(lm):

@@ -150,6 +150,10 @@ class LatticeSource(ABC):
         .. first_position + m − 1 of the kept context, every row of the verification forward up to the one
         that produced the context's last token."""
 
+    def seen(self, context: Sequence[int]) -> None:  # noqa: B027 - optional hook
+        """After a round: the whole context so far, the prompt and every token emitted (the last round's
+        included, which no later round's `propose` sees)."""
+
     def declines(self, context: Sequence[int]) -> bool:
         """True where it has no chain after `context` (prompt lookup without a long enough match): the
         composer then asks the next source. It depends on the context alone, so each round stays exact."""
@@ -314,7 +318,8 @@ def compose(base: LatticeDraft | None, trees: Sequence[SourceTree], scores: Sequ
 class SourceSet:
     """The composer: a run's sources with the trees' calibration, as DSpark's decoder and speculative
     decoding's chain drafter (decoding.drafters.source_chain) both use them: `start` with the prompt,
-    `observe_logits` every target forward, `draft` a round, then `learn` from the tokens the round emitted.
+    `observe_logits` every target forward, `draft` a round, then `learn` from the tokens the round emitted
+    and `seen` the context they extend.
 
     The sources form groups, in order: each source that draws its own chain (`draws_chains`) alone, each run
     of the others together. A round is drafted by the first group that does not decline its context (the
@@ -379,6 +384,11 @@ class SourceSet:
         for tree in self.pending:
             self.calibration.update(tree, emitted)
         self.pending = ()
+
+    def seen(self, context: Sequence[int]) -> None:
+        """After a round: the whole context so far, to every source (LatticeSource.seen)."""
+        for source in self.sources:
+            source.seen(context)
 
 
 def chain_groups(sources: Sequence[LatticeSource]) -> tuple[tuple[LatticeSource, ...], ...]:

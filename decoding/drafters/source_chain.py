@@ -83,6 +83,7 @@ class SourceChainDrafter:
         if self._walked is not None:
             self.sources.learn(context[self._walked:])
             self._walked = None
+        self.sources.seen(context)
         return sum(source.rollback(context) for source in self.sources.sources)
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
