@@ -236,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
 def check_flags(args, weights: Path, out: Path) -> None:
     """Every flag in range, the drafter a feature-drafter weights file and --out writable; one line naming the
     flag otherwise."""
-    from decoding.drafters.feature_net import read_meta
+    from decoding.drafters.feature_net import DEFAULT_FEATURE, read_meta
     from decoding.runtime.weights_file import resolve_weights
 
     for name in ("prompts", "answer_tokens", "gamma", "top_k"):
@@ -245,7 +245,7 @@ def check_flags(args, weights: Path, out: Path) -> None:
     check(args.gamma <= DSPARK_MAX_GAMMA, "gamma", args.gamma, f"must be at most {DSPARK_MAX_GAMMA}")
     check(math.isfinite(args.temperature) and 0 <= args.temperature <= MAX_FIT_TEMPERATURE, "temperature",
           args.temperature, f"must be a number in [0, {MAX_FIT_TEMPERATURE:g}] (0: no pairs for T > 0)")
-    read_meta(resolve_weights(weights, weights, "feature-drafter", "python -m decoding train feature"))
+    read_meta(resolve_weights(weights, DEFAULT_FEATURE, "feature-drafter", "python -m decoding train feature"))
     check_writable(out, "out")
 
 
