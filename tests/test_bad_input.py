@@ -315,13 +315,13 @@ CASES = [
          cli=SPEC + ["--draft", "{tmp}/no-draft"],
          app={"strategy": "speculative", "draft": "{tmp}/no-draft"},
          engine=lambda e: load_draft(str(e.tmp / "no-draft"), e.lm)),
-    Case("draft-not-weights", r"draft='[^']*notes\.txt' is invalid: could not be read \(",
+    Case("draft-not-weights", r"draft='shallow:[^']*notes\.txt' is invalid: could not be read \(",
          cli=SPEC + ["--draft", "shallow:{notes}"], app={"strategy": "speculative", "draft": "shallow:{notes}"},
          engine=lambda e: load_draft(f"shallow:{e.paths['notes']}", e.lm)),
-    Case("draft-weights-damaged", r"draft='[^']*s\.safetensors' is invalid: could not be read \('head\.vocab_ids' is "
-         r"missing\)", cli=SPEC + ["--draft", "shallow:{badshallow}"],
+    Case("draft-weights-damaged", r"draft='shallow:[^']*s\.safetensors' is invalid: could not be read "
+         r"\('head\.vocab_ids' is missing\)", cli=SPEC + ["--draft", "shallow:{badshallow}"],
          engine=lambda e: load_draft(f"shallow:{e.paths['badshallow']}", e.lm)),
-    Case("feature-weights-missing", r"draft='[^']*no-feature\.safetensors' is invalid: has no feature-drafter "
+    Case("feature-weights-missing", r"draft='feature:[^']*no-feature\.safetensors' is invalid: has no feature-drafter "
          r"weights file: train one with `python -m decoding train feature`",
          cli=SPEC + ["--draft", "feature:{tmp}/no-feature.safetensors"],
          app={"strategy": "speculative", "draft": "feature:{tmp}/no-feature.safetensors"},
@@ -350,6 +350,17 @@ CASES = [
          r"this one has 32\)", cli=DSPARK + ["--drafter", "feature"],
          app={"strategy": "dspark", "drafter": "feature"}, action="step",
          engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter="feature"))),
+    Case("drafter-other-weights", r"drafter='(feature|parallel):[^']*other-(f|p)\.safetensors' is invalid: was trained "
+         r"for another model \(its fingerprint: same architecture and tokenizer, other weights\); train one for this "
+         r"model \(docs/drafters\.md \"Your model\"\)$", cli=DSPARK + ["--drafter", "feature:{otherfeature}"],
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=f"parallel:{e.paths['otherparallel']}"))),
+    Case("draft-other-weights", r"draft='feature:[^']*other-f\.safetensors' is invalid: was trained for another "
+         r"model \(its fingerprint: same architecture and tokenizer, other weights\); train one for this model",
+         cli=SPEC + ["--draft", "feature:{otherfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['otherfeature']}", e.lm)),
+    Case("draft-feature-other-shape", r"draft='feature:[^']*old-f\.safetensors' is invalid: was trained for another "
+         r"model \(hidden size 16; this one has 32\)$", cli=SPEC + ["--draft", "lookup+feature:{oldfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['oldfeature']}", e.lm)),
     Case("model-unknown-offline", r"model='no-such-org/no-such-model' is invalid: was not found in a local "
          r"directory or the local HF cache", cli=["--model", "no-such-org/no-such-model"],
          app={"model": "no-such-org/no-such-model"}, engine=lambda e: load(ModelSpec("no-such-org/no-such-model"))),
@@ -527,6 +538,21 @@ def write_damaged_weights(paths: dict, lm: LM) -> None:
     rewrite(good, paths["badshallow"], drop="head.vocab_ids")
     rewrite(paths["drafter"], paths["baddrafter"], header=BAD_HEADER["parallel"])
     nan_copy(paths["drafter"], paths["nandrafter"], "w2")
+    write_other_model_drafters(paths, lm)
+
+
+def write_other_model_drafters(paths: dict, lm: LM) -> None:
+    """A feature and a parallel drafter of the word model's shape that record another model's fingerprint (its
+    weights differ), and an older feature drafter (no fingerprint) for a model of hidden size 16."""
+    from decoding.drafters.feature_net import FeatureNet, FeatureShape, save_feature
+    from decoding.runtime.fingerprint import TARGET_KEY, fingerprint
+
+    other = fingerprint(lm)
+    other = {TARGET_KEY: {**other, "weights": [w + 1.0 for w in other["weights"]]}}
+    hidden = lm.model.config.hidden_size
+    save_feature(FeatureNet(FeatureShape(hidden, 8, 8, 1), range(8)), paths["otherfeature"], meta=other)
+    random_drafter(lm, gamma_max=4).save(paths["otherparallel"], meta=other)
+    save_feature(FeatureNet(FeatureShape(16, 8, 8, 1), range(8)), paths["oldfeature"], meta={"target": "old"})
 
 
 def record_traces(lm: LM, drafter) -> dict[str, str]:
@@ -551,7 +577,8 @@ def env(tmp_path_factory):
              "badcost": tmp / "cost.json", "shortcost": tmp / "short.json", "hugecost": tmp / "huge.json",
              "deepcost": tmp / "deep.json", "longcost": tmp / "long.json", "badshallow": tmp / "s.safetensors",
              "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg",
-             "nandrafter": tmp / "nan-p.safetensors"}
+             "nandrafter": tmp / "nan-p.safetensors", "otherfeature": tmp / "other-f.safetensors",
+             "otherparallel": tmp / "other-p.safetensors", "oldfeature": tmp / "old-f.safetensors"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
     paths["nan"] = nan_dir
     paths["empty"].mkdir()

@@ -382,7 +382,12 @@ def load_weights(kind: str, path: Path, lm: LM):
     from decoding.drafters.factory import load_draft
     from decoding.drafters.parallel import load_drafter
 
-    return load_drafter(path, lm) if kind == "parallel" else load_draft(f"{kind}:{path}", lm)
+    return load_drafter(path, lm) if kind == "parallel" else load_draft(given(kind, path), lm)
+
+
+def given(kind: str, path: Path) -> str:
+    """How load_weights names the file of `kind` (and so how its errors name it): a draft as "kind:FILE"."""
+    return str(path) if kind == "parallel" else f"{kind}:{path}"
 
 
 @pytest.mark.parametrize("damage", ["text", "empty", "truncated", "missing-ids", "missing-weight", "bad-header"])
@@ -393,7 +398,7 @@ def test_damaged_weights_file_is_one_line_naming_it(kind, damage, lm, weights, t
     with pytest.raises(ConfigError) as caught:
         load_weights(kind, path, lm)
     line = one_line(str(caught.value))
-    assert line.startswith(f"{param}='{path}' is invalid: could not be read ("), line
+    assert line.startswith(f"{param}='{given(kind, path)}' is invalid: could not be read ("), line
 
 
 def test_good_weights_files_still_load(lm, weights):
@@ -401,17 +406,18 @@ def test_good_weights_files_still_load(lm, weights):
         assert load_weights(kind, path, lm) is not None
 
 
-@pytest.mark.parametrize("flags,param", [
-    (["--strategy", "speculative", "--draft", "shallow:{path}"], "draft"),
-    (["--strategy", "speculative", "--draft", "feature:{path}"], "draft"),
-    (["--strategy", "dspark", "--drafter", "{path}"], "drafter"),
+@pytest.mark.parametrize("flags,named", [
+    (["--strategy", "speculative", "--draft", "shallow:{path}"], "draft='shallow:{path}'"),
+    (["--strategy", "speculative", "--draft", "feature:{path}"], "draft='feature:{path}'"),
+    (["--strategy", "dspark", "--drafter", "{path}"], "drafter='{path}'"),
 ])
-def test_cli_damaged_draft_file(flags, param, word, tmp_path, capsys):
+def test_cli_damaged_draft_file(flags, named, word, tmp_path, capsys):
+    """Named as the user gave it."""
     path = tmp_path / "notes.txt"
     path.write_text("notes\n")
     code, _, err = cli_main(base(word, *[f.format(path=path) for f in flags]), capsys)
     assert code == 2
-    assert one_line(err).startswith(f"error: {param}='{path}' is invalid: could not be read (")
+    assert one_line(err).startswith(f"error: {named.format(path=path)} is invalid: could not be read (")
 
 
 @pytest.mark.parametrize("config,reason", [

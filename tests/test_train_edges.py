@@ -8,7 +8,7 @@ import os
 import pytest
 import torch
 from dspark_helpers import one_thread, varied_llama
-from test_cli_hardening import OTHER_TENSOR, cli_main, load_weights, one_line, weights  # noqa: F401 (fixture)
+from test_cli_hardening import OTHER_TENSOR, cli_main, given, load_weights, one_line, weights  # noqa: F401 (fixture)
 from word_models import build_word_model_dir
 
 import decoding.runtime.models as models
@@ -105,6 +105,20 @@ def test_head_calibration_flags_and_out_before_the_model_loads(tmp_path, capsys,
     assert code == 2 and one_line(err).startswith(f"error: out='{out}' is invalid: its directory ")
 
 
+def test_head_calibration_for_another_model_checks_its_drafter_before_the_model_loads(word, tmp_path, capsys,
+                                                                                    no_load, monkeypatch):
+    """--model without --draft calibrates the file `train feature --model` writes by default (here: none);
+    --draft must be a feature drafter's weights."""
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli_main(["train", "head-calibration", "--model", str(word)], capsys)
+    assert code == 2 and one_line(err) == ("error: draft='feature-word.safetensors' is invalid: has no feature-drafter "
+                                           "weights file: train one with `python -m decoding train feature`")
+    notes = tmp_path / "notes.txt"
+    notes.write_text("not weights\n")
+    code, _, err = cli_main(["train", "head-calibration", "--model", str(word), "--draft", str(notes)], capsys)
+    assert code == 2 and one_line(err).startswith(f"error: draft='{notes}' is invalid: could not be read (")
+
+
 def test_answers_out_before_the_model_loads(word, tmp_path, capsys, no_load):
     blocker = tmp_path / "a-file"
     blocker.write_text("in the way\n")
@@ -192,7 +206,7 @@ def test_nan_weights_are_refused_at_load(kind, lm, weights, tmp_path):
         load_weights(kind, path, lm)
     param = "drafter" if kind == "parallel" else "draft"
     line = one_line(str(caught.value))
-    assert line.startswith(f"{param}='{path}' is invalid: holds NaN or infinite weights (") and \
+    assert line.startswith(f"{param}='{given(kind, path)}' is invalid: holds NaN or infinite weights (") and \
         line.endswith(f" in '{OTHER_TENSOR[kind]}'); train it again"), line
 
 

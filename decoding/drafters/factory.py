@@ -34,7 +34,8 @@ from decoding.runtime.paths import FEATURE_WEIGHTS, PARALLEL_WEIGHTS, calibratio
 def load_draft(name: str, target: LM, **spec):
     """Load a draft model by id or path (ModelSpec fields in `spec`), build the shallow self-draft
     ("shallow": the shipped weights; "shallow:PATH": a weights file) on the target, or load the feature
-    drafter ("feature", "feature:PATH"; a decoding.drafters.feature_net.FeatureNet, not an LM); errors name `draft`."""
+    drafter ("feature", "feature:PATH"; a decoding.drafters.feature_net.FeatureNet, not an LM); errors name `draft`
+    and the name as given ("feature:PATH", not the file alone)."""
     from decoding.drafters.feature_net import FEATURE, load_feature
     from decoding.drafters.shallow import SHALLOW, load_shallow
     from decoding.runtime.fingerprint import shipped_fits
@@ -42,10 +43,14 @@ def load_draft(name: str, target: LM, **spec):
 
     if name == AUTO_DRAFT:          # the shipped feature drafter where it was trained for this model, else none
         return ENGINE.call(load_feature, target, None) if shipped_fits(target) else None
-    if name == SHALLOW or name.startswith(SHALLOW + ":"):
-        return ENGINE.call(load_shallow, target, name[len(SHALLOW) + 1:] or None)
-    if name == FEATURE or name.startswith(FEATURE + ":"):
-        return ENGINE.call(load_feature, target, name[len(FEATURE) + 1:] or None)
+    for kind, loader in ((SHALLOW, load_shallow), (FEATURE, load_feature)):
+        if name == kind or name.startswith(kind + ":"):
+            try:
+                return ENGINE.call(loader, target, name[len(kind) + 1:] or None)
+            except ConfigError as err:       # about its file: named as the user gave it ("feature:FILE")
+                if err.param == "draft":
+                    raise ConfigError("draft", name, err.expected) from None
+                raise
     try:
         draft = load(ModelSpec(name=name, **spec))
     except ConfigError as err:

@@ -23,7 +23,8 @@ training, reading exactly the keys step-by-step drafting would. q_draft is a pro
 outside), so the ratio rule stays exact; at temperature 0 an accepted draft equals the target's token.
 
 Weights file (safetensors, float16): the trained modules and `head.vocab_ids`; metadata: format, shape,
-the target's name and the training report. The target's embeddings and head are never stored.
+the target's name and fingerprint (decoding.runtime.fingerprint) and the training report. The target's
+embeddings and head are never stored.
 """
 from __future__ import annotations
 
@@ -36,10 +37,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decoding.core.errors import check
+from decoding.core.errors import ConfigError, check
 from decoding.drafters.shallow import full_vocabulary
 from decoding.runtime import packed_gemm
-from decoding.runtime.paths import FEATURE_WEIGHTS
+from decoding.runtime.fingerprint import check_trained_for
+from decoding.runtime.paths import FEATURE_WEIGHTS, shown_path
 from decoding.runtime.weights_file import (
     check_finite,
     read_header,
@@ -232,12 +234,16 @@ def load_feature(target, path: str | Path | None = None) -> FeatureNet:
     path = resolve_weights(path, DEFAULT_FEATURE, "feature-drafter", "python -m decoding train feature")
     with reading("draft", path):
         info = read_meta(path)
+        check_trained_for(info["meta"], target, "draft", shown_path(path))
         state = load_file(str(path))
         check_finite(state, "draft", path)
         net = FeatureNet(FeatureShape(**info["shape"]), state["vocab_ids"].tolist())
         net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
     net.eval().requires_grad_(False)
-    net.attach(target)
+    try:
+        net.attach(target)
+    except ConfigError as err:       # another shape: named by its file, as every error about it
+        raise ConfigError("draft", shown_path(path), err.expected) from None
     net.to(dtype=target.dtype).use_kernels_of(target)
     net.name = f"{target.name}[feature]" + trained_for(info["meta"], target.name)
     return net

@@ -43,6 +43,7 @@ from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import ConfigError, check
 from decoding.core.lattice import Lattice
 from decoding.runtime import packed_gemm
+from decoding.runtime.fingerprint import check_trained_for
 from decoding.runtime.hooks import check_feature_layers
 from decoding.runtime.paths import shown_path
 from decoding.runtime.weights_file import check_finite, reading, save_weights
@@ -349,6 +350,8 @@ def load_drafter(path: str | Path, lm=None) -> ParallelDrafter:
         drafter = ParallelDrafter(DrafterShape(**json.loads(header["shape"])), vocab_ids=tensors["vocab_ids"].tolist())
         drafter.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
         drafter.meta = json.loads(header.get("meta", "{}"))
+    if lm is not None:
+        check_trained_for(drafter.meta, lm, "drafter", shown_path(path))
     drafter.eval()
     return drafter.attach(lm) if lm is not None else drafter
 

@@ -4,6 +4,10 @@ Two parts. `arch`: a hash of the architecture (model type, vocabulary, hidden si
 tokenizer's vocabulary. `weights`: 64 numbers sampled from the input embedding (8 rows spread over the
 vocabulary, their first 8 values), compared with a tolerance, so the same weights match whether they
 were loaded in float32, bfloat16 or float16 and on any device.
+
+A drafter file the trainers write records its target's fingerprint in its metadata (TARGET_KEY);
+`check_trained_for` refuses it on any other model, even one of the same shape. Files without one (trained
+before it was recorded) are checked by shape alone when they attach.
 """
 from __future__ import annotations
 
@@ -12,11 +16,14 @@ import json
 
 import torch
 
+from decoding.core.errors import check
 from decoding.runtime.paths import DRAFTER_TARGETS
 
 SAMPLE_ROWS = 8
 SAMPLE_COLS = 8
 RTOL, ATOL = 2e-2, 2e-3          # bfloat16 keeps about 3 significant digits
+TARGET_KEY = "target_fingerprint"   # in a drafter file's metadata: the fingerprint of the model it was trained for
+YOUR_MODEL = 'train one for this model (docs/drafters.md "Your model")'
 
 
 def _tokenizer_hash(tokenizer) -> str:
@@ -65,3 +72,25 @@ def shipped_fits(lm) -> bool:
         return matches(recorded, cached_fingerprint(lm))
     except (OSError, ValueError, AttributeError, NotImplementedError, RuntimeError):
         return False          # no file, or weights it cannot read (an embedding offloaded to disk): no match
+
+
+def fingerprint_of(lm) -> dict | None:
+    """cached_fingerprint(lm), or None where its weights cannot be read (an embedding offloaded to disk)."""
+    try:
+        return cached_fingerprint(lm)
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return None
+
+
+def check_trained_for(meta: dict, lm, param: str, value: str) -> None:
+    """A drafter file whose metadata records the fingerprint of its target is used on that model only: one
+    line naming `param`=`value` otherwise. A file without one passes (its shape is checked when it attaches),
+    and so does a model whose fingerprint cannot be taken."""
+    recorded = meta.get(TARGET_KEY) if isinstance(meta, dict) else None
+    actual = fingerprint_of(lm) if recorded is not None else None
+    if actual is None:
+        return
+    same_arch = isinstance(recorded, dict) and recorded.get("arch") == actual["arch"]
+    differs = "same architecture and tokenizer, other weights" if same_arch else "another architecture or tokenizer"
+    check(matches(recorded, actual), param, value, f"was trained for another model (its fingerprint: {differs}); "
+                                                   f"{YOUR_MODEL}")

@@ -19,6 +19,20 @@ def display_name(lm) -> str:
     return f"{EMBEDDED_GGUF.removesuffix('.gguf')} (embedded)" if lm.name == DEFAULT_MODEL else lm.name
 
 
+def target_meta(lm) -> dict:
+    """What a drafter file's metadata records of its target beside its name: its fingerprint, so that the file is
+    refused on any other model (decoding.runtime.fingerprint.check_trained_for)."""
+    from decoding.runtime.fingerprint import TARGET_KEY, fingerprint
+
+    return {TARGET_KEY: fingerprint(lm)}
+
+
+def default_weights(model: str, shipped: Path, prefix: str) -> Path:
+    """A trainer's weights file when --out (or --draft) is not given: the shipped asset for the embedded model,
+    else <prefix>-<model's name>.safetensors here."""
+    return shipped if model == "default" else Path(f"{prefix}-{Path(model).name}.safetensors")
+
+
 def settings_parser(prog: str, description: str, settings_type) -> argparse.ArgumentParser:
     """--model, --out, one flag per field of the settings dataclass, --no-progress."""
     p = argparse.ArgumentParser(prog=prog, description=description)
@@ -52,8 +66,7 @@ def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: P
     args = parser.parse_args(argv)
     try:
         settings = settings_type(**{k: v for k, v in vars(args).items() if k in settings_type.__dataclass_fields__})
-        out = args.out or (shipped if args.model == "default"
-                           else Path(f"{prefix}-{Path(args.model).name}.safetensors"))
+        out = args.out or default_weights(args.model, shipped, prefix)
         check_writable(out, "out")                     # before the model loads and the hours of training
         check_writable(Path(out).with_suffix(".md"), "out")   # its model card, written beside it
         lm = load(target_spec(args))

@@ -31,7 +31,7 @@ import torch
 
 from decoding.core.errors import ConfigError, check, check_number
 from decoding.drafters.feature_net import DEFAULT_FEATURE, FeatureNet, FeatureShape, save_feature
-from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
+from decoding.train.common import display_name, finish, run_trainer, settings_parser, target_meta, tau_summary
 from decoding.train.data import DataSettings, DistillData, anchors, data_split, distill_set, sequence_ends, vocab_slice
 from decoding.train.feature_loss import position_loss
 from decoding.train.shallow import budget_note, changed_flags, lead_metrics
@@ -381,7 +381,7 @@ def train_feature(lm, settings: FeatureSettings, out: str | Path, *, prompts=Non
     net, report = train_feature_net(lm, data, settings, progress=progress, prompts=prompts)
     report.target, report.data["source"] = display_name(lm), source
     out = Path(out)
-    save_feature(net, out, meta={"target": lm.name, "after": report.after, "before": report.before,
+    save_feature(net, out, meta={"target": lm.name, **target_meta(lm), "after": report.after, "before": report.before,
                                  "data": report.data, "steps": report.steps})
     return finish(report, out, lambda r: model_card(r, title or f"Feature drafter for {display_name(lm)}"))
 

@@ -12,8 +12,10 @@ decoding.core.formulas) before and after is measured on the other half; the ship
 on all. The pairs for T > 0 are fitted at one temperature (`--temperature`, 0.8 by default) and used at
 every T > 0.
 
-Entry point: `python -m decoding train head-calibration [--prompts N] [--answer-tokens N] [--temperature T]
-[--out FILE]`. Writes the JSON file the head loads (next to the feature drafter's weights by default).
+Entry point: `python -m decoding train head-calibration [--model DIR] [--draft FILE] [--prompts N]
+[--answer-tokens N] [--temperature T] [--out FILE]`. Writes the JSON file the head loads (next to the feature
+drafter's weights by default, where DSpark's `--drafter feature:FILE` finds it). With `--model` (a target of
+your own) the drafter is the one `train feature --model` wrote by default, unless `--draft` names it.
 """
 from __future__ import annotations
 
@@ -70,13 +72,15 @@ def target_probs_at(target: Target, hidden: torch.Tensor, tokens: torch.Tensor, 
 def head_samples(net, data, gamma: int, top_k: int, target: Target | None = None, chunk: int = 4096) -> Samples:
     """Step every anchor of `data` (decoding.train.data.DistillData) along its true answer for γ
     positions; record the top-K candidates' q and hits at each position inside the answer (and, with a
-    `target`, the head's and the target's probabilities of them at its temperature)."""
+    `target`, the head's and the target's probabilities of them at its temperature). A head whose vocabulary
+    slice is smaller than top_k scores all of it."""
     from decoding.train.data import anchors, sequence_ends
 
     rows = anchors(data)
     seq_of = torch.bucketize(rows, data.offsets[1:], right=True)
     out: list[list[torch.Tensor]] = [[], [], [], [], [], []]
     ids = net.vocab_ids.cpu()
+    top_k = min(top_k, len(ids))
     for i in range(0, len(rows), chunk):
         r, seq = rows[i:i + chunk], seq_of[i:i + chunk]
         end = sequence_ends(data, r)
@@ -174,8 +178,9 @@ CARD_START, CARD_END = "<!-- head-calibration -->", "<!-- /head-calibration -->"
 def card_section(report: dict) -> str:
     """The model card's section on the head's calibration (Markdown, from the report only)."""
     d = report["data"]
+    target = f"--model {d['model']} " if d.get("model", "default") != "default" else ""
     lines = [CARD_START, "## As DSpark's sequential head: calibration", "",
-             f"`python -m decoding train head-calibration --prompts {d['prompts']} --answer-tokens "
+             f"`python -m decoding train head-calibration {target}--prompts {d['prompts']} --answer-tokens "
              f"{d['answer_tokens']}`: {d['split']}, answered greedily by the target ({d['positions']} positions); "
              f"from every anchor the head steps along the target's tokens and scores its top {d['top_k']} "
              "candidates per position. ŝ = σ(a · logit q + b) per position; ECE (10 bins) on the half of the "
@@ -213,41 +218,50 @@ def card_to_update(weights: Path, out: Path) -> Path | None:
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m decoding train head-calibration", description=__doc__.split("\n")[0])
+    p.add_argument("--model", default="default", help="the target the drafter was trained for (as `train feature`)")
+    p.add_argument("--model-dtype", default="auto", help="the target's dtype (as `train feature`)")
     p.add_argument("--prompts", type=int, default=96, help="held-out prompts answered by the target")
     p.add_argument("--answer-tokens", type=int, default=96)
     p.add_argument("--gamma", type=int, default=8, help="positions calibrated")
     p.add_argument("--top-k", type=int, default=4, help="candidates scored per position")
     p.add_argument("--temperature", type=float, default=0.8,
                    help="sampling temperature the pairs used at T > 0 are fitted at (0: none fitted)")
-    p.add_argument("--draft", default=None, help="feature drafter weights (default: the shipped one)")
+    p.add_argument("--draft", default=None, help="feature drafter weights (default: the shipped one for the "
+                                                 "embedded model, else the file `train feature --model` writes)")
     p.add_argument("--out", default=None, help="JSON file (default: next to the weights, which also updates the "
                                                 "drafter's model card)")
     return p
 
 
-def check_flags(args, out: Path) -> None:
-    """Every flag in range and --out writable; one line naming the flag otherwise."""
+def check_flags(args, weights: Path, out: Path) -> None:
+    """Every flag in range, the drafter a feature-drafter weights file and --out writable; one line naming the
+    flag otherwise."""
+    from decoding.drafters.feature_net import DEFAULT_FEATURE, read_meta
+    from decoding.runtime.weights_file import resolve_weights
+
     for name in ("prompts", "answer_tokens", "gamma", "top_k"):
         value = getattr(args, name)
         check(value >= 1, name, value, "must be an integer >= 1")
     check(args.gamma <= DSPARK_MAX_GAMMA, "gamma", args.gamma, f"must be at most {DSPARK_MAX_GAMMA}")
     check(math.isfinite(args.temperature) and 0 <= args.temperature <= MAX_FIT_TEMPERATURE, "temperature",
           args.temperature, f"must be a number in [0, {MAX_FIT_TEMPERATURE:g}] (0: no pairs for T > 0)")
+    read_meta(resolve_weights(weights, DEFAULT_FEATURE, "feature-drafter", "python -m decoding train feature"))
     check_writable(out, "out")
 
 
 def main_head_calibration(argv: Sequence[str] | None = None) -> int:
     from decoding.drafters.feature_net import DEFAULT_FEATURE, load_feature
-    from decoding.runtime.models import ModelSpec, load
+    from decoding.runtime.models import load
+    from decoding.train.common import default_weights, target_spec
     from decoding.train.data import generate_distill
 
     args = build_parser().parse_args(argv)
-    weights = Path(args.draft) if args.draft else DEFAULT_FEATURE
+    weights = Path(args.draft) if args.draft else default_weights(args.model, DEFAULT_FEATURE, "feature")
     out = Path(args.out) if args.out else calibration_path(weights)
     try:
-        check_flags(args, out)                   # before the model loads and the answers are generated
-        lm = load(ModelSpec())
-        net = load_feature(lm, args.draft)
+        check_flags(args, weights, out)          # before the model loads and the answers are generated
+        lm = load(target_spec(args))
+        net = load_feature(lm, weights)          # a file trained for another model: one line, here
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -256,7 +270,8 @@ def main_head_calibration(argv: Sequence[str] | None = None) -> int:
     target = Target(head, args.temperature) if args.temperature else None
     report = calibrate(head_samples(net, data, args.gamma, args.top_k, target), args.gamma,
                        args.temperature if target else None)
-    report["data"] = {"prompts": args.prompts, "answer_tokens": args.answer_tokens, "positions": data.positions,
+    report["data"] = {"model": args.model, "prompts": args.prompts, "answer_tokens": args.answer_tokens,
+                      "positions": data.positions,
                       "top_k": args.top_k, "split": "the feature drafter's held-out prompts (one base prompt in 16)"}
     write_text_atomic(out, json.dumps(report, indent=1) + "\n")
     card = card_to_update(weights, out)

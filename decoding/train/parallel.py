@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from decoding.core.errors import check, check_number
 from decoding.drafters.parallel import DrafterShape, DraftOut, ParallelDrafter
 from decoding.runtime.hooks import check_feature_layers, decoder_layers
-from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
+from decoding.train.common import display_name, finish, run_trainer, settings_parser, target_meta, tau_summary
 from decoding.train.data import (
     Batch,
     DataSettings,
@@ -401,7 +401,7 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
     report.data["target_display"] = display_name(lm)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    drafter.save(out, meta={"target": lm.name, "metrics": report.metrics, "data": report.data})
+    drafter.save(out, meta={"target": lm.name, **target_meta(lm), "metrics": report.metrics, "data": report.data})
     return finish(report, out, lambda r: model_card(r, title or f"Parallel drafter for {display_name(lm)}"))
 
 
