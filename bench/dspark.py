@@ -84,7 +84,8 @@ def contenders(lm, drafter, args) -> dict:
     runs[f"dspark tree γ={g_tree} K=2 budget≤{args.budget} cost-aware + lookup"] = lambda ids: timed_run(
         lm, ids, parallel_config(max_new_tokens=n, gamma=g_tree, select="tree", budget=args.budget, cost_table="auto",
                               **lk), drafter=drafter)
-    runs["speculative lookup γ=10"] = lambda ids: timed_run(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10))
+    runs["speculative lookup γ=10"] = lambda ids: timed_run(
+        lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10, draft="lookup"))
     if DEFAULT_SHALLOW.is_file():
         shallow = load_shallow(lm)
         runs["speculative shallow γ=5"] = lambda ids: timed_run(

@@ -84,7 +84,7 @@ def contenders(lm: LM, n: int, draft_layers: int) -> dict:
         "greedy": (GreedyConfig(max_new_tokens=n), {}),
         "sample (T=0.8, top-p 0.9)": (SampleConfig(max_new_tokens=n, temperature=0.8, top_p=0.9, seed=1), {}),
         "beam (4 beams)": (BeamConfig(max_new_tokens=n, num_beams=4), {}),
-        "speculative, lookup (γ=5)": (SpeculativeConfig(max_new_tokens=n, gamma=5), {}),
+        "speculative, lookup (γ=5)": (SpeculativeConfig(max_new_tokens=n, gamma=5, draft="lookup"), {}),
         f"speculative, draft = first {draft_layers} layer{plural} (γ=4)": (
             SpeculativeConfig(max_new_tokens=n, gamma=4, draft="truncated"), {"draft_lm": draft}),
         "speculative, shallow self-draft shape (γ=5)": (

@@ -75,7 +75,7 @@ def contenders(lm, draft, args, feature=None) -> dict:
     draft.model.generation_config.assistant_confidence_threshold = 0.0
     return {
         "greedy (ours)": lambda ids: _ours(lm, ids, GreedyConfig(max_new_tokens=n)),
-        "lookup (ours)": lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10)),
+        "lookup (ours)": lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10, draft="lookup")),
         "lookup (generate)": lambda ids: _generate(lm, ids, n, prompt_lookup_num_tokens=10),
         f"{draft.name} γ={g} (ours)": lambda ids: _ours(
             lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="model"), draft_lm=draft),

@@ -56,12 +56,13 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--length-penalty", type=float)
     p.add_argument("--early-stopping", action="store_true", default=None)
     p.add_argument("--gamma", type=int, help="draft length (speculative: 1..32; dspark: 1..16)")
-    p.add_argument("--draft", help="speculative: 'lookup' (prompt lookup), 'recycling' (token recycling, any "
-                                   "model), 'shallow' (trained self-draft; 'shallow:FILE' for other weights), "
-                                   "'feature' (trained feature drafter over the target's LM-head input; "
-                                   "'feature:FILE'), a draft model id/path, 'lookup+' one of those (prompt lookup "
-                                   "where it matches, else that drafter), or 'auto' (lookup+feature where the "
-                                   "shipped feature drafter was trained for the model, else lookup+recycling)")
+    p.add_argument("--draft", help="speculative: 'auto' (default: lookup+feature where the shipped feature "
+                                   "drafter was trained for the model, else lookup+recycling), 'lookup' (prompt "
+                                   "lookup), 'recycling' (token recycling, any model), 'shallow' (trained "
+                                   "self-draft; 'shallow:FILE' for other weights), 'feature' (trained feature "
+                                   "drafter over the target's LM-head input; 'feature:FILE'), a draft model "
+                                   "id/path, or 'lookup+' one of those (prompt lookup where it matches, else "
+                                   "that drafter)")
     p.add_argument("--gamma-policy", choices=list(GAMMA_POLICIES),
                    help="speculative γ policy (cost: per round the γ with the most expected tokens per ms)")
     p.add_argument("--confidence-threshold", type=float, help="speculative confidence policy: stop below this q_draft")
@@ -127,7 +128,7 @@ def _summary(tr) -> str:
     if s.acceptance_rate is not None:             # None when no round drafted a token (lookup found no match)
         line += f", acceptance {s.acceptance_rate:.2f}"
     drafting = getattr(tr.steps[0], "drafting", None) if tr.steps else None
-    if drafting is not None:                      # DSpark: which lattice sources ran, and why
+    if drafting is not None:                      # speculative and DSpark: which sources ran, and why
         line += f", sources {'+'.join(drafting.sources) or 'none'} ({drafting.reason})"
     return line
 

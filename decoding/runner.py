@@ -19,7 +19,7 @@ from decoding.core.config import (
 )
 from decoding.core.errors import ConfigError, StepError, check
 from decoding.core.formulas import cut_at_eos
-from decoding.core.trace import SCHEMA_VERSION, Stats, Trace
+from decoding.core.trace import SCHEMA_VERSION, DraftingInfo, Stats, Trace
 from decoding.core.trace_totals import emitted_ids, target_forwards
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import LM, free_device_memory, is_out_of_memory
@@ -33,6 +33,7 @@ class Strategy:
     decode: Callable                                   # (lm, prompt_ids, config, *, generator, forced)
     output_ids: Callable[[Sequence], list[int]]        # events -> new token ids
     extra_stats: Callable[[Sequence], dict] | None = None
+    drafting: Callable | None = None                   # (lm, config) -> DraftingInfo: the sources a run will use
 
 
 STRATEGIES: dict[str, Strategy] = {}
@@ -45,8 +46,16 @@ def register(strategy: Strategy) -> None:
 register(Strategy("greedy", GreedyConfig, greedy.decode, emitted_ids))
 register(Strategy("sample", SampleConfig, sampling.decode, emitted_ids))
 register(Strategy("beam", BeamConfig, beam.decode, beam.output_ids))
-register(Strategy("speculative", SpeculativeConfig, speculative.decode, emitted_ids, speculative.spec_stats))
-register(Strategy("dspark", DSparkConfig, dspark.decode, emitted_ids, dspark.dspark_stats))
+register(Strategy("speculative", SpeculativeConfig, speculative.decode, emitted_ids, speculative.spec_stats,
+                  speculative.planned_drafting))
+register(Strategy("dspark", DSparkConfig, dspark.decode, emitted_ids, dspark.dspark_stats, dspark.planned_drafting))
+
+
+def planned_drafting(lm: LM, config: BaseConfig) -> DraftingInfo | None:
+    """Which sources a run of `config` on `lm` will use and why, as its trace will record them (`drafting`),
+    without loading a drafter or running the model; None for a strategy without drafting."""
+    drafting = strategy_for(config).drafting
+    return drafting(lm, config) if drafting is not None else None
 
 
 def strategy_for(config: BaseConfig) -> Strategy:

@@ -35,7 +35,7 @@ def sessions(drafter_file) -> dict[str, dict]:
         "greedy": {"strategy": "greedy", "prompt": "Name a colour."},
         "sample": {"strategy": "sample", "temperature": "0.8", "top_k": "30", "seed": "4"},
         "beam": {"strategy": "beam", "num_beams": "3", "prompt": "Count to three."},
-        "speculative": {"strategy": "speculative", "gamma": "3", "temperature": "0", "seed": "2",
+        "speculative": {"strategy": "speculative", "draft": "lookup", "gamma": "3", "temperature": "0", "seed": "2",
                         "prompt": REPEAT, "chat": "0"},
         "dspark": {**APP_CHAIN, "strategy": "dspark", "drafter": str(drafter_file), "gamma": "3", "temperature": "0.6",
                    "seed": "9", "prompt": REPEAT, "chat": "0"},

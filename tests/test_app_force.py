@@ -62,7 +62,8 @@ def test_force_a_pruned_beam_candidate(tiny_dir):
 
 
 def test_force_a_target_candidate_in_a_speculative_round(tiny_dir):
-    at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": REPEAT, "chat": "0"})
+    at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "3", "max_new": "12", "prompt": REPEAT,
+                  "chat": "0"})
     run_to_end(at)
     live = run_state(at)
     original = list(live.events)

@@ -44,7 +44,8 @@ def test_speculative_lookup_step_and_run_to_end_equals_greedy(tiny_dir):
     from decoding.core.config import GreedyConfig
     from decoding.runner import run as run_engine
 
-    at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": REPEAT, "chat": "0"})
+    at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "3", "max_new": "12", "prompt": REPEAT,
+                  "chat": "0"})
     ok(at)
     assert "w.param.speculative.draft" in [t.key for t in at.sidebar.text_input]
     at.button(key="pg.step").click().run()
@@ -105,8 +106,8 @@ def test_speculative_cost_policy(tiny_dir, tmp_path, monkeypatch):
     """gamma policy 'cost' (the Advanced cost table at none = auto): each round records its choice and
     the round view has the table of ms per expected token for every γ."""
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
-    at = new_app({"strategy": "speculative", "gamma": "4", "max_new": "8", "prompt": REPEAT, "chat": "0",
-                  "gamma_policy": "cost"})
+    at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "4", "max_new": "8", "prompt": REPEAT,
+                  "chat": "0", "gamma_policy": "cost"})
     ok(at)
     assert not at.error
     assert "cost: per round" in at.sidebar.selectbox(key="w.param.speculative.gamma_policy").help
@@ -139,8 +140,8 @@ def test_speculative_unloadable_draft_is_an_error(tiny_dir, tmp_path):
 
 
 def test_whatif_page_from_the_playground_run(tiny_dir):
-    at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "12", "prompt": REPEAT, "chat": "0",
-                  "gamma_max": "6"})
+    at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "3", "max_new": "12", "prompt": REPEAT,
+                  "chat": "0", "gamma_max": "6"})
     run_to_end(at)
     at.switch_page("app_pages/whatif.py").run()
     ok(at)
@@ -166,7 +167,8 @@ def test_whatif_page_upload_refuses_other_strategies_and_bad_files(tiny_dir):
 
 
 def test_whatif_page_upload_of_a_speculative_trace(tiny_dir):
-    at = new_app({"strategy": "speculative", "gamma": "2", "max_new": "8", "prompt": REPEAT, "chat": "0"})
+    at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "2", "max_new": "8", "prompt": REPEAT,
+                  "chat": "0"})
     text = _trace_json(at)
     fresh = new_app()
     fresh.switch_page("app_pages/whatif.py").run()
@@ -177,8 +179,8 @@ def test_whatif_page_upload_of_a_speculative_trace(tiny_dir):
 
 
 def test_replay_escapes_hostile_pieces_in_spec_and_beam_traces(tiny_dir):
-    spec_at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "8", "prompt": REPEAT, "chat": "0",
-                       "temperature": "1.0"})
+    spec_at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "3", "max_new": "8", "prompt": REPEAT,
+                       "chat": "0", "temperature": "1.0"})
     data = json.loads(_trace_json(spec_at))
     for step in data["steps"]:
         for draft in step["drafts"]:
@@ -226,7 +228,8 @@ def test_speculative_lookup_on_the_embedded_model_is_greedy(tiny_dir, real_lm):
     from decoding.runner import run as run_engine
 
     prompt = "Repeat exactly: the cat sat on the mat, the cat sat on the mat, the cat sat on the mat."
-    at = new_app({"model": "default", "strategy": "speculative", "gamma": "4", "max_new": "24", "prompt": prompt})
+    at = new_app({"model": "default", "strategy": "speculative", "draft": "lookup", "gamma": "4", "max_new": "24",
+                  "prompt": prompt})
     run_to_end(at)
     ok(at)
     live = run_state(at)

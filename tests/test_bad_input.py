@@ -478,7 +478,7 @@ CASES = [
          r"value has 5000 digits",
          upload=lambda e: traced(e, lambda d: None).replace(b'"index": 1,', b'"index": ' + b"9" * 5000 + b",", 1)),
     Case("trace-schema-version-malformed", r"schema_version='１\.5' is not 'major\.minor' \(ASCII digits, e\.g\. "
-         r"'1\.5'\)$", upload=lambda e: traced(e, lambda d: d.update(schema_version="１.5"))),
+         r"'1\.6'\)$", upload=lambda e: traced(e, lambda d: d.update(schema_version="１.5"))),
     Case("trace-closed-set-value", r"trace\.stop_reason='done' is not one of eos, max_new_tokens, stopped, error$",
          upload=lambda e: traced(e, lambda d: d.update(stop_reason="done"))),
     Case("trace-config-not-finite", r"trace\.config\.temperature=nan is not a finite number of magnitude <= 1e\+300$",
@@ -560,7 +560,7 @@ def record_traces(lm: LM, drafter) -> dict[str, str]:
     prompt repeats, so that the lookup draft proposes gamma=2 tokens in round 0."""
     runs = {"sample": ([1, 2, 3], SampleConfig(max_new_tokens=4, seed=1), {}),
             "beam": ([1, 2, 3], BeamConfig(max_new_tokens=4, num_beams=3), {}),
-            "speculative": ([1, 2, 3, 1, 2, 3, 1, 2], SpeculativeConfig(max_new_tokens=4, gamma=2), {}),
+            "speculative": ([1, 2, 3, 1, 2, 3, 1, 2], SpeculativeConfig(draft="lookup", max_new_tokens=4, gamma=2), {}),
             "dspark": ([1, 2, 3], chain_config(max_new_tokens=4, gamma=3), {"drafter": drafter})}
     return {name: to_json(run(lm, ids, config, **kw)) for name, (ids, config, kw) in runs.items()}
 
@@ -690,7 +690,7 @@ def _strategies(lm):
         "greedy": (GreedyConfig(max_new_tokens=8), {}),
         "sample": (SampleConfig(max_new_tokens=8, temperature=0.9, seed=2), {}),
         "beam": (BeamConfig(max_new_tokens=8, num_beams=3), {}),
-        "speculative-lookup": (SpeculativeConfig(max_new_tokens=8, gamma=3), {}),
+        "speculative-lookup": (SpeculativeConfig(draft="lookup", max_new_tokens=8, gamma=3), {}),
         "speculative-draft": (SpeculativeConfig(max_new_tokens=8, gamma=2, draft="d", temperature=0.8),
                               {"draft_lm": draft}),
         "dspark-chain": (chain_config(max_new_tokens=8, gamma=3), {"drafter": drafter}),

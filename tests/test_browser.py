@@ -311,7 +311,7 @@ def test_speculative_lookup_round_and_whatif(server, page):
     """Speculative decoding with prompt lookup (temperature 0; the tiny model repeats itself, so lookup
     drafts get accepted and rejected): the chips, the round's draft bars, then the What-if page."""
     prompt = "one two three one two three one two three one two"
-    query = ("?strategy=speculative&gamma=3&max_new=24&chat=0&prompt="
+    query = ("?strategy=speculative&draft=lookup&gamma=3&max_new=24&chat=0&prompt="
              + urllib.request.quote(prompt))
     open_app(page, server, query)
     click(page, "Run to end")
@@ -363,7 +363,8 @@ def test_speculative_residual_and_draft_model(server, page):
     tiny model, named in the draft field) with q_draft bars."""
     tiny_model_only()
     prompt = urllib.request.quote("one two three one two three one two three one two")
-    open_app(page, server, f"?strategy=speculative&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0&prompt={prompt}")
+    open_app(page, server, f"?strategy=speculative&draft=lookup&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0"
+                           f"&prompt={prompt}")
     click(page, "Step")
     page.locator(".ds-chips span.ds-chip.ds-origin-residual[data-step]").first.wait_for(timeout=30_000)
     page.get_by_text("Residual norm(max(0, p target − q draft))", exact=False).first.wait_for(timeout=30_000)

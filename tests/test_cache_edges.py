@@ -224,7 +224,7 @@ def test_cli_run_with_an_unwritable_cache_warns_in_one_line(tmp_path, monkeypatc
     unwritable_cache(tmp_path, monkeypatch)
     capsys.readouterr()                                              # the model's own writing progress
     code = main(["run", "--model", str(word), "--prompt", PROMPT, "--max-new-tokens", "4", "--strategy",
-                 "speculative", "--gamma-policy", "cost", "--cost-table", "auto"])
+                 "speculative", "--draft", "lookup", "--gamma-policy", "cost", "--cost-table", "auto"])
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if line.strip()]
     assert code == 0 and len(lines) == 1 and lines[0].startswith("warning: the cache folder "), err

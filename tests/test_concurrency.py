@@ -22,7 +22,7 @@ CONFIGS = {
     "greedy": GreedyConfig(max_new_tokens=20),
     "sample": SampleConfig(max_new_tokens=20, temperature=0.9, top_k=20, seed=3),
     "beam": BeamConfig(max_new_tokens=12, num_beams=3),
-    "speculative": SpeculativeConfig(max_new_tokens=20, gamma=3, temperature=0.8, seed=5),
+    "speculative": SpeculativeConfig(draft="lookup", max_new_tokens=20, gamma=3, temperature=0.8, seed=5),
     "dspark": DSparkConfig(max_new_tokens=20, gamma=4, temperature=0.7, seed=7),
 }
 

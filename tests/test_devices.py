@@ -69,7 +69,7 @@ def test_the_budget_splits_the_model_between_cpu_and_disk(placed):
 
 
 @pytest.mark.parametrize("config", [GreedyConfig(max_new_tokens=12), BeamConfig(max_new_tokens=6, num_beams=2),
-                                    SpeculativeConfig(max_new_tokens=12, gamma=3)],
+                                    SpeculativeConfig(draft="lookup", max_new_tokens=12, gamma=3)],
                          ids=["greedy", "beam", "speculative"])
 def test_placed_model_decodes_like_the_plain_one(plain, placed, config):
     ids = plain.encode(PROMPT, chat_template=False)
@@ -223,7 +223,8 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA d
 
 
 @needs_cuda
-@pytest.mark.parametrize("config", [GreedyConfig(max_new_tokens=12), SpeculativeConfig(max_new_tokens=12, gamma=3)],
+@pytest.mark.parametrize("config", [GreedyConfig(max_new_tokens=12),
+                                    SpeculativeConfig(draft="lookup", max_new_tokens=12, gamma=3)],
                          ids=["greedy", "speculative"])
 def test_a_model_split_between_gpu_and_cpu_decodes_like_the_plain_one(plain, model_dir, config):
     """On a GPU machine: half the weights on the GPU, the rest on the CPU (float32, no TF32), token for

@@ -27,7 +27,8 @@ def _configs(lm):
         "greedy": (GreedyConfig(max_new_tokens=8), {}),
         "sample": (SampleConfig(max_new_tokens=8, temperature=1.0, seed=3), {}),
         "beam": (BeamConfig(max_new_tokens=8, num_beams=3), {}),
-        "speculative": (SpeculativeConfig(max_new_tokens=8, gamma=3, temperature=1.0, seed=2), {"draft_lm": draft}),
+        "speculative": (SpeculativeConfig(draft="lookup", max_new_tokens=8, gamma=3, temperature=1.0, seed=2),
+                        {"draft_lm": draft}),
         "dspark": (DSparkConfig(max_new_tokens=8, gamma=3), {"drafter": random_drafter(lm, gamma_max=3, seed=1)}),
     }
 

@@ -90,6 +90,6 @@ def test_a_speculative_run_that_drafted_nothing_prints_its_summary(files, capsys
     """Found by the property above: prompt lookup with no match drafts nothing, so the acceptance rate is
     None; the summary printed `acceptance {None:.2f}` and the run died with a TypeError after its text."""
     assert cli.main(["run", "--model", files["model"], "--prompt", PROMPT, "--max-new-tokens", "3",
-                     "--strategy", "speculative"]) == 0
+                     "--strategy", "speculative", "--draft", "lookup"]) == 0
     summary = capsys.readouterr().out.splitlines()[-1]
     assert summary.startswith("[speculative] 3 tokens") and "tau 1.00" in summary and "acceptance" not in summary

@@ -63,7 +63,7 @@ def test_parity_assisted_generation_tiny(target, draft, gamma, prompt):
 @pytest.mark.parametrize("num_tokens,ngram", [(2, 2), (5, 1), (10, 3)])
 def test_parity_prompt_lookup_tiny(target, num_tokens, ngram):
     for prompt in PROMPTS:
-        config = SpeculativeConfig(max_new_tokens=N, gamma=num_tokens, lookup_max_ngram=ngram)
+        config = SpeculativeConfig(draft="lookup", max_new_tokens=N, gamma=num_tokens, lookup_max_ngram=ngram)
         trace = runner.run(target, prompt, config)
         hf_ids, hf_forwards = hf_generate(target.model, prompt, max_new_tokens=N,
                                           prompt_lookup_num_tokens=num_tokens, max_matching_ngram_size=ngram)
@@ -74,7 +74,7 @@ def test_parity_prompt_lookup_tiny(target, num_tokens, ngram):
 def test_forward_counts_differ_from_greedy(target, draft):
     """The parity check on forwards can fail: plain greedy makes one forward per token."""
     prompt = PROMPTS[0]
-    spec = runner.run(target, prompt, SpeculativeConfig(max_new_tokens=N, gamma=5), draft_lm=draft)
+    spec = runner.run(target, prompt, SpeculativeConfig(draft="lookup", max_new_tokens=N, gamma=5), draft_lm=draft)
     _ids, hf_greedy_forwards = hf_generate(target.model, prompt, max_new_tokens=N)
     assert hf_greedy_forwards == N and spec.stats.target_forwards < N
 
@@ -271,7 +271,7 @@ def test_confidence_stop_in_trace(target, draft):
 
 
 def test_lookup_trace_shows_match(target):
-    trace = runner.run(target, [4, 5, 6, 7, 4, 5], SpeculativeConfig(max_new_tokens=5, gamma=3))
+    trace = runner.run(target, [4, 5, 6, 7, 4, 5], SpeculativeConfig(draft="lookup", max_new_tokens=5, gamma=3))
     first = trace.steps[0]
     assert first.lookup is not None and first.lookup.ngram == (4, 5) and first.lookup.match_position == 0
     assert [d.token_id for d in first.drafts] == [6, 7, 4]
@@ -291,7 +291,7 @@ def test_forced_tokens_come_first(target, draft):
 def test_stops_at_eos():
     lm = peaked_lm(0, eos_token_id=5)
     greedy = runner.run(lm, PROMPTS[0], GreedyConfig(max_new_tokens=N))
-    spec = runner.run(lm, PROMPTS[0], SpeculativeConfig(max_new_tokens=N, gamma=4),
+    spec = runner.run(lm, PROMPTS[0], SpeculativeConfig(draft="lookup", max_new_tokens=N, gamma=4),
                       draft_lm=peaked_lm(1, eos_token_id=5))
     assert spec.output_ids == greedy.output_ids and spec.stop_reason == greedy.stop_reason
 

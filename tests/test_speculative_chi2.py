@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 ALPHA = 1e-3
 N_RUNS = 600
 PROMPT = [1, 2, 3, 4, 5, 1, 2]   # lookup proposes [3, 4, 5, 1, 2] after the 2-gram (1, 2)
-CONFIG = SpeculativeConfig(max_new_tokens=3, gamma=2, temperature=0.9, top_k=12, top_n=1)
+CONFIG = SpeculativeConfig(draft="lookup", max_new_tokens=3, gamma=2, temperature=0.9, top_k=12, top_n=1)
 
 
 @pytest.fixture(scope="module")

@@ -78,7 +78,7 @@ def test_sweep_matches_the_measured_rate_on_a_greedy_lookup_trace(tiny_lm):
     """At temperature 0 the recorded outcomes are deterministic, so the expected accepted drafts at the
     trace's own gamma equal the measured ones exactly."""
     prompt = [3, 4, 5, 3, 4, 5, 3, 4]
-    trace = run(tiny_lm, prompt, SpeculativeConfig(max_new_tokens=24, gamma=3))
+    trace = run(tiny_lm, prompt, SpeculativeConfig(draft="lookup", max_new_tokens=24, gamma=3))
     m = whatif.measured(trace.steps)
     expected = whatif.sweep(trace.steps, [3])["expected_accepted"][0]
     assert expected == pytest.approx(m["mean_accepted"])
@@ -119,7 +119,8 @@ def test_divergence_marker_skips_chips_not_emitted():
 
 
 def test_spec_tables_and_figures_from_a_run(tiny_lm):
-    trace = run(tiny_lm, [3, 4, 5, 3, 4, 5, 3, 4], SpeculativeConfig(max_new_tokens=8, gamma=3, temperature=1.0))
+    trace = run(tiny_lm, [3, 4, 5, 3, 4, 5, 3, 4],
+                SpeculativeConfig(draft="lookup", max_new_tokens=8, gamma=3, temperature=1.0))
     event = trace.steps[0]
     table = spec.drafts_table(event)
     assert list(table.columns) == spec.DRAFT_COLUMNS and len(table) == len(event.drafts)

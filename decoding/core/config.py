@@ -127,15 +127,16 @@ def training_free_names(name: str) -> tuple[str, ...] | None:
 class SpeculativeConfig(SamplingParams):
     """Speculative decoding: a drafter proposes up to `gamma` tokens, one target forward verifies them.
 
-    `draft` names the drafter: "lookup" (prompt lookup), a draft model (an id or a path that the
-    caller loads and passes to the run as `drafter=`/`draft_lm=`), or "lookup+MODEL": prompt lookup
-    where the context has an n-gram match of 2+ tokens (1 with lookup_max_ngram 1), the draft model MODEL
-    in the other rounds (`draft_model`
-    names what to load). Temperature 0 verifies by argmax.
+    `draft` names the drafter: "auto" (the default: "lookup+feature" where the shipped feature drafter
+    was trained for the model, "lookup+recycling" on any other; a run loads what it needs), "lookup"
+    (prompt lookup), "recycling" / "suffix" (no files), a draft model (an id or a path that the caller
+    loads and passes to the run as `drafter=`/`draft_lm=`), or "lookup+MODEL": prompt lookup where the
+    context has an n-gram match of 2+ tokens (1 with lookup_max_ngram 1), the draft model MODEL in the
+    other rounds (`draft_model` names what to load). Temperature 0 verifies by argmax.
     """
 
     strategy: ClassVar[str] = "speculative"
-    draft: str = "lookup"
+    draft: str = AUTO_DRAFT
     gamma: int = 5
     gamma_policy: str = "fixed"          # fixed | heuristic | confidence | cost
     confidence_threshold: float = 0.4    # confidence policy: stop drafting below this q_draft

@@ -29,12 +29,13 @@ from decoding.core.trace_check import TraceFormatError as TraceFormatError
 from decoding.core.trace_check import check_trace, key_part
 from decoding.core.trace_totals import METRIC_NAMES, metrics, output_ids, target_forwards
 
-SCHEMA_VERSION = "1.5"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
+SCHEMA_VERSION = "1.6"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
 #                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
 #                          1.3: kv (KVMemory) on every step event: the target's KV cache after the step;
 #                               target_entropy on DraftPosition and PlanNode
 #                          1.4: SizeChoiceInfo.overhead_ms (DSpark's round cost outside verification)
 #                          1.5: DSpark lattice sources: LatticeCell.sources, PlanNode.sources, DSparkRound.drafting
+#                          1.6: SpecRound.drafting (speculative's sources and why, on the first round)
 MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
 
 
@@ -263,6 +264,14 @@ class GammaChoiceInfo:
 
 
 @dataclass(frozen=True)
+class DraftingInfo:
+    """Which sources a DSpark or speculative run used, and why ("auto" chooses by the model)."""
+
+    sources: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True)
 class SpecRound:
     """One speculative round: draft -> one target forward -> exact acceptance -> rollback.
     The first round's forward also prefills the prompt (the prefill is fused, as in transformers)."""
@@ -292,6 +301,7 @@ class SpecRound:
     final_piece: str = ""           # the final token's text (for views; "" in older traces)
     gamma_choice: GammaChoiceInfo | None = None   # gamma_policy "cost": how this round's γ was chosen
     kv: KVMemory | None = None      # the target's cache: at its peak in verification, after the rollback
+    drafting: DraftingInfo | None = None   # the first round: the run's sources and why (None before 1.6)
 
 
 register_event(SpecRound)
@@ -356,14 +366,6 @@ def proposed_by(item) -> tuple[str, ...]:
     if item.sources:
         return item.sources
     return ("lookup",) if item.lookup else ("drafter",)
-
-
-@dataclass(frozen=True)
-class DraftingInfo:
-    """Which lattice sources a DSpark run used, and why (drafter "auto" chooses by the model)."""
-
-    sources: tuple[str, ...]
-    reason: str
 
 
 @dataclass(frozen=True)

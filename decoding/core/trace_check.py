@@ -248,6 +248,7 @@ def check_spec(step, prev, where: str) -> None:
     _check_lookup(where, step.lookup)
     if step.gamma_choice is not None:
         _check_gamma_choice(f"{where}.gamma_choice", step.gamma_choice)
+    _check_drafting(where, step.drafting)
 
 
 def draft_verdict(k: int, gamma: int, accepted: int) -> str:
@@ -332,11 +333,18 @@ def _check_sources(where: str, step) -> None:
             _source_names(f"{where}.lattice[{k}].cells[{j}].sources", cell.sources)
     for i, node in enumerate(step.nodes):
         _source_names(f"{where}.nodes[{i}].sources", node.sources)
-    if step.drafting is not None:
-        _source_names(f"{where}.drafting.sources", step.drafting.sources)
-        if len(step.drafting.reason) > MAX_DRAFTING_REASON:
-            raise TraceFormatError(f"{where}.drafting.reason: {len(step.drafting.reason)} characters is over the "
-                                   f"limit of {MAX_DRAFTING_REASON}")
+    _check_drafting(where, step.drafting)
+
+
+def _check_drafting(where: str, drafting) -> None:
+    """A run's sources (a DSpark prefill round's or a first speculative round's `drafting`): named as cells'
+    sources are, the reason within MAX_DRAFTING_REASON characters."""
+    if drafting is None:
+        return
+    _source_names(f"{where}.drafting.sources", drafting.sources)
+    if len(drafting.reason) > MAX_DRAFTING_REASON:
+        raise TraceFormatError(f"{where}.drafting.reason: {len(drafting.reason)} characters is over the "
+                               f"limit of {MAX_DRAFTING_REASON}")
 
 
 def _check_lattice(where: str, lattice) -> None:

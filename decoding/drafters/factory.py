@@ -14,6 +14,8 @@ from decoding.core.config import (
     training_free_names,
 )
 from decoding.core.errors import ConfigError, check
+from decoding.core.trace import DraftingInfo
+from decoding.core.trace_check import MAX_DRAFTING_REASON, MAX_SOURCE_NAME
 from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
 from decoding.drafters.feature_lattice import load_feature_lattice
@@ -21,12 +23,13 @@ from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lattice_bases import LookupChainSource, TrainedSource
 from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
-from decoding.drafters.model_source import MODEL_PREFIX, DraftModelSource
+from decoding.drafters.model_source import MODEL_PREFIX, MODEL_SOURCE, DraftModelSource
 from decoding.drafters.parallel import load_drafter
 from decoding.drafters.recycling import RECYCLING, RecyclingSource, table_for
 from decoding.drafters.source_chain import SourceChainDrafter
 from decoding.drafters.suffix import SUFFIX, SuffixSource, store_for
 from decoding.runtime.engine_thread import ENGINE
+from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.models import LM
 from decoding.runtime.paths import FEATURE_WEIGHTS, PARALLEL_WEIGHTS, calibration_path
 
@@ -38,7 +41,6 @@ def load_draft(name: str, target: LM, **spec):
     and the name as given ("feature:PATH", not the file alone)."""
     from decoding.drafters.feature_net import FEATURE, load_feature
     from decoding.drafters.shallow import SHALLOW, load_shallow
-    from decoding.runtime.fingerprint import shipped_fits
     from decoding.runtime.models import ModelSpec, load
 
     if name == AUTO_DRAFT:          # the shipped feature drafter where it was trained for this model, else none
@@ -65,6 +67,13 @@ def training_free_sources(target: LM, names) -> list:
     draft model, loaded once) is the target's."""
     made = {RECYCLING: lambda: RecyclingSource(table_for(target)), SUFFIX: lambda: SuffixSource(store_for(target))}
     return [made[name]() if name in made else draft_model_source(target, name[len(MODEL_PREFIX):]) for name in names]
+
+
+def auto_draft_lm(target: LM):
+    """load_draft('auto') once per model and version of the shipped feature drafter's file (None where
+    it was not trained for the model)."""
+    return target.loaded(("speculative draft", AUTO_DRAFT), file_stamp(FEATURE_WEIGHTS),
+                         lambda: load_draft(AUTO_DRAFT, target))
 
 
 def draft_model_source(target: LM, name: str) -> DraftModelSource:
@@ -105,6 +114,54 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -
     return SourceChainDrafter(model) if names else model
 
 
+# ------------------------------------------------------------------------------ which sources run, and why
+AUTO_FITS = "auto: the shipped feature drafter was trained for this model"
+AUTO_FREE = "auto: no shipped drafter was trained for this model, so training-free sources only"
+MODEL_KINDS = (FEATURE_HEAD, "shallow")        # trained drafters a speculative draft name may start with
+
+
+def drafting_info(names, reason: str) -> DraftingInfo:
+    """What a trace records of a run's sources: their names and why; a long name or reason (a file path)
+    keeps its end, within the trace's limits."""
+    return DraftingInfo(tuple(_tail(name, MAX_SOURCE_NAME) for name in names), _tail(reason, MAX_DRAFTING_REASON))
+
+
+def _tail(text: str, limit: int) -> str:
+    return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
+
+
+def auto_draft(target: LM) -> tuple[str, str]:
+    """What speculative 'auto' drafts with on this model, and why: prompt lookup, then the shipped feature
+    drafter where it was trained for the model (its fingerprint), else token recycling."""
+    if shipped_fits(target):
+        return LOOKUP_THEN + FEATURE_HEAD, AUTO_FITS
+    return LOOKUP_THEN + TRAINING_FREE[0], AUTO_FREE
+
+
+def draft_sources(draft: str) -> tuple[str, ...]:
+    """The sources a speculative draft name runs, as the trace names them: 'lookup+feature' -> (lookup,
+    feature); a draft model id or path -> (model,)."""
+    if draft == LOOKUP:
+        return (LOOKUP,)
+    if draft.startswith(LOOKUP_THEN):
+        return (LOOKUP, *draft_sources(draft[len(LOOKUP_THEN):]))
+    kind = next((k for k in MODEL_KINDS if draft == k or draft.startswith(k + ":")), MODEL_SOURCE)
+    return training_free_names(draft) or (kind,)
+
+
+def speculative_drafting(draft: str, target: LM) -> tuple[str, DraftingInfo]:
+    """The draft name a speculative run uses on `target` ('auto' resolved: auto_draft) and what its trace
+    records of it. Needs no drafter loaded."""
+    resolved, reason = auto_draft(target) if draft == AUTO_DRAFT else (draft, f"draft {draft!r} as set")
+    return resolved, drafting_info(draft_sources(resolved), reason)
+
+
+def given_drafting(drafter: LatticeSource | SourceChainDrafter) -> DraftingInfo:
+    """What a trace records of a drafter passed in ready-made: its sources' names."""
+    sources = drafter.sources.sources if isinstance(drafter, SourceChainDrafter) else (drafter,)
+    return drafting_info([source.name for source in sources], "the drafter passed in")
+
+
 # ------------------------------------------------------------------------------ DSpark's sources
 def dspark_base(trained, lookup: bool) -> list:
     """A DSpark run's base source, if any: the trained drafter (loaded by load_lattice_drafter) with prompt
@@ -123,13 +180,24 @@ def load_lattice_drafter(lm: LM, name: str):
     path = named_weights(name)
     version = name, file_stamp(path), file_stamp(calibration_path(path))
     try:
-        if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":"):
+        if trained_kind(name) == FEATURE_HEAD:
             return lm.loaded(("dspark drafter", FEATURE_HEAD), version, lambda: load_feature_lattice(lm, path))
         return lm.loaded(("dspark drafter", PARALLEL_DRAFTER), version, lambda: load_drafter(path, lm))
     except ConfigError as err:
         if err.param == "draft" or (err.param == "drafter" and err.value != name):   # name the drafter as given
             raise ConfigError("drafter", name, err.expected) from None
         raise
+
+
+def trained_kind(name: str) -> str:
+    """How the cells of DSpark's trained drafter `name` are labelled (lattice_bases.trained_name of it):
+    "feature" for the feature head ("feature", "feature:FILE"), else "parallel"."""
+    return FEATURE_HEAD if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":") else PARALLEL_DRAFTER
+
+
+def tree_source_name(part: str) -> str:
+    """How the cells of a DSpark tree source part are labelled: its name, "model" for "model:ID"."""
+    return part if part in TRAINING_FREE else MODEL_SOURCE
 
 
 def named_weights(name: str) -> Path:

@@ -39,9 +39,17 @@ from decoding.core.trace import (
     PlanNode,
     SizeChoiceInfo,
 )
-from decoding.core.trace_check import MAX_DRAFTING_REASON
 from decoding.core.trace_totals import dspark_metrics
-from decoding.drafters.factory import dspark_base, load_lattice_drafter, training_free_sources
+from decoding.drafters.factory import (
+    AUTO_FITS,
+    AUTO_FREE,
+    drafting_info,
+    dspark_base,
+    load_lattice_drafter,
+    trained_kind,
+    training_free_sources,
+    tree_source_name,
+)
 from decoding.drafters.lattice_bases import TrainedDrafter, trained_name
 from decoding.drafters.lattice_lookup import LookupInput, LookupRate, continuation, hits, lookup_nodes
 from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet
@@ -80,10 +88,7 @@ class Drafting:
 def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Drafting:
     """The sources config.drafter names ("auto" chooses by the model: auto_parts), with the drafter passed
     in (attached to lm if needed) as the trained one when given."""
-    trained, free = drafter_parts(config.drafter)
-    reason = ""
-    if trained == AUTO_DRAFTER:
-        trained, free, reason = auto_parts(lm, drafter is not None)
+    trained, free, reason = drafter_choice(lm, config, drafter is not None)
     if drafter is None and trained is not None:
         drafter = load_lattice_drafter(lm, trained)
     elif isinstance(drafter, ParallelDrafter) and drafter.head is None:
@@ -95,13 +100,28 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
               f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
     lookup = config.lookup_max_ngram > 0
     trees = training_free_sources(lm, free)
-    names = ((trained_name(drafter),) if drafter is not None else ()) + ((LOOKUP,) if lookup else ()) \
-        + tuple(s.name for s in trees)
     sources = tuple(dspark_base(drafter, lookup) + trees)
-    reason = reason or f"drafter {config.drafter!r} as set"
-    if len(reason) > MAX_DRAFTING_REASON:              # a long file path: the trace keeps its end
-        reason = "…" + reason[len(reason) - MAX_DRAFTING_REASON + 1:]
-    return Drafting(drafter, sources, DraftingInfo(names, reason))
+    trained_names = (trained_name(drafter),) if drafter is not None else ()
+    return Drafting(drafter, sources, run_drafting(trained_names, lookup, free, reason))
+
+
+def planned_drafting(lm: LM, config: DSparkConfig) -> DraftingInfo:
+    """What a run of `config` on `lm` will record of its sources (resolve_drafter), without loading any."""
+    trained, free, reason = drafter_choice(lm, config, False)
+    return run_drafting((trained_kind(trained),) if trained else (), config.lookup_max_ngram > 0, free, reason)
+
+
+def drafter_choice(lm: LM, config: DSparkConfig, given: bool) -> tuple[str | None, tuple[str, ...], str]:
+    """(the trained drafter's name, the training-free sources, why) config.drafter stands for on `lm`."""
+    trained, free = drafter_parts(config.drafter)
+    if trained == AUTO_DRAFTER:
+        return auto_parts(lm, given)
+    return trained, free, f"drafter {config.drafter!r} as set"
+
+
+def run_drafting(trained: tuple[str, ...], lookup: bool, free: tuple[str, ...], reason: str) -> DraftingInfo:
+    """The trace's `drafting`: the trained drafter, prompt lookup, then the tree sources, in lattice order."""
+    return drafting_info(trained + ((LOOKUP,) if lookup else ()) + tuple(map(tree_source_name, free)), reason)
 
 
 AUTO_WITH_TRAINED: tuple[str, ...] = ()       # training-free sources "auto" adds to the shipped head
@@ -112,9 +132,8 @@ def auto_parts(lm: LM, given: bool) -> tuple[str | None, tuple[str, ...], str]:
     if given:
         return None, AUTO_WITH_TRAINED, "auto: the drafter passed in"
     if shipped_fits(lm):
-        return FEATURE_HEAD, AUTO_WITH_TRAINED, "auto: the shipped feature drafter was trained for this model"
-    return None, (RECYCLING,), ("auto: no shipped drafter was trained for this model, so training-free "
-                                "sources only")
+        return FEATURE_HEAD, AUTO_WITH_TRAINED, AUTO_FITS
+    return None, (RECYCLING,), AUTO_FREE
 
 
 def load_cost(lm: LM, config: DSparkConfig, drafter: Drafting) -> CostTable | None:

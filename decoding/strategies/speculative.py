@@ -7,21 +7,30 @@ fractions, or torch tensors) so tests can check it with exact arithmetic.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
 
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
-from decoding.core.config import COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
+from decoding.core.config import AUTO_DRAFT, COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
 from decoding.core.formulas import cut_at_eos
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
-from decoding.core.trace import Candidate, DraftPosition, GammaChoiceInfo, KVMemory, ProbEntry, SpecRound
+from decoding.core.trace import (
+    Candidate,
+    DraftingInfo,
+    DraftPosition,
+    GammaChoiceInfo,
+    KVMemory,
+    ProbEntry,
+    SpecRound,
+)
 from decoding.core.trace_check import draft_verdict
 from decoding.core.trace_totals import spec_metrics
 from decoding.drafters.base import DraftRequest
-from decoding.drafters.factory import make_drafter
+from decoding.drafters.factory import auto_draft_lm, given_drafting, make_drafter, speculative_drafting
 from decoding.drafters.lattice_source import LatticeSource, Proposal
 from decoding.drafters.source_chain import SourceChainDrafter, composed
 from decoding.runtime.cost_table import AUTO, load_table
@@ -99,8 +108,9 @@ class Speculator:
     through their composer."""
 
     def __init__(self, lm: LM, config: SpeculativeConfig, drafter: LatticeSource | SourceChainDrafter,
-                 generator: torch.Generator):
+                 generator: torch.Generator, info: DraftingInfo | None = None):
         self.lm, self.config, self.drafter, self.generator = lm, config, composed(drafter), generator
+        self.info = info                          # which sources run and why: on the first round's event
         self.greedy = config.is_greedy
         self.pipeline = Pipeline(()) if self.greedy else build_pipeline(
             config.temperature, config.top_k, config.top_p, config.min_p)
@@ -124,6 +134,8 @@ class Speculator:
             if any(t in self.lm.eos_ids for t in forced_now):
                 budget = 0                        # a forced EOS ends the answer: nothing after it
             event = self.round(index, context, forced_now, budget)
+            if index == 0:
+                event = dataclasses.replace(event, drafting=self.info)
             yield event
             new = event.emitted[len(forced_now):]
             context, produced = context + list(new), produced + len(event.emitted)
@@ -378,9 +390,19 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, gene
     """Yield one SpecRound per target forward. Pass a ready `drafter` (a source, or sources behind their
     composer), or the loaded `draft_lm` for a config whose `draft` names a model; 'lookup' needs neither."""
     if drafter is None:
-        drafter = make_drafter(config.draft, lm, draft_lm=draft_lm, max_ngram=config.lookup_max_ngram)
+        draft, info = speculative_drafting(config.draft, lm)
+        if draft_lm is None and config.draft == AUTO_DRAFT:
+            draft_lm = auto_draft_lm(lm)
+        drafter = make_drafter(draft, lm, draft_lm=draft_lm, max_ngram=config.lookup_max_ngram)
+    else:
+        info = given_drafting(drafter)
     forced = [int(t) for t in forced][:config.max_new_tokens]
-    return Speculator(lm, config, drafter, generator).rounds(list(prompt_ids), forced)
+    return Speculator(lm, config, drafter, generator, info).rounds(list(prompt_ids), forced)
+
+
+def planned_drafting(lm: LM, config: SpeculativeConfig) -> DraftingInfo:
+    """What a run of `config` on `lm` will record of its sources (decode), without loading any."""
+    return speculative_drafting(config.draft, lm)[1]
 
 
 def spec_stats(events: Sequence) -> dict:

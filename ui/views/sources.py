@@ -5,6 +5,7 @@ from decoding.core.trace import proposed_by
 
 SOURCE_LABELS = {"feature": "feature head", "parallel": "parallel drafter", "lookup": "prompt lookup",
                  "recycling": "token recycling", "suffix": "suffix matching", "model": "draft model",
+                 "shallow": "shallow self-draft",
                  "drafter": "drafter"}
 
 
@@ -18,6 +19,7 @@ def source_text(item) -> str:
 
 
 def drafting_text(info) -> str:
-    """One line: the run's sources and why (a prefill round's `drafting`)."""
+    """One line: the run's sources and why (a DSpark prefill round's or a first speculative round's
+    `drafting`, or what a config will use: decoding.runner.planned_drafting)."""
     names = ", ".join(source_label(name) for name in info.sources) or "none"
     return f"Lattice sources: {names}. {info.reason}"

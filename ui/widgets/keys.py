@@ -15,6 +15,7 @@ REPLAY_CURSOR = "ds.replay_cursor"
 REPLAY_VIEW = "tr.view"
 COMPARE = "ds.compare"            # dict label -> Trace of the last comparison
 LAST_RENDER_MS = "ds.last_render_ms"
+DRAFTING_LATER = "ds.drafting_later"  # fills the sidebar's sources caption once this run loads the model
 
 # sidebar widgets
 MODEL = "w.model"

@@ -50,12 +50,17 @@ def load_lm_for(model_key: tuple):
     return load_lm(name, device, dtype, **dict(options))
 
 
+def held_model(model_key: tuple):
+    """The model of a Settings.model_key() if this process holds it, else None (nothing is loaded)."""
+    name, device, dtype, *options = model_key
+    return TARGETS.peek(target_key(name, device, dtype, dict(options)))
+
+
 def load_showing_progress(model_key: tuple):
     """load_lm_for(model_key) on a loader thread; when it takes longer than PROGRESS_AFTER_S (a first start
     converting the embedded model, a model not yet in memory), a progress bar names the stage it is in
     (decoding.runtime.load_progress) until it ends. Its errors are the load's."""
-    name, device, dtype, *options = model_key
-    held = TARGETS.peek(target_key(name, device, dtype, dict(options)))
+    held = held_model(model_key)
     if held is not None:                     # the usual rerun: no thread, no wait
         return held
     future = LOADS.submit(load_lm_for, model_key)
@@ -88,7 +93,11 @@ def lm_or_stop(settings: Settings):
     release_idle()                  # any page asking for a model frees what idle sessions' runs hold
     try:
         with st.spinner(f"Loading model {md_text(repr(settings.model))}…"):
-            return load_showing_progress(settings.model_key())
+            lm = load_showing_progress(settings.model_key())
+        later = st.session_state.pop(keys.DRAFTING_LATER, None)
+        if later is not None:                   # the sidebar's sources caption, now that the model is here
+            later(lm)
+        return lm
     except ConfigError as err:
         st.error(md_text(shown(str(err), settings)))
     except (OSError, RuntimeError, ValueError) as err:

@@ -8,9 +8,10 @@ import streamlit as st
 
 from decoding.core.config import DSPARK_SELECT, GAMMA_POLICIES
 from decoding.core.errors import ConfigError
-from decoding.runner import STRATEGIES
+from decoding.runner import STRATEGIES, planned_drafting
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import DEVICES, DTYPES, ModelSpec
+from ui.views.sources import drafting_text
 from ui.views.text import md_text
 from ui.widgets import keys
 from ui.widgets.advanced import (
@@ -39,6 +40,7 @@ from ui.widgets.params import (
     path_values,
     to_query,
 )
+from ui.widgets.session import held_model
 
 MODEL_ENV = "DECODESCOPE_MODEL"
 QP_WIDGETS = {"model": keys.MODEL, "device": keys.DEVICE, "dtype": keys.DTYPE, "prompt": keys.PROMPT,
@@ -171,17 +173,50 @@ def cost_widget(scope: str, strategy: str) -> CostPick:
     return pick
 
 
-def strategy_params(scope: str, strategy: str) -> dict:
+def strategy_params(scope: str, strategy: str, model_key: tuple | None = None) -> dict:
     """Widgets for the strategy's own parameters (one per config field), the optional ones in an
-    "Advanced" expander; returns their values (a cost table as an advanced.CostPick)."""
-    params = {f.name: param_widget(scope, strategy, f) for f in param_fields(strategy)}
+    "Advanced" expander; returns their values (a cost table as an advanced.CostPick). Given the model's
+    key, the draft (drafter) field has a caption under it: what it resolves to on that model."""
+    params, slot = {}, None
+    for f in param_fields(strategy):
+        params[f.name] = param_widget(scope, strategy, f)
+        if f.name == DRAFT_FIELDS.get(strategy) and model_key is not None:
+            slot = st.empty()
     optional = optional_fields(strategy)
     if optional:
         with st.expander("Advanced"):
             for f in optional:
                 params[f.name] = cost_widget(scope, strategy) if f.name == COST_FIELD else \
                     optional_widget(scope, strategy, f)
+    if slot is not None:
+        drafting_caption(slot, strategy, params, model_key)
     return params
+
+
+DRAFT_FIELDS = {"speculative": "draft", "dspark": "drafter"}   # the field whose "auto" resolves by the model
+NOT_LOADED = "Sources: shown once the model is loaded ('auto' chooses by the model)."
+
+
+def drafting_caption(slot, strategy: str, params: dict, model_key: tuple) -> None:
+    """Which sources a run of these settings will use on the model and why, in the words of the step
+    panel (sources.drafting_text), from the model in memory; nothing is loaded or run for it. A model not
+    yet in memory: a placeholder, filled if the page loads the model in this run (session.lm_or_stop)."""
+    lm = held_model(model_key)
+    if lm is None:
+        slot.caption(NOT_LOADED)
+        st.session_state[keys.DRAFTING_LATER] = lambda loaded: _drafting_line(slot, strategy, params, loaded)
+    else:
+        _drafting_line(slot, strategy, params, lm)
+
+
+def _drafting_line(slot, strategy: str, params: dict, lm) -> None:
+    """The caption on `lm`; settings that do not make a config have their error line below instead."""
+    try:
+        info = planned_drafting(lm, build_config(strategy, params, seed=0, max_new_tokens=1, top_n=1))
+    except ConfigError:
+        slot.empty()
+        return
+    slot.caption(md_text(drafting_text(info)))
 
 
 def model_option_widgets() -> dict[str, str]:
@@ -224,6 +259,7 @@ def _validate(model: str, device: str, dtype: str, options: dict, build) -> tupl
 
 def render() -> Settings:
     _load_query_params_once()
+    st.session_state.pop(keys.DRAFTING_LATER, None)
     sb = st.sidebar
     with sb:
         st.header("DecodeScope")
@@ -240,12 +276,12 @@ def render() -> Settings:
         prompt = st.text_area("Prompt", key=_key(keys.PROMPT, Settings.prompt), height=90)
         chat = st.checkbox("Use the chat template", key=_key(keys.CHAT, True))
         strategy = st.selectbox("Strategy", list(STRATEGIES), key=_key(keys.STRATEGY, "greedy"))
-        params = strategy_params("w", strategy)
+        model = model.strip() or "default"
+        params = strategy_params("w", strategy, (model, device, dtype, *sorted(options.items())))
         c3, c4 = st.columns(2)
         seed = c3.number_input("Seed", step=1, key=_key(keys.SEED, 0))
         max_new = c4.number_input("Max new tokens", step=1, key=_key(keys.MAX_NEW, Settings.max_new_tokens))
         top_n = st.number_input("Top-N candidates recorded", step=1, key=_key(keys.TOP_N, Settings.top_n))
-        model = model.strip() or "default"
         config, messages = _validate(model, device, dtype, options, lambda: build_config(
             strategy, params, seed=seed, max_new_tokens=max_new, top_n=top_n))
         current = path_values({"model": model, **options}, params)

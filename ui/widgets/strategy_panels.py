@@ -60,6 +60,8 @@ def spec_panel(event, ctx: ViewContext) -> None:
     cols[5].metric("KV rolled back (draft)", f"{event.kv_cropped_draft:d}")
     st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
     st.text(f"Drafter: {event.drafter}" + spec.lookup_text(event))
+    if event.drafting is not None:                # the first round: the run's sources and why
+        st.text(drafting_text(event.drafting))
     if event.gamma_choice is not None:
         _gamma_choice_view(event, ctx)
     if event.drafts:

@@ -1,0 +1,58 @@
+"""AppTest: the sidebar says, under the draft (drafter) field, which sources a speculative (DSpark) run will
+use on the loaded model and why, in the step panel's words; the first speculative round's panel says it
+too. On the tiny model no shipped drafter fits, so `auto` is training-free."""
+from __future__ import annotations
+
+import pytest
+from test_app import new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from test_tour import no_model, tour_app  # noqa: F401  (no_model is a fixture)
+
+from decoding.drafters.factory import AUTO_FITS, AUTO_FREE
+from ui.widgets.sidebar import NOT_LOADED
+
+FREE = f"Lattice sources: prompt lookup, token recycling. {AUTO_FREE}"
+REPEAT = "one two three one two three one two"
+
+
+def captions(at) -> list[str]:
+    return [c.value for c in at.sidebar.caption]
+
+
+@pytest.mark.parametrize("strategy", ["speculative", "dspark"])
+def test_the_sidebar_says_what_auto_resolves_to_on_the_model(tiny_dir, strategy):
+    at = new_app({"strategy": strategy})
+    ok(at)
+    assert FREE in captions(at)
+
+
+@pytest.mark.parametrize("strategy,field,line", [
+    ("speculative", "draft", "Lattice sources: token recycling. draft 'recycling' as set"),
+    ("dspark", "drafter", "Lattice sources: prompt lookup, suffix matching. drafter 'suffix' as set")])
+def test_the_caption_follows_the_typed_value(tiny_dir, strategy, field, line):
+    at = new_app({"strategy": strategy})
+    at.sidebar.text_input(key=f"w.param.{strategy}.{field}").set_value(line.split("'")[1]).run()
+    ok(at)
+    assert line in captions(at) and FREE not in captions(at)
+
+
+def test_the_first_speculative_round_names_its_sources(tiny_dir):
+    at = new_app({"strategy": "speculative", "max_new": "4", "prompt": REPEAT, "chat": "0"})
+    at.button(key="pg.step").click().run()
+    ok(at)
+    assert run_state(at).events[0].drafting.reason == AUTO_FREE
+    assert FREE in [t.value for t in at.text]
+
+
+def test_a_page_without_a_model_loads_none_for_the_caption(no_model):
+    at = tour_app({"strategy": "speculative"})
+    ok(at)
+    assert no_model == [] and (NOT_LOADED in captions(at) or FREE in captions(at))
+
+
+@pytest.mark.real
+@pytest.mark.parametrize("strategy", ["speculative", "dspark"])
+def test_on_the_embedded_model_auto_is_the_shipped_feature_drafter(tiny_dir, strategy):
+    at = new_app({"model": "default", "strategy": strategy})
+    ok(at)
+    names = "prompt lookup, feature head" if strategy == "speculative" else "feature head, prompt lookup"
+    assert f"Lattice sources: {names}. {AUTO_FITS}" in captions(at)
