@@ -150,7 +150,7 @@ class LatticeSource(ABC):
         .. first_position + m − 1 of the kept context, every row of the verification forward up to the one
         that produced the context's last token."""
 
-    def seen(self, context: Sequence[int]) -> None:  # noqa: B027 - optional hook
+    def observe_context(self, context: Sequence[int]) -> None:  # noqa: B027 - optional hook
         """After a round: the whole context so far, the prompt and every token emitted (the last round's
         included, which no later round's `propose` sees)."""
 
@@ -319,7 +319,7 @@ class SourceSet:
     """The composer: a run's sources with the trees' calibration, as DSpark's decoder and speculative
     decoding's chain drafter (decoding.drafters.source_chain) both use them: `start` with the prompt,
     `observe_logits` every target forward, `draft` a round, then `learn` from the tokens the round emitted
-    and `seen` the context they extend.
+    and `observe_context` the context they extend.
 
     The sources form groups, in order: each source that draws its own chain (`draws_chains`) alone, each run
     of the others together. A round is drafted by the first group that does not decline its context (the
@@ -385,10 +385,10 @@ class SourceSet:
             self.calibration.update(tree, emitted)
         self.pending = ()
 
-    def seen(self, context: Sequence[int]) -> None:
-        """After a round: the whole context so far, to every source (LatticeSource.seen)."""
+    def observe_context(self, context: Sequence[int]) -> None:
+        """After a round: the whole context so far, to every source (LatticeSource.observe_context)."""
         for source in self.sources:
-            source.seen(context)
+            source.observe_context(context)
 
 
 def chain_groups(sources: Sequence[LatticeSource]) -> tuple[tuple[LatticeSource, ...], ...]:

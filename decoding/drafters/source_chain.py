@@ -83,7 +83,7 @@ class SourceChainDrafter:
         if self._walked is not None:
             self.sources.learn(context[self._walked:])
             self._walked = None
-        self.sources.seen(context)
+        self.sources.observe_context(context)
         return sum(source.rollback(context) for source in self.sources.sources)
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:

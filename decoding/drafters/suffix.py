@@ -152,7 +152,7 @@ class SuffixSource(LatticeSource):
         self.store.extend(self.sid, context)          # after matching: the context's own end is no match
         return SourceTree(self.name, continuation_tree(conts, request.max_nodes))
 
-    def seen(self, context: Sequence[int]) -> None:
+    def observe_context(self, context: Sequence[int]) -> None:
         """The run's text so far into the store, its last round's tokens included (else each run's ending
         would stay a match with nothing after it, taking one of an n-gram's MAX_HITS places for good)."""
         if self.sid is not None:

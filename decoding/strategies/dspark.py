@@ -335,7 +335,7 @@ class DSparkDecoder:
         self.context.extend(emitted)
         self.hidden = torch.cat([self.hidden, produced[:len(emitted)]])[-self.sources.span:]
         self.sources.learn(emitted)
-        self.sources.seen(self.context)
+        self.sources.observe_context(self.context)
         if step.lookup:
             self.rate = self.rate.updated(hits(step.lookup.tokens, emitted))
         self.last, self.index = emitted, self.index + 1
