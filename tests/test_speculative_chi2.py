@@ -140,13 +140,21 @@ def test_lookup_matches_plain_sampling(target, reference):
     assert chi2_pvalue(counts, reference, N_RUNS) > ALPHA
 
 
-def test_lookup_without_zeroing_fails(target, reference, monkeypatch):
+DRAFTED = 3            # the token the negative controls' first round drafts
+
+
+def residual_without_zeroing(target, monkeypatch) -> None:
+    """The negative controls' wrong rule: a point-mass draft's residual that does not zero the drafted
+    token (DRAFTED), after checking that N_RUNS runs have the power to tell its first-token law apart."""
     p_target = target_probs(target, PROMPT)
-    drafted = 3
-    p_wrong = (1 - p_target[drafted]) * p_target
-    p_wrong[drafted] += p_target[drafted]
+    p_wrong = (1 - p_target[DRAFTED]) * p_target
+    p_wrong[DRAFTED] += p_target[DRAFTED]
     assert power_lambda(p_target, p_wrong, N_RUNS) >= 60
     monkeypatch.setattr(speculative, "point_mass_residual", lambda p_target, token: p_target)
+
+
+def test_lookup_without_zeroing_fails(target, reference, monkeypatch):
+    residual_without_zeroing(target, monkeypatch)
     assert chi2_pvalue(sample_first(target, PromptLookupDrafter(2)), marginal(reference), N_RUNS) < ALPHA
 
 
@@ -268,16 +276,11 @@ def test_suffix_chain_matches_plain_sampling(target, reference):
 
 
 def test_suffix_chain_without_zeroing_fails(target, reference, monkeypatch):
-    p_target = target_probs(target, PROMPT)
-    drafted = 3
-    p_wrong = (1 - p_target[drafted]) * p_target
-    p_wrong[drafted] += p_target[drafted]
-    assert power_lambda(p_target, p_wrong, N_RUNS) >= 60
-    monkeypatch.setattr(speculative, "point_mass_residual", lambda p_target, token: p_target)
+    residual_without_zeroing(target, monkeypatch)
     counts: Counter = Counter()
     for seed in range(N_RUNS):            # a fresh store each run: the first round drafts 3, 4 every time
         gen = torch.Generator().manual_seed(seed)
         first = next(speculative.decode(target, PROMPT, CONFIG, generator=gen, drafter=suffix_drafter()))
-        assert first.drafts[0].token_id == drafted
+        assert first.drafts[0].token_id == DRAFTED
         counts[(first.emitted[0],)] += 1
     assert chi2_pvalue(counts, marginal(reference), N_RUNS) < ALPHA
