@@ -208,3 +208,6 @@ def test_with_its_trained_files_hidden_the_embedded_model_runs_training_free_and
     assert spec.error is None and spec.output_ids == ref
     drafters = {s.drafter for s in spec.steps}
     assert drafters <= {"lookup", "recycling", "lookup+recycling"} and "recycling" in drafters, drafters
+    monkeypatch.undo()                            # the record back: auto finds the shipped drafter again
+    again = run(real_lm, prompt, SpeculativeConfig(max_new_tokens=N, draft="auto"))
+    assert again.output_ids == ref and "feature" in again.steps[0].drafting.sources

@@ -70,8 +70,10 @@ def training_free_sources(target: LM, names) -> list:
 
 
 def auto_draft_lm(target: LM):
-    """load_draft('auto') once per model and version of the shipped feature drafter's file (None where
-    it was not trained for the model)."""
+    """The shipped feature drafter where it was trained for this model (asked each time: the answer is
+    never cached), loaded once per model and version of its file; None elsewhere."""
+    if not shipped_fits(target):
+        return None
     return target.loaded(("speculative draft", AUTO_DRAFT), file_stamp(FEATURE_WEIGHTS),
                          lambda: load_draft(AUTO_DRAFT, target))
 
