@@ -67,11 +67,14 @@ def cached_fingerprint(lm) -> dict:
 
 def shipped_fits(lm) -> bool:
     """Whether the shipped drafters were trained for this model (assets/drafter-targets.json)."""
+    actual = fingerprint_of(lm)
+    if actual is None:
+        return False
     try:
         recorded = json.loads(DRAFTER_TARGETS.read_text(encoding="utf-8")).get("target")
-        return matches(recorded, cached_fingerprint(lm))
-    except (OSError, ValueError, AttributeError, NotImplementedError, RuntimeError):
-        return False          # no file, or weights it cannot read (an embedding offloaded to disk): no match
+    except (OSError, ValueError, AttributeError):
+        return False          # no file, or not the record it should be: no match
+    return matches(recorded, actual)
 
 
 def fingerprint_of(lm) -> dict | None:
