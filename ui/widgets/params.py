@@ -81,8 +81,13 @@ class Settings:
     model_options: dict = field(default_factory=dict)   # gguf_file, device_map, max_memory, offload_folder, fast_path
 
     def model_key(self) -> tuple:
-        """(model, device, dtype), then the set model options as (name, value) pairs."""
-        return (self.model, self.device, self.dtype, *sorted(self.model_options.items()))
+        return model_key(self.model, self.device, self.dtype, self.model_options)
+
+
+def model_key(model: str, device: str, dtype: str, options: dict) -> tuple:
+    """Which loaded model a page's settings stand for: (model, device, dtype), then the set model options as
+    (name, value) pairs."""
+    return (model, device, dtype, *sorted(options.items()))
 
 
 # ------------------------------------------------------------------ URL form

@@ -36,6 +36,7 @@ from ui.widgets.params import (
     build_config,
     from_query,
     link_safe,
+    model_key,
     param_fields,
     path_values,
     to_query,
@@ -277,7 +278,7 @@ def render() -> Settings:
         chat = st.checkbox("Use the chat template", key=_key(keys.CHAT, True))
         strategy = st.selectbox("Strategy", list(STRATEGIES), key=_key(keys.STRATEGY, "greedy"))
         model = model.strip() or "default"
-        params = strategy_params("w", strategy, (model, device, dtype, *sorted(options.items())))
+        params = strategy_params("w", strategy, model_key(model, device, dtype, options))
         c3, c4 = st.columns(2)
         seed = c3.number_input("Seed", step=1, key=_key(keys.SEED, 0))
         max_new = c4.number_input("Max new tokens", step=1, key=_key(keys.MAX_NEW, Settings.max_new_tokens))
