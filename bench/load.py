@@ -38,10 +38,8 @@ from decoding.core.formulas import percentile
 
 MAX_SESSIONS = 16
 MAX_STEPS = 50
-LONG_RUN_TOKENS = 160          # the Run to end of the second scenario (more with --pace: long_run_tokens)
-MAX_LONG_RUN_TOKENS = 2000
+LONG_RUN_TOKENS = 160          # the Run to end of the second scenario (it may stop sooner, at EOS)
 QUIET_S = 3.0                  # a Run to end has ended when its session has sent nothing for this long
-TOKENS_PER_S = 25              # a low guess at the Run to end's pace while others Step, to size it
 WAIT_MS = 120_000
 IDLE = ("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') "
         "&& !document.querySelector('[data-stale=\"true\"]')")
@@ -108,15 +106,8 @@ async def _steps(page, first: int, pauses: list[float]) -> list[dict]:
     return rows
 
 
-def long_run_tokens(steps: int, pace: float) -> int:
-    """Tokens of the Run to end: enough to outlast the others' `steps` Steps at `pace` (about 0.25 s each
-    beyond the think time), at TOKENS_PER_S; LONG_RUN_TOKENS at least, MAX_LONG_RUN_TOKENS at most."""
-    need = math.ceil(steps * (pace + 0.25) * TOKENS_PER_S)
-    return min(MAX_LONG_RUN_TOKENS, max(LONG_RUN_TOKENS, need))
-
-
-def _query(session: int, steps: int, pace: float) -> str:
-    return f"max_new={long_run_tokens(steps, pace) + steps + 2}&seed={session}"
+def _query(session: int, steps: int) -> str:
+    return f"max_new={LONG_RUN_TOKENS + steps + 2}&seed={session}"
 
 
 def think_times(pace: float, seed: int, count: int) -> list[float]:
@@ -128,7 +119,7 @@ def think_times(pace: float, seed: int, count: int) -> list[float]:
 async def _scenario(browser, url: str, sessions: int, steps: int, long_run: bool, pace: float) -> list[dict]:
     """`sessions` Playgrounds, one warm-up Step each, then all press Step `steps` times at once (with
     `long_run`, session 0 presses Run to end instead and only the others' Steps are returned)."""
-    opened = [await _open(browser, url, _query(i, steps, pace)) for i in range(sessions)]
+    opened = [await _open(browser, url, _query(i, steps)) for i in range(sessions)]
     try:
         pages = [page for _, page in opened]
         await asyncio.gather(*(_step(page, 0) for page in pages))
@@ -175,7 +166,7 @@ async def _ws_scenario(url: str, sessions: int, steps: int, long_run: bool, pace
     opened, runner = [], None
     try:
         for i in range(sessions):
-            opened.append(await WsSession.open(url, _query(i, steps, pace)))
+            opened.append(await WsSession.open(url, _query(i, steps)))
         await asyncio.gather(*(session.press("Step") for session in opened))
         stepping = range(1 if long_run else 0, sessions)
         if long_run:                          # its messages are read (and dropped) while the others Step
