@@ -20,8 +20,7 @@ from bench.dspark_head import DEFAULTS, SETS, budget_list, measure, report
 from decoding import runner
 from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.drafters.feature_net import load_feature
-from decoding.drafters.recycling import table_for
-from decoding.drafters.suffix import store_for
+from decoding.drafters.memory import SourceMemory
 from decoding.train.data import distill_prompts
 
 TRAINING_FREE = "DSpark token recycling + lookup, warm"
@@ -29,30 +28,22 @@ WARM_PROMPTS = 8            # unrelated prompts (decoding.train.data.distill_pro
 
 
 class Memory:
-    """The training-free sources' memory of the model (recycling table, suffix store): empty, or the fixed
-    warm state left by WARM_PROMPTS unrelated runs, set before each contender's run so that no run sees
+    """The training-free sources' memory (recycling table, suffix store): empty, or the fixed warm state left
+    by WARM_PROMPTS unrelated runs, a copy of which each warm contender's run starts from, so that no run sees
     any benchmark prompt's text, its own included."""
 
     def __init__(self, lm, n: int):
-        self.lm, self.parts = lm, (table_for(lm), store_for(lm))
-        self.empty()
+        self.lm, self.warm_state = lm, SourceMemory()
         for text in distill_prompts(WARM_PROMPTS, seed=7):
-            runner.run(lm, lm.encode(text), DSparkConfig(max_new_tokens=n, drafter="recycling+suffix"))
-        self.warm_state = tuple(part.snapshot() for part in self.parts)
-
-    def empty(self) -> None:
-        for part in self.parts:
-            part.clear()
-
-    def warm(self) -> None:
-        for part, state in zip(self.parts, self.warm_state):
-            part.restore(state)
+            runner.run(lm, lm.encode(text), DSparkConfig(max_new_tokens=n, drafter="recycling+suffix"),
+                       memory=self.warm_state)
 
     def run(self, state: str, config, **kw):
-        """A contender: its memory set (`state`: "warm" or "cold"), then the timed run."""
+        """A contender: its memory (`state`: "warm", a copy of the warm state, or "cold", an empty one),
+        then the timed run."""
         def go(ids):
-            self.warm() if state == "warm" else self.empty()
-            return timed_run(self.lm, ids, config, **kw)
+            memory = self.warm_state.copy() if state == "warm" else SourceMemory()
+            return timed_run(self.lm, ids, config, memory=memory, **kw)
         return go
 
 

@@ -130,6 +130,8 @@ def _summary(tr) -> str:
     drafting = getattr(tr.steps[0], "drafting", None) if tr.steps else None
     if drafting is not None:                      # speculative and DSpark: which sources ran, and why
         line += f", sources {'+'.join(drafting.sources) or 'none'} ({drafting.reason})"
+        if drafting.memory:                       # recycling / suffix: what their memory held at the start
+            line += f", memory: {drafting.memory}"
     return line
 
 

@@ -8,9 +8,10 @@ from test_app import new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir i
 from test_tour import no_model, tour_app  # noqa: F401  (no_model is a fixture)
 
 from decoding.drafters.factory import AUTO_FITS, AUTO_FREE
+from ui.views.sources import memory_text
 from ui.widgets.sidebar import NOT_LOADED
 
-FREE = f"Lattice sources: prompt lookup, token recycling. {AUTO_FREE}"
+FREE = f"Lattice sources: prompt lookup, token recycling. {AUTO_FREE}" + memory_text("empty")
 REPEAT = "one two three one two three one two"
 
 
@@ -26,8 +27,9 @@ def test_the_sidebar_says_what_auto_resolves_to_on_the_model(tiny_dir, strategy)
 
 
 @pytest.mark.parametrize("strategy,field,line", [
-    ("speculative", "draft", "Lattice sources: token recycling. draft 'recycling' as set"),
-    ("dspark", "drafter", "Lattice sources: prompt lookup, suffix matching. drafter 'suffix' as set")])
+    ("speculative", "draft", "Lattice sources: token recycling. draft 'recycling' as set" + memory_text("empty")),
+    ("dspark", "drafter", "Lattice sources: prompt lookup, suffix matching. drafter 'suffix' as set"
+     + memory_text("empty"))])
 def test_the_caption_follows_the_typed_value(tiny_dir, strategy, field, line):
     at = new_app({"strategy": strategy})
     at.sidebar.text_input(key=f"w.param.{strategy}.{field}").set_value(line.split("'")[1]).run()

@@ -478,7 +478,7 @@ CASES = [
          r"value has 5000 digits",
          upload=lambda e: traced(e, lambda d: None).replace(b'"index": 1,', b'"index": ' + b"9" * 5000 + b",", 1)),
     Case("trace-schema-version-malformed", r"schema_version='１\.5' is not 'major\.minor' \(ASCII digits, e\.g\. "
-         r"'1\.6'\)$", upload=lambda e: traced(e, lambda d: d.update(schema_version="１.5"))),
+         r"'1\.7'\)$", upload=lambda e: traced(e, lambda d: d.update(schema_version="１.5"))),
     Case("trace-closed-set-value", r"trace\.stop_reason='done' is not one of eos, max_new_tokens, stopped, error$",
          upload=lambda e: traced(e, lambda d: d.update(stop_reason="done"))),
     Case("trace-config-not-finite", r"trace\.config\.temperature=nan is not a finite number of magnitude <= 1e\+300$",

@@ -4,11 +4,8 @@ from __future__ import annotations
 import argparse
 
 import pytest
-import torch
 
 from bench import dspark_sources
-from decoding.drafters.recycling import table_for
-from decoding.drafters.suffix import store_for
 from tests.dspark_helpers import varied_llama
 
 
@@ -17,24 +14,24 @@ def test_contenders_run_from_the_memory_they_name(monkeypatch):
     monkeypatch.setattr(dspark_sources, "WARM_PROMPTS", 2)
     monkeypatch.setattr(lm, "encode", lambda text: [1, 2, 3, len(text) % 50 + 4])
     memory = dspark_sources.Memory(lm, 6)
-    table, store = table_for(lm), store_for(lm)
+    table, store = memory.warm_state.recycling_table(lm.vocab_size), memory.warm_state.suffix_store()
     warm_rows, warm_tokens = table.filled, store.tokens
     assert warm_rows > 0 and warm_tokens > 0
     args = argparse.Namespace(max_new_tokens=6, temperature=0.0, budgets=())
     runs, reference = dspark_sources.contenders(lm, None, args, memory)
     assert reference == "greedy (ours)" and list(runs)[0] == reference
     assert dspark_sources.TRAINING_FREE in runs and dspark_sources.DEFAULTS in runs
-    table.update([60], torch.zeros(1, lm.vocab_size))        # a row the warm state does not have
-    runs[dspark_sources.TRAINING_FREE]([7, 8, 9])
-    assert store.tokens == warm_tokens                        # the recycling contender keeps no text
-    runs["DSpark recycling + suffix + lookup, warm"]([7, 8, 9])
-    assert store.tokens > warm_tokens                         # started from the warm store, then added its own
-    tokens, _, trace = runs["DSpark token recycling + lookup, cold"]([7, 8, 9])
-    fed = {7, 8, 9} | set(trace.output_ids) | {node.token_id for step in trace.steps for node in step.nodes}
-    assert tokens == 6 and 0 < table.filled <= len(fed)      # rows only for tokens this run fed the target
-    assert 60 in fed or table.next_ids[60, 0] < 0             # the row set before it was forgotten
-    memory.warm()
-    assert (table.filled, store.tokens) == (warm_rows, warm_tokens)
+    started = {}
+    for name in (dspark_sources.TRAINING_FREE, "DSpark recycling + suffix + lookup, warm",
+                 "DSpark token recycling + lookup, cold", "speculative lookup+recycling cost-aware γ≤8, warm"):
+        tokens, _, trace = runs[name]([7, 8, 9])
+        assert tokens == 6
+        started[name] = trace.steps[0].drafting.memory
+    assert started == {dspark_sources.TRAINING_FREE: "2 earlier runs",
+                       "DSpark recycling + suffix + lookup, warm": "2 earlier runs",
+                       "DSpark token recycling + lookup, cold": "empty",
+                       "speculative lookup+recycling cost-aware γ≤8, warm": "2 earlier runs"}
+    assert (table.filled, store.tokens) == (warm_rows, warm_tokens)     # each run wrote into its own copy
 
 
 def test_budgets_add_larger_recycling_trees(monkeypatch):

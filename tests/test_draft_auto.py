@@ -29,7 +29,7 @@ def test_auto_is_the_default_draft():
 
 def test_the_default_run_records_its_training_free_sources_and_why(lm):
     trace = run(lm, PROMPT, SpeculativeConfig(max_new_tokens=12))
-    assert trace.steps[0].drafting == DraftingInfo(("lookup", "recycling"), AUTO_FREE)
+    assert trace.steps[0].drafting == DraftingInfo(("lookup", "recycling"), AUTO_FREE, "empty")
     assert all(step.drafting is None for step in trace.steps[1:])
     assert trace.output_ids == run(lm, PROMPT, GreedyConfig(max_new_tokens=12)).output_ids   # exact at T = 0
     assert from_json(to_json(trace)).steps[0].drafting == trace.steps[0].drafting
@@ -84,7 +84,7 @@ def test_the_cli_summary_says_which_sources_and_why(tmp_path, capsys):
                      "--strategy", "speculative"]) == 0
     summary = capsys.readouterr().out.splitlines()[-1]
     assert summary.startswith("[speculative] 3 tokens") and summary.endswith(
-        f", sources lookup+recycling ({AUTO_FREE})")
+        f", sources lookup+recycling ({AUTO_FREE}), memory: empty")
 
 
 def _spec_trace_json(lm) -> dict:

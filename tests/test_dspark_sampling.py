@@ -10,7 +10,7 @@ from scipy.stats import chisquare
 
 from decoding.core.config import DSparkConfig
 from decoding.core.processors import build_pipeline
-from decoding.drafters.suffix import store_for
+from decoding.drafters.memory import SourceMemory
 from decoding.runner import run
 from tests.dspark_helpers import as_draft_model_source, one_thread, random_drafter, varied_llama
 
@@ -49,14 +49,13 @@ def exact_marginals(lm, depth: int) -> list[torch.Tensor]:
     return out
 
 
-def pvalues(lm, loaded, before=lambda: None, **kwargs) -> list[float]:
+def pvalues(lm, loaded, memory=lambda: None, **kwargs) -> list[float]:
     """χ² p-values of the first three tokens over RUNS seeds; `loaded`: a drafter object (None: the config's);
-    `before` runs before each seed's run."""
+    `memory()` gives each seed's run the memory it starts from (None: an empty one)."""
     counts = torch.zeros(3, VOCAB)
     for seed in range(RUNS):
-        before()
         config = DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING, **kwargs)
-        ids = run(lm, PROMPT, config, drafter=loaded).output_ids
+        ids = run(lm, PROMPT, config, drafter=loaded, memory=memory()).output_ids
         for i, t in enumerate(ids[:3]):
             counts[i, t] += 1
     out = []
@@ -112,12 +111,12 @@ def test_recycled_candidates_fail_the_test_in_the_lossy_mode(lm):
     assert min(values[1:]) < 1e-6, values
 
 
-def verified_from(lm, source: str, config: dict, before=lambda: None) -> int:
-    """Plan nodes `source` proposed over the first 50 seeds' runs (`before` runs before each)."""
+def verified_from(lm, source: str, config: dict, memory=lambda: None) -> int:
+    """Plan nodes `source` proposed over the first 50 seeds' runs (each from `memory()`, None: empty)."""
     total = 0
     for seed in range(50):
-        before()
-        steps = run(lm, PROMPT, DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING, **config)).steps
+        steps = run(lm, PROMPT, DSparkConfig(max_new_tokens=3, gamma=2, seed=seed, **PROCESSING, **config),
+                    memory=memory()).steps
         total += sum(source in n.sources for e in steps for n in e.nodes)
     return total
 
@@ -127,15 +126,14 @@ SUFFIX_ALONE = {"drafter": "suffix", "select": "tree", "budget": 4, "cost_table"
 
 @pytest.fixture(scope="module")
 def warm_store(lm):
-    """Suffix matching's store after 20 longer runs from the prompt; restoring it before each run keeps
-    the draft side fixed. (Left to grow, the runs' own 3-token texts soon fill the latest places kept per
+    """Suffix matching's memory after 20 longer runs from the prompt; each run starts from a copy of it, which
+    keeps the draft side fixed. (Left to grow, the runs' own 3-token texts soon fill the latest places kept per
     n-gram with matches at a text's end, which continue with nothing, and the source stops proposing.)"""
-    store = store_for(lm)
-    store.clear()
+    memory = SourceMemory()
     for seed in range(20):
-        run(lm, PROMPT, DSparkConfig(max_new_tokens=12, gamma=2, seed=10_000 + seed, **PROCESSING, **SUFFIX_ALONE))
-    state = store.snapshot()
-    return lambda: store.restore(state)
+        run(lm, PROMPT, DSparkConfig(max_new_tokens=12, gamma=2, seed=10_000 + seed, **PROCESSING, **SUFFIX_ALONE),
+            memory=memory)
+    return memory.copy
 
 
 def test_suffix_candidates_keep_the_target_distribution(lm, warm_store):

@@ -29,10 +29,11 @@ from decoding.drafters.lattice_source import (
     labelled,
     tried,
 )
+from decoding.drafters.memory import SourceMemory
 from decoding.drafters.model_source import DraftModelSource
 from decoding.drafters.parallel import LatticeDraft
 from decoding.drafters.recycling import RecyclingSource, RecyclingTable
-from decoding.drafters.suffix import SuffixSource, SuffixStore, store_for
+from decoding.drafters.suffix import SuffixSource, SuffixStore
 from decoding.runner import run
 from decoding.runtime.fingerprint import fingerprint, matches
 from decoding.strategies import dspark
@@ -170,9 +171,10 @@ def test_training_free_dspark_equals_greedy(lm, select, lookup):
 
 def test_recycled_nodes_are_verified_both_ways(lm):
     """The checks above are not vacuous: recycled nodes get accepted and rejected."""
+    memory = SourceMemory()
     for prompt in PROMPTS:
-        run(lm, prompt, DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None))
-    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=40, drafter="recycling", cost_table=None))
+        run(lm, prompt, DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None), memory=memory)
+    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=40, drafter="recycling", cost_table=None), memory=memory)
     verdicts = {n.verdict for e in tr.steps for n in e.nodes if "recycling" in n.sources}
     assert {"accepted", "rejected"} <= verdicts
     cells = [c for e in tr.steps for col in e.lattice for c in col.cells]
@@ -188,9 +190,10 @@ def accept_first(tokens, parents, logits):
 
 
 def test_wrong_rule_with_recycling_diverges(lm, monkeypatch):
-    run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None))   # warm the table
+    memory, config = SourceMemory(), DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None)
+    run(lm, PROMPTS[0], config, memory=memory)                       # warm the table
     monkeypatch.setattr(dspark, "greedy_round", accept_first)
-    tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter="recycling", cost_table=None))
+    tr = run(lm, PROMPTS[0], config, memory=memory)
     assert tr.output_ids != run(lm, PROMPTS[0], GreedyConfig(max_new_tokens=30)).output_ids
 
 
@@ -303,13 +306,13 @@ def test_suffix_trees_with_the_retrospective_rule_fail():
 @pytest.mark.parametrize("select", ["chain", "tree"])
 @pytest.mark.parametrize("lookup", [0, 2])
 def test_suffix_dspark_equals_greedy(lm, select, lookup):
-    """Each prompt twice: the second run matches the first one's text in the model's store."""
-    suffix_nodes = 0
+    """Each prompt twice: the second run matches the first one's text in the memory they share."""
+    suffix_nodes, memory = 0, SourceMemory()
     for prompt in PROMPTS * 2:
         greedy = run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
         config = DSparkConfig(max_new_tokens=30, drafter="suffix", select=select, lookup_max_ngram=lookup,
                               cost_table=None, gamma=4)
-        tr = run(lm, prompt, config)
+        tr = run(lm, prompt, config, memory=memory)
         assert tr.error is None and tr.output_ids == greedy
         suffix_nodes += sum("suffix" in n.sources for e in tr.steps for n in e.nodes)
     assert suffix_nodes > 0
@@ -321,21 +324,19 @@ def test_suffix_dspark_equals_greedy(lm, select, lookup):
 def test_the_suffix_store_keeps_each_run_whole(lm, config):
     """A run's text goes into the store to its last token: the last round's tokens, which no later round
     proposes after, included (else each run's ending stays a match with nothing after it)."""
-    store = store_for(lm)
-    store.clear()
-    prompt = PROMPTS[0]
-    tr = run(lm, prompt, config)
+    memory, prompt = SourceMemory(), PROMPTS[0]
+    tr = run(lm, prompt, config, memory=memory)
     assert tr.error is None and len(tr.output_ids) > 4
-    assert list(store.sequences.values())[-1] == list(prompt) + list(tr.output_ids)
+    assert list(memory.suffix_store().sequences.values())[-1] == list(prompt) + list(tr.output_ids)
 
 
 def test_suffix_nodes_are_verified_both_ways(lm):
     """The checks above are not vacuous: suffix nodes get accepted (text seen before) and rejected (the
     prompt's own repeat, which greedy does not follow)."""
-    store_for(lm).clear()
-    verdicts = set()
+    verdicts, memory = set(), SourceMemory()
     for prompt in PROMPTS * 2:
-        tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, drafter="suffix", cost_table=None, lookup_max_ngram=0))
+        tr = run(lm, prompt, DSparkConfig(max_new_tokens=30, drafter="suffix", cost_table=None, lookup_max_ngram=0),
+                 memory=memory)
         verdicts |= {n.verdict for e in tr.steps for n in e.nodes if "suffix" in n.sources}
         assert tr.steps[0].drafting.sources == ("suffix",)
     assert {"accepted", "rejected"} <= verdicts
@@ -343,7 +344,6 @@ def test_suffix_nodes_are_verified_both_ways(lm):
 
 def test_wrong_rule_with_suffix_diverges(lm, monkeypatch):
     """A cold store: the prompt's repeat (…, 2, 3 matches 2, 3 -> 4, 5) is proposed; the wrong rule takes it."""
-    store_for(lm).clear()
     monkeypatch.setattr(dspark, "greedy_round", accept_first)
     tr = run(lm, PROMPTS[0], DSparkConfig(max_new_tokens=30, drafter="suffix", cost_table=None, lookup_max_ngram=0))
     assert any("suffix" in n.sources for e in tr.steps for n in e.nodes)
@@ -355,10 +355,9 @@ def test_speculative_suffix_equals_greedy(lm, draft):
     """Each prompt twice, so that suffix matching finds text that prompt lookup (this context only) cannot."""
     from decoding.core.config import SpeculativeConfig
 
-    store_for(lm).clear()
-    drafters = set()
+    drafters, memory = set(), SourceMemory()
     for prompt in PROMPTS * 2:
-        tr = run(lm, prompt, SpeculativeConfig(max_new_tokens=30, draft=draft, gamma=4))
+        tr = run(lm, prompt, SpeculativeConfig(max_new_tokens=30, draft=draft, gamma=4), memory=memory)
         assert tr.error is None and tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
         drafters |= {e.drafter for e in tr.steps if e.gamma}
     assert draft.removeprefix("lookup+") in drafters
@@ -473,19 +472,19 @@ def test_recycling_reads_the_prompt_positions_at_the_prefill():
     """The prefill keeps the logits of the prompt's last positions for token recycling (one head product), so
     the table knows what followed each of those prompt tokens; without it, only the last."""
     from decoding.drafters import recycling
-    from decoding.drafters.recycling import table_for
 
     fresh = varied_llama(seed=11)
     prompt = [3, 9, 27, 81 % 64]
-    run(fresh, prompt, DSparkConfig(max_new_tokens=1, drafter="recycling", cost_table=None))
-    table = table_for(fresh)
-    assert all(table.children(t, 1) for t in prompt)
-    table.clear()
+    memory = SourceMemory()
+    run(fresh, prompt, DSparkConfig(max_new_tokens=1, drafter="recycling", cost_table=None), memory=memory)
+    assert all(memory.recycling_table(fresh.vocab_size).children(t, 1) for t in prompt)
+    memory.clear()
     saved, recycling.RecyclingSource.prompt_rows = recycling.RecyclingSource.prompt_rows, 0
     try:
-        run(fresh, prompt, DSparkConfig(max_new_tokens=1, drafter="recycling", cost_table=None))
+        run(fresh, prompt, DSparkConfig(max_new_tokens=1, drafter="recycling", cost_table=None), memory=memory)
     finally:
         recycling.RecyclingSource.prompt_rows = saved
+    table = memory.recycling_table(fresh.vocab_size)
     assert [bool(table.children(t, 1)) for t in prompt] == [False, False, False, True]
 
 

@@ -29,13 +29,14 @@ from decoding.core.trace_check import TraceFormatError as TraceFormatError
 from decoding.core.trace_check import check_trace, key_part
 from decoding.core.trace_totals import METRIC_NAMES, metrics, output_ids, target_forwards
 
-SCHEMA_VERSION = "1.6"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
+SCHEMA_VERSION = "1.7"   # 1.1: DSpark prompt-lookup fields (DSparkRound.lookup/lookup_scores, cell and node flags)
 #                          1.2: SpecRound.gamma_choice (speculative's cost-aware γ)
 #                          1.3: kv (KVMemory) on every step event: the target's KV cache after the step;
 #                               target_entropy on DraftPosition and PlanNode
 #                          1.4: SizeChoiceInfo.overhead_ms (DSpark's round cost outside verification)
 #                          1.5: DSpark lattice sources: LatticeCell.sources, PlanNode.sources, DSparkRound.drafting
 #                          1.6: SpecRound.drafting (speculative's sources and why, on the first round)
+#                          1.7: DraftingInfo.memory (what the training-free sources started from)
 MAX_TRACE_BYTES = 50 * 1024 * 1024   # largest trace file read (app uploads and from_json)
 
 
@@ -269,6 +270,7 @@ class DraftingInfo:
 
     sources: tuple[str, ...]
     reason: str
+    memory: str = ""     # what recycling/suffix started from: "empty", "N earlier runs" ("": none ran, or before 1.7)
 
 
 @dataclass(frozen=True)

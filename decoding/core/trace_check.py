@@ -338,13 +338,14 @@ def _check_sources(where: str, step) -> None:
 
 def _check_drafting(where: str, drafting) -> None:
     """A run's sources (a DSpark prefill round's or a first speculative round's `drafting`): named as cells'
-    sources are, the reason within MAX_DRAFTING_REASON characters."""
+    sources are, the reason and memory within MAX_DRAFTING_REASON characters."""
     if drafting is None:
         return
     _source_names(f"{where}.drafting.sources", drafting.sources)
-    if len(drafting.reason) > MAX_DRAFTING_REASON:
-        raise TraceFormatError(f"{where}.drafting.reason: {len(drafting.reason)} characters is over the "
-                               f"limit of {MAX_DRAFTING_REASON}")
+    for field in ("reason", "memory"):
+        if len(getattr(drafting, field)) > MAX_DRAFTING_REASON:
+            raise TraceFormatError(f"{where}.drafting.{field}: {len(getattr(drafting, field))} characters is "
+                                   f"over the limit of {MAX_DRAFTING_REASON}")
 
 
 def _check_lattice(where: str, lattice) -> None:

@@ -23,11 +23,12 @@ from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lattice_bases import LookupChainSource, TrainedSource
 from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
+from decoding.drafters.memory import SourceMemory
 from decoding.drafters.model_source import MODEL_PREFIX, MODEL_SOURCE, DraftModelSource
 from decoding.drafters.parallel import load_drafter
-from decoding.drafters.recycling import RECYCLING, RecyclingSource, table_for
+from decoding.drafters.recycling import RECYCLING, RecyclingSource
 from decoding.drafters.source_chain import SourceChainDrafter
-from decoding.drafters.suffix import SUFFIX, SuffixSource, store_for
+from decoding.drafters.suffix import SUFFIX, SuffixSource
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.models import LM
@@ -62,10 +63,11 @@ def load_draft(name: str, target: LM, **spec):
     return draft
 
 
-def training_free_sources(target: LM, names) -> list:
-    """Fresh tree sources for one run, by name ("recycling", "suffix", "model:ID"); their memory (and a
-    draft model, loaded once) is the target's."""
-    made = {RECYCLING: lambda: RecyclingSource(table_for(target)), SUFFIX: lambda: SuffixSource(store_for(target))}
+def training_free_sources(target: LM, names, memory: SourceMemory) -> list:
+    """Fresh tree sources for one run, by name ("recycling", "suffix", "model:ID"); recycling and suffix
+    read and fill `memory` (the run's, decoding/drafters/memory.py), a draft model is the target's (loaded once)."""
+    made = {RECYCLING: lambda: RecyclingSource(memory.recycling_table(target.vocab_size)),
+            SUFFIX: lambda: SuffixSource(memory.suffix_store())}
     return [made[name]() if name in made else draft_model_source(target, name[len(MODEL_PREFIX):]) for name in names]
 
 
@@ -91,12 +93,14 @@ def draft_model_source(target: LM, name: str) -> DraftModelSource:
     return DraftModelSource(DraftModelDrafter(draft, target))
 
 
-def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -> LatticeSource | SourceChainDrafter:
-    """The drafter a config names: 'lookup', 'recycling' (token recycling's chain, any model), the draft
-    model the caller loaded (`draft_lm`: an LM, or a FeatureNet from load_draft('feature')), 'lookup+X'
-    (prompt lookup, else X), or 'auto': 'lookup+feature' with the shipped feature drafter loaded by
-    load_draft('auto'), 'lookup+recycling' where none fits the model (draft_lm None). One source alone is
-    returned as it is (speculative decoding composes it), several behind the composer."""
+def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2,
+                 memory: SourceMemory | None = None) -> LatticeSource | SourceChainDrafter:
+    """The drafter a config names: 'lookup', 'recycling' (token recycling's chain, any model, from the run's
+    `memory`; None: a new, empty one), the draft model the caller loaded (`draft_lm`: an LM, or a FeatureNet from
+    load_draft('feature')), 'lookup+X' (prompt lookup, else X), or 'auto': 'lookup+feature' with the shipped
+    feature drafter loaded by load_draft('auto'), 'lookup+recycling' where none fits the model (draft_lm
+    None). One source alone is returned as it is (speculative decoding composes it), several behind the
+    composer."""
     if draft == LOOKUP:
         return PromptLookupDrafter(max_ngram, target.eos_ids)
     if draft == AUTO_DRAFT:
@@ -104,7 +108,7 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2) -
     lookup_first = draft.startswith(LOOKUP_THEN)
     names = training_free_names(draft[len(LOOKUP_THEN):] if lookup_first else draft)
     if names:
-        model = training_free_sources(target, names)
+        model = training_free_sources(target, names, memory or SourceMemory())
     elif draft_lm is None:
         raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass draft_lm=")
     elif isinstance(draft_lm, FeatureNet):

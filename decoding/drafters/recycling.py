@@ -4,8 +4,8 @@ token after it; the table keeps, per token id, the top-k of the latest such dist
 candidates grow from the root through the table, best-first by the product of the recorded
 probabilities, so a token the target saw before proposes what the target said next last time.
 
-The table belongs to the model and lives as long as it does in the process (`table_for`), so a second
-run starts warm; it holds vocab × k token ids (int32) and probabilities (float16): 2.4 MB for a
+The table lives in the run's memory (decoding/drafters/memory.py: empty unless the caller passes one that
+earlier runs filled); it holds vocab × k token ids (int32) and probabilities (float16): 2.4 MB for a
 49,152-token vocabulary at k = 8. It only ever reads forwards that already ran, so the plan stays a
 draft-side choice.
 """
@@ -78,11 +78,6 @@ class RecyclingTable:
         with self.lock:
             ids, probs = self.next_ids[token, :most].tolist(), self.probs[token, :most].tolist()
         return [(t, p) for t, p in zip(ids, probs) if t >= 0]
-
-
-def table_for(lm) -> RecyclingTable:
-    """The model's table, made on first use and kept while the model is loaded."""
-    return lm.loaded(("lattice source", RECYCLING), None, lambda: RecyclingTable(lm.vocab_size))
 
 
 class RecyclingSource(LatticeSource):

@@ -1,13 +1,13 @@
 """Suffix matching (after SuffixDecoding, Oliaro et al. 2024): a training-free lattice source for any model.
 It matches the longest suffix of the context (up to MAX_NGRAM tokens) in the current context and in every
-sequence the model read or wrote earlier in this process, and proposes what followed each occurrence, as a
-tree whose branches carry how often each continuation was seen. Prompt lookup is the special case of one
-continuation from the current context.
+sequence of the run's memory (decoding/drafters/memory.py: earlier runs given the same memory, else none),
+and proposes what followed each occurrence, as a tree whose branches carry how often each continuation was
+seen. Prompt lookup is the special case of one continuation from the current context.
 
-The store belongs to the model and keeps at most MAX_TOKENS tokens (the oldest sequences go first); its
-index holds, per n-gram, the latest MAX_HITS places it occurred, and is rebuilt without the evicted
-sequences' keys once it holds twice the keys its tokens can make: measured with random text at the cap,
-17 MB held and 49 MB at the peak of a rebuild. It reads only text already in the context or in earlier
+The store keeps at most MAX_TOKENS tokens (the oldest sequences go first); its index holds, per n-gram,
+the latest MAX_HITS places it occurred, and is rebuilt without the evicted sequences' keys once it holds
+twice the keys its tokens can make: measured with random text at the cap, 17 MB held and 49 MB at the peak
+of a rebuild. It reads only text already in the context or in earlier
 runs, so the plan stays a draft-side choice.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, So
 MAX_NGRAM = 4               # longest suffix matched
 MIN_NGRAM = 2               # shortest (a single token predicts little)
 MAX_HITS = 16               # places kept per n-gram (the latest)
-MAX_TOKENS = 20_000         # tokens kept per model
+MAX_TOKENS = 20_000         # tokens kept per memory
 
 
 class SuffixStore:
@@ -103,11 +103,6 @@ class SuffixStore:
                 if out:
                     return out
         return []
-
-
-def store_for(lm) -> SuffixStore:
-    """The model's store, made on first use and kept while the model is loaded."""
-    return lm.loaded(("lattice source", SUFFIX), None, SuffixStore)
 
 
 def continuation_tree(conts: list[tuple[int, ...]], max_nodes: int) -> tuple[SourceNode, ...]:

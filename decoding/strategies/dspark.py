@@ -53,6 +53,7 @@ from decoding.drafters.factory import (
 from decoding.drafters.lattice_bases import TrainedDrafter, trained_name
 from decoding.drafters.lattice_lookup import LookupInput, LookupRate, continuation, hits, lookup_nodes
 from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet
+from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
 from decoding.drafters.parallel import LatticeDraft, ParallelDrafter
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.fingerprint import shipped_fits
@@ -85,9 +86,11 @@ class Drafting:
     info: DraftingInfo
 
 
-def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Drafting:
+def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None,
+                    memory: SourceMemory | None = None) -> Drafting:
     """The sources config.drafter names ("auto" chooses by the model: auto_parts), with the drafter passed
-    in (attached to lm if needed) as the trained one when given."""
+    in (attached to lm if needed) as the trained one when given; token recycling and suffix matching draft
+    from `memory` (None: an empty one of this run's own)."""
     trained, free, reason = drafter_choice(lm, config, drafter is not None)
     if drafter is None and trained is not None:
         drafter = load_lattice_drafter(lm, trained)
@@ -99,16 +102,18 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None) -> Dr
         check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
               f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
     lookup = config.lookup_max_ngram > 0
-    trees = training_free_sources(lm, free)
-    sources = tuple(dspark_base(drafter, lookup) + trees)
     trained_names = (trained_name(drafter),) if drafter is not None else ()
-    return Drafting(drafter, sources, run_drafting(trained_names, lookup, free, reason))
+    memory, info = run_memory(memory, lm, run_drafting(trained_names, lookup, free, reason))
+    sources = tuple(dspark_base(drafter, lookup) + training_free_sources(lm, free, memory))
+    return Drafting(drafter, sources, info)
 
 
 def planned_drafting(lm: LM, config: DSparkConfig) -> DraftingInfo:
-    """What a run of `config` on `lm` will record of its sources (resolve_drafter), without loading any."""
+    """What a run of `config` on `lm` given no memory will record of its sources (resolve_drafter), without
+    loading any."""
     trained, free, reason = drafter_choice(lm, config, False)
-    return run_drafting((trained_kind(trained),) if trained else (), config.lookup_max_ngram > 0, free, reason)
+    return planned_memory(run_drafting((trained_kind(trained),) if trained else (), config.lookup_max_ngram > 0,
+                                       free, reason))
 
 
 def drafter_choice(lm: LM, config: DSparkConfig, given: bool) -> tuple[str | None, tuple[str, ...], str]:
@@ -375,10 +380,11 @@ class DSparkDecoder:
 
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
-           forced: Sequence[int] = (), drafter: Drafter | None = None) -> Iterator[DSparkRound]:
+           forced: Sequence[int] = (), drafter: Drafter | None = None,
+           memory: SourceMemory | None = None) -> Iterator[DSparkRound]:
     """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
-    the context end."""
-    drafting = resolve_drafter(lm, config, drafter)
+    the context end. Token recycling and suffix matching draft from `memory` (None: an empty one)."""
+    drafting = resolve_drafter(lm, config, drafter, memory)
     decoder = DSparkDecoder(lm, config, drafting, generator, load_cost(lm, config, drafting))
     yield decoder.prefill(prompt_ids, forced)
     yield from decoder.rounds()

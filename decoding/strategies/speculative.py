@@ -32,6 +32,7 @@ from decoding.core.trace_totals import spec_metrics
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.factory import auto_draft_lm, given_drafting, make_drafter, speculative_drafting
 from decoding.drafters.lattice_source import LatticeSource, Proposal
+from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
 from decoding.drafters.source_chain import SourceChainDrafter, composed
 from decoding.runtime.cost_table import AUTO, load_table
 from decoding.runtime.hooks import tap_decoder_rows
@@ -386,14 +387,16 @@ def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, generator: torch.Generator,
            forced: Sequence[int] = (), drafter: LatticeSource | SourceChainDrafter | None = None,
-           draft_lm: LM | None = None) -> Iterator[SpecRound]:
+           draft_lm: LM | None = None, memory: SourceMemory | None = None) -> Iterator[SpecRound]:
     """Yield one SpecRound per target forward. Pass a ready `drafter` (a source, or sources behind their
-    composer), or the loaded `draft_lm` for a config whose `draft` names a model; 'lookup' needs neither."""
+    composer), or the loaded `draft_lm` for a config whose `draft` names a model; 'lookup' needs neither.
+    Token recycling and suffix matching draft from `memory` (None: an empty one of this run's own)."""
     if drafter is None:
         draft, info = speculative_drafting(config.draft, lm)
+        memory, info = run_memory(memory, lm, info)
         if draft_lm is None and config.draft == AUTO_DRAFT:
             draft_lm = auto_draft_lm(lm)
-        drafter = make_drafter(draft, lm, draft_lm=draft_lm, max_ngram=config.lookup_max_ngram)
+        drafter = make_drafter(draft, lm, draft_lm=draft_lm, max_ngram=config.lookup_max_ngram, memory=memory)
     else:
         info = given_drafting(drafter)
     forced = [int(t) for t in forced][:config.max_new_tokens]
@@ -401,8 +404,8 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, gene
 
 
 def planned_drafting(lm: LM, config: SpeculativeConfig) -> DraftingInfo:
-    """What a run of `config` on `lm` will record of its sources (decode), without loading any."""
-    return speculative_drafting(config.draft, lm)[1]
+    """What a run of `config` on `lm` given no memory will record of its sources (decode), without loading any."""
+    return planned_memory(speculative_drafting(config.draft, lm)[1])
 
 
 def spec_stats(events: Sequence) -> dict:

@@ -22,4 +22,12 @@ def drafting_text(info) -> str:
     """One line: the run's sources and why (a DSpark prefill round's or a first speculative round's
     `drafting`, or what a config will use: decoding.runner.planned_drafting)."""
     names = ", ".join(source_label(name) for name in info.sources) or "none"
-    return f"Lattice sources: {names}. {info.reason}"
+    return f"Lattice sources: {names}. {info.reason}" + memory_text(getattr(info, "memory", ""))
+
+
+def memory_text(memory: str) -> str:
+    """What token recycling and suffix matching started from ("" when neither ran): nothing but this run's
+    own text, or what the earlier runs given the same memory left (the Python API's `memory=`)."""
+    if memory == "empty":
+        return " Their memory starts empty: they learn from this run's text only."
+    return f" Their memory holds what {memory} left." if memory else ""
