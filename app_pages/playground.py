@@ -23,7 +23,7 @@ def preset_row() -> None:
     cols = st.columns([0.9] + [1.0] * len(presets.PRESETS), vertical_alignment="center")
     cols[0].markdown("**Try a prompt:**")
     for i, (col, preset) in enumerate(zip(cols[1:], presets.PRESETS)):
-        col.button(preset.name, key=f"{keys.PRESET}{i}", help=md_text(preset.hint), on_click=use_preset,
+        col.button(md_text(preset.name), key=f"{keys.PRESET}{i}", help=md_text(preset.hint), on_click=use_preset,
                    args=(preset,), width="stretch")
     chosen = presets.preset_for(settings.prompt)
     if chosen is not None:
