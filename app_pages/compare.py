@@ -15,7 +15,6 @@ settings = sidebar.current()
 st.title("Compare")
 st.caption("Each lane runs on the sidebar's model, prompt, seed and max new tokens. The lanes run in lockstep "
            "(one step of each in turn, after a warm-up forward), so the machine's slow spells fall on all alike.")
-head = st.container()          # the verdict leads, above the lane pickers, once there is a result
 
 
 def is_lane_widget(key: str) -> bool:
@@ -46,11 +45,13 @@ for i, col in enumerate(cols):
         default = names[i % len(names)]
         st.session_state.setdefault(keys.lane_strategy(i), default)
         strategy = st.selectbox(f"Lane {i + 1:d}", names, key=keys.lane_strategy(i))
-        params = sidebar.strategy_params(f"cmp{i}", strategy)
+        with st.popover("Parameters", width="stretch"):     # the pickers stay one row high: the verdict shows
+            params = sidebar.strategy_params(f"cmp{i}", strategy)
         try:
             lanes[f"{i + 1}: {strategy}"] = build_config(strategy, params, seed=settings.seed,
                                                          max_new_tokens=settings.max_new_tokens,
                                                          top_n=settings.top_n)
+            st.caption(md_text(made_with.config_words(lanes[f"{i + 1}: {strategy}"])))
         except ConfigError as err:
             st.error(md_text(err))
             lanes[f"{i + 1}: {strategy}"] = None
@@ -88,17 +89,16 @@ def show_verdict(traces: dict) -> None:
     """Which settings made the result (out of date when they changed), the verdict, why a lane is slower."""
     made = st.session_state.get(keys.COMPARE_MADE_WITH, {})
     stale = made_with.stale_line(made, now, "This comparison")
-    with head:
-        if stale:
-            st.warning(md_text(stale))
-        else:
-            st.caption(md_text("Made with: " + made_with.line(made, ("model", "prompt", "seed", "max new tokens"))))
-        lines = verdict.verdict_lines(traces)
-        box = st.success if all(v.identical for v in verdict.compare_verdicts(traces)) else st.info
-        if lines:
-            box("  \n".join(md_text(line) for line in lines))
-        for line in verdict.slower_lines(traces):
-            st.markdown(md_text(line))
+    if stale:
+        st.warning(md_text(stale))
+    else:
+        st.caption(md_text("Made with: " + made_with.line(made, ("model", "prompt", "seed", "max new tokens"))))
+    lines = verdict.verdict_lines(traces)
+    box = st.success if all(v.identical for v in verdict.compare_verdicts(traces)) else st.info
+    if lines:
+        box("  \n".join(md_text(line) for line in lines))
+    for line in verdict.slower_lines(traces):
+        st.markdown(md_text(line))
 
 
 if traces:

@@ -7,10 +7,10 @@ import dataclasses
 
 import pytest
 
+import ui.widgets.strategy_panels  # noqa: F401  (registers the speculative chips, as app.py does)
 from decoding.core.config import GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.trace import Candidate, DraftPosition, PlanNode
 from decoding.runner import run
-import ui.widgets.strategy_panels  # noqa: F401  (registers the speculative chips, as app.py does)
 from ui.views import made_with, verdict
 from ui.views.chips import Chip, emitted_text
 from ui.views.presets import PRESETS, preset_for
@@ -147,3 +147,13 @@ def test_presets_hold_the_tours_prompts_and_a_copy_and_a_free_writing_one():
     assert {s.prompt for s in STOPS} <= prompts
     assert preset_for(PRESETS[0].prompt).name == "Copy a text" and preset_for("not a preset") is None
     assert any(p.name == "Free writing" for p in PRESETS) and any("Summarize" in p.name for p in PRESETS)
+
+
+def test_a_result_names_its_model_without_the_servers_path():
+    assert made_with.model_name("default") == "default"
+    assert made_with.model_name("HuggingFaceTB/SmolLM2-135M-Instruct") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    for path in ("/srv/models/tiny", "./models/tiny", "C:\\models\\tiny", "/srv/models/tiny/"):
+        assert made_with.model_name(path) == "tiny", path
+    made = made_with.describe(model="/srv/secret/tiny", prompt="p", chat_template=False, seed=0, max_new_tokens=1,
+                              top_n=1)
+    assert "/srv" not in made_with.line(made) and "secret" not in made_with.line(made)

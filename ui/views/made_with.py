@@ -17,6 +17,14 @@ def short(text: str, limit: int = PROMPT_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def model_name(model: str) -> str:
+    """A model as a result names it: "default", an HF id ("owner/name"), or a local path's last part (never
+    the server's path)."""
+    text = str(model)
+    hub_id = text.count("/") <= 1 and "\\" not in text and not text.startswith((".", "/", "~"))
+    return text if hub_id else text.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
 def config_words(config) -> str:
     """A config's strategy and own parameters, e.g. "speculative: gamma 5, draft lookup"."""
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in SHARED}
@@ -28,7 +36,7 @@ def describe(*, model: str, prompt: str, chat_template: bool, seed: int, max_new
               configs: Mapping[str, object] = ()) -> dict[str, str]:
     """The settings of a result, name -> value in words (insertion order is the order shown).
     `configs`: label -> config (the Playground's one strategy, or Compare's lanes)."""
-    out = {"model": str(model), "prompt": repr(short(prompt)), "chat template": "on" if chat_template else "off",
+    out = {"model": model_name(model), "prompt": repr(short(prompt)), "chat template": "on" if chat_template else "off",
            "seed": str(seed), "max new tokens": str(max_new_tokens), "top-N recorded": str(top_n)}
     for label, config in dict(configs).items():
         out[str(label)] = config_words(config) if config is not None else "—"
