@@ -26,10 +26,17 @@ def model_name(model: str) -> str:
 
 
 def config_words(config) -> str:
-    """A config's strategy and own parameters, e.g. "speculative: gamma 5, draft lookup"."""
-    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in SHARED}
-    own = ", ".join(f"{name.replace('_', ' ')} {value}" for name, value in fields.items() if value is not None)
-    return f"{config.strategy}: {own}" if own else str(config.strategy)
+    """A config's strategy and the parameters it sets away from their defaults, e.g. "speculative: gamma 3,
+    draft lookup" ("speculative, default parameters" when it sets none)."""
+    own, fields = [], [f for f in dataclasses.fields(config) if f.name not in SHARED]
+    if not fields:
+        return str(config.strategy)
+    for f in fields:
+        value = getattr(config, f.name)
+        if value is None or value == f.default:
+            continue
+        own.append(f"{f.name.replace('_', ' ')} {value}")
+    return f"{config.strategy}: {', '.join(own)}" if own else f"{config.strategy}, default parameters"
 
 
 def describe(*, model: str, prompt: str, chat_template: bool, seed: int, max_new_tokens: int, top_n: int,

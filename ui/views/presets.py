@@ -22,14 +22,14 @@ PRESETS: tuple[Preset, ...] = (
     Preset("Copy a text", COPY_PROMPT,
            "The answer repeats the prompt: prompt lookup and DSpark accept long runs of drafts "
            "(try speculative with draft lookup, or dspark)."),
-    Preset("Summarize a text", SUMMARY_PROMPT,
+    Preset("Summarize", SUMMARY_PROMPT,
            "The answer reuses the prompt's words: lookup finds matches, DSpark's rounds accept several tokens."),
     Preset("Free writing", POEM_PROMPT,
            "Nothing to copy: drafts are guesses, and many rounds accept little or nothing (the step panel "
            "says why)."),
     Preset("A list", "List the days of the week.",
            "A predictable answer: the target is confident, so greedy and sampling mostly agree."),
-    Preset("A short fact", "What is the capital of France?",
+    Preset("A fact", "What is the capital of France?",
            "A short answer: try beam search against greedy."),
 )
 

@@ -78,7 +78,7 @@ def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None
     shape = (lambda chips: chips) if drafting else emitted_text
     if legend is None:
         legend = origins_present([c for events in lanes.values() for c in shape(chips_for(events))],
-                                 ("target", "forced"))
+                                 ("target", "forced") if drafting else ("target",))
     st.html(legend_html(legend))
     labels = list(lanes)
     base = output_ids(lanes[labels[0]]) if labels else []
