@@ -139,3 +139,14 @@ def test_a_round_that_accepts_nothing_says_why(tiny_dir):
     at.session_state[keys.CURSOR] = accepting
     at.run()
     assert not any(i.startswith("Nothing accepted") for i in texts(at.info))
+
+
+def test_whatif_says_which_run_it_reads(tiny_dir):
+    at = new_app(SPEC)
+    run_to_end(at)
+    steps = len(run_state(at).events)
+    at.switch_page("app_pages/whatif.py").run()
+    ok(at)
+    made = [c.value for c in at.caption if c.value.startswith("From the Playground run")]
+    assert len(made) == 1 and f"({steps} steps)" in made[0]
+    assert "strategy speculative: draft lookup, gamma 3 · seed 0 · max new tokens 12" in made[0]
