@@ -150,3 +150,15 @@ def test_whatif_says_which_run_it_reads(tiny_dir):
     made = [c.value for c in at.caption if c.value.startswith("From the Playground run")]
     assert len(made) == 1 and f"({steps} steps)" in made[0]
     assert "strategy speculative: draft lookup, gamma 3 · seed 0 · max new tokens 12" in made[0]
+
+
+def test_the_token_pickers_follow_the_step_on_view_too(tiny_dir):
+    at = new_app()
+    at.number_input(key=keys.N_STEPS).set_value(4)
+    at.button(key=keys.RUN_N).click().run()
+    at.selectbox(key="pg.force_pick").set_value(3).run()
+    at.button(key=keys.FORWARD).click().run()                      # the same step: the choice stays
+    assert at.selectbox(key="pg.force_pick").value == 3
+    at.button(key=keys.BACK).click().run()
+    ok(at)
+    assert at.session_state[keys.CURSOR] == 2 and at.selectbox(key="pg.force_pick").value == 0

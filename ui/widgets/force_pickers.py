@@ -8,7 +8,7 @@ import streamlit as st
 
 from ui.views.text import md_text
 from ui.widgets import forcing
-from ui.widgets.step_panel import ViewContext, force_button
+from ui.widgets.step_panel import ViewContext, follow_step, force_button
 
 BEAM_HELP = ("Forces the chosen candidate's whole hypothesis: the tokens of the beam it extends (as they "
              "stood after the previous step), then its token. Beam search then starts again from that prefix "
@@ -32,16 +32,6 @@ def _pick(where, label: str, key: str, options: list, labels: dict):
     return where.selectbox(md_text(label), options, format_func=labels.get, key=key)
 
 
-def _follow(ctx: ViewContext, at: int, *pick_keys: str) -> None:
-    """Pickers follow the step on view: a choice made at another step is dropped, never carried over
-    (the same position or rank means another token in another round)."""
-    seen_key = f"{ctx.prefix}.force_for"
-    if st.session_state.get(seen_key) != at:
-        for key in pick_keys:
-            st.session_state.pop(key, None)
-        st.session_state[seen_key] = at
-
-
 def beam_force(step, ctx: ViewContext) -> None:
     ranks = forcing.beam_ranks(step)
     if not ranks:
@@ -51,7 +41,7 @@ def beam_force(step, ctx: ViewContext) -> None:
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     pick_key = f"{ctx.prefix}.force_pick"
     at = len(events) - 1          # ctx.events ends with the step on view
-    _follow(ctx, at, pick_key)
+    follow_step(ctx, at, pick_key)
     _pick(c1, "Force a candidate (its hypothesis) at this step", pick_key, ranks,
           {r: forcing.beam_label(step, r) for r in ranks})
     force_button(c2, ctx, at, lambda: forcing.beam_forced(events, at, st.session_state[pick_key]), BEAM_HELP)
@@ -83,7 +73,7 @@ def _round_force(event, ctx, places: list[int], place_labels: dict, choices_at, 
     at_key, pick_key = f"{ctx.prefix}.force_at", f"{ctx.prefix}.force_pick"
     events = ctx.events or (event,)
     at = len(events) - 1          # ctx.events ends with the round on view
-    _follow(ctx, at, at_key, pick_key)
+    follow_step(ctx, at, at_key, pick_key)
     place = _pick(c1, place_label, at_key, places, place_labels)
     if st.session_state.get(f"{pick_key}.place") != place:     # another position: its own tokens
         st.session_state.pop(pick_key, None)
