@@ -119,8 +119,13 @@ def test_a_dspark_round_that_accepts_nothing_names_its_first_candidates():
     event = DSparkRound(index=2, position=10, prefill=False, select="tree", lattice=(), dp=None, nodes=nodes,
                         expected_accepted=0.6, size=None, accepted_path=(), next_token=4, next_from="argmax",
                         next_draw=None, emitted=(4,), next_piece="four")
-    assert verdict.nothing_accepted(event) == ("Nothing accepted: none of the 2 first-depth candidates ('c7', "
-                                               "'c8') was the target's choice, 'four'.")
+    assert verdict.nothing_accepted(event) == ("Nothing accepted: none of the 2 candidates drafted for the first "
+                                               "position ('c7', 'c8') was the target's choice, 'four'.")
+    drawn = dataclasses.replace(event, next_from="residual",
+                                nodes=tuple(dataclasses.replace(n, draw=0.9, p_accept=0.1) for n in nodes))
+    assert verdict.nothing_accepted(drawn) == ("Nothing accepted: the candidate(s) drafted for the first position "
+                                               "('c7', 'c8') were rejected by their draws; 'four' was drawn from the "
+                                               "residual instead.")
     accepted = dataclasses.replace(event, accepted_path=(1,), emitted=(7, 4), next_from="bonus")
     assert verdict.nothing_accepted(accepted) is None                       # negative control
     assert verdict.nothing_accepted(dataclasses.replace(event, prefill=True)) is None

@@ -157,10 +157,10 @@ def _dspark_nothing(event) -> str | None:
         if len(first) == 1:
             return (f"Nothing accepted: the draft's first token was not the target's choice: {proposed} proposed, "
                     f"{chosen} chosen.")
-        return (f"Nothing accepted: none of the {len(first)} first-depth candidates ({proposed}) was the target's "
-                f"choice, {chosen}.")
-    return (f"Nothing accepted: the first-depth candidate(s) ({proposed}) were rejected by their draws; {chosen} "
-            "was drawn from the residual instead.")
+        return (f"Nothing accepted: none of the {len(first)} candidates drafted for the first position ({proposed}) "
+                f"was the target's choice, {chosen}.")
+    return (f"Nothing accepted: the candidate(s) drafted for the first position ({proposed}) were rejected by "
+            f"their draws; {chosen} was drawn from the residual instead.")
 
 
 def nothing_accepted(event) -> str | None:
