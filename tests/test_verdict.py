@@ -162,3 +162,16 @@ def test_a_result_names_its_model_without_the_servers_path():
     made = made_with.describe(model="/srv/secret/tiny", prompt="p", chat_template=False, seed=0, max_new_tokens=1,
                               top_n=1)
     assert "/srv" not in made_with.line(made) and "secret" not in made_with.line(made)
+
+
+def test_a_links_step_is_a_whole_number_below_max_new_tokens():
+    from ui.widgets.links import linked_step
+    from ui.widgets.params import Settings
+
+    settings = Settings(max_new_tokens=6)
+    assert linked_step(None, settings) == (None, None)
+    assert linked_step("0", settings) == (0, None) and linked_step("5", settings) == (5, None)
+    for bad in ("6", "-1", "³", " 3", "2.0", "abc", "9" * 40, ""):
+        step, refusal = linked_step(bad, settings)
+        assert step is None and refusal.startswith("step=") and "[0, 6)" in refusal, bad
+        assert len(refusal) < 120

@@ -4,6 +4,8 @@ teacher's round. The work is bounded as a link's settings bound it: a run has at
 steps (every step emits at least one token), and the replay stops there or where the run ends."""
 from __future__ import annotations
 
+import re
+
 import streamlit as st
 
 from ui.widgets import keys, stepper
@@ -19,7 +21,7 @@ def linked_step(text: str | None, settings: Settings) -> tuple[int | None, str |
         return None, None
     limit = settings.max_new_tokens
     text = str(text)
-    if len(text) > MAX_STEP_CHARS or not text.strip().isdigit() or not 0 <= int(text) < limit:
+    if len(text) > MAX_STEP_CHARS or not re.fullmatch(r"[0-9]+", text) or not 0 <= int(text) < limit:
         shown = text if len(text) <= MAX_STEP_CHARS else text[:MAX_STEP_CHARS] + "…"
         return None, f"step={shown!r} from the link is not a step of this run: give a whole number in [0, {limit})"
     return int(text), None
