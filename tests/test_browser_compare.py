@@ -68,14 +68,18 @@ def test_compare_verdict_and_stale_marker_at_projector_size(server, projector): 
     assert not page.locator('[data-testid="stException"]').count()
 
 
-def test_a_link_lands_on_the_teachers_step(server, projector):  # noqa: F811
+def test_a_link_lands_on_the_teachers_round(server, projector):  # noqa: F811
     page = projector
-    open_app(page, server, "?max_new=12&step=5")
-    page.locator(f"{chip(5)}.ds-current").wait_for(timeout=60_000)
-    note = page.get_by_text("Opened on step 5, the step the link was made on")
+    query = "?strategy=speculative&draft=lookup&gamma=3&max_new=12&chat=0&step=2&prompt=" + urllib.request.quote(REPEAT)
+    open_app(page, server, query)
+    page.locator(f"{chip(2)}.ds-current").first.wait_for(timeout=60_000)
+    note = page.get_by_text("Opened on step 2, the step the link was made on")
     note.wait_for(timeout=30_000)
+    page.get_by_text("γ verified").first.wait_for(timeout=30_000)        # the round's panel, not "Press Step"
     idle(page)
-    assert page.locator(".ds-chips span.ds-chip[data-step]").count() == 6
-    assert re.search(r"[?&]step=5\b", page.url), page.url
-    window_shot(page, "projector-link-step")
+    assert page.locator(".ds-chips span.ds-chip[data-step='3']").count() == 0   # replayed to the round, no further
+    assert not page.get_by_text("Press Step").count()
+    assert re.search(r"[?&]step=2\b", page.url), page.url
+    assert in_window(note)
+    window_shot(page, "projector-link-round")
     assert not page.locator('[data-testid="stException"]').count()
