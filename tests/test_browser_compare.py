@@ -82,4 +82,7 @@ def test_a_link_lands_on_the_teachers_round(server, projector):  # noqa: F811
     assert re.search(r"[?&]step=2\b", page.url), page.url
     assert in_window(note)
     window_shot(page, "projector-link-round")
+    click(page, "◀ Back")                                             # a fragment rerun: the URL follows
+    page.locator(f"{chip(1)}.ds-current").first.wait_for(timeout=30_000)
+    page.wait_for_url(re.compile(r"[?&]step=1\b"), timeout=30_000)
     assert not page.locator('[data-testid="stException"]').count()
