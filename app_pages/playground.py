@@ -4,11 +4,33 @@ import time
 
 import streamlit as st
 
+from ui.views import made_with, presets
 from ui.views.text import md_text
-from ui.widgets import display, keys, session, sidebar, step_panel, stepper
+from ui.widgets import display, keys, links, session, sidebar, step_panel, stepper
 
 settings = sidebar.current()
 st.title("Playground")
+
+
+def use_preset(preset: presets.Preset) -> None:
+    """A preset's prompt, with the chat template, into the sidebar (a callback: before the sidebar draws)."""
+    st.session_state[keys.PROMPT] = preset.prompt
+    st.session_state[keys.CHAT] = True
+
+
+def preset_row() -> None:
+    """One click to a prompt that shows drafting at its best or its worst; the current one's hint below."""
+    cols = st.columns([0.9] + [1.0] * len(presets.PRESETS), vertical_alignment="center")
+    cols[0].markdown("**Try a prompt:**")
+    for i, (col, preset) in enumerate(zip(cols[1:], presets.PRESETS)):
+        col.button(md_text(preset.name), key=f"{keys.PRESET}{i}", help=md_text(preset.hint), on_click=use_preset,
+                   args=(preset,), width="stretch")
+    chosen = presets.preset_for(settings.prompt)
+    if chosen is not None:
+        st.caption(md_text(f"{chosen.name}: {chosen.hint}"))
+
+
+preset_row()
 config = session.config_or_stop(settings)
 
 
@@ -17,7 +39,8 @@ def open_run() -> list[int]:
     fragment below keeps them while the tab is open, and an idle tab must not keep a model alive."""
     lm = session.lm_or_stop(settings)
     prompt_ids = session.prompt_ids_or_stop(lm, settings)
-    session.live_run(lm, settings, prompt_ids)          # a fresh run when the settings changed
+    run = session.live_run(lm, settings, prompt_ids)    # a fresh run when the settings changed
+    links.open_linked_step(run, settings)               # a link's step: the run replayed to it, once
     with st.expander(f"Prompt as the model sees it ({len(prompt_ids)} tokens)"):
         st.text(lm.decode(prompt_ids))
     return prompt_ids
@@ -42,16 +65,19 @@ def step_through() -> None:
     stepper.settle_stop(pressed)
     cursor = stepper.move_cursor(run, pressed)
     model_ms = sum(sum(e.timings_ms.values()) for e in run.events[before:])
+    links.keep_step_in_link(cursor)
     if run.error:
         st.error(f"The run stopped with an error: {md_text(session.shown(run.error, settings))}")
+    made = st.session_state.get(keys.RUN_MADE_WITH, {})
     st.caption(f"{len(run.events)} step(s) recorded ({'finished' if run.done else 'in progress'}); viewing step "
-               f"{md_text(cursor if cursor >= 0 else '—')}. Strategy {md_text(config.strategy)}, seed {config.seed:d}.")
+               f"{md_text(cursor if cursor >= 0 else '—')}. Made with: "
+               f"{md_text(made_with.line(made, ('strategy', 'seed', 'max new tokens', 'prompt')))}.")
+    stepper.show_flash()
     if not run.events:
         st.info("Press **Step** to generate the first token, or **Run to end**.")
     else:
         display.show_chips(run.events, current_step=cursor, keep=stepper.LIVE_CHIPS if more_to_come else None)
         display.show_metrics(run.events[: cursor + 1])
-        stepper.show_flash()
         view = stepper.chosen_view()
         if more_to_come:      # a step's charts every chunk would cost the page more than the model
             st.caption("The step's details are drawn when the run ends or you press Stop.")

@@ -3,7 +3,7 @@ acceptance and tokens per target forward for other γ, next to what the trace me
 import streamlit as st
 
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json
-from ui.views import whatif, whatif_dspark
+from ui.views import made_with, whatif, whatif_dspark
 from ui.views.text import md_text
 from ui.widgets import display, guard, keys, whatif_panel
 
@@ -25,6 +25,10 @@ if source == sources[0]:
     trace = run.trace() if run is not None and run.events else None
     if trace is None:
         st.info("Run the speculative or dspark strategy in the Playground first, or upload a trace.")
+    else:                                     # the run follows the sidebar (a new one when it changes)
+        made = st.session_state.get(keys.RUN_MADE_WITH, {})
+        st.caption(md_text(f"From the Playground run ({len(run.events)} steps), made with: "
+                           f"{made_with.line(made, ('strategy', 'seed', 'max new tokens', 'prompt'))}."))
 else:
     upload = st.file_uploader("Upload a speculative or dspark trace (.json)", type=["json"],
                               key=guard.uploader_key(keys.WHATIF_UPLOAD))
@@ -38,6 +42,10 @@ else:
                 st.session_state.pop(keys.WHATIF_TRACE, None)
                 st.error(f"{md_text(upload.name)} is not a readable trace: {md_text(err)}")
     trace = st.session_state.get(keys.WHATIF_TRACE)
+    if trace is not None:
+        st.caption(md_text(f"From the uploaded trace: strategy {trace.strategy}, model "
+                           f"{made_with.model_name(trace.model.get('name', '—'))}, prompt "
+                           f"{made_with.short(trace.prompt_text)!r}, {len(trace.steps)} steps."))
 
 if trace is not None and whatif_dspark.dspark_rounds(trace.steps):
     whatif_panel.dspark(trace)

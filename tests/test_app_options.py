@@ -96,7 +96,8 @@ def test_lossy_threshold_and_uploaded_cost_table_reach_the_trace_and_the_link(ti
     assert again.radio(key=COST).value == "file" and again.text_input(key=LOSSY).value == "0.5"
     replayed = again.session_state["ds.settings"].config
     assert replayed.lossy_threshold == 0.5 and CostTable.load(replayed.cost_table).verify_ms == tuple(ms)
-    relive = steps(again, 2)
+    relive = run_state(again)                                   # the link opens on its step: replayed to it
+    assert again.query_params["step"] == "1" and len(relive.events) == 2
     assert relive.output_ids == live.output_ids
     assert [e.size.size for e in relive.events[1:]] == [e.size.size for e in live.events[1:]]
 

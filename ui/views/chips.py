@@ -78,6 +78,12 @@ def name_forced(chips: Sequence[Chip], stream: Sequence[int], piece_of: Callable
     return out
 
 
+def emitted_text(chips: Sequence[Chip]) -> list[Chip]:
+    """The output as text: emitted chips only (no rejected drafts), each drawn as the target's (accepted,
+    residual, bonus alike) but forced ones, which stay marked."""
+    return [chip if chip.origin == "forced" else replace(chip, origin="target") for chip in chips if chip.emitted]
+
+
 def visible(piece: str) -> str:
     """Make whitespace-only differences visible: newline and tab get a glyph."""
     return piece.replace("\n", "↵").replace("\t", "⇥") or "∅"

@@ -104,8 +104,14 @@ METRICS_PARTS = (("lane", "tokens", "wall_s", "tokens_per_s", "step_tokens_per_s
                   "stop_reason"))
 
 
+def _counted_from_1(index: int | None) -> int | None:
+    """A token index as the page counts tokens: the first new token is token 1."""
+    return None if index is None else index + 1
+
+
 def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
-    """One row per labelled trace; divergence is counted against the first trace's output.
+    """One row per labelled trace; divergence is counted against the first trace's output (the first new
+    token is token 1, as in Compare's verdict).
     speedup_vs_greedy = step_tokens_per_s / that of the first greedy lane, where step_tokens_per_s
     counts the steps' measured time only (one-off set-up such as loading a drafter is left out);
     None in every row when no lane is greedy. tau and acceptance_rate: speculative / dspark only."""
@@ -122,7 +128,7 @@ def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
                      "step_tokens_per_s": metrics["tokens_per_s"],
                      "speedup_vs_greedy": metrics["tokens_per_s"] / ref_rate if ref_rate > 0 else None,
                      "tau": trace.stats.mean_accepted_length, "acceptance_rate": trace.stats.acceptance_rate,
-                     "first_divergence": first_divergence(base, trace.output_ids),
+                     "first_divergence": _counted_from_1(first_divergence(base, trace.output_ids)),
                      "stop_reason": trace.stop_reason})
     return pd.DataFrame(rows)
 

@@ -13,6 +13,7 @@ from ui.views import figures, headers, tables
 from ui.views.chips import (
     chips_for,
     chips_html,
+    emitted_text,
     first_divergence,
     last_chips,
     legend_html,
@@ -70,11 +71,14 @@ def show_metrics(events: Sequence) -> None:
 
 
 def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None,
-                 piece_of: Callable[[int], str] | None = None) -> None:
+                 piece_of: Callable[[int], str] | None = None, drafting: bool = True) -> None:
     """Token streams side by side; each lane after the first marks its first divergence from the first.
-    `piece_of` (token id -> text) names forced tokens whose events carry no text for them."""
+    `piece_of` (token id -> text) names forced tokens whose events carry no text for them. Without
+    `drafting`, each lane is its emitted text only (chips.emitted_text: no rejected drafts, no marks)."""
+    shape = (lambda chips: chips) if drafting else emitted_text
     if legend is None:
-        legend = origins_present([c for events in lanes.values() for c in chips_for(events)], ("target", "forced"))
+        legend = origins_present([c for events in lanes.values() for c in shape(chips_for(events))],
+                                 ("target", "forced") if drafting else ("target",))
     st.html(legend_html(legend))
     labels = list(lanes)
     base = output_ids(lanes[labels[0]]) if labels else []
@@ -82,9 +86,10 @@ def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None
     for col, label in zip(cols, labels):
         stream = output_ids(lanes[label])
         diverge = first_divergence(base, stream) if label != labels[0] else None
-        chips = chips_for(lanes[label])
+        chips = shape(chips_for(lanes[label]))
         if piece_of is not None:
             chips = name_forced(chips, stream, piece_of)
         with col:
-            st.markdown(f"**{md_text(label)}**" + (f" — diverges at token {diverge:d}" if diverge is not None else ""))
+            mark = f" — diverges at token {diverge + 1:d}" if diverge is not None else ""   # counted from 1
+            st.markdown(f"**{md_text(label)}**" + mark)
             st.html(chips_html(chips, diverge_at=diverge))

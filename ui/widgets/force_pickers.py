@@ -8,7 +8,7 @@ import streamlit as st
 
 from ui.views.text import md_text
 from ui.widgets import forcing
-from ui.widgets.step_panel import ViewContext, force_button
+from ui.widgets.step_panel import ViewContext, follow_step, force_button
 
 BEAM_HELP = ("Forces the chosen candidate's whole hypothesis: the tokens of the beam it extends (as they "
              "stood after the previous step), then its token. Beam search then starts again from that prefix "
@@ -40,9 +40,10 @@ def beam_force(step, ctx: ViewContext) -> None:
     events = ctx.events or (step,)
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     pick_key = f"{ctx.prefix}.force_pick"
+    at = len(events) - 1          # ctx.events ends with the step on view
+    follow_step(ctx, at, pick_key)
     _pick(c1, "Force a candidate (its hypothesis) at this step", pick_key, ranks,
           {r: forcing.beam_label(step, r) for r in ranks})
-    at = len(events) - 1          # ctx.events ends with the step on view
     force_button(c2, ctx, at, lambda: forcing.beam_forced(events, at, st.session_state[pick_key]), BEAM_HELP)
 
 
@@ -70,12 +71,16 @@ def _round_force(event, ctx, places: list[int], place_labels: dict, choices_at, 
     st.caption("Force a token in this round and branch; the original run stays to compare.")
     c1, c2, c3 = st.columns([2, 3, 1], vertical_alignment="bottom")
     at_key, pick_key = f"{ctx.prefix}.force_at", f"{ctx.prefix}.force_pick"
+    events = ctx.events or (event,)
+    at = len(events) - 1          # ctx.events ends with the round on view
+    follow_step(ctx, at, at_key, pick_key)
     place = _pick(c1, place_label, at_key, places, place_labels)
+    if st.session_state.get(f"{pick_key}.place") != place:     # another position: its own tokens
+        st.session_state.pop(pick_key, None)
+        st.session_state[f"{pick_key}.place"] = place
     choices = choices_at(place)
     _pick(c2, "Token to force there", pick_key, list(range(len(choices))),
           {i: c.label() for i, c in enumerate(choices)})
-    events = ctx.events or (event,)
-    at = len(events) - 1          # ctx.events ends with the round on view
 
     def forced() -> list[int]:
         where = st.session_state[at_key]

@@ -8,12 +8,15 @@ QP_LINK_ERRORS = "ds.qp_link_errors"  # messages for link values that are none o
 QP_PATHS = "ds.qp_paths"          # the server-path values a link set ({name: value}; see params.link_safe)
 RUN = "ds.run"                    # ui.widgets.live.LiveRun of the playground
 RUN_SIGNATURE = "ds.run_signature"
+RUN_MADE_WITH = "ds.run_made_with"  # the settings (in words, ui.views.made_with) that made the playground run
 BRANCH = "ds.branch"              # a LiveRun branched by forcing a candidate
 CURSOR = "ds.cursor"              # index of the playground step on view
 REPLAY = "ds.replay"              # Trace uploaded on the traces page
 REPLAY_CURSOR = "ds.replay_cursor"
 REPLAY_VIEW = "tr.view"
 COMPARE = "ds.compare"            # dict label -> Trace of the last comparison
+COMPARE_MADE_WITH = "ds.compare_made_with"  # the settings and lanes (in words) that made it
+COMPARE_KEPT = "ds.compare_kept"  # the lane pickers' values, restored after another page (keep_lanes)
 LAST_RENDER_MS = "ds.last_render_ms"
 DRAFTING_LATER = "ds.drafting_later"  # fills the sidebar's sources caption once this run loads the model
 
@@ -50,6 +53,9 @@ VIEW = "pg.view"                  # which playground view is drawn (only that on
 FLASH = "ds.flash"                # one-line message for the next rerun
 RUNNING = "ds.running"            # a long run in progress: the step count it runs to
 DROP_BRANCH = "pg.drop_branch"
+PRESET = "pg.preset"              # + index: the preset prompt buttons
+QP_STEP = "step"                  # query parameter: the playground step on view (kept by the sidebar)
+LINK_STEP_READ = "ds.link_step_read"  # the link's step was replayed (or refused) once
 
 # traces page
 UPLOAD = "tr.upload"
@@ -58,6 +64,7 @@ DOWNLOAD = "tr.download"
 # compare page
 LANES = "cmp.lanes"
 COMPARE_RUN = "cmp.run"
+COMPARE_DRAFTING = "cmp.drafting"   # show the drafting (rejected drafts, residual and bonus marks) in the lanes
 
 
 def param_key(scope: str, strategy: str, name: str) -> str:

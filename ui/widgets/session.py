@@ -12,6 +12,7 @@ from decoding.runner import check_inputs
 from decoding.runtime import load_progress
 from decoding.runtime.model_cache import ModelCache
 from decoding.runtime.models import ModelSpec, load
+from ui.views import made_with
 from ui.views.text import md_text
 from ui.widgets import keys
 from ui.widgets.live import LiveRun, release_idle
@@ -157,18 +158,40 @@ def config_or_stop(settings: Settings):
     return settings.config
 
 
+def described(settings: Settings, configs: dict | None = None) -> dict[str, str]:
+    """The settings in words (made_with.describe): what a result keeps to say what made it. `configs`:
+    label -> config; the sidebar's own strategy when not given."""
+    return made_with.describe(model=settings.model, prompt=settings.prompt, chat_template=settings.chat_template,
+                              seed=settings.seed, max_new_tokens=settings.max_new_tokens, top_n=settings.top_n,
+                              configs={"strategy": settings.config} if configs is None else configs)
+
+
 def live_run(lm, settings: Settings, prompt_ids: list[int]) -> LiveRun:
-    """This session's playground run; a fresh one when the model, prompt or config changed. A run (or
-    branch) still holding a copy of the model that the cache has dropped goes on with the cache's copy."""
+    """This session's playground run; a fresh one when the model, prompt or config changed, with a note of
+    what changed when the old run had steps (keys.FLASH). A run (or branch) still holding a copy of the
+    model that the cache has dropped goes on with the cache's copy."""
     signature = (settings.model_key(), tuple(prompt_ids), repr(settings.config))
     run = st.session_state.get(keys.RUN)
     if run is None or st.session_state.get(keys.RUN_SIGNATURE) != signature:
+        note_fresh_run(run, settings)
         run = reset_run(lm, settings, prompt_ids)
         st.session_state[keys.RUN_SIGNATURE] = signature
+        st.session_state[keys.RUN_MADE_WITH] = described(settings)
     for held in (run, st.session_state.get(keys.BRANCH)):
         if held is not None:
             held.rebind(lm, lambda: strategy_kwargs_or_stop(settings.config, settings))
     return run
+
+
+def note_fresh_run(old: LiveRun | None, settings: Settings) -> None:
+    """Say what happened to a run with steps that new settings replace, instead of dropping it silently."""
+    made = st.session_state.get(keys.RUN_MADE_WITH)
+    if old is None or not old.events or made is None:
+        return
+    changed = made_with.changes(made, described(settings))
+    why = "; ".join(changed) if changed else "the model or its tokens changed"
+    st.session_state[keys.FLASH] = ("info", f"The settings changed ({why}), so the run of {len(old.events)} step(s) "
+                                            "was set aside and a fresh one starts here: press Step or Run to end.")
 
 
 def reset_run(lm, settings: Settings, prompt_ids: list[int]) -> LiveRun:

@@ -87,7 +87,7 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                               "more tokens (1 when lookup max ngram is 1), MODEL in the other rounds.",
 }
 PARAM_CHOICES = {("speculative", "gamma_policy"): GAMMA_POLICIES, ("dspark", "select"): DSPARK_SELECT}
-PAGE_QUERY_PARAMS = (keys.QP_TOUR_STOP,)   # owned by a page; kept when the settings rewrite the URL
+PAGE_QUERY_PARAMS = (keys.QP_TOUR_STOP, keys.QP_STEP)   # owned by a page; kept when the settings rewrite the URL
 
 
 def default_model() -> str:

@@ -69,10 +69,21 @@ def _force_widget(step, ctx: ViewContext) -> None:
               for i, c in enumerate(step.raw_top)}
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     pick_key = f"{ctx.prefix}.force_pick"
+    follow_step(ctx, step.index, pick_key)
     c1.selectbox("Force a candidate at this step", options, format_func=labels.get, key=pick_key)
     force_button(c2, ctx, step.index, lambda: forcing.token_forced(
         ctx.events, step.index, step.raw_top[st.session_state[pick_key]].token_id),
         "The branch keeps the steps before this one, emits the chosen token here and continues")
+
+
+def follow_step(ctx: ViewContext, at: int, *pick_keys: str) -> None:
+    """Force pickers follow the step on view: a choice made at another step is dropped, never carried over
+    (the same rank or position means another token at another step)."""
+    seen_key = f"{ctx.prefix}.force_for"
+    if st.session_state.get(seen_key) != at:
+        for key in pick_keys:
+            st.session_state.pop(key, None)
+        st.session_state[seen_key] = at
 
 
 def force_button(where, ctx: ViewContext, at: int, forced_of: Callable[[], list[int]], help: str) -> None:

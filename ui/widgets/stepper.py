@@ -46,20 +46,21 @@ def rerun_fragment() -> None:
 
 
 def controls() -> dict:
-    """The control row; returns which buttons were pressed and N."""
-    c = st.columns([1, 1.3, 1, 1, 1, 1, 1, 1])
-    pressed = {"step": c[0].button("Step", key=keys.STEP, type="primary")}
-    n_steps = c[1].number_input("N", min_value=1, max_value=1024, value=8, step=1, key=keys.N_STEPS,
-                                label_visibility="collapsed")
-    pressed["run_n"] = c[2].button(f"Run {n_steps:d}", key=keys.RUN_N)
-    pressed["run_end"] = c[3].button("Run to end", key=keys.RUN_END)
+    """The control row (one flowing row: each button as wide as its label, none cut off at 1280 px); returns
+    which buttons were pressed and N."""
+    row = st.container(horizontal=True, vertical_alignment="center", gap="small")
+    pressed = {"step": row.button("Step", key=keys.STEP, type="primary")}
+    n_steps = row.number_input("N", min_value=1, max_value=1024, value=8, step=1, key=keys.N_STEPS,
+                               label_visibility="collapsed", width=120)
+    pressed["run_n"] = row.button(f"Run {n_steps:d}", key=keys.RUN_N)
+    pressed["run_end"] = row.button("Run to end", key=keys.RUN_END)
     going = keys.RUNNING in st.session_state or pressed["run_n"] or pressed["run_end"]
-    pressed["stop_slot"] = c[4].empty()
+    pressed["stop_slot"] = row.empty()
     pressed["stop_slot"].button("Stop", key=keys.STOP, help=STOP_HELP, on_click=stop_running, disabled=not going)
     pressed["stop_enabled"] = going
-    pressed["back"] = c[5].button("◀ Back", key=keys.BACK)
-    pressed["forward"] = c[6].button("Forward ▶", key=keys.FORWARD)
-    pressed["reset"] = c[7].button("Reset", key=keys.RESET)
+    pressed["back"] = row.button("◀ Back", key=keys.BACK)
+    pressed["forward"] = row.button("Forward ▶", key=keys.FORWARD)
+    pressed["reset"] = row.button("Reset", key=keys.RESET)
     pressed["n"] = int(n_steps)
     return pressed
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from decoding.runtime.paths import FEATURE_WEIGHTS, calibration_path
-from ui.views import beam, calibration, chips, dspark, spec, tables
+from ui.views import beam, calibration, chips, dspark, spec, tables, verdict
 from ui.views.chips import token_box_html
 from ui.views.sources import drafting_text
 from ui.views.text import md_text
@@ -58,6 +58,7 @@ def spec_panel(event, ctx: ViewContext) -> None:
     cols[3].metric("Tokens fed", f"{event.fed_tokens:d}", help="tokens in this round's single target forward")
     cols[4].metric("KV rolled back (target)", f"{event.kv_cropped_target:d}")
     cols[5].metric("KV rolled back (draft)", f"{event.kv_cropped_draft:d}")
+    _nothing_accepted(event)
     st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
     st.text(f"Drafter: {event.drafter}" + spec.lookup_text(event))
     if event.drafting is not None:                # the first round: the run's sources and why
@@ -73,6 +74,13 @@ def spec_panel(event, ctx: ViewContext) -> None:
     if ctx.on_force is not None:
         force_pickers.spec_force(event, ctx)
     _running_metrics(ctx.events or (event,), ctx)
+
+
+def _nothing_accepted(event) -> None:
+    """A round that accepted no draft says why, in one line (ui.views.verdict)."""
+    line = verdict.nothing_accepted(event)
+    if line:
+        st.info(md_text(line))
 
 
 def _gamma_choice_view(event, ctx: ViewContext) -> None:
@@ -137,6 +145,7 @@ def dspark_panel(event, ctx: ViewContext) -> None:
         _dspark_stage2(event, ctx)
     else:
         _dspark_header(event)
+        _nothing_accepted(event)
         value = st.radio("Colour the lattice by", list(dspark.VALUE_LABELS), format_func=dspark.VALUE_LABELS.get,
                          horizontal=True, key=f"{ctx.prefix}.ds_value")
         display.plot(dspark.lattice_figure(event, value), f"{ctx.prefix}.lattice", f"round{event.index}-lattice")
