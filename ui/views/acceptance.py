@@ -34,6 +34,15 @@ def round_cells(event) -> list[str] | None:
     return None
 
 
+def position_counts(events: Sequence) -> list[int]:
+    """Per draft position k (from 1): the rounds that drafted it, the denominator of the engine's per-position
+    acceptance (a speculative round drafts γ positions, a DSpark round as deep as its plan)."""
+    depths = [e.gamma if e.kind == "spec_round" else max((n.depth for n in e.nodes), default=0)
+              for e in events if getattr(e, "kind", "") == "spec_round"
+              or (getattr(e, "kind", "") == "dspark_round" and not e.prefill)]
+    return [sum(d >= k for d in depths) for k in range(1, max(depths, default=0) + 1)]
+
+
 def grid(events: Sequence) -> list[tuple[int, list[str]]]:
     """(round index, verdict per position) for every round that verified drafts, in order."""
     rows = ((event.index, round_cells(event)) for event in events)

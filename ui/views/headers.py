@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from ui.views import glossary
 from ui.views.beam import STATUS_STYLE
 
 NOT_APPLICABLE = "—"
@@ -43,7 +44,7 @@ HEADERS: dict[str, str] = {
     "n_eos_not_top": "EOS below top B", "early_stop": "early stop", "done": "done",
     # speculative decoding
     "k": "k (draft position)", "q_draft": "q draft", "p_target": "p target", "ratio": "p target ÷ q draft",
-    "accept_prob": "acceptance probability", "verdict": "verdict", "p_residual": "p residual", "round": "round",
+    "accept_prob": "acceptance probability", "sum_min": "Σmin(p,q)", "verdict": "verdict", "p_residual": "p residual", "round": "round",
     "drafter": "drafter", "gamma": "γ", "accepted": "accepted", "final_kind": "final token from",
     "final_piece": "final token", "emitted": "tokens emitted", "fed_tokens": "tokens fed",
     "kv_cropped_target": "KV rolled back (target)", "kv_cropped_draft": "KV rolled back (draft)",
@@ -96,6 +97,11 @@ VALUE_WORDS: dict[str, dict[str, str]] = {
 def header(field: str, words: Mapping[str, str] | None = None) -> str:
     """The words a column named `field` shows: the table's own `words`, else HEADERS, else the name."""
     return (words or {}).get(field) or HEADERS.get(field, field)
+
+
+def help_for(column: str) -> str | None:
+    """A shown column's tooltip: its glossary definition (ui/views/glossary.py), else None."""
+    return glossary.definition(column)
 
 
 def value_word(field: str, value: str) -> str:

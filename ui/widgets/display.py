@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 import streamlit as st
 
 from decoding.core.trace_totals import output_ids
-from ui.views import figures, headers, tables
+from ui.views import figures, glossary, headers, tables
 from ui.views.chips import (
     chips_for,
     chips_html,
@@ -36,11 +36,20 @@ def table(df, key: str, filename: str, label: str = "Download CSV", words: Mappi
     """A table in words (headers.shown: HEADERS, then the table's own `words`), "—" where a value does not
     apply, and its CSV download with the field names, made only when the button is clicked (not every rerun)."""
     view = headers.shown(df, words)
-    formats = {c: st.column_config.NumberColumn(format=f) for c, f in headers.number_formats(view).items()}
+    formats = headers.number_formats(view)
+    config = {c: st.column_config.NumberColumn(format=formats[c], help=headers.help_for(str(c))) if c in formats
+              else st.column_config.Column(help=headers.help_for(str(c)))
+              for c in view.columns if c in formats or headers.help_for(str(c))}
     st.dataframe(view, hide_index=True, key=f"{key}.df", placeholder=headers.NOT_APPLICABLE,
-                 column_config=formats or None)
+                 column_config=config or None)
     st.download_button(md_text(label), lambda: df.to_csv(index=False), file_name=f"{_slug(filename)}.csv",
                        mime="text/csv", key=f"{key}.csv", on_click="ignore")
+
+
+def glossary_expander() -> None:
+    """Every quantity the app shows, with its one definition (ui/views/glossary.py)."""
+    with st.expander("Glossary"):
+        st.markdown(glossary.markdown())
 
 
 def lazy_expander(label: str, key: str):

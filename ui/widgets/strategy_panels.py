@@ -7,7 +7,7 @@ from __future__ import annotations
 import streamlit as st
 
 from decoding.runtime.paths import FEATURE_WEIGHTS, calibration_path
-from ui.views import beam, calibration, chips, dspark, spec, tables
+from ui.views import acceptance, beam, calibration, chips, dspark, glossary, headers, spec, tables
 from ui.views.chips import token_box_html
 from ui.views.sources import drafting_text
 from ui.views.text import md_text
@@ -66,6 +66,8 @@ def spec_panel(event, ctx: ViewContext) -> None:
         _gamma_choice_view(event, ctx)
     if event.drafts:
         display.plot(spec.draft_bars(event), f"{ctx.prefix}.drafts", f"round{event.index}-drafts")
+        st.caption(md_text(f"Rule used — {spec.rule_text(spec.greedy_round(event))}. Acceptance probability "
+                           "is this rule's chance of accepting the draft (glossary in the sidebar)."))
         display.table(spec.drafts_table(event), f"{ctx.prefix}.draft_table", f"round{event.index}-drafts")
     else:
         st.info("No drafts this round (the drafter had nothing to propose): one target token was sampled.")
@@ -109,19 +111,22 @@ def _final_view(event, ctx: ViewContext) -> None:
 def _running_metrics(events, ctx: ViewContext) -> None:
     m = spec.spec_metrics(events)
     _metrics_row(m, f"Running metrics over rounds 0–{m['rounds'] - 1}", "accepted / drafted", "Rounds",
-                 f"{ctx.prefix}.per_position", "per-position-acceptance")
+                 f"{ctx.prefix}.per_position", "per-position-acceptance", events)
 
 
-def _metrics_row(m: dict, caption: str, rate_help: str, rounds_label: str, key: str, filename: str) -> None:
+def _metrics_row(m: dict, caption: str, rate_help: str, rounds_label: str, key: str, filename: str,
+                 events=()) -> None:
     """τ, acceptance rate, rounds and the per-position acceptance chart of speculative-style metrics."""
     st.caption(md_text(caption))
     cols = st.columns(3)
-    cols[0].metric("τ (tokens per target forward)", f"{m['tau']:.2f}")
+    cols[0].metric(headers.header("tau"), f"{m['tau']:.2f}", help=glossary.definition(headers.header("tau")))
     rate = m["acceptance_rate"]
-    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help=md_text(rate_help))
+    cols[1].metric("acceptance rate", "—" if rate is None else f"{rate:.1%}",
+                   help=md_text(f"{glossary.definition('acceptance rate')} Here: {rate_help}."))
     cols[2].metric(md_text(rounds_label), f"{m['rounds']:d}")
     if m["per_position"]:
-        display.plot(spec.per_position_bars(m["per_position"]), key, filename)
+        counts = acceptance.position_counts(events)[:len(m["per_position"])]
+        display.plot(spec.per_position_bars(m["per_position"], counts or None), key, filename)
 
 
 # ---------------------------------------------------------------- dspark
@@ -209,7 +214,7 @@ def _dspark_stage2(event, ctx: ViewContext) -> None:
 def _dspark_running(events, ctx: ViewContext) -> None:
     m = dspark.dspark_metrics(events)
     _metrics_row(m, f"Running metrics over {m['rounds']} drafting round(s)", "accepted / verified nodes",
-                 "Drafting rounds", f"{ctx.prefix}.ds_per_position", "dspark-per-position-acceptance")
+                 "Drafting rounds", f"{ctx.prefix}.ds_per_position", "dspark-per-position-acceptance", events)
     phases = dspark.phase_table(events)
     if len(phases):
         display.plot(dspark.phase_bars(phases), f"{ctx.prefix}.ds_phases", "dspark-phase-shares")
