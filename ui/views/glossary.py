@@ -95,8 +95,17 @@ TERMS: tuple[Term, ...] = (
     Term("p-value", "The chance of a χ² at least this large if the rule were lossless; below the cut-off "
                     "(significance level) the samples disagree with the target."),
     Term("probability", "A probability, between 0 and 1."),
+    Term("share of rounds", "Rounds that ended with this token ÷ all seeded rounds."),
+    Term("P(A)", "The worked example's probability that the next token is A."),
+    Term("P(B)", "The worked example's probability that the next token is B."),
+    Term("MB", "Megabytes (10⁶ bytes)."),
     Term("draft position k", "A draft's position in its round, 1 for the first drafted token."),
-    Term("tree nodes", "How many draft nodes a tree round sends to the target."),
+    Term("cumulative p", "Processed probabilities summed from the most probable token down to this one; "
+                         "sampling picks the first token whose cumulative p exceeds u."),
+    Term("tree budget", "How many draft nodes a tree round may send to the target."),
+    Term("chain length", "How many draft tokens a chain round sends to the target (its γ)."),
+    Term("ms since step start", "When a part of the step began and ended, in milliseconds from the step's "
+                                "start; depends on the machine."),
     Term("target entropy (nats)", "Entropy of the target's distribution where a draft was judged."),
 )
 GLOSSARY: dict[str, Term] = {t.name: t for t in TERMS}

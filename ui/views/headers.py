@@ -44,7 +44,8 @@ HEADERS: dict[str, str] = {
     "n_eos_not_top": "EOS below top B", "early_stop": "early stop", "done": "done",
     # speculative decoding
     "k": "k (draft position)", "q_draft": "q draft", "p_target": "p target", "ratio": "p target ÷ q draft",
-    "accept_prob": "acceptance probability", "sum_min": "Σmin(p,q)", "verdict": "verdict", "p_residual": "p residual", "round": "round",
+    "accept_prob": "acceptance probability", "sum_min": "Σmin(p,q)", "verdict": "verdict",
+    "p_residual": "p residual", "round": "round",
     "drafter": "drafter", "gamma": "γ", "accepted": "accepted", "final_kind": "final token from",
     "final_piece": "final token", "emitted": "tokens emitted", "fed_tokens": "tokens fed",
     "kv_cropped_target": "KV rolled back (target)", "kv_cropped_draft": "KV rolled back (draft)",

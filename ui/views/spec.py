@@ -204,12 +204,14 @@ def draft_bars(event) -> go.Figure:
                 text=[s[2] for s in styles], textposition="outside", cliponaxis=False,
                 hovertemplate=f"%{{x}}<br>{P} %{{y:.4f}}<extra></extra>")
     if any(d.u is not None for d in event.drafts):
-        fig.add_scatter(name="ratio min(1, p/q) (right axis)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
+        fig.add_scatter(name=f"{header('accept_prob')} min(1, p/q) (right axis)", x=labels,
+                        y=[min(1.0, d.ratio) for d in event.drafts],
                         mode="markers", yaxis="y2", marker={"symbol": "diamond", "size": 11, "color": palette.BLACK})
-        fig.add_scatter(name="u: accept if u < ratio (right axis)", x=labels, y=[d.u for d in event.drafts],
+        fig.add_scatter(name=f"u: accept if u < {header('accept_prob')} (right axis)", x=labels,
+                        y=[d.u for d in event.drafts],
                         mode="markers", yaxis="y2", marker={"symbol": "x", "size": 11, "color": palette.ORANGE})
-        fig.update_layout(yaxis2={"title": "ratio, u", "overlaying": "y", "side": "right", "range": [0, 1.05],
-                                  "dtick": 0.25, "showgrid": False})
+        fig.update_layout(yaxis2={"title": header("accept_prob"), "overlaying": "y", "side": "right",
+                                  "range": [0, 1.05], "dtick": 0.25, "showgrid": False})
         rule = f"sampled: accept while u < {header('ratio')}"
     else:   # temperature 0: the verifier compares with the target's argmax
         fig.add_bar(name=f"{P} of the target's argmax", x=labels,

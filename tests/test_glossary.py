@@ -1,0 +1,97 @@
+"""One glossary, used everywhere (issue 46): every column header, axis title and colour-bar title that a page
+shows for each strategy's recorded trace is a glossary name (ui/views/glossary.py), or a header of
+ui/views/headers.py, alone or with a unit in parentheses; the quantities a lecture needs each have one
+definition; at temperature 0 the acceptance column shows the rule's 1 or 0. Pages are driven through AppTest on
+recorded traces (tests/golden, no model)."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from test_chart_words import chart_texts, page_charts
+from test_table_headers import app, golden, rich_step  # noqa: F401  (app: the AppTest fixture)
+
+from ui.views import beam, dspark, glossary, headers, spec, tables
+from ui.widgets import keys
+
+PLAIN = frozenset(headers.HEADERS.values()) | frozenset(
+    w for words in (beam.HEADERS, tables.METRICS_HEADERS, spec.GAMMA_CHOICE_HEADERS, dspark.SIZE_HEADERS)
+    for w in words.values())
+LABELLED = ("title",)        # chart texts that name one quantity: axis and colour-bar titles
+TRACES = ("greedy", "sample", "beam", "spec_lookup", "spec_feature_sampled", "spec_cost", "dspark_chain",
+          "dspark_tree_sampled", "dspark_lookup_cost")
+
+
+def table_labels(at) -> list[str]:
+    return [str(c) for element in at.dataframe for c in element.value.columns]
+
+
+def chart_labels(at) -> list[str]:
+    return [text for fig in page_charts(at) for where, text in chart_texts(fig)
+            if text and (where.startswith(("xaxis", "yaxis")) or where == "colour bar")]
+
+
+def label_problems(labels) -> list[str]:
+    return sorted({label for label in labels if not glossary.is_term(label, PLAIN)})
+
+
+def test_every_label_on_every_strategys_views_is_from_the_glossary(app):  # noqa: F811
+    seen: dict[str, list[str]] = {}
+    at = app()
+    at.switch_page("app_pages/traces.py")
+    at.session_state[keys.REPLAY_VIEW] = "This step"
+    for name in TRACES:
+        trace = golden(name)
+        at.session_state[keys.REPLAY] = trace
+        at.run()
+        at.session_state[keys.REPLAY_CURSOR] = rich_step(trace.steps)
+        at.run()
+        seen[name] = table_labels(at) + chart_labels(at)
+    at.session_state[keys.WHATIF_SOURCE] = "Upload a trace"
+    for name in ("spec_cost", "dspark_chain"):
+        at.session_state[keys.WHATIF_TRACE] = golden(name)
+        at.switch_page("app_pages/whatif.py").run()
+        seen[f"what-if {name}"] = table_labels(at) + chart_labels(at)
+    at.session_state[keys.REPLAY] = golden("spec_lookup_sampled")
+    at.switch_page("app_pages/lab.py").run()
+    seen["lab"] = table_labels(at) + chart_labels(at)
+    assert all(seen.values()) and sum(map(len, seen.values())) > 100, [k for k, v in seen.items() if not v]
+    problems = {where: label_problems(labels) for where, labels in seen.items() if label_problems(labels)}
+    assert not problems, problems
+
+
+def test_the_check_catches_a_label_not_in_the_glossary():
+    """Negative control: an ad-hoc header, a field name and an axis title in other words are caught; the
+    glossary's names, with a unit, pass."""
+    assert label_problems(["accept prob", "p_target", "p target", "τ (tokens per verification)",
+                           "acceptance probability", "draft position k", "measured (ms)"]) == \
+        ["accept prob", "p_target"]
+    fig = go.Figure(go.Bar(x=[1], y=[1])).update_layout(xaxis_title="drafts per go", yaxis_title="probability")
+    texts = [t for w, t in chart_texts(json.loads(fig.to_json())) if w.startswith(("xaxis", "yaxis"))]
+    assert label_problems(texts) == ["drafts per go"]
+
+
+def test_the_lectures_quantities_each_have_one_definition():
+    for name in ("acceptance probability", "ŝ", "q draft", "p target", "Σmin(p,q)", "τ (tokens per verification)",
+                 "acceptance rate", "expected accepted", "speed vs greedy (×)"):
+        assert glossary.definition(name), name
+    assert glossary.definition("p target (plain sampling)") == glossary.definition("p target")
+    names = [t.name for t in glossary.TERMS]
+    assert len(names) == len(set(names))
+    assert all(f"**{n}**" in glossary.markdown() for n in names)
+
+
+def test_temperature_0_acceptance_is_the_rules_1_or_0():
+    event = next(e for e in golden("spec_lookup").steps if e.kind == "spec_round" and e.accepted < e.gamma)
+    table = spec.drafts_table(event)
+    assert spec.greedy_round(event)
+    judged = table[table["verdict"].isin(["accepted", "rejected"])]
+    assert judged["accept_prob"].tolist() == [1.0 if v == "accepted" else 0.0 for v in judged["verdict"]]
+    assert table["sum_min"].isna().all() and table["k"].tolist()[0] == 1
+    sampled = next(e for e in golden("spec_feature_sampled").steps if e.kind == "spec_round")
+    rows = spec.drafts_table(sampled).dropna(subset=["accept_prob"])
+    assert rows["accept_prob"].tolist() == pytest.approx([min(1.0, d.ratio) for d in sampled.drafts
+                                                          if d.verdict in ("accepted", "rejected")])
+    assert pd.notna(spec.drafts_table(sampled)["sum_min"]).all()
