@@ -84,7 +84,8 @@ TERMS: tuple[Term, ...] = (
     Term("expected ms per token", "Forecast ms per emitted token from the recorded cost table."),
     Term("measured (ms)", "Median time of a forward over its repeats, in milliseconds; depends on the "
                           "machine."),
-    Term("spread (ms)", "Lowest to highest time over the repeats of one forward."),
+    Term("spread (ms)", "Highest minus lowest time over the repeats of one forward: how far to trust the "
+                        "median."),
     Term("repeats", "How many times one forward was timed."),
     Term("verify ÷ one-token forward", "Time to verify n tokens ÷ time of a one-token forward."),
     Term("τ to beat greedy", "The τ a round of this size needs to emit tokens faster than greedy."),

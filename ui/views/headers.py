@@ -68,7 +68,8 @@ HEADERS: dict[str, str] = {
     "tokens_held": "tokens held", "sequences": "sequences", "held_mb": "held (MB)", "peak_mb": "peak (MB)",
     "freed_mb": "freed (MB)",
     # Lab
-    "forward": "forward", "n": "n", "measured_ms": "measured (ms)", "roofline_ms": "roofline (ms)",
+    "forward": "forward", "n": "n", "measured_ms": "measured (ms)", "spread_ms": "spread (ms)", "repeats": "repeats",
+    "roofline_ms": "roofline (ms)",
     "bound_by": "bound by", "gflop": "GFLOP", "mb_read": "read (MB)", "flop_per_byte": "FLOP per byte",
     "roofline_share": "roofline ÷ measured", "verify_ratio": "verify ÷ one-token forward",
     "tau_to_beat_greedy": "τ to beat greedy", "acceptance_needed": "acceptance needed", "how": "how",

@@ -97,7 +97,9 @@ def cost_panel(settings: Settings) -> None:
         st.session_state[keys.LAB_BATCHES] = lab.points_text(ALL_BATCHES)
     tokens = cols[0].text_input("n: new tokens per forward", key=keys.LAB_TOKENS)
     batches = cols[1].text_input("b: sequences per forward", key=keys.LAB_BATCHES)
-    repeats = cols[2].number_input("Repeats", min_value=1, max_value=50, value=3, key=keys.LAB_REPEATS)
+    repeats = cols[2].number_input("Repeats", min_value=1, max_value=50, value=5, key=keys.LAB_REPEATS,
+                                   help=f"Timed forwards per point: the median is shown with its spread; "
+                                        f"flat or steep is named only from {lab.MIN_REPEATS} repeats on")
     config = _config_or_error(lambda: CostConfig(tokens=lab.parse_points(tokens, "tokens"),
                                                  batches=lab.parse_points(batches, "batches"), repeats=int(repeats)))
     if config is None:
