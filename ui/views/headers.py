@@ -89,8 +89,10 @@ HEADERS: dict[str, str] = {
 # Cells of a closed set of values, in words where the value is a name (a trace's verdicts, beam statuses and
 # the filters that removed a candidate).
 FILTER_WORDS = {"top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
+STOP_WORDS = {"max_new_tokens": "token budget reached", "eos": "end of text (EOS)", "stopped": "stopped by you",
+              "error": "error"}
 VALUE_WORDS: dict[str, dict[str, str]] = {
-    "verdict": {"not_reached": "not reached"},
+    "verdict": {"not_reached": "not reached"}, "stop_reason": STOP_WORDS,
     "status": {status: style[-1] for status, style in STATUS_STYLE.items()},
     "removed_by": FILTER_WORDS, "filter": FILTER_WORDS,
 }

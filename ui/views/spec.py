@@ -13,6 +13,7 @@ from ui.views import glossary, palette
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
 from ui.views.headers import header
+from ui.views.sources import drafter_words
 
 P, Q = header("p_target"), header("q_draft")       # the tables' words for the two distributions
 
@@ -153,7 +154,8 @@ def final_table(event) -> pd.DataFrame:
 
 def spec_row(event) -> dict:
     final = _piece_of(event, event.final_id) if event.final_id is not None else ""
-    return {"round": event.index, "position": event.position, "drafter": event.drafter, "gamma": event.gamma,
+    return {"round": event.index, "position": event.position, "drafter": drafter_words(event.drafter),
+            "gamma": event.gamma,
             "accepted": event.accepted, "final_kind": event.final_kind, "final_piece": visible(final),
             "emitted": len(event.emitted), "fed_tokens": event.fed_tokens,
             "kv_cropped_target": event.kv_cropped_target, "kv_cropped_draft": event.kv_cropped_draft,

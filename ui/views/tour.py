@@ -19,6 +19,7 @@ from decoding.core.trace import Trace, from_json, to_json
 from decoding.core.trace_totals import emitted_count
 from decoding.runner import STRATEGIES, run
 from decoding.runtime.files import check_folder
+from ui.views.headers import value_word
 
 TOUR_DIR = Path(__file__).resolve().parents[2] / "assets" / "tour"
 MAX_SHIPPED_BYTES = 300_000          # a shipped trace stays small (lower top_n or max_new_tokens if not)
@@ -287,7 +288,7 @@ def facts(trace: Trace) -> str:
     per_forward = s.new_tokens / s.target_forwards if s.target_forwards else 0.0
     model = trace.model
     return (f"{s.new_tokens} tokens from {s.target_forwards} target forwards ({per_forward:.2f} tokens per "
-            f"forward), stop: {trace.stop_reason}; model {model.get('name', '?')} on "
+            f"forward), stop: {value_word('stop_reason', trace.stop_reason)}; model {model.get('name', '?')} on "
             f"{model.get('device', '?')}, {model.get('dtype', '?')}")
 
 

@@ -64,7 +64,7 @@ def show_chips(events: Sequence, current_step: int | None = None, diverge_at: in
     """The output as chips; the legend lists the origins present unless `legend` names them. `keep`:
     only the last chips (a long run in progress redraws them every chunk), with a note of the rest."""
     chips = chips_for(events)
-    st.html(legend_html(legend if legend is not None else origins_present(chips, ("target", "forced"))))
+    st.html(legend_html(legend if legend is not None else origins_present(chips)))
     shown, note = last_chips(chips, keep if diverge_at is None else None)
     st.html(chips_html(shown, current_step=current_step, diverge_at=diverge_at, prefix=note))
 
@@ -83,7 +83,7 @@ def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None
     """Token streams side by side; each lane after the first marks its first divergence from the first.
     `piece_of` (token id -> text) names forced tokens whose events carry no text for them."""
     if legend is None:
-        legend = origins_present([c for events in lanes.values() for c in chips_for(events)], ("target", "forced"))
+        legend = origins_present([c for events in lanes.values() for c in chips_for(events)])
     st.html(legend_html(legend))
     labels = list(lanes)
     base = output_ids(lanes[labels[0]]) if labels else []

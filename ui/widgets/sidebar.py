@@ -217,7 +217,7 @@ def _drafting_line(slot, strategy: str, params: dict, lm) -> None:
     except ConfigError:
         slot.empty()
         return
-    slot.caption(md_text(drafting_text(info)))
+    slot.caption(md_text(drafting_text(info, speculative=strategy == "speculative")))
 
 
 def model_option_widgets() -> dict[str, str]:

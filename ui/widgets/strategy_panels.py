@@ -9,7 +9,7 @@ import streamlit as st
 from decoding.runtime.paths import FEATURE_WEIGHTS, calibration_path
 from ui.views import acceptance, beam, calibration, chips, dspark, glossary, headers, spec, tables
 from ui.views.chips import token_box_html
-from ui.views.sources import drafting_text
+from ui.views.sources import drafter_words, drafting_text
 from ui.views.text import md_text
 from ui.widgets import display, force_pickers, step_panel
 from ui.widgets.step_panel import ViewContext
@@ -59,9 +59,9 @@ def spec_panel(event, ctx: ViewContext) -> None:
     cols[4].metric("KV rolled back (target)", f"{event.kv_cropped_target:d}")
     cols[5].metric("KV rolled back (draft)", f"{event.kv_cropped_draft:d}")
     st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
-    st.text(f"Drafter: {event.drafter}" + spec.lookup_text(event))
+    st.text(f"Drafter: {drafter_words(event.drafter)}" + spec.lookup_text(event))
     if event.drafting is not None:                # the first round: the run's sources and why
-        st.text(drafting_text(event.drafting))
+        st.text(drafting_text(event.drafting, speculative=True))
     if event.gamma_choice is not None:
         _gamma_choice_view(event, ctx)
     if event.drafts:
