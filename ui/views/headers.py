@@ -22,8 +22,8 @@ SMALL_FORMAT = "%.4g"         # printf style, as st.column_config.NumberColumn t
 # own words over these (e.g. beam.HEADERS, tables.METRICS_HEADERS).
 HEADERS: dict[str, str] = {
     # tokens and steps
-    "step": "step", "position": "position", "token_id": "token id", "piece": "token", "forced": "forced",
-    "kind": "step kind", "rank": "rank", "chosen": "chosen", "ms": "time (ms)", "u": "draw u",
+    "step": "step", "text": "text", "position": "position", "token_id": "token id", "piece": "token",
+    "forced": "forced", "kind": "step kind", "rank": "rank", "chosen": "chosen", "ms": "time (ms)", "u": "draw u",
     "p_raw": "p raw", "p_processed": "p processed", "logit_raw": "logit raw", "logit_processed": "logit processed",
     "raw_rank": "raw rank", "entropy_raw": "entropy raw (nats)", "entropy_processed": "entropy processed (nats)",
     "removed_by": "removed by",

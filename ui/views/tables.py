@@ -75,7 +75,7 @@ def candidates_table(step) -> pd.DataFrame:
     rows = [{"rank": i, "token_id": raw.token_id, "piece": visible(raw.piece), "logit_raw": raw.logit,
              "p_raw": raw.prob, "logit_processed": proc.logit, "p_processed": proc.prob,
              "removed_by": proc.removed_by or "", "chosen": raw.token_id == step.chosen_id}
-            for i, (raw, proc) in enumerate(zip(step.raw_top, step.processed_top))]
+            for i, (raw, proc) in enumerate(zip(step.raw_top, step.processed_top), start=1)]
     return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
 
 

@@ -41,9 +41,14 @@ def beam_panel(step, ctx: ViewContext) -> None:
     if ctx.on_force is not None:
         force_pickers.beam_force(step, ctx)
     if step.finished:
+        if step.done:             # the search ends here: its answer is the best finished hypothesis
+            best = step.finished[0]
+            st.success(f"Search done. The answer: the best finished hypothesis (score ÷ length penalty "
+                       f"{best.normalized_score:.3f}), shown below.")
+            st.text(beam.hypothesis_text(best.token_ids, beam.pieces_of(events)))
         st.caption("Finished hypotheses (best first)")
-        display.table(beam.finished_table(step), f"{ctx.prefix}.finished", f"beam-step{step.index}-finished",
-                      words=beam.HEADERS)
+        display.table(beam.finished_table(step, events), f"{ctx.prefix}.finished",
+                      f"beam-step{step.index}-finished", words=beam.HEADERS)
 
 
 # ---------------------------------------------------------------- speculative
