@@ -282,6 +282,14 @@ _FOCUS_RULES = {"closest": _closeness, "most_cut": _mass_cut, "most_emitted": em
                 "largest_gamma": lambda step: getattr(step, "gamma", 0), "last": lambda step: 0}
 
 
+def speed_line(recorded: Trace | None, live: Trace) -> str:
+    """The live run's speed beside the recording's, with where each ran."""
+    def one(trace: Trace) -> str:
+        return f"{trace.stats.tokens_per_s:.1f} tokens/s on {trace.model.get('device', '?')}"
+    head = f"live {one(live)}"
+    return head if recorded is None else f"{head}, recorded {one(recorded)} (the recording's machine)"
+
+
 def facts(trace: Trace) -> str:
     """One line of what the trace measured."""
     s = trace.stats
@@ -301,6 +309,18 @@ def stale_fields(stop: Stop, trace: Trace) -> list[str]:
     if trace.prompt_text != stop.prompt:
         out.append("prompt")
     return out
+
+
+def playground_query(stop: Stop) -> dict[str, str]:
+    """The stop's settings as the Playground's link parameters (ui/widgets/params.py's names); the model,
+    device and dtype are left as the sidebar has them."""
+    shared = {"prompt": stop.prompt, "chat": "1", "strategy": stop.strategy, "seed": str(stop.seed),
+              "max_new": str(stop.max_new_tokens), "top_n": str(stop.top_n)}
+    return {**shared, **{name: str(value) for name, value in stop.params}}
+
+
+SPEED_NOTE = ("tokens/s depends on the machine (its cores, its load, the model's device and dtype): compare a "
+              "live run with the recording in tokens per target forward, which does not")
 
 
 def config_line(stop: Stop) -> str:

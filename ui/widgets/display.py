@@ -75,7 +75,7 @@ def show_metrics(events: Sequence) -> None:
     cols[0].metric("Tokens", f"{m['tokens']:d}")
     cols[1].metric("Target forwards", f"{m['target_forwards']:d}")
     cols[2].metric("Model time", f"{m['model_ms']:.0f} ms")
-    cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}")
+    cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}", help=glossary.definition("tokens/s"))
 
 
 def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None,
