@@ -95,3 +95,23 @@ def test_temperature_0_acceptance_is_the_rules_1_or_0():
     assert rows["accept_prob"].tolist() == pytest.approx([min(1.0, d.ratio) for d in sampled.drafts
                                                           if d.verdict in ("accepted", "rejected")])
     assert pd.notna(spec.drafts_table(sampled)["sum_min"]).all()
+
+
+def test_the_round_table_dspark_stage_2_and_what_if_agree_at_temperature_0():
+    """One meaning of "acceptance probability" at temperature 0: the speculative round's column (the Tour's
+    stops show the same table), DSpark's stage-2 column and What-if's aᵢ are the rule's 1 or 0."""
+    from ui.views import whatif
+
+    old_column_differs = False          # negative control: the engine's Σmin(p,q), shown there before
+    for event in (e for e in golden("spec_lookup").steps if e.kind == "spec_round"):
+        table = spec.drafts_table(event)
+        judged = table["verdict"].isin(["accepted", "rejected"])
+        a_i = whatif.round_accept_probs(event)
+        assert table.loc[judged, "accept_prob"].tolist() == [a_i[i] for i in table.index[judged]]
+        old_column_differs |= any(event.drafts[i].accept_prob != a_i[i] for i in table.index[judged])
+    assert old_column_differs
+    for event in (e for e in golden("dspark_chain").steps if e.kind == "dspark_round" and not e.prefill):
+        verdicts = dspark.verdicts_table(event)
+        judged = verdicts[verdicts["verdict"].isin(["accepted", "rejected"])]
+        assert judged["p_accept"].tolist() == [float(v == "accepted") for v in judged["verdict"]]
+    assert headers.header("p_accept") == headers.header("accept_prob") == "acceptance probability"
