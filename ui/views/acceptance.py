@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from ui.views import palette
 
 ACCEPTED, REJECTED, NOT_REACHED = "accepted", "rejected", "not reached"
+MIN_ROUNDS = 10      # a per-position rate from fewer rounds is drawn grey: a handful of rounds is no rate
 CODES = {ACCEPTED: 2, REJECTED: 1, NOT_REACHED: 0}
 MARKS = {ACCEPTED: "✓", REJECTED: "✗", NOT_REACHED: "·"}
 

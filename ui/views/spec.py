@@ -10,6 +10,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from ui.views import glossary, palette
+from ui.views.acceptance import MIN_ROUNDS
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
 from ui.views.headers import header
@@ -241,9 +242,6 @@ def residual_bars(event) -> go.Figure:
                       yaxis_title="probability", legend={"orientation": "h", "y": -0.3},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=360)
     return fig
-
-
-MIN_ROUNDS = 10      # per-position bars from fewer rounds are drawn grey: a rate from a handful of rounds
 
 
 def per_position_bars(per_position: Sequence[float], counts: Sequence[int] | None = None,
