@@ -149,4 +149,4 @@ def test_the_ridge_is_named_only_as_firmly_as_the_rates_allow():
     early, late = lab.ridge_range(replace(report({1: 100.0}), rates=loose))
     assert early < late
     text = lab.ridge_text(replace(report({1: 100.0}), rates=loose))
-    assert f"between n = {early} and n = {late}" in text
+    assert f"between n = {early} and n = {late}" in text and "spread" in text

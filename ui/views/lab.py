@@ -96,6 +96,9 @@ def cost_table(report: CostReport) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+KEY_COST_COLUMNS = ["forward", "n", "measured_ms", "spread_ms", "repeats", "ms_per_token", "roofline_ms", "bound_by"]
+
+
 def rounded(table: pd.DataFrame) -> pd.DataFrame:
     """A copy with measured figures to the digits a timing supports: milliseconds (an "ms" in the column's
     name) to 0.1, the rest to three significant digits (the builders keep every digit, for notebooks)."""
@@ -148,8 +151,7 @@ def ridge_text(report: CostReport) -> str:
     if early == late:
         return f"a forward turns compute-bound at n = {early} new tokens (the same at every repeat's rates)"
     upper = f"n = {late}" if late is not None else "beyond 65,536"
-    return (f"the repeats' spread places the turn to compute-bound between n = {early} and {upper} new tokens; "
-            "measure again on a quieter machine to pin it down")
+    return f"compute-bound from between n = {early} and {upper} new tokens (the repeats' spread)"
 
 
 def cost_figure(report: CostReport) -> go.Figure:

@@ -257,8 +257,8 @@ def per_position_bars(per_position: Sequence[float], counts: Sequence[int] | Non
         text=[f"{a:.2f}" + ("" if n is None else f" (n={n})") for a, n in zip(per_position, counts)],
         textposition="outside", cliponaxis=False,
         hovertemplate="%{x}: %{y:.2f} (%{text})<extra></extra>"))
-    note = f"; grey: fewer than {min_rounds} rounds, too few to read" if any(few) else ""
-    fig.update_layout(title=f"Per-position acceptance (n = rounds that drafted position k{note})",
+    note = f"; grey: fewer than {min_rounds} rounds" if any(few) else ""
+    fig.update_layout(title=f"Per-position acceptance (n = rounds that drafted k{note})",
                       xaxis_title=header("k"), yaxis={"title": header("acceptance"), "range": [0, 1.15]},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=300)
     return fig

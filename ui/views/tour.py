@@ -146,7 +146,7 @@ STOPS: tuple[Stop, ...] = (
             "much as feeding one. So a cheap drafter proposes γ tokens, the target scores them all in one "
             "forward, and the guesses are accepted from left to right while they agree with the target: "
             "at temperature 0, while each one is the target's argmax; at temperature above 0, by a "
-            "random test with probability min(1, p_target / q_draft), which keeps the output "
+            "random test with probability min(1, p target ÷ q draft), which keeps the output "
             "distribution exactly the target's. At the first rejection the target's own token replaces "
             "the guess (the residual); when all γ pass, the same forward yields one more token for free "
             "(the bonus). Every round emits at least one token, and the answer is the one the target "

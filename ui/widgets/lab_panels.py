@@ -113,7 +113,10 @@ def cost_panel(settings: Settings) -> None:
     report = lab.cost_report(events, config.prefix_tokens)
     st.markdown(lab.regime(report))
     display.plot(lab.cost_figure(report), "lab.cost", "lab-cost-of-a-forward")
-    display.table(lab.rounded(lab.cost_table(report)), "lab.cost_table", "lab-cost-of-a-forward")
+    table = lab.rounded(lab.cost_table(report))
+    display.table(table[lab.KEY_COST_COLUMNS], "lab.cost_table", "lab-cost-of-a-forward")
+    with st.expander("The roofline's work per point (GFLOP, MB read, FLOP per byte)"):
+        display.table(table, "lab.cost_table_all", "lab-cost-of-a-forward-all")
     st.markdown("**What it means for speculative decoding** — a round verifies γ drafts in one forward over γ + 1 "
                 "tokens; with a drafter that costs nothing it beats greedy when it emits more tokens per round than "
                 "the forward costs in one-token forwards.")

@@ -76,7 +76,7 @@ def trace_section(stop: tour.Stop) -> None:
     info, button = st.columns([4, 1], vertical_alignment="center")
     info.text(f"Prompt (chat template): {stop.prompt}\nSettings: {tour.config_line(stop)}")
     model = sidebar.default_model()
-    if button.button("Open in the Playground", key=keys.TOUR_OPEN, on_click=_to_playground, args=(stop,),
+    if button.button("Playground →", key=keys.TOUR_OPEN, on_click=_to_playground, args=(stop,),
                      help="The Playground with this stop's prompt, strategy and settings in the sidebar; press Step "
                           "or Run there."):
         st.session_state[keys.QP_LOADED] = False       # the Playground's sidebar copies the link in, once
