@@ -146,7 +146,7 @@ def sweep_figure(table: pd.DataFrame, measured_values: dict):
         fig.add_scatter(name=f"measured in the trace (γ up to {gamma}, n={measured_values['rounds']})", x=[gamma],
                         y=[measured_values["tokens_per_forward"]], mode="markers",
                         marker={"symbol": "star", "size": 16, "color": palette.VERMILLION})
-    fig.update_layout(title=f"Tokens per target forward vs γ (hollow: fewer than {MIN_ROUNDS} rounds drafted γ)",
+    fig.update_layout(title=f"Tokens per target forward vs γ (hollow: under {MIN_ROUNDS} rounds)",
                       xaxis={"title": header("gamma"), "dtick": 1},
                       yaxis_title=header("expected_tokens_per_forward"), legend={"orientation": "h", "y": -0.25},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)

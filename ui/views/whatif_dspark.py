@@ -141,7 +141,7 @@ def sweep_figure(table: pd.DataFrame, measured_values: dict):
     fig.update_xaxes(title_text=header("gamma"), dtick=1, row=1, col=1)
     fig.update_xaxes(title_text="tree budget", row=1, col=2)
     fig.update_yaxes(title_text=header("expected_tokens_per_forward"), row=1, col=1)
-    fig.update_layout(title=f"Tokens per target forward: chain γ (left), tree budget (right); hollow: fewer than "
-                            f"{MIN_ROUNDS} rounds", legend={"orientation": "h", "y": -0.25},
+    fig.update_layout(title=f"Tokens per target forward (hollow: under {MIN_ROUNDS} rounds)",
+                      legend={"orientation": "h", "y": -0.25},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=400)
     return fig
