@@ -5,6 +5,7 @@ definition; at temperature 0 the acceptance column shows the rule's 1 or 0. Page
 recorded traces (tests/golden, no model)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pandas as pd
@@ -115,3 +116,26 @@ def test_the_round_table_dspark_stage_2_and_what_if_agree_at_temperature_0():
         judged = verdicts[verdicts["verdict"].isin(["accepted", "rejected"])]
         assert judged["p_accept"].tolist() == [float(v == "accepted") for v in judged["verdict"]]
     assert headers.header("p_accept") == headers.header("accept_prob") == "acceptance probability"
+
+
+def test_the_smaller_items_speak_in_words():
+    """Issue 46 item 9: no "-0" entropy, stop reasons, drafter and cost-table names and the speculative
+    sources line in words; the forced legend only where a token was forced."""
+    from types import SimpleNamespace
+
+    from ui.views import chips, sources
+
+    assert f"{tables.nats(-1e-9):.3g}" == "0" and f"{-0.0:.3g}" == "-0"            # negative control: -0
+    assert tables.nats(0.25) == 0.25
+    assert headers.value_word("stop_reason", "max_new_tokens") == "token budget reached"
+    assert "max_new_tokens" not in headers.shown(pd.DataFrame({"stop_reason": ["max_new_tokens"]})).iloc[0, 0]
+    assert sources.drafter_words("default[feature]") == "feature head (over default)"
+    assert sources.drafter_words("lookup") == "lookup"
+    assert tables.table_name("auto: default-cpu-float32.json") == "auto, profiled on this machine"
+    info = SimpleNamespace(sources=("lookup",), reason="why")
+    assert sources.drafting_text(info, speculative=True).startswith("Draft sources: prompt lookup")
+    assert sources.drafting_text(info).startswith("Lattice sources: prompt lookup")
+    plain = chips.chips_for(golden("greedy").steps)
+    assert "forced" not in chips.origins_present(plain)
+    forced = [dataclasses.replace(plain[0], origin="forced"), *plain[1:]]
+    assert "forced" in chips.origins_present(forced)

@@ -119,7 +119,7 @@ def finished_table(step, events: Sequence = ()) -> pd.DataFrame:
     rows = [{"rank": i, "text": hypothesis_text(h.token_ids, pieces), "tokens": len(h.token_ids),
              "score": h.score, "normalized_score": h.normalized_score, "finished_at_step": h.step, "eos": h.eos}
             for i, h in enumerate(step.finished, start=1)]
-    return pd.DataFrame(rows, columns=["rank", "text", "tokens", "score", "normalized_score", "finished_at_step",
+    return pd.DataFrame(rows, columns=["rank", "text", "normalized_score", "tokens", "score", "finished_at_step",
                                        "eos"])
 
 
