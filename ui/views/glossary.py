@@ -103,6 +103,8 @@ TERMS: tuple[Term, ...] = (
     Term("draft position k", "A draft's position in its round, 1 for the first drafted token."),
     Term("cumulative p", "Processed probabilities summed from the most probable token down to this one; "
                          "sampling picks the first token whose cumulative p exceeds u."),
+    Term("model time", "Time spent in the model (forwards, drafting), in milliseconds; depends on the machine."),
+    Term("search", "Whether beam search goes on after this step (running) or ends here (done)."),
     Term("tree budget", "How many draft nodes a tree round may send to the target."),
     Term("chain length", "How many draft tokens a chain round sends to the target (its γ)."),
     Term("ms since step start", "When a part of the step began and ended, in milliseconds from the step's "

@@ -74,7 +74,7 @@ def show_metrics(events: Sequence) -> None:
     cols = st.columns(4)
     cols[0].metric("Tokens", f"{m['tokens']:d}")
     cols[1].metric("Target forwards", f"{m['target_forwards']:d}")
-    cols[2].metric("Model time", f"{m['model_ms']:.0f} ms")
+    cols[2].metric("Model time", f"{m['model_ms']:.0f} ms", help=glossary.definition("model time"))
     cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}", help=glossary.definition("tokens/s"))
 
 

@@ -26,7 +26,7 @@ def beam_panel(step, ctx: ViewContext) -> None:
     cols[2].metric("Finished", len(step.finished))
     cols[3].metric("Early stop", "yes" if step.early_stop else "no",
                    help="No live beam can beat the finished set any more")
-    cols[4].metric("Search", "done" if step.done else "running")
+    cols[4].metric("search", "done" if step.done else "running", help=glossary.definition("search"))
     events = ctx.events or (step,)
     window = st.number_input("Steps shown in the tree", min_value=1, max_value=64, value=6, step=1,
                              key=f"{ctx.prefix}.beam_window")
@@ -57,7 +57,7 @@ def spec_panel(event, ctx: ViewContext) -> None:
     """One round: the drafts with their numbers and verdicts, the residual or bonus token, γ and why,
     the KV rollback, and the running acceptance metrics."""
     cols = st.columns(6)
-    cols[0].metric("γ verified", f"{event.gamma:d}")
+    cols[0].metric(headers.header("gamma"), f"{event.gamma:d}", help=glossary.definition("γ"))
     cols[1].metric("Accepted", f"{event.accepted:d}/{event.gamma:d}")
     cols[2].metric("Final token", md_text(event.final_kind))
     cols[3].metric("Tokens fed", f"{event.fed_tokens:d}", help="tokens in this round's single target forward")
@@ -115,7 +115,7 @@ def _final_view(event, ctx: ViewContext) -> None:
 
 def _running_metrics(events, ctx: ViewContext) -> None:
     m = spec.spec_metrics(events)
-    _metrics_row(m, f"Running metrics over rounds 0–{m['rounds'] - 1}", "accepted / drafted", "Rounds",
+    _metrics_row(m, f"Running metrics over rounds 0–{m['rounds'] - 1}", "accepted / drafted", "rounds",
                  f"{ctx.prefix}.per_position", "per-position-acceptance", events)
 
 
@@ -177,7 +177,8 @@ def _dspark_header(event) -> None:
     cols[1].metric("Positions (γ)", len(event.lattice))
     cols[2].metric("Verified nodes", len(event.nodes))
     cols[3].metric("Accepted", f"{len(event.accepted_path)}/{len(event.nodes)}")
-    cols[4].metric("E[accepted]", f"{event.expected_accepted:.2f}", help="stage 1's expected accepted drafts")
+    cols[4].metric(headers.header("expected_accepted"), f"{event.expected_accepted:.2f}",
+                   help=f"Stage 1's forecast. {glossary.definition('expected accepted')}")
     cols[5].metric("Next token", md_text(event.next_from))
     if event.lossy:
         st.warning("LOSSY mode: a candidate is accepted outright when p_target exceeds the threshold, so the "
@@ -219,7 +220,7 @@ def _dspark_stage2(event, ctx: ViewContext) -> None:
 def _dspark_running(events, ctx: ViewContext) -> None:
     m = dspark.dspark_metrics(events)
     _metrics_row(m, f"Running metrics over {m['rounds']} drafting round(s)", "accepted / verified nodes",
-                 "Drafting rounds", f"{ctx.prefix}.ds_per_position", "dspark-per-position-acceptance", events)
+                 "rounds", f"{ctx.prefix}.ds_per_position", "dspark-per-position-acceptance", events)
     phases = dspark.phase_table(events)
     if len(phases):
         display.plot(dspark.phase_bars(phases), f"{ctx.prefix}.ds_phases", "dspark-phase-shares")
