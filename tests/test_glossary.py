@@ -86,7 +86,7 @@ def test_the_lectures_quantities_each_have_one_definition():
     assert glossary.definition("p target (plain sampling)") == glossary.definition("p target")
     names = [t.name for t in glossary.TERMS]
     assert len(names) == len(set(names))
-    assert all(f"**{n}**" in glossary.markdown() for n in names)
+    assert sorted(t.name for t in glossary.sorted_terms()) == sorted(names)
 
 
 def test_temperature_0_acceptance_is_the_rules_1_or_0():
@@ -144,3 +144,15 @@ def test_the_smaller_items_speak_in_words():
     assert "forced" not in chips.origins_present(plain)
     forced = [dataclasses.replace(plain[0], origin="forced"), *plain[1:]]
     assert "forced" in chips.origins_present(forced)
+
+
+def test_the_sidebar_glossary_lists_every_term_when_open(app):  # noqa: F811
+    at = app()
+    at.switch_page("app_pages/traces.py").run()
+    texts = lambda: [m.value for m in at.sidebar.markdown]  # noqa: E731
+    assert not any("acceptance probability" in t for t in texts())          # closed: nothing drawn
+    at.session_state["ds.glossary_open"] = True
+    at.run()
+    shown = texts()
+    assert len([t for t in shown if "**:" in t]) == len(glossary.TERMS)
+    assert any("Σmin" in t and "before the draft is drawn" in t for t in shown)

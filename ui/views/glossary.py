@@ -130,6 +130,6 @@ def is_term(label: str, plain: frozenset[str] = frozenset()) -> bool:
     return label in names or _NOTE.sub("", label) in names
 
 
-def markdown() -> str:
-    """The glossary as a markdown list, for the sidebar's expander."""
-    return "\n".join(f"- **{t.name}**: {t.definition}" for t in sorted(TERMS, key=lambda t: t.name.lower()))
+def sorted_terms() -> list[Term]:
+    """The terms in alphabetical order, for the sidebar's glossary."""
+    return sorted(TERMS, key=lambda t: t.name.lower())

@@ -47,9 +47,13 @@ def table(df, key: str, filename: str, label: str = "Download CSV", words: Mappi
 
 
 def glossary_expander() -> None:
-    """Every quantity the app shows, with its one definition (ui/views/glossary.py)."""
-    with st.expander("Glossary"):
-        st.markdown(glossary.markdown())
+    """Every quantity the app shows, with its one definition (ui/views/glossary.py); drawn only while open,
+    so a closed glossary costs a rerun nothing."""
+    box, is_open = lazy_expander("Glossary: what each quantity means", "ds.glossary_open")
+    if is_open:
+        with box:
+            for term in glossary.sorted_terms():
+                st.markdown(f"**{md_text(term.name)}**: {md_text(term.definition)}")
 
 
 def lazy_expander(label: str, key: str):
@@ -74,8 +78,8 @@ def show_metrics(events: Sequence) -> None:
     cols = st.columns(4)
     cols[0].metric("Tokens", f"{m['tokens']:d}")
     cols[1].metric("Target forwards", f"{m['target_forwards']:d}")
-    cols[2].metric("Model time", f"{m['model_ms']:.0f} ms", help=glossary.definition("model time"))
-    cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}", help=glossary.definition("tokens/s"))
+    cols[2].metric("Model time", f"{m['model_ms']:.0f} ms", help=md_text(glossary.definition("model time")))
+    cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}", help=md_text(glossary.definition("tokens/s")))
 
 
 def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None,

@@ -35,9 +35,9 @@ def token_panel(step, ctx: ViewContext) -> None:
         st.html(token_box_html(step.chosen_piece, step.chosen_id, "⚑ forced" if step.forced else ""))
     cols[1].metric("p processed", f"{p_chosen:.4f}" if p_chosen >= 1e-3 else f"{p_chosen:.1e}")
     cols[2].metric("Raw rank", f"{step.chosen_rank:d}")
-    cols[3].metric(header("entropy_raw"), f"{tables.nats(step.entropy_raw):.3g}", help=help_for(header("entropy_raw")))
-    cols[4].metric(header("entropy_processed"), f"{tables.nats(step.entropy_processed):.3g}",
-                   help=help_for(header("entropy_processed")))
+    raw, processed = header("entropy_raw"), header("entropy_processed")
+    cols[3].metric(md_text(raw), f"{tables.nats(step.entropy_raw):.3g}", help=md_text(help_for(raw)))
+    cols[4].metric(md_text(processed), f"{tables.nats(step.entropy_processed):.3g}", help=md_text(help_for(processed)))
     cols[5].metric("Draw u", "argmax" if step.draw is None else f"{step.draw:.4f}")
     display.plot(figures.probability_bars(step), f"{ctx.prefix}.bars", f"step{step.index}-candidates")
     cuts = [c for c in step.filters if c.name != "temperature" or c.value != 1.0]

@@ -26,7 +26,7 @@ def beam_panel(step, ctx: ViewContext) -> None:
     cols[2].metric("Finished", len(step.finished))
     cols[3].metric("Early stop", "yes" if step.early_stop else "no",
                    help="No live beam can beat the finished set any more")
-    cols[4].metric("search", "done" if step.done else "running", help=glossary.definition("search"))
+    cols[4].metric("search", "done" if step.done else "running", help=md_text(glossary.definition("search")))
     events = ctx.events or (step,)
     window = st.number_input("Steps shown in the tree", min_value=1, max_value=64, value=6, step=1,
                              key=f"{ctx.prefix}.beam_window")
@@ -57,7 +57,7 @@ def spec_panel(event, ctx: ViewContext) -> None:
     """One round: the drafts with their numbers and verdicts, the residual or bonus token, γ and why,
     the KV rollback, and the running acceptance metrics."""
     cols = st.columns(6)
-    cols[0].metric(headers.header("gamma"), f"{event.gamma:d}", help=glossary.definition("γ"))
+    cols[0].metric(md_text(headers.header("gamma")), f"{event.gamma:d}", help=md_text(glossary.definition("γ")))
     cols[1].metric("Accepted", f"{event.accepted:d}/{event.gamma:d}")
     cols[2].metric("Final token", md_text(event.final_kind))
     cols[3].metric("Tokens fed", f"{event.fed_tokens:d}", help="tokens in this round's single target forward")
@@ -124,7 +124,8 @@ def _metrics_row(m: dict, caption: str, rate_help: str, rounds_label: str, key: 
     """τ, acceptance rate, rounds and the per-position acceptance chart of speculative-style metrics."""
     st.caption(md_text(caption))
     cols = st.columns(3)
-    cols[0].metric(headers.header("tau"), f"{m['tau']:.2f}", help=glossary.definition(headers.header("tau")))
+    tau = headers.header("tau")
+    cols[0].metric(md_text(tau), f"{m['tau']:.2f}", help=md_text(glossary.definition(tau)))
     rate = m["acceptance_rate"]
     cols[1].metric("acceptance rate", "—" if rate is None else f"{rate:.1%}",
                    help=md_text(f"{glossary.definition('acceptance rate')} Here: {rate_help}."))
@@ -177,8 +178,8 @@ def _dspark_header(event) -> None:
     cols[1].metric("Positions (γ)", len(event.lattice))
     cols[2].metric("Verified nodes", len(event.nodes))
     cols[3].metric("Accepted", f"{len(event.accepted_path)}/{len(event.nodes)}")
-    cols[4].metric(headers.header("expected_accepted"), f"{event.expected_accepted:.2f}",
-                   help=f"Stage 1's forecast. {glossary.definition('expected accepted')}")
+    cols[4].metric(md_text(headers.header("expected_accepted")), f"{event.expected_accepted:.2f}",
+                   help=md_text(f"Stage 1's forecast. {glossary.definition('expected accepted')}"))
     cols[5].metric("Next token", md_text(event.next_from))
     if event.lossy:
         st.warning("LOSSY mode: a candidate is accepted outright when p_target exceeds the threshold, so the "
