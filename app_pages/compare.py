@@ -5,7 +5,7 @@ import streamlit as st
 
 from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES, run_lockstep
-from ui.views import figures, made_with, memory, tables, verdict
+from ui.views import acceptance, figures, made_with, memory, tables, verdict
 from ui.views.text import md_text
 from ui.widgets import display, keys, session, sidebar
 from ui.widgets.params import build_config
@@ -119,7 +119,8 @@ if traces:
                "cmp.per_forward", "compare-tokens-per-forward")
     rates = {label: t.stats.per_position_acceptance for label, t in traces.items()}
     if any(rates.values()):
-        display.plot(figures.per_position_lanes(rates), "cmp.per_position", "compare-per-position-acceptance")
+        counts = {label: acceptance.position_counts(t.steps) for label, t in traces.items()}
+        display.plot(figures.per_position_lanes(rates, counts), "cmp.per_position", "compare-per-position-acceptance")
     held = memory.memory_figure({label: t.steps for label, t in traces.items()})
     if held is not None:
         display.plot(held, "cmp.memory", "compare-kv-cache")

@@ -2,6 +2,7 @@
 import streamlit as st
 
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json, to_json
+from ui.views import headers
 from ui.views.text import md_text
 from ui.widgets import display, guard, keys, step_panel
 
@@ -35,7 +36,7 @@ if upload is not None:
 replay = st.session_state.get(keys.REPLAY)
 if replay is not None:
     st.text(f"Strategy {replay.strategy} · model {replay.model.get('name', '?')} · "     # text: no markdown
-            f"{len(replay.steps)} steps · stop: {replay.stop_reason}")
+            f"{len(replay.steps)} steps · stop: {headers.value_word('stop_reason', replay.stop_reason)}")
     with st.expander("Prompt"):
         st.text(replay.prompt_text)
     if replay.steps:

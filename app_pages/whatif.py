@@ -10,9 +10,11 @@ from ui.widgets import display, guard, keys, whatif_panel
 st.title("What-if: other γ or budgets from a recorded trace")
 st.markdown(
     "Each recorded round holds, for every drafted position `i`, the probability `a_i` that the verifier "
-    "accepts it given that all earlier drafts were accepted: `Σ_x min(p_target(x), q_draft(x))` for a draft "
-    "model, `p_target(draft token)` for prompt lookup, and 1 or 0 (the draft token is or is not the target's "
-    "argmax) at temperature 0. **Assumption:** the positions' outcomes are independent given these recorded "
+    "accepts it given that all earlier drafts were accepted. At temperature 0 it is the round's **acceptance "
+    "probability** (1 or 0: the draft token is or is not the target's argmax), as in the round's table and "
+    "DSpark's stage 2; for a sampled trace it is **Σmin(p,q)** = `Σ_x min(p target(x), q draft(x))`, the "
+    "chance before the draft is drawn (p target of the draft token for prompt lookup). "
+    "**Assumption:** the positions' outcomes are independent given these recorded "
     "values, and the drafter would propose the same tokens at another γ. Then a round with γ drafts "
     "accepts on average `Σ_{k=1..γ} Π_{i≤k} a_i` of them, and emits one more token (residual or bonus) "
     "per target forward. A round that recorded fewer drafts than γ counts only those. No model runs here.")

@@ -143,3 +143,26 @@ def test_binned_mean():
         [(1.0, 0.5, 2), (3.0, 0.0, 2)]
     assert acceptance.binned_mean([1.5, 1.5], [True, False], bins=4) == [(2.0, 0.5, 2)]
     assert acceptance.binned_mean([], []) == []
+
+
+@pytest.mark.parametrize("name", ["spec_trace", "dspark_trace"])
+def test_position_counts_are_the_per_position_denominators(request, name):
+    """n beside each per-position bar (issue 46) is the number of rounds that drafted that position: the
+    table's `rounds` column, and rate × n is a whole number of accepted rounds."""
+    trace = request.getfixturevalue(name)
+    counts = acceptance.position_counts(trace.steps)
+    rates = trace.stats.per_position_acceptance
+    assert len(counts) == len(rates) and counts == acceptance.position_table(trace.steps)["rounds"].tolist()
+    assert all(abs(r * n - round(r * n)) < 1e-9 for r, n in zip(rates, counts))
+
+
+def test_per_position_bars_show_n_and_grey_the_few():
+    from ui.views import palette, spec
+
+    fig = spec.per_position_bars([0.5, 1.0], [12, 1])
+    bar = fig.data[0]
+    assert list(bar.text) == ["0.50 (n=12)", "1.00 (n=1)"]
+    assert list(bar.marker.color) == [palette.GREEN, palette.GREY]
+    assert f"fewer than {acceptance.MIN_ROUNDS} rounds" in fig.layout.title.text
+    plenty = spec.per_position_bars([0.5, 0.4], [12, 10])            # negative control: none below the minimum
+    assert list(plenty.data[0].marker.color) == [palette.GREEN] * 2 and "grey" not in plenty.layout.title.text

@@ -102,7 +102,7 @@ def test_the_candidates_table_is_drawn_only_while_its_expander_is_open(tiny_dir)
     assert [e.label for e in at.expander if e.label == "Candidates table"] and not candidate_tables()
     at.session_state["pg.cands_open"] = True                  # the user opens it: the fragment reruns
     at.run()
-    assert len(candidate_tables()) == 1 and candidate_tables()[0].value["rank"].tolist()[:2] == [0, 1]
+    assert len(candidate_tables()) == 1 and candidate_tables()[0].value["rank"].tolist()[:2] == [1, 2]
     at.button(key="pg.step").click().run()                   # it stays open from step to step
     ok(at)
     assert len(candidate_tables()) == 1 and at.session_state["ds.cursor"] == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -18,7 +19,7 @@ RATES = DeviceRates(bytes_per_s=1e9, flops_per_s=1e10, read_bytes=1 << 28, produ
 
 
 def report(ms_by_n: dict[int, float], batch: dict[int, float] | None = None) -> lab.CostReport:
-    events = [ForwardTime("tokens", n, (ms, ms)) for n, ms in ms_by_n.items()]
+    events = [ForwardTime("tokens", n, (ms, ms, ms)) for n, ms in ms_by_n.items()]
     events += [ForwardTime("batch", b, (ms,)) for b, ms in (batch or {}).items()]
     return lab.cost_report([RATES, *events, SHAPE], prefix_tokens=10)
 
@@ -115,3 +116,37 @@ def test_rounded_shows_the_digits_a_timing_supports():
     assert table.iloc[0]["gflop"] == 0.05
     assert table.iloc[0]["mb_read"] == 100.0 and table.iloc[0]["bound_by"] == "memory"
     assert lab.cost_table(report({1: 123.456789})).iloc[0]["measured_ms"] == 123.456789     # builders keep all
+
+
+def _noisy(times_by_n: dict[int, tuple[float, ...]]) -> lab.CostReport:
+    return lab.cost_report([RATES, SHAPE, *(ForwardTime("tokens", n, t) for n, t in times_by_n.items())], 10)
+
+
+def test_regime_names_a_verdict_only_when_the_spread_allows_it():
+    """Issue 46: n = 1 at 100–134 ms and n = 9 at 128–141 ms was called "steep"; the repeats allow 0.96× to
+    1.41×, on both sides of the line, so no verdict is named. Tight repeats keep theirs; one repeat gives none."""
+    noisy = lab.regime(_noisy({1: (100.0, 110.0, 134.0), 9: (128.0, 135.0, 141.0)}))
+    assert "**steep**" not in noisy and "**flat**" not in noisy and "too noisy" in noisy and "0.96×" in noisy
+    tight = lab.regime(_noisy({1: (100.0, 101.0, 102.0), 9: (160.0, 161.0, 162.0)}))
+    assert "**steep**" in tight and "1.57× to 1.62×" in tight
+    once = lab.regime(_noisy({1: (100.0,), 9: (160.0,)}))
+    assert "**steep**" not in once and "no spread to judge by" in once
+
+
+def test_the_cost_table_and_figure_show_the_spread():
+    measured = _noisy({1: (100.0, 110.0, 134.0), 9: (128.0, 135.0, 141.0)})
+    table = lab.cost_table(measured).set_index("n")
+    assert table.loc[1, "measured_ms"] == 110.0 and table.loc[1, "spread_ms"] == 34.0
+    assert (table["repeats"] == 3).all()
+    error = lab.cost_figure(measured).data[0].error_y
+    assert list(error.array) == [24.0, 6.0] and list(error.arrayminus) == [10.0, 7.0]
+
+
+def test_the_ridge_is_named_only_as_firmly_as_the_rates_allow():
+    firm = lab.ridge_text(report({1: 100.0}))
+    assert firm.startswith("a forward turns compute-bound at n = ")
+    loose = replace(RATES, flops_per_s_low=RATES.flops_per_s / 4)
+    early, late = lab.ridge_range(replace(report({1: 100.0}), rates=loose))
+    assert early < late
+    text = lab.ridge_text(replace(report({1: 100.0}), rates=loose))
+    assert f"between n = {early} and n = {late}" in text and "spread" in text

@@ -52,3 +52,18 @@ def test_worked_example():
     assert table.loc["retrospective plan (two drafts, best ratio)", "tv_distance"] == "3/20"
     assert table.loc["speculative (ratio rule)", "tv_distance"] == "0"
     assert table.loc["DSpark lossy mode, threshold 0.2", "P(B)"] == "1"
+
+
+def test_the_cut_off_is_stated_and_the_legend_agrees_with_the_verdict(result):
+    """Issue 46: a legend said p = 0.021 while the verdict said "agree" and no cut-off was stated. Now both
+    state the χ² test in the same words against the stated cut-off; a p-value just under it disagrees in both."""
+    base = result.outcomes[0]
+    for p_value, word in ((0.021, "agree"), (lossless.SIGNIFICANCE / 2, "disagree")):
+        changed = dataclasses.replace(result, outcomes=(dataclasses.replace(base, tv_distance=0.0, p_value=p_value),))
+        verdict = lossless.rules_table(changed).iloc[0]["verdict"]
+        legend = lossless.samples_figure(changed).data[1].name
+        said = lossless.test_words(p_value)
+        assert said in verdict and said in legend and said.endswith(f": {word}")
+        assert f"{lossless.SIGNIFICANCE:g}" in said
+        assert ("disagree" in verdict) == (word == "disagree") or "fall outside" in verdict
+    assert "cut-off (significance level) 0.001" in lossless.samples_figure(result).layout.title.text

@@ -195,8 +195,22 @@ def test_dot_escape_round_trips():
 def test_pool_table_and_rows(beam_trace):
     step = beam_trace.steps[1]
     table = beam.pool_table(step)
-    assert list(table["rank"]) == list(range(len(step.pool))) and set(table["status"]) <= set(beam.STATUS_STYLE)
+    assert list(table["rank"]) == list(range(1, len(step.pool) + 1)) and set(table["status"]) <= set(beam.STATUS_STYLE)
     assert beam.beam_row(step)["n_kept"] == len(step.beams)
+
+
+def test_finished_hypotheses_carry_their_text(beam_trace):
+    """Issue 46: the finished-hypotheses table had no text. Each row's text is its tokens' pieces; the best
+    one's is the output beam search returns."""
+    from decoding.core.trace_totals import beam_output_ids
+
+    last = beam_trace.steps[-1]
+    table = beam.finished_table(last, beam_trace.steps)
+    pieces = beam.pieces_of(beam_trace.steps)
+    assert list(table["rank"]) == list(range(1, len(last.finished) + 1))
+    best = beam_output_ids(beam_trace.steps)[len(last.forced_ids):]
+    assert table["text"].iloc[0] == beam.hypothesis_text(best, pieces) and "⟨" not in table["text"].iloc[0]
+    assert all(table["text"].str.len() > 0)
 
 
 def test_whatif_cost_column_from_a_cost_policy_trace():

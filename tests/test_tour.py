@@ -283,6 +283,26 @@ def test_live_rerun_uses_the_stops_config(tiny_dir, monkeypatch):
     ok(at)
     assert any(t.value.startswith(f"{recorded.stats.new_tokens} tokens") and "model default on" in t.value
                for t in at.text)
+    speed = [c.value for c in at.caption if c.value.startswith("Speed: live ")]
+    assert len(speed) == 1 and "recorded" in speed[0] and "depends on the machine" in speed[0]
+
+
+def test_a_stop_opens_in_the_playground_with_its_settings(no_model):
+    """Issue 46: no way led from a Tour stop to the Playground. The button switches page with the stop's
+    prompt, strategy and parameters in the sidebar; a parameter the stop does not set is at its default."""
+    stop = tour.stop_by_id("speculative")
+    at = tour_app({"stop": "speculative"})
+    assert any("runs its own settings (speculative" in i.value for i in at.sidebar.info)
+    at.session_state[keys.param_key("w", "speculative", "gamma_policy")] = "heuristic"   # the user's, earlier
+    at.button(key=keys.TOUR_OPEN).click().run()
+    ok(at)
+    state = at.session_state
+    assert state[keys.PROMPT] == stop.prompt and state[keys.STRATEGY] == "speculative" and state[keys.CHAT]
+    assert state[keys.MAX_NEW] == stop.max_new_tokens and state[keys.TOP_N] == stop.top_n
+    for name, value in stop.params:
+        assert state[keys.param_key("w", "speculative", name)] == value, name
+    assert state[keys.param_key("w", "speculative", "gamma_policy")] != "heuristic"
+    assert not at.sidebar.info                                  # on the Playground: no Tour note
 
 
 # ---------------------------------------------------------------- reproducibility on the embedded model

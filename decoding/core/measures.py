@@ -55,6 +55,8 @@ class DeviceRates:
     flops_per_s: float       # the model's largest layer weight times many rows, best of the repeats
     read_bytes: int          # the tensor read
     product: str             # what the FLOP rate was measured on
+    bytes_per_s_low: float | None = None     # the slowest repeat's rates: with the best, the spread
+    flops_per_s_low: float | None = None
 
 
 @dataclass(frozen=True)

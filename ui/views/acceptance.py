@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from ui.views import palette
 
 ACCEPTED, REJECTED, NOT_REACHED = "accepted", "rejected", "not reached"
+MIN_ROUNDS = 10      # a per-position rate from fewer rounds is drawn grey: a handful of rounds is no rate
 CODES = {ACCEPTED: 2, REJECTED: 1, NOT_REACHED: 0}
 MARKS = {ACCEPTED: "✓", REJECTED: "✗", NOT_REACHED: "·"}
 
@@ -32,6 +33,15 @@ def round_cells(event) -> list[str] | None:
         return [ACCEPTED if k <= reached else REJECTED if k == reached + 1 else NOT_REACHED
                 for k in range(1, depth + 1)]
     return None
+
+
+def position_counts(events: Sequence) -> list[int]:
+    """Per draft position k (from 1): the rounds that drafted it, the denominator of the engine's per-position
+    acceptance (a speculative round drafts γ positions, a DSpark round as deep as its plan)."""
+    depths = [e.gamma if e.kind == "spec_round" else max((n.depth for n in e.nodes), default=0)
+              for e in events if getattr(e, "kind", "") == "spec_round"
+              or (getattr(e, "kind", "") == "dspark_round" and not e.prefill)]
+    return [sum(d >= k for d in depths) for k in range(1, max(depths, default=0) + 1)]
 
 
 def grid(events: Sequence) -> list[tuple[int, list[str]]]:

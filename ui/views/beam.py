@@ -86,7 +86,7 @@ def beam_chips(events: Sequence) -> list[Chip]:
         cand = events[s].pool[rank]
         status = STATUS_STYLE.get(cand.status, (cand.status,))[-1]         # in words: "EOS below top B"
         tip = (f"id {cand.token_id} · logprob {cand.logprob:.4f} · score {cand.score:.4f} · "
-               f"normalized {cand.normalized_score:.4f} · pool rank {rank} · {status} · step {s}")
+               f"normalized {cand.normalized_score:.4f} · pool rank {rank + 1} · {status} · step {s}")
         chips.append(Chip(cand.piece, "target", tip, s))
     return chips
 
@@ -100,14 +100,27 @@ POOL_COLUMNS = ["rank", "source_beam", "token_id", "piece", "logprob", "score", 
 def pool_table(step) -> pd.DataFrame:
     rows = [{"rank": r, "source_beam": c.source_beam, "token_id": c.token_id, "piece": visible(c.piece),
              "logprob": c.logprob, "score": c.score, "normalized_score": c.normalized_score, "status": c.status}
-            for r, c in enumerate(step.pool)]
+            for r, c in enumerate(step.pool, start=1)]
     return pd.DataFrame(rows, columns=POOL_COLUMNS)
 
 
-def finished_table(step) -> pd.DataFrame:
-    rows = [{"rank": i, "tokens": len(h.token_ids), "score": h.score, "normalized_score": h.normalized_score,
-             "finished_at_step": h.step, "eos": h.eos} for i, h in enumerate(step.finished)]
-    return pd.DataFrame(rows, columns=["rank", "tokens", "score", "normalized_score", "finished_at_step", "eos"])
+def pieces_of(events: Sequence) -> dict[int, str]:
+    """Token id -> its text, from every step's candidate pool (each token of a hypothesis was a candidate)."""
+    return {c.token_id: c.piece for e in events for c in e.pool}
+
+
+def hypothesis_text(token_ids: Sequence[int], pieces: dict[int, str]) -> str:
+    return visible("".join(pieces.get(t, f"⟨{t}⟩") for t in token_ids))
+
+
+def finished_table(step, events: Sequence = ()) -> pd.DataFrame:
+    """The finished hypotheses, best first (rank from 1), each with its text (from `events`' pools)."""
+    pieces = pieces_of(events or (step,))
+    rows = [{"rank": i, "text": hypothesis_text(h.token_ids, pieces), "tokens": len(h.token_ids),
+             "score": h.score, "normalized_score": h.normalized_score, "finished_at_step": h.step, "eos": h.eos}
+            for i, h in enumerate(step.finished, start=1)]
+    return pd.DataFrame(rows, columns=["rank", "text", "normalized_score", "tokens", "score", "finished_at_step",
+                                       "eos"])
 
 
 def beam_row(step) -> dict:

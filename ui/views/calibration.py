@@ -17,6 +17,7 @@ import plotly.graph_objects as go
 from decoding.core.formulas import CALIBRATION_BINS, calibration_error, reliability_bins
 from ui.views import palette
 from ui.views.figures import plot_text
+from ui.views.headers import header
 from ui.views.sources import source_text
 
 SAMPLE_COLUMNS = ["round", "node", "position", "source", "score", "accepted"]
@@ -72,7 +73,7 @@ def reliability_figure(table: pd.DataFrame, by: str) -> go.Figure:
     overall = ece["all"]
     title = "Reliability of ŝ over the run so far" + (f" (ECE {overall:.3f})" if overall is not None else "")
     fig.update_layout(title=title, xaxis={"title": "ŝ (mean in bin)", "range": [0, 1]},
-                      yaxis={"title": "measured acceptance", "range": [0, 1.02]}, height=420,
+                      yaxis={"title": header("acceptance"), "range": [0, 1.02]}, height=420,
                       margin={"t": 50, "b": 40, "l": 50, "r": 10}, legend={"font": {"size": 11}})
     return fig
 

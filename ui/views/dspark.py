@@ -472,6 +472,6 @@ def size_figure(info, select: str = "chain") -> go.Figure:
     cost = f"(verify ms + {info.overhead_ms:.1f} ms overhead)" if info.overhead_ms else "verify ms"
     fig.update_layout(title=f"Cost-aware size: {what} {info.size} maximizes (1 + E[accepted]) / {cost}",
                       xaxis={"title": what, "dtick": 1}, yaxis={"title": "expected tokens/s"},
-                      yaxis2={"title": "verify ms", "overlaying": "y", "side": "right", "showgrid": False},
+                      yaxis2={"title": header("verify_ms"), "overlaying": "y", "side": "right", "showgrid": False},
                       legend={"orientation": "h", "y": -0.3}, margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)
     return fig

@@ -280,17 +280,25 @@ def tokens_per_forward_bars(rows: Sequence[tuple[str, float]]) -> go.Figure:
 LANE_PATTERNS = ("", "/", ".", "x")
 
 
-def per_position_lanes(lanes: Mapping[str, Sequence[float] | None]) -> go.Figure:
+def per_position_lanes(lanes: Mapping[str, Sequence[float] | None],
+                       counts: Mapping[str, Sequence[int]] | None = None) -> go.Figure:
     """Per-position acceptance (position k accepted / drafted) grouped by k, one bar series per lane
-    that has it (None: a lane without drafts, skipped but keeping every lane's colour and pattern)."""
+    that has it (None: a lane without drafts, skipped but keeping every lane's colour and pattern); with
+    `counts` (rounds that drafted k, per lane) each bar says its n and is faded below MIN_ROUNDS."""
+    from ui.views.acceptance import MIN_ROUNDS
+
     fig = go.Figure()
     for i, (label, rates) in enumerate(lanes.items()):
         if not rates:
             continue
+        n = list((counts or {}).get(label, ()))[:len(rates)] or [None] * len(rates)
         fig.add_bar(name=plot_text(label), x=[f"k={k + 1}" for k in range(len(rates))], y=list(rates),
-                    marker={"color": palette.LANE_COLORS[i % 4], "pattern": {"shape": LANE_PATTERNS[i % 4]}},
-                    hovertemplate="%{x}: %{y:.3f}<extra>" + plot_text(label) + "</extra>")
-    fig.update_layout(barmode="group", title="Per-position acceptance (speculative and dspark lanes)",
+                    marker={"color": palette.LANE_COLORS[i % 4], "pattern": {"shape": LANE_PATTERNS[i % 4]},
+                            "opacity": [0.35 if c is not None and c < MIN_ROUNDS else 1.0 for c in n]},
+                    text=["" if c is None else f"n={c}" for c in n], textposition="outside", cliponaxis=False,
+                    hovertemplate="%{x}: %{y:.3f} (%{text})<extra>" + plot_text(label) + "</extra>")
+    faded = f"; faded: fewer than {MIN_ROUNDS} rounds" if counts else ""
+    fig.update_layout(barmode="group", title=f"Per-position acceptance (n = rounds that drafted k{faded})",
                       yaxis={"title": "acceptance", "range": [0, 1.05]}, legend={"orientation": "h", "y": -0.25},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=360)
     return fig

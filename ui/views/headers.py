@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from ui.views import glossary
 from ui.views.beam import STATUS_STYLE
 
 NOT_APPLICABLE = "—"
@@ -21,8 +22,8 @@ SMALL_FORMAT = "%.4g"         # printf style, as st.column_config.NumberColumn t
 # own words over these (e.g. beam.HEADERS, tables.METRICS_HEADERS).
 HEADERS: dict[str, str] = {
     # tokens and steps
-    "step": "step", "position": "position", "token_id": "token id", "piece": "token", "forced": "forced",
-    "kind": "step kind", "rank": "rank", "chosen": "chosen", "ms": "time (ms)", "u": "draw u",
+    "step": "step", "text": "text", "position": "position", "token_id": "token id", "piece": "token",
+    "forced": "forced", "kind": "step kind", "rank": "rank", "chosen": "chosen", "ms": "time (ms)", "u": "draw u",
     "p_raw": "p raw", "p_processed": "p processed", "logit_raw": "logit raw", "logit_processed": "logit processed",
     "raw_rank": "raw rank", "entropy_raw": "entropy raw (nats)", "entropy_processed": "entropy processed (nats)",
     "removed_by": "removed by",
@@ -43,7 +44,8 @@ HEADERS: dict[str, str] = {
     "n_eos_not_top": "EOS below top B", "early_stop": "early stop", "done": "done",
     # speculative decoding
     "k": "k (draft position)", "q_draft": "q draft", "p_target": "p target", "ratio": "p target ÷ q draft",
-    "accept_prob": "acceptance probability", "verdict": "verdict", "p_residual": "p residual", "round": "round",
+    "accept_prob": "acceptance probability", "sum_min": "Σmin(p,q)", "verdict": "verdict",
+    "p_residual": "p residual", "round": "round",
     "drafter": "drafter", "gamma": "γ", "accepted": "accepted", "final_kind": "final token from",
     "final_piece": "final token", "emitted": "tokens emitted", "fed_tokens": "tokens fed",
     "kv_cropped_target": "KV rolled back (target)", "kv_cropped_draft": "KV rolled back (draft)",
@@ -66,7 +68,8 @@ HEADERS: dict[str, str] = {
     "tokens_held": "tokens held", "sequences": "sequences", "held_mb": "held (MB)", "peak_mb": "peak (MB)",
     "freed_mb": "freed (MB)",
     # Lab
-    "forward": "forward", "n": "n", "measured_ms": "measured (ms)", "roofline_ms": "roofline (ms)",
+    "forward": "forward", "n": "n", "measured_ms": "measured (ms)", "spread_ms": "spread (ms)", "repeats": "repeats",
+    "roofline_ms": "roofline (ms)",
     "bound_by": "bound by", "gflop": "GFLOP", "mb_read": "read (MB)", "flop_per_byte": "FLOP per byte",
     "roofline_share": "roofline ÷ measured", "verify_ratio": "verify ÷ one-token forward",
     "tau_to_beat_greedy": "τ to beat greedy", "acceptance_needed": "acceptance needed", "how": "how",
@@ -86,8 +89,10 @@ HEADERS: dict[str, str] = {
 # Cells of a closed set of values, in words where the value is a name (a trace's verdicts, beam statuses and
 # the filters that removed a candidate).
 FILTER_WORDS = {"top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
+STOP_WORDS = {"max_new_tokens": "token budget reached", "eos": "end of text (EOS)", "stopped": "stopped by you",
+              "error": "error"}
 VALUE_WORDS: dict[str, dict[str, str]] = {
-    "verdict": {"not_reached": "not reached"},
+    "verdict": {"not_reached": "not reached"}, "stop_reason": STOP_WORDS,
     "status": {status: style[-1] for status, style in STATUS_STYLE.items()},
     "removed_by": FILTER_WORDS, "filter": FILTER_WORDS,
 }
@@ -96,6 +101,11 @@ VALUE_WORDS: dict[str, dict[str, str]] = {
 def header(field: str, words: Mapping[str, str] | None = None) -> str:
     """The words a column named `field` shows: the table's own `words`, else HEADERS, else the name."""
     return (words or {}).get(field) or HEADERS.get(field, field)
+
+
+def help_for(column: str) -> str | None:
+    """A shown column's tooltip: its glossary definition (ui/views/glossary.py), else None."""
+    return glossary.definition(column)
 
 
 def value_word(field: str, value: str) -> str:

@@ -21,8 +21,10 @@ from decoding.core.roofline import (
     roofline_ms,
 )
 from ui.views import palette
+from ui.views.headers import header
 
 FLAT_RATIO = 1.25      # verify(9) / verify(1) at or below this: the forward is flat in n (bound by reading)
+MIN_REPEATS = 3        # fewer timed repeats per point: no spread to judge by, so no verdict is named
 AXIS_NAMES = {"tokens": "n new tokens, one sequence", "batch": "b sequences, one new token each"}
 
 
@@ -58,6 +60,11 @@ class CostReport:
         return next((p.ms for p in self.axis(axis) if p.n == n), None)
 
 
+def spread(point: ForwardTime) -> tuple[float, float]:
+    """(lowest, highest) of a point's timed repeats."""
+    return min(point.times_ms), max(point.times_ms)
+
+
 def cost_report(events: Iterable, prefix_tokens: int) -> CostReport:
     """Gather measure_cost's events (the shape, the rates, then the points, in any order)."""
     events = list(events)
@@ -80,12 +87,16 @@ def cost_table(report: CostReport) -> pd.DataFrame:
     for p in report.points:
         flops, read = _work(report, p)
         least = roofline_ms(flops, read, rates.flops_per_s, rates.bytes_per_s)
-        rows.append({"forward": AXIS_NAMES[p.axis], "n": p.n, "measured_ms": p.ms,
-                     "ms_per_token": p.ms / p.n, "roofline_ms": least,
+        low, high = spread(p)
+        rows.append({"forward": AXIS_NAMES[p.axis], "n": p.n, "measured_ms": p.ms, "spread_ms": high - low,
+                     "repeats": len(p.times_ms), "ms_per_token": p.ms / p.n, "roofline_ms": least,
                      "bound_by": bound_by(flops, read, rates.flops_per_s, rates.bytes_per_s),
                      "gflop": flops / 1e9, "mb_read": read / 1e6, "flop_per_byte": flops / read,
                      "roofline_share": least / p.ms})
     return pd.DataFrame(rows)
+
+
+KEY_COST_COLUMNS = ["forward", "n", "measured_ms", "spread_ms", "repeats", "ms_per_token", "roofline_ms", "bound_by"]
 
 
 def rounded(table: pd.DataFrame) -> pd.DataFrame:
@@ -106,7 +117,6 @@ def _three_digits(value: float) -> float:
 def device_table(report: CostReport) -> pd.DataFrame:
     """The figures the roofline is drawn from, with what each was measured on."""
     shape, rates = report.shape, report.rates
-    ridge = ridge_tokens(shape, report.prefix_tokens, rates.flops_per_s, rates.bytes_per_s)
     return pd.DataFrame([
         {"quantity": "weights read per forward", "value": f"{shape.weight_bytes / 1e6:,.1f} MB",
          "how": f"every linear layer's weights once ({shape.linear_params / 1e6:,.1f} M in the products)"},
@@ -117,9 +127,31 @@ def device_table(report: CostReport) -> pd.DataFrame:
         {"quantity": "arithmetic rate", "value": f"{rates.flops_per_s / 1e9:,.1f} GFLOP/s",
          "how": f"{rates.product}, best of 5"},
         {"quantity": "ridge", "value": f"{ridge_intensity(rates.flops_per_s, rates.bytes_per_s):,.1f} FLOP/byte",
-         "how": (f"a forward turns compute-bound at n = {ridge} new tokens" if ridge
-                 else "no forward up to 65,536 new tokens is compute-bound")},
+         "how": ridge_text(report)},
     ])
+
+
+def ridge_range(report: CostReport) -> tuple[int | None, int | None]:
+    """The first compute-bound n under the rates' two extremes (slow arithmetic with a fast read turns
+    compute-bound earliest, fast arithmetic with a slow read latest): the ridge lies between them. Rates
+    without a spread give one n twice."""
+    shape, rates = report.shape, report.rates
+    flops_low = rates.flops_per_s_low or rates.flops_per_s
+    bytes_low = rates.bytes_per_s_low or rates.bytes_per_s
+    early = ridge_tokens(shape, report.prefix_tokens, flops_low, rates.bytes_per_s)
+    late = ridge_tokens(shape, report.prefix_tokens, rates.flops_per_s, bytes_low)
+    return early, late
+
+
+def ridge_text(report: CostReport) -> str:
+    """Where a forward turns compute-bound, named only as firmly as the rates' repeats allow."""
+    early, late = ridge_range(report)
+    if early is None and late is None:
+        return "no forward up to 65,536 new tokens is compute-bound"
+    if early == late:
+        return f"a forward turns compute-bound at n = {early} new tokens (the same at every repeat's rates)"
+    upper = f"n = {late}" if late is not None else "beyond 65,536"
+    return f"compute-bound from between n = {early} and {upper} new tokens (the repeats' spread)"
 
 
 def cost_figure(report: CostReport) -> go.Figure:
@@ -131,9 +163,13 @@ def cost_figure(report: CostReport) -> go.Figure:
         points = report.axis(axis)
         if not points:
             continue
+        low_high = [spread(p) for p in points]
         fig.add_scatter(x=[p.n for p in points], y=[p.ms for p in points], mode="lines+markers",
-                        name=f"measured: {AXIS_NAMES[axis]}", line={"color": color, "dash": dash},
-                        marker={"symbol": symbol, "size": 8})
+                        name=f"measured: {AXIS_NAMES[axis]} (median; bar: lowest to highest repeat)",
+                        line={"color": color, "dash": dash}, marker={"symbol": symbol, "size": 8},
+                        error_y={"type": "data", "symmetric": False, "color": color,
+                                 "array": [hi - p.ms for p, (_, hi) in zip(points, low_high)],
+                                 "arrayminus": [p.ms - lo for p, (lo, _) in zip(points, low_high)]})
     tokens = report.axis("tokens") or report.axis("batch")
     least = [roofline_ms(*_work(report, p), report.rates.flops_per_s, report.rates.bytes_per_s) for p in tokens]
     fig.add_scatter(x=[p.n for p in tokens], y=least, mode="lines", name="roofline: least time the device allows",
@@ -141,9 +177,10 @@ def cost_figure(report: CostReport) -> go.Figure:
     floor = 1000.0 * report.shape.weight_bytes / report.rates.bytes_per_s
     fig.add_hline(y=floor, line={"color": palette.GREEN, "dash": "longdash"},
                   annotation_text=f"reading the weights once: {floor:.1f} ms", annotation_position="bottom right")
-    fig.update_layout(title="Cost of a forward",
+    repeats = min((len(p.times_ms) for p in report.points), default=0)
+    fig.update_layout(title=f"Cost of a forward (median of {repeats} repeats or more per point)",
                       xaxis={"title": "tokens in the forward", "type": "log", "dtick": 0.30103},
-                      yaxis={"title": "ms", "rangemode": "tozero"}, height=420,
+                      yaxis={"title": header("measured_ms"), "rangemode": "tozero"}, height=420,
                       legend={"orientation": "h", "y": -0.3}, margin={"t": 50, "b": 10, "l": 10, "r": 10})
     return fig
 
@@ -166,33 +203,55 @@ def speculation_table(report: CostReport) -> pd.DataFrame:
 
 def verify_ratio(report: CostReport, n: int = 9) -> tuple[int, float] | None:
     """(n, verify(n) / verify(1)) at the measured n closest to `n`; None without n = 1 and one more."""
-    one = report.ms("tokens", 1)
+    found = _ratio_points(report, n)
+    return None if found is None else (found[1].n, found[1].ms / found[0].ms)
+
+
+def _ratio_points(report: CostReport, n: int = 9) -> tuple[ForwardTime, ForwardTime] | None:
+    one = next((p for p in report.axis("tokens") if p.n == 1), None)
     others = [p for p in report.axis("tokens") if p.n > 1]
     if one is None or not others:
         return None
-    point = min(others, key=lambda p: (abs(p.n - n), p.n))
-    return point.n, point.ms / one
+    return one, min(others, key=lambda p: (abs(p.n - n), p.n))
+
+
+def ratio_spread(one: ForwardTime, point: ForwardTime) -> tuple[float, float]:
+    """The lowest and highest verify(n) / verify(1) the repeats allow (each end from the extremes)."""
+    (one_lo, one_hi), (lo, hi) = spread(one), spread(point)
+    return lo / one_hi, hi / one_lo
 
 
 def regime(report: CostReport) -> str:
-    """Which curve the user is looking at, in one paragraph."""
-    found = verify_ratio(report)
+    """Which curve the user is looking at, in one paragraph: "flat" or "steep" only when every ratio the
+    repeats allow lies on the same side of FLAT_RATIO, from MIN_REPEATS repeats or more."""
+    found = _ratio_points(report)
     if found is None:
         return "Measure n = 1 and at least one larger n to compare verification with a one-token step."
-    n, ratio = found
-    head = f"Verifying {n - 1} drafts (a forward over {n} tokens) costs {ratio:.2f}× a one-token forward."
-    one = report.ms("tokens", 1)
+    one_point, point = found
+    ratio = point.ms / one_point.ms
+    low, high = ratio_spread(one_point, point)
+    head = (f"Verifying {point.n - 1} drafts (a forward over {point.n} tokens) costs {ratio:.2f}× a one-token "
+            f"forward (medians; the repeats allow {low:.2f}× to {high:.2f}×).")
+    one = one_point.ms
     least = roofline_ms(forward_flops(report.shape, 1, report.prefix_tokens),
                         forward_bytes(report.shape, 1, report.prefix_tokens),
                         report.rates.flops_per_s, report.rates.bytes_per_s)
     overhead = (f" A one-token forward takes {one:.1f} ms against the roofline's {least:.1f} ms: "
                 f"{100 * least / one:.0f} % of it is the least the device allows, the rest is per-layer "
                 "overhead (kernel launches, Python, small matrix products).")
-    if ratio <= FLAT_RATIO:
+    repeats = min(len(one_point.times_ms), len(point.times_ms))
+    if repeats < MIN_REPEATS:
+        return (head + f" With {repeats} repeat(s) per point there is no spread to judge by: measure with "
+                f"{MIN_REPEATS} repeats or more before calling the curve flat or steep." + overhead)
+    if high <= FLAT_RATIO:
         return (head + " The curve is **flat**: the forward is bound by reading the weights, so a few more tokens "
                 "are nearly free — speculative decoding pays off even at modest acceptance." + overhead)
-    return (head + " The curve is **steep**: each extra token costs real compute here, so a draft must be accepted "
-            "far enough to pay for its verification (the table below gives the τ each γ needs)." + overhead)
+    if low > FLAT_RATIO:
+        return (head + " The curve is **steep**: each extra token costs real compute here, so a draft must be "
+                "accepted far enough to pay for its verification (the table below gives the τ each γ needs)."
+                + overhead)
+    return (head + f" The spread straddles {FLAT_RATIO:.2f}×, the line between flat and steep: the machine was "
+            "too noisy to tell; measure again with more repeats." + overhead)
 
 
 # ---------------------------------------------------------------- throughput against latency

@@ -18,7 +18,18 @@ RULE_NAMES = {"speculative": "speculative (ratio rule)", "dspark": "DSpark (tree
               "lossy": "DSpark lossy mode", "retrospective": "retrospective plan"}
 RULE_STYLE = {"speculative": (palette.BLUE, ""), "dspark": (palette.GREEN, "/"),
               "lossy": (palette.VERMILLION, "x"), "retrospective": (palette.PURPLE, ".")}
-SIGNIFICANCE = 0.001       # a p-value below this: the samples are not drawn from p_target
+SIGNIFICANCE = 0.001       # the cut-off: a p-value below it says the samples are not drawn from p_target
+
+
+def agrees(p_value: float) -> bool:
+    """Whether the χ² test finds the samples consistent with p_target at the cut-off (SIGNIFICANCE)."""
+    return p_value >= SIGNIFICANCE
+
+
+def test_words(p_value: float) -> str:
+    """The χ² test in one phrase, the cut-off stated: "p = 0.021 ≥ 0.001: agree"."""
+    return (f"p = {p_value:.2g} ≥ {SIGNIFICANCE:g}: agree" if agrees(p_value)
+            else f"p = {p_value:.2g} < {SIGNIFICANCE:g}: disagree")
 
 
 def _labels(result: LosslessResult) -> list[str]:
@@ -36,15 +47,18 @@ def rules_table(result: LosslessResult) -> pd.DataFrame:
 
 
 def _verdict(distance: float, p_value: float) -> str:
+    """The rule's verdict: the exact enumeration first, then the samples' χ² test against the cut-off, in
+    the same words as the samples chart's legend (test_words)."""
     moved = distance > 1e-9
-    rejected = p_value < SIGNIFICANCE
-    if not moved and not rejected:
-        return "lossless: exactly p_target, and the samples agree"
-    if moved and rejected:
-        return "lossy: moves the distribution, and the samples show it"
+    test = test_words(p_value)
+    if not moved and agrees(p_value):
+        return f"lossless: exactly p target, and the samples agree ({test})"
+    if moved and not agrees(p_value):
+        return f"lossy: moves the distribution, and the samples show it ({test})"
     if moved:
-        return "lossy by the enumeration; the samples are too few to show it"
-    return "exact by the enumeration; the samples fall outside (a 1-in-1000 chance, or a bug)"
+        return f"lossy by the enumeration; the samples are too few to show it ({test})"
+    return (f"exact by the enumeration; the samples fall outside ({test}: a 1-in-{round(1 / SIGNIFICANCE)} "
+            "chance, or a bug)")
 
 
 def distribution_figure(result: LosslessResult) -> go.Figure:
@@ -73,9 +87,11 @@ def samples_figure(result: LosslessResult) -> go.Figure:
     for o in result.outcomes:
         n = sum(o.counts) or 1
         fig.add_scatter(x=labels, y=[c / n for c in o.counts], mode="markers",
-                        name=f"{RULE_NAMES[o.rule]} (p = {o.p_value:.2g})",
+                        name=f"{RULE_NAMES[o.rule]} ({test_words(o.p_value)})",
                         marker={"color": RULE_STYLE[o.rule][0], "symbol": symbols[o.rule], "size": 10})
-    fig.update_layout(title=f"{sum(result.outcomes[0].counts) if result.outcomes else 0} seeded rounds per rule",
+    rounds = sum(result.outcomes[0].counts) if result.outcomes else 0
+    fig.update_layout(title=f"{rounds} seeded rounds per rule; χ² test, cut-off (significance level) "
+                            f"{SIGNIFICANCE:g}",
                       yaxis={"title": "share of rounds", "rangemode": "tozero"}, legend={"orientation": "h", "y": -0.3},
                       height=400, margin={"t": 50, "b": 10, "l": 10, "r": 10})
     return fig

@@ -18,11 +18,13 @@ def source_text(item) -> str:
     return " + ".join(source_label(name) for name in proposed_by(item))
 
 
-def drafting_text(info) -> str:
+def drafting_text(info, speculative: bool = False) -> str:
     """One line: the run's sources and why (a DSpark prefill round's or a first speculative round's
-    `drafting`, or what a config will use: decoding.runner.planned_drafting)."""
+    `drafting`, or what a config will use: decoding.runner.planned_drafting). Speculative decoding drafts
+    a chain, not a lattice: its line says "Draft sources"."""
     names = ", ".join(source_label(name) for name in info.sources) or "none"
-    return f"Lattice sources: {names}. {info.reason}" + memory_text(getattr(info, "memory", ""))
+    label = "Draft sources" if speculative else "Lattice sources"
+    return f"{label}: {names}. {info.reason}" + memory_text(getattr(info, "memory", ""))
 
 
 def memory_text(memory: str) -> str:
@@ -31,3 +33,12 @@ def memory_text(memory: str) -> str:
     if memory == "empty":
         return " Their memory starts empty: they learn from this run's text only."
     return f" Their memory holds what {memory} left." if memory else ""
+
+
+def drafter_words(name: str) -> str:
+    """A drafter's name in words: "default[feature]" -> "feature head (over default)"; others unchanged."""
+    model, bracket, rest = name.partition("[")
+    kind, closed, tail = rest.partition("]")
+    if not (bracket and closed and kind):
+        return name
+    return f"{source_label(kind)} (over {model or 'the model'}){tail}"

@@ -9,10 +9,12 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from ui.views import palette
+from ui.views import glossary, palette
+from ui.views.acceptance import MIN_ROUNDS
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
 from ui.views.headers import header
+from ui.views.sources import drafter_words
 
 P, Q = header("p_target"), header("q_draft")       # the tables' words for the two distributions
 
@@ -48,10 +50,31 @@ def _prob_in(entries, token_id: int) -> float | None:
 
 # ---------------------------------------------------------------- chips
 
-def draft_tooltip(d, round_index: int) -> str:
+def greedy_round(event) -> bool:
+    """Temperature 0: the verifier compared each draft with the target's argmax (no draft drew a u)."""
+    return not any(d.u is not None for d in event.drafts)
+
+
+def rule_probability(d, greedy: bool) -> float | None:
+    """The acceptance probability under the rule the verifier used (glossary: "acceptance probability"): 1 or
+    0 at temperature 0, min(1, p target ÷ q draft) for a sampled draft; None for a draft never judged."""
+    if d.verdict not in ("accepted", "rejected"):
+        return None
+    if greedy:
+        return 1.0 if d.verdict == "accepted" else 0.0
+    return min(1.0, d.ratio)
+
+
+def rule_text(greedy: bool) -> str:
+    return glossary.RULE_GREEDY if greedy else glossary.RULE_SAMPLED
+
+
+def draft_tooltip(d, round_index: int, greedy: bool | None = None) -> str:
+    greedy = d.u is None if greedy is None else greedy
     parts = [f"id {d.token_id}", f"{Q} {_num(d.q_draft)}", f"{P} {_num(d.p_target)}",
-             f"ratio {_num(d.ratio)}", f"u {_num(d.u)}", f"{header('accept_prob')} {_num(d.accept_prob)}",
-             f"draft position {d.index}", f"round {round_index}"]
+             f"{header('ratio')} {_num(d.ratio)}", f"u {_num(d.u)}",
+             f"{header('accept_prob')} {_num(rule_probability(d, greedy))}",
+             f"draft position {d.index + 1}", f"round {round_index}"]
     return " · ".join(parts)
 
 
@@ -68,7 +91,8 @@ def spec_chips(event) -> list[Chip]:
         new.pop(0)
     if event.accepted < len(event.drafts) and event.drafts[event.accepted].verdict == "rejected":
         d = event.drafts[event.accepted]
-        chips.append(Chip(d.piece, "rejected", draft_tooltip(d, event.index) + " · u ≥ ratio: rejected",
+        why = "not the target's argmax" if d.u is None else "u ≥ ratio"
+        chips.append(Chip(d.piece, "rejected", f"{draft_tooltip(d, event.index)} · {why}: rejected",
                           event.index, emitted=False))
     if new and event.final_kind in ("residual", "bonus") and event.final_id is not None:
         chips.append(Chip(_piece_of(event, event.final_id), event.final_kind, final_tooltip(event), event.index))
@@ -99,33 +123,40 @@ def lookup_text(event) -> str:
 
 # ---------------------------------------------------------------- tables
 
-DRAFT_COLUMNS = ["k", "token_id", "piece", "q_draft", "p_target", "ratio", "u", "accept_prob", "verdict"]
+DRAFT_COLUMNS = ["k", "piece", "verdict", "accept_prob", "p_target", "q_draft", "ratio", "u", "sum_min",
+                 "token_id"]
 
 
 def drafts_table(event) -> pd.DataFrame:
-    rows = [{"k": d.index, "token_id": d.token_id, "piece": visible(d.piece), "q_draft": d.q_draft,
-             "p_target": d.p_target, "ratio": d.ratio, "u": d.u, "accept_prob": d.accept_prob,
-             "verdict": d.verdict} for d in event.drafts]
+    """One row per draft, k from 1: its verdict, the acceptance probability under the rule used (1 or 0 at
+    temperature 0), p target, q draft, the ratio and u (sampled), and the engine's Σmin(p,q) (sampled only:
+    at temperature 0 it is not the rule, so the column is left empty)."""
+    greedy = greedy_round(event)
+    rows = [{"k": d.index + 1, "piece": visible(d.piece), "verdict": d.verdict,
+             "accept_prob": rule_probability(d, greedy), "p_target": d.p_target, "q_draft": d.q_draft,
+             "ratio": None if greedy else d.ratio, "u": d.u, "sum_min": None if greedy else d.accept_prob,
+             "token_id": d.token_id} for d in event.drafts]
     return pd.DataFrame(rows, columns=DRAFT_COLUMNS)
 
 
 def residual_table(event) -> pd.DataFrame:
     rows = [{"rank": i, "token_id": e.token_id, "piece": visible(e.piece), "p_residual": e.prob,
              "p_target": _prob_in(event.final_top, e.token_id), "chosen": e.token_id == event.final_id}
-            for i, e in enumerate(event.residual_top)]
+            for i, e in enumerate(event.residual_top, start=1)]
     return pd.DataFrame(rows, columns=["rank", "token_id", "piece", "p_residual", "p_target", "chosen"])
 
 
 def final_table(event) -> pd.DataFrame:
     """Target's processed top-N where the final (residual or bonus) token was chosen."""
     rows = [{"rank": i, "token_id": c.token_id, "piece": visible(c.piece), "p_target": c.prob,
-             "chosen": c.token_id == event.final_id} for i, c in enumerate(event.final_top)]
+             "chosen": c.token_id == event.final_id} for i, c in enumerate(event.final_top, start=1)]
     return pd.DataFrame(rows, columns=["rank", "token_id", "piece", "p_target", "chosen"])
 
 
 def spec_row(event) -> dict:
     final = _piece_of(event, event.final_id) if event.final_id is not None else ""
-    return {"round": event.index, "position": event.position, "drafter": event.drafter, "gamma": event.gamma,
+    return {"round": event.index, "position": event.position, "drafter": drafter_words(event.drafter),
+            "gamma": event.gamma,
             "accepted": event.accepted, "final_kind": event.final_kind, "final_piece": visible(final),
             "emitted": len(event.emitted), "fed_tokens": event.fed_tokens,
             "kv_cropped_target": event.kv_cropped_target, "kv_cropped_draft": event.kv_cropped_draft,
@@ -165,7 +196,7 @@ def spec_metrics(events: Sequence) -> dict:
 def draft_bars(event) -> go.Figure:
     """Per draft position: q_draft and p_target of the drafted token, the ratio, and u; the verdict
     as colour, bar pattern and a text label."""
-    labels = [plot_text(f"{d.index}: {visible(d.piece)!r}") for d in event.drafts]
+    labels = [plot_text(f"k={d.index + 1}: {visible(d.piece)!r}") for d in event.drafts]
     fig = go.Figure()
     if any(d.q_draft is not None for d in event.drafts):
         fig.add_bar(name=Q, x=labels, y=[d.q_draft for d in event.drafts], marker_color=palette.SKY,
@@ -176,13 +207,15 @@ def draft_bars(event) -> go.Figure:
                 text=[s[2] for s in styles], textposition="outside", cliponaxis=False,
                 hovertemplate=f"%{{x}}<br>{P} %{{y:.4f}}<extra></extra>")
     if any(d.u is not None for d in event.drafts):
-        fig.add_scatter(name="ratio min(1, p/q) (right axis)", x=labels, y=[min(1.0, d.ratio) for d in event.drafts],
+        fig.add_scatter(name=f"{header('accept_prob')} min(1, p/q) (right axis)", x=labels,
+                        y=[min(1.0, d.ratio) for d in event.drafts],
                         mode="markers", yaxis="y2", marker={"symbol": "diamond", "size": 11, "color": palette.BLACK})
-        fig.add_scatter(name="u: accept if u < ratio (right axis)", x=labels, y=[d.u for d in event.drafts],
+        fig.add_scatter(name=f"u: accept if u < {header('accept_prob')} (right axis)", x=labels,
+                        y=[d.u for d in event.drafts],
                         mode="markers", yaxis="y2", marker={"symbol": "x", "size": 11, "color": palette.ORANGE})
-        fig.update_layout(yaxis2={"title": "ratio, u", "overlaying": "y", "side": "right", "range": [0, 1.05],
-                                  "dtick": 0.25, "showgrid": False})
-        rule = f"accept while u < {header('ratio')}"
+        fig.update_layout(yaxis2={"title": header("accept_prob"), "overlaying": "y", "side": "right",
+                                  "range": [0, 1.05], "dtick": 0.25, "showgrid": False})
+        rule = f"sampled: accept while u < {header('ratio')}"
     else:   # temperature 0: the verifier compares with the target's argmax
         fig.add_bar(name=f"{P} of the target's argmax", x=labels,
                     y=[d.target_top[0].prob if d.target_top else None for d in event.drafts],
@@ -211,11 +244,21 @@ def residual_bars(event) -> go.Figure:
     return fig
 
 
-def per_position_bars(per_position: Sequence[float]) -> go.Figure:
+def per_position_bars(per_position: Sequence[float], counts: Sequence[int] | None = None,
+                      min_rounds: int = MIN_ROUNDS) -> go.Figure:
+    """Per-position acceptance with the rounds behind each bar (n) on it; a bar from fewer than `min_rounds`
+    rounds is grey and hatched, and the title states the minimum."""
+    counts = list(counts) if counts is not None else [None] * len(per_position)
     xs = [f"k={k + 1}" for k in range(len(per_position))]
-    fig = go.Figure(go.Bar(x=xs, y=list(per_position), marker_color=palette.GREEN,
-                           text=[f"{a:.2f}" for a in per_position], textposition="outside", cliponaxis=False))
-    fig.update_layout(title="Per-position acceptance (rounds in which position k was accepted / drafted)",
-                      yaxis={"title": "acceptance", "range": [0, 1.1]}, margin={"t": 50, "b": 10, "l": 10, "r": 10},
-                      height=300)
+    few = [n is not None and n < min_rounds for n in counts]
+    fig = go.Figure(go.Bar(
+        x=xs, y=list(per_position), marker={"color": [palette.GREY if f else palette.GREEN for f in few],
+                                            "pattern": {"shape": ["/" if f else "" for f in few]}},
+        text=[f"{a:.2f}" + ("" if n is None else f" (n={n})") for a, n in zip(per_position, counts)],
+        textposition="outside", cliponaxis=False,
+        hovertemplate="%{x}: %{y:.2f} (%{text})<extra></extra>"))
+    note = f"; grey: fewer than {min_rounds} rounds" if any(few) else ""
+    fig.update_layout(title=f"Per-position acceptance (n = rounds that drafted k{note})",
+                      xaxis_title=header("k"), yaxis={"title": header("acceptance"), "range": [0, 1.15]},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=300)
     return fig

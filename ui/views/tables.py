@@ -21,10 +21,16 @@ def _table_file(source: str) -> tuple[bool, str]:
 
 
 def table_name(source: str) -> str:
-    """A cost table's source as the page shows it: its file name, never a path; the table "auto" profiles
-    says so."""
+    """A cost table's source as the page shows it: the table "auto" profiles in words (its cache file's name
+    means nothing to a student), a table the user gave by its file name, never a path."""
     auto, name = _table_file(source)
-    return f"auto, profiled on this machine ({name})" if auto else name
+    return "auto, profiled on this machine" if auto else name
+
+
+def nats(value: float) -> float:
+    """An entropy as shown: never below 0 (float round-off gives −1e-9 for a certain distribution, drawn
+    "-0")."""
+    return max(0.0, float(value)) + 0.0
 
 
 def table_short(source: str) -> str:
@@ -69,7 +75,7 @@ def candidates_table(step) -> pd.DataFrame:
     rows = [{"rank": i, "token_id": raw.token_id, "piece": visible(raw.piece), "logit_raw": raw.logit,
              "p_raw": raw.prob, "logit_processed": proc.logit, "p_processed": proc.prob,
              "removed_by": proc.removed_by or "", "chosen": raw.token_id == step.chosen_id}
-            for i, (raw, proc) in enumerate(zip(step.raw_top, step.processed_top))]
+            for i, (raw, proc) in enumerate(zip(step.raw_top, step.processed_top), start=1)]
     return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
 
 

@@ -19,6 +19,7 @@ from decoding.core.trace import Trace, from_json, to_json
 from decoding.core.trace_totals import emitted_count
 from decoding.runner import STRATEGIES, run
 from decoding.runtime.files import check_folder
+from ui.views.headers import value_word
 
 TOUR_DIR = Path(__file__).resolve().parents[2] / "assets" / "tour"
 MAX_SHIPPED_BYTES = 300_000          # a shipped trace stays small (lower top_n or max_new_tokens if not)
@@ -145,7 +146,7 @@ STOPS: tuple[Stop, ...] = (
             "much as feeding one. So a cheap drafter proposes γ tokens, the target scores them all in one "
             "forward, and the guesses are accepted from left to right while they agree with the target: "
             "at temperature 0, while each one is the target's argmax; at temperature above 0, by a "
-            "random test with probability min(1, p_target / q_draft), which keeps the output "
+            "random test with probability min(1, p target ÷ q draft), which keeps the output "
             "distribution exactly the target's. At the first rejection the target's own token replaces "
             "the guess (the residual); when all γ pass, the same forward yields one more token for free "
             "(the bonus). Every round emits at least one token, and the answer is the one the target "
@@ -281,13 +282,21 @@ _FOCUS_RULES = {"closest": _closeness, "most_cut": _mass_cut, "most_emitted": em
                 "largest_gamma": lambda step: getattr(step, "gamma", 0), "last": lambda step: 0}
 
 
+def speed_line(recorded: Trace | None, live: Trace) -> str:
+    """The live run's speed beside the recording's, with where each ran."""
+    def one(trace: Trace) -> str:
+        return f"{trace.stats.tokens_per_s:.1f} tokens/s on {trace.model.get('device', '?')}"
+    head = f"live {one(live)}"
+    return head if recorded is None else f"{head}, recorded {one(recorded)} (the recording's machine)"
+
+
 def facts(trace: Trace) -> str:
     """One line of what the trace measured."""
     s = trace.stats
     per_forward = s.new_tokens / s.target_forwards if s.target_forwards else 0.0
     model = trace.model
     return (f"{s.new_tokens} tokens from {s.target_forwards} target forwards ({per_forward:.2f} tokens per "
-            f"forward), stop: {trace.stop_reason}; model {model.get('name', '?')} on "
+            f"forward), stop: {value_word('stop_reason', trace.stop_reason)}; model {model.get('name', '?')} on "
             f"{model.get('device', '?')}, {model.get('dtype', '?')}")
 
 
@@ -300,6 +309,18 @@ def stale_fields(stop: Stop, trace: Trace) -> list[str]:
     if trace.prompt_text != stop.prompt:
         out.append("prompt")
     return out
+
+
+def playground_query(stop: Stop) -> dict[str, str]:
+    """The stop's settings as the Playground's link parameters (ui/widgets/params.py's names); the model,
+    device and dtype are left as the sidebar has them."""
+    shared = {"prompt": stop.prompt, "chat": "1", "strategy": stop.strategy, "seed": str(stop.seed),
+              "max_new": str(stop.max_new_tokens), "top_n": str(stop.top_n)}
+    return {**shared, **{name: str(value) for name, value in stop.params}}
+
+
+SPEED_NOTE = ("tokens/s depends on the machine (its cores, its load, the model's device and dtype): compare a "
+              "live run with the recording in tokens per target forward, which does not")
 
 
 def config_line(stop: Stop) -> str:

@@ -4,9 +4,10 @@ and tokens per target forward for other γ, from the recorded per-position accep
 For one round with acceptance probabilities a_1..a_γ (position i accepted given all before it were),
 assuming the positions' outcomes independent given those recorded values:
     E[accepted drafts] = Σ_{k=1}^{γ} Π_{i≤k} a_i,   tokens per verification = 1 + E[accepted].
-a_i is what the engine recorded as accept_prob: Σ_x min(p_target(x), q_draft(x)) for a draft model,
-p_target(draft token) for a point-mass drafter (prompt lookup); at temperature 0 the verifier accepts
-exactly when the draft token is the target's argmax, so a_i is 1 or 0.
+a_i is the glossary's "acceptance probability" before the draft is drawn: for a sampled trace the engine's
+Σmin(p,q) = Σ_x min(p_target(x), q_draft(x)) (p_target(draft token) for a point-mass drafter, prompt
+lookup); at temperature 0 the verifier accepts exactly when the draft token is the target's argmax, so a_i
+is 1 or 0, the rule's own acceptance probability, as in the round's table.
 """
 from __future__ import annotations
 
@@ -121,22 +122,32 @@ def max_recorded(events: Sequence) -> int:
     return max((len(e.drafts) for e in spec_rounds(events)), default=0)
 
 
+MIN_ROUNDS = 10     # a point where fewer recorded rounds drafted γ tokens is drawn hollow
+
+
 def sweep_figure(table: pd.DataFrame, measured_values: dict):
-    """Expected tokens per target forward against γ, with the trace's measured value at its own γ."""
+    """Expected tokens per target forward against γ, with the trace's measured value at its own γ; each point
+    says how many recorded rounds drafted all γ tokens (n), hollow below MIN_ROUNDS."""
     import plotly.graph_objects as go
 
     from ui.views import palette
+    from ui.views.headers import header
 
+    full = [r - s for r, s in zip(table["rounds"], table["short_rounds"])]
     fig = go.Figure()
     fig.add_scatter(name="expected (recorded acceptance probabilities)", x=list(table["gamma"]),
                     y=list(table["expected_tokens_per_forward"]), mode="lines+markers",
-                    line={"color": palette.BLUE}, marker={"symbol": "circle"})
+                    line={"color": palette.BLUE},
+                    marker={"symbol": ["circle-open" if n < MIN_ROUNDS else "circle" for n in full], "size": 9},
+                    text=[f"n={n}" for n in full],
+                    hovertemplate="γ %{x}: %{y:.2f} (%{text} rounds drafted all γ)<extra></extra>")
     if measured_values.get("tokens_per_forward") is not None:
         gamma = measured_values["gamma"]
-        fig.add_scatter(name=f"measured in the trace (γ up to {gamma})", x=[gamma],
+        fig.add_scatter(name=f"measured in the trace (γ up to {gamma}, n={measured_values['rounds']})", x=[gamma],
                         y=[measured_values["tokens_per_forward"]], mode="markers",
                         marker={"symbol": "star", "size": 16, "color": palette.VERMILLION})
-    fig.update_layout(title="Tokens per target forward vs γ", xaxis={"title": "γ", "dtick": 1},
-                      yaxis_title="tokens per verification", legend={"orientation": "h", "y": -0.25},
+    fig.update_layout(title=f"Tokens per target forward vs γ (hollow: under {MIN_ROUNDS} rounds)",
+                      xaxis={"title": header("gamma"), "dtick": 1},
+                      yaxis_title=header("expected_tokens_per_forward"), legend={"orientation": "h", "y": -0.25},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)
     return fig

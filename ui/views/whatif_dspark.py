@@ -105,30 +105,43 @@ def measured(events: Sequence) -> dict:
             "nodes": max(len(r.nodes) for r in rounds)}
 
 
+MIN_ROUNDS = 10     # a point from fewer recorded rounds is drawn hollow: too few rounds to read
+
+
 def sweep_figure(table: pd.DataFrame, measured_values: dict):
-    """Forecast and replayed tokens per target forward per chain γ' and tree budget."""
-    import plotly.graph_objects as go
+    """Forecast and replayed tokens per target forward: chain γ' on the left panel's axis, tree budget on the
+    right panel's (two quantities, two axes), with the rounds behind each point (n); a point from fewer than
+    MIN_ROUNDS rounds is hollow."""
+    from plotly.subplots import make_subplots
 
     from ui.views import palette
+    from ui.views.headers import header
 
-    fig = go.Figure()
-    styles = {("chain", "forecast"): (palette.BLUE, "circle", "solid"),
-              ("chain", "replayed"): (palette.BLUE, "square", "dot"),
-              ("tree", "forecast"): (palette.ORANGE, "diamond", "solid"),
-              ("tree", "replayed"): (palette.ORANGE, "x", "dot")}
-    for (mode, what), (color, symbol, dash) in styles.items():
+    fig = make_subplots(rows=1, cols=2, shared_yaxes=True, horizontal_spacing=0.06)
+    styles = {"forecast": ("circle", "solid"), "replayed": ("square", "dot")}
+    for col, (mode, color) in enumerate((("chain", palette.BLUE), ("tree", palette.ORANGE)), start=1):
         part = table[table["plan"] == mode]
-        col = f"{what}_tokens_per_forward"
-        if part.empty or part[col].isna().all():
-            continue
-        fig.add_scatter(name=f"{mode} — {what}", x=list(part["size"]), y=list(part[col]), mode="lines+markers",
-                        line={"color": color, "dash": dash}, marker={"symbol": symbol, "size": 8})
+        for what, (symbol, dash) in styles.items():
+            values = f"{what}_tokens_per_forward"
+            if part.empty or part[values].isna().all():
+                continue
+            few = [n < MIN_ROUNDS for n in part["rounds"]]
+            fig.add_scatter(name=f"{mode} — {what}", x=list(part["size"]), y=list(part[values]),
+                            mode="lines+markers", line={"color": color, "dash": dash},
+                            marker={"symbol": [f"{symbol}-open" if f else symbol for f in few], "size": 9},
+                            text=[f"n={n}" for n in part["rounds"]],
+                            hovertemplate="size %{x}: %{y:.2f} (%{text} rounds)<extra></extra>", row=1, col=col)
     if measured_values.get("tokens_per_forward") is not None:
-        size = measured_values["gamma"] if measured_values["select"] == "chain" else measured_values["nodes"]
-        fig.add_scatter(name=f"measured ({measured_values['select']}, size {size})", x=[size],
-                        y=[measured_values["tokens_per_forward"]], mode="markers",
-                        marker={"symbol": "star", "size": 16, "color": palette.VERMILLION})
-    fig.update_layout(title="Tokens per target forward vs chain length γ / tree budget",
-                      xaxis={"title": "γ (chain) or nodes (tree)", "dtick": 1}, yaxis_title="tokens per verification",
-                      legend={"orientation": "h", "y": -0.25}, margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=400)
+        chain = measured_values["select"] == "chain"
+        size = measured_values["gamma"] if chain else measured_values["nodes"]
+        fig.add_scatter(name=f"measured ({measured_values['select']}, size {size}, n={measured_values['rounds']})",
+                        x=[size], y=[measured_values["tokens_per_forward"]], mode="markers",
+                        marker={"symbol": "star", "size": 16, "color": palette.VERMILLION},
+                        row=1, col=1 if chain else 2)
+    fig.update_xaxes(title_text=header("gamma"), dtick=1, row=1, col=1)
+    fig.update_xaxes(title_text="tree budget", row=1, col=2)
+    fig.update_yaxes(title_text=header("expected_tokens_per_forward"), row=1, col=1)
+    fig.update_layout(title=f"Tokens per target forward (hollow: under {MIN_ROUNDS} rounds)",
+                      legend={"orientation": "h", "y": -0.25},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=400)
     return fig

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 import streamlit as st
 
 from decoding.core.trace_totals import output_ids
-from ui.views import figures, headers, tables
+from ui.views import figures, glossary, headers, tables
 from ui.views.chips import (
     chips_for,
     chips_html,
@@ -37,11 +37,24 @@ def table(df, key: str, filename: str, label: str = "Download CSV", words: Mappi
     """A table in words (headers.shown: HEADERS, then the table's own `words`), "—" where a value does not
     apply, and its CSV download with the field names, made only when the button is clicked (not every rerun)."""
     view = headers.shown(df, words)
-    formats = {c: st.column_config.NumberColumn(format=f) for c, f in headers.number_formats(view).items()}
+    formats = headers.number_formats(view)
+    config = {c: st.column_config.NumberColumn(format=formats[c], help=headers.help_for(str(c))) if c in formats
+              else st.column_config.Column(help=headers.help_for(str(c)))
+              for c in view.columns if c in formats or headers.help_for(str(c))}
     st.dataframe(view, hide_index=True, key=f"{key}.df", placeholder=headers.NOT_APPLICABLE,
-                 column_config=formats or None)
+                 column_config=config or None)
     st.download_button(md_text(label), lambda: df.to_csv(index=False), file_name=f"{_slug(filename)}.csv",
                        mime="text/csv", key=f"{key}.csv", on_click="ignore")
+
+
+def glossary_expander() -> None:
+    """Every quantity the app shows, with its one definition (ui/views/glossary.py); drawn only while open,
+    so a closed glossary costs a rerun nothing."""
+    box, is_open = lazy_expander("Glossary: what each quantity means", "ds.glossary_open")
+    if is_open:
+        with box:
+            for term in glossary.sorted_terms():
+                st.markdown(f"**{md_text(term.name)}**: {md_text(term.definition)}")
 
 
 def lazy_expander(label: str, key: str):
@@ -56,7 +69,7 @@ def show_chips(events: Sequence, current_step: int | None = None, diverge_at: in
     """The output as chips; the legend lists the origins present unless `legend` names them. `keep`:
     only the last chips (a long run in progress redraws them every chunk), with a note of the rest."""
     chips = chips_for(events)
-    st.html(legend_html(legend if legend is not None else origins_present(chips, ("target", "forced"))))
+    st.html(legend_html(legend if legend is not None else origins_present(chips)))
     shown, note = last_chips(chips, keep if diverge_at is None else None)
     st.html(chips_html(shown, current_step=current_step, diverge_at=diverge_at, prefix=note))
 
@@ -66,8 +79,8 @@ def show_metrics(events: Sequence) -> None:
     cols = st.columns(4)
     cols[0].metric("Tokens", f"{m['tokens']:d}")
     cols[1].metric("Target forwards", f"{m['target_forwards']:d}")
-    cols[2].metric("Model time", f"{m['model_ms']:.0f} ms")
-    cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}")
+    cols[2].metric("Model time", f"{m['model_ms']:.0f} ms", help=md_text(glossary.definition("model time")))
+    cols[3].metric("Tokens/s", f"{m['tokens_per_s']:.1f}", help=md_text(glossary.definition("tokens/s")))
 
 
 def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None,
@@ -77,8 +90,7 @@ def show_streams(lanes: dict[str, Sequence], legend: Sequence[str] | None = None
     `drafting`, each lane is its emitted text only (chips.emitted_text: no rejected drafts, no marks)."""
     shape = (lambda chips: chips) if drafting else emitted_text
     if legend is None:
-        legend = origins_present([c for events in lanes.values() for c in shape(chips_for(events))],
-                                 ("target", "forced") if drafting else ("target",))
+        legend = origins_present([c for events in lanes.values() for c in shape(chips_for(events))])
     st.html(legend_html(legend))
     labels = list(lanes)
     base = output_ids(lanes[labels[0]]) if labels else []

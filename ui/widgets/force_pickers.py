@@ -16,12 +16,12 @@ BEAM_HELP = ("Forces the chosen candidate's whole hypothesis: the tokens of the 
              "pruned candidates are offered; finished ones are already complete answers.")
 SPEC_HELP = ("The branch emits the tokens before this round, the round's accepted tokens before the chosen "
              "position, then the chosen token, and continues with speculative decoding from there. Offered "
-             "at each position: the emitted token, the draft, the target's processed top-N (p_target) and, "
+             "at each position: the emitted token, the draft, the target's processed top-N (p target) and, "
              "at a rejection, the residual's top-N.")
 DSPARK_HELP = ("The branch emits the tokens before this round, the accepted path's tokens above the chosen "
                "depth, then the chosen token, and continues with parallel drafting from there. Offered at "
                "each depth: the emitted token and the lattice's candidates at that position (DSpark rounds "
-               "record no target top-N; a verified candidate shows its p_target and verdict).")
+               "record no target top-N; a verified candidate shows its p target and verdict).")
 
 
 def _pick(where, label: str, key: str, options: list, labels: dict):

@@ -123,7 +123,7 @@ def spec_position_label(event, k: int) -> str:
     new = _new_tokens(event)
     what = "accepted draft" if k < event.accepted else f"{event.final_kind} token"
     piece = event.drafts[k].piece if k < event.accepted else (event.final_piece or f"⟨{new[k]}⟩")
-    return f"k={k}: {visible(piece)!r} (id {new[k]}, {what})"
+    return f"k={k + 1}: {visible(piece)!r} (id {new[k]}, {what})"       # k from 1 on screen, as the charts
 
 
 def spec_choices(event, k: int) -> list[Choice]:
@@ -135,11 +135,12 @@ def spec_choices(event, k: int) -> list[Choice]:
     entries = [(new[k], _spec_piece(event, new[k], draft), "emitted")]
     if draft is not None:
         verdict = "accepted" if k < event.accepted else draft.verdict
-        entries.append((draft.token_id, draft.piece, f"draft ({verdict}, q_draft {_num(draft.q_draft)})"))
+        entries.append((draft.token_id, draft.piece,
+                        f"draft ({verdict.replace('_', ' ')}, q draft {_num(draft.q_draft)})"))
     target_top = draft.target_top if draft is not None and draft.target_top else ()
     if k == event.accepted and event.final_top:
         target_top = event.final_top
-    entries += [(c.token_id, c.piece, f"p_target {_num(c.prob)}") for c in target_top]
+    entries += [(c.token_id, c.piece, f"p target {_num(c.prob)}") for c in target_top]
     if k == event.accepted:
         entries += [(e.token_id, e.piece, f"residual p {_num(e.prob)}") for e in event.residual_top]
     return _merge(entries)
@@ -183,10 +184,10 @@ def dspark_choices(event, d: int) -> list[Choice]:
     verified = {n.token_id: n for n in event.nodes if n.depth == d and n.parent == parent}
     entries = [(token, _dspark_piece(event, token, d), "emitted")]
     for c in event.lattice[d - 1].cells:
-        note = f"lattice cand {c.cand}, q_draft {_num(c.q_draft)}"
+        note = f"lattice cand {c.cand}, q draft {_num(c.q_draft)}"
         node = verified.get(c.token_id)
         if node is not None:
-            note += f", verified: p_target {_num(node.p_target)}, {node.verdict}"
+            note += f", verified: p target {_num(node.p_target)}, {node.verdict.replace('_', ' ')}"
         entries.append((c.token_id, c.piece, note))
     return _merge(entries)
 

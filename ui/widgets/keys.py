@@ -101,6 +101,7 @@ TOUR_SELECT = "tour.select"
 TOUR_PREV = "tour.prev"
 TOUR_NEXT = "tour.next"
 TOUR_RUN = "tour.run_live"
+TOUR_OPEN = "tour.open_playground"
 TOUR_SOURCE = "tour.source"         # Recorded | Live, once a live run exists
 
 

@@ -97,7 +97,9 @@ def cost_panel(settings: Settings) -> None:
         st.session_state[keys.LAB_BATCHES] = lab.points_text(ALL_BATCHES)
     tokens = cols[0].text_input("n: new tokens per forward", key=keys.LAB_TOKENS)
     batches = cols[1].text_input("b: sequences per forward", key=keys.LAB_BATCHES)
-    repeats = cols[2].number_input("Repeats", min_value=1, max_value=50, value=3, key=keys.LAB_REPEATS)
+    repeats = cols[2].number_input("Repeats", min_value=1, max_value=50, value=5, key=keys.LAB_REPEATS,
+                                   help=f"Timed forwards per point: the median is shown with its spread; "
+                                        f"flat or steep is named only from {lab.MIN_REPEATS} repeats on")
     config = _config_or_error(lambda: CostConfig(tokens=lab.parse_points(tokens, "tokens"),
                                                  batches=lab.parse_points(batches, "batches"), repeats=int(repeats)))
     if config is None:
@@ -111,7 +113,10 @@ def cost_panel(settings: Settings) -> None:
     report = lab.cost_report(events, config.prefix_tokens)
     st.markdown(lab.regime(report))
     display.plot(lab.cost_figure(report), "lab.cost", "lab-cost-of-a-forward")
-    display.table(lab.rounded(lab.cost_table(report)), "lab.cost_table", "lab-cost-of-a-forward")
+    table = lab.rounded(lab.cost_table(report))
+    display.table(table[lab.KEY_COST_COLUMNS], "lab.cost_table", "lab-cost-of-a-forward")
+    with st.expander("The roofline's work per point (GFLOP, MB read, FLOP per byte)"):
+        display.table(table, "lab.cost_table_all", "lab-cost-of-a-forward-all")
     st.markdown("**What it means for speculative decoding** — a round verifies γ drafts in one forward over γ + 1 "
                 "tokens; with a drafter that costs nothing it beats greedy when it emits more tokens per round than "
                 "the forward costs in one-token forwards.")
@@ -206,10 +211,12 @@ def _trace_events(key: str) -> list | None:
 
 def lossless_panel(settings: Settings) -> None:
     st.subheader("Losslessness")
-    st.caption("The next token after the sidebar's prompt: the target's distribution p_target under the settings "
-               "below, a draft distribution q_draft (the same model under the draft's temperature and top-k — any "
+    st.caption("The next token after the sidebar's prompt: the target's distribution p target under the settings "
+               "below, a draft distribution q draft (the same model under the draft's temperature and top-k — any "
                "draft would do, the exact rules do not care), and what each acceptance rule makes of them: computed "
-               "exactly, and sampled in seeded rounds of the engine's own code with a χ² test against p_target.")
+               "exactly, and sampled in seeded rounds of the engine's own code with a χ² test against p target. "
+               f"Cut-off (significance level): {lossless.SIGNIFICANCE:g} — a p-value below it says the samples "
+               "disagree with p target.")
     cols = st.columns(4)
     temperature = cols[0].number_input("Temperature", 0.05, 10.0, 1.0, 0.1, key=keys.LAB_LL_TEMP)
     top_k = cols[1].number_input("Top-k", 1, 50, 8, key=keys.LAB_LL_TOPK)
@@ -235,9 +242,9 @@ def lossless_panel(settings: Settings) -> None:
             display.table(lab.rounded(lossless.rules_table(result)), "lab.lossless_table", "lab-losslessness")
             display.plot(lossless.distribution_figure(result), "lab.lossless_exact", "lab-losslessness-exact")
             display.plot(lossless.samples_figure(result), "lab.lossless_samples", "lab-losslessness-samples")
-    st.markdown("**The worked example** (the DSpark paper's Appendix A, computed now in fractions): p_target = "
-                "(0.7, 0.3) over tokens A and B, q_draft = (0.5, 0.5). A plan that keeps, of two drafts, the one "
-                "the target will like better has looked at the verdict: it moves p_target to (0.85, 0.15).")
+    st.markdown("**The worked example** (the DSpark paper's Appendix A, computed now in fractions): p target = "
+                "(0.7, 0.3) over tokens A and B, q draft = (0.5, 0.5). A plan that keeps, of two drafts, the one "
+                "the target will like better has looked at the verdict: it moves p target to (0.85, 0.15).")
     display.table(lossless.worked_example(), "lab.lossless_example", "lab-losslessness-worked-example")
 
 

@@ -13,7 +13,7 @@ from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import DEVICES, DTYPES, ModelSpec
 from ui.views.sources import drafting_text
 from ui.views.text import md_text
-from ui.widgets import keys
+from ui.widgets import display, keys
 from ui.widgets.advanced import (
     COST_FIELD,
     COST_LABELS,
@@ -217,7 +217,7 @@ def _drafting_line(slot, strategy: str, params: dict, lm) -> None:
     except ConfigError:
         slot.empty()
         return
-    slot.caption(md_text(drafting_text(info)))
+    slot.caption(md_text(drafting_text(info, speculative=strategy == "speculative")))
 
 
 def model_option_widgets() -> dict[str, str]:
@@ -289,6 +289,7 @@ def render() -> Settings:
         messages = [link_safe(m, st.session_state.get(keys.QP_PATHS, {}), current) for m in messages]
         for message in messages:
             st.error(md_text(message))
+        display.glossary_expander()
     settings = Settings(model=model, device=device, dtype=dtype, prompt=prompt, chat_template=chat,
                         strategy=strategy, params=params, seed=seed, max_new_tokens=max_new, top_n=top_n,
                         config=config, error=messages[0] if messages else None, model_options=options)

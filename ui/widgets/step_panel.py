@@ -12,6 +12,7 @@ import streamlit as st
 from decoding.core.errors import ConfigError
 from ui.views import figures, tables
 from ui.views.chips import token_box_html, visible
+from ui.views.headers import header, help_for
 from ui.views.text import md_text
 from ui.widgets import display, forcing
 from ui.widgets.keys import FLASH
@@ -34,8 +35,9 @@ def token_panel(step, ctx: ViewContext) -> None:
         st.html(token_box_html(step.chosen_piece, step.chosen_id, "⚑ forced" if step.forced else ""))
     cols[1].metric("p processed", f"{p_chosen:.4f}" if p_chosen >= 1e-3 else f"{p_chosen:.1e}")
     cols[2].metric("Raw rank", f"{step.chosen_rank:d}")
-    cols[3].metric("Entropy raw", f"{step.entropy_raw:.3g}", help="nats, before any processing")
-    cols[4].metric("Entropy processed", f"{step.entropy_processed:.3g}", help="nats, after the filters")
+    raw, processed = header("entropy_raw"), header("entropy_processed")
+    cols[3].metric(md_text(raw), f"{tables.nats(step.entropy_raw):.3g}", help=md_text(help_for(raw)))
+    cols[4].metric(md_text(processed), f"{tables.nats(step.entropy_processed):.3g}", help=md_text(help_for(processed)))
     cols[5].metric("Draw u", "argmax" if step.draw is None else f"{step.draw:.4f}")
     display.plot(figures.probability_bars(step), f"{ctx.prefix}.bars", f"step{step.index}-candidates")
     cuts = [c for c in step.filters if c.name != "temperature" or c.value != 1.0]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import streamlit as st
 
 from decoding.runtime.paths import FEATURE_WEIGHTS, calibration_path
-from ui.views import beam, calibration, chips, dspark, spec, tables, verdict
+from ui.views import acceptance, beam, calibration, chips, dspark, glossary, headers, spec, tables, verdict
 from ui.views.chips import token_box_html
-from ui.views.sources import drafting_text
+from ui.views.sources import drafter_words, drafting_text
 from ui.views.text import md_text
 from ui.widgets import display, force_pickers, step_panel
 from ui.widgets.step_panel import ViewContext
@@ -26,7 +26,7 @@ def beam_panel(step, ctx: ViewContext) -> None:
     cols[2].metric("Finished", len(step.finished))
     cols[3].metric("Early stop", "yes" if step.early_stop else "no",
                    help="No live beam can beat the finished set any more")
-    cols[4].metric("Search", "done" if step.done else "running")
+    cols[4].metric("search", "done" if step.done else "running", help=md_text(glossary.definition("search")))
     events = ctx.events or (step,)
     window = st.number_input("Steps shown in the tree", min_value=1, max_value=64, value=6, step=1,
                              key=f"{ctx.prefix}.beam_window")
@@ -41,9 +41,14 @@ def beam_panel(step, ctx: ViewContext) -> None:
     if ctx.on_force is not None:
         force_pickers.beam_force(step, ctx)
     if step.finished:
+        if step.done:             # the search ends here: its answer is the best finished hypothesis
+            best = step.finished[0]
+            st.success(f"Search done. The answer: the best finished hypothesis (score ÷ length penalty "
+                       f"{best.normalized_score:.3f}), shown below.")
+            st.text(beam.hypothesis_text(best.token_ids, beam.pieces_of(events)))
         st.caption("Finished hypotheses (best first)")
-        display.table(beam.finished_table(step), f"{ctx.prefix}.finished", f"beam-step{step.index}-finished",
-                      words=beam.HEADERS)
+        display.table(beam.finished_table(step, events), f"{ctx.prefix}.finished",
+                      f"beam-step{step.index}-finished", words=beam.HEADERS)
 
 
 # ---------------------------------------------------------------- speculative
@@ -52,7 +57,7 @@ def spec_panel(event, ctx: ViewContext) -> None:
     """One round: the drafts with their numbers and verdicts, the residual or bonus token, γ and why,
     the KV rollback, and the running acceptance metrics."""
     cols = st.columns(6)
-    cols[0].metric("γ verified", f"{event.gamma:d}")
+    cols[0].metric(md_text(headers.header("gamma")), f"{event.gamma:d}", help=md_text(glossary.definition("γ")))
     cols[1].metric("Accepted", f"{event.accepted:d}/{event.gamma:d}")
     cols[2].metric("Final token", md_text(event.final_kind))
     cols[3].metric("Tokens fed", f"{event.fed_tokens:d}", help="tokens in this round's single target forward")
@@ -60,13 +65,15 @@ def spec_panel(event, ctx: ViewContext) -> None:
     cols[5].metric("KV rolled back (draft)", f"{event.kv_cropped_draft:d}")
     _nothing_accepted(event)
     st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
-    st.text(f"Drafter: {event.drafter}" + spec.lookup_text(event))
+    st.text(f"Drafter: {drafter_words(event.drafter)}" + spec.lookup_text(event))
     if event.drafting is not None:                # the first round: the run's sources and why
-        st.text(drafting_text(event.drafting))
+        st.text(drafting_text(event.drafting, speculative=True))
     if event.gamma_choice is not None:
         _gamma_choice_view(event, ctx)
     if event.drafts:
         display.plot(spec.draft_bars(event), f"{ctx.prefix}.drafts", f"round{event.index}-drafts")
+        st.caption(md_text(f"Rule used — {spec.rule_text(spec.greedy_round(event))}. Acceptance probability "
+                           "is this rule's chance of accepting the draft (glossary in the sidebar)."))
         display.table(spec.drafts_table(event), f"{ctx.prefix}.draft_table", f"round{event.index}-drafts")
     else:
         st.info("No drafts this round (the drafter had nothing to propose): one target token was sampled.")
@@ -116,20 +123,24 @@ def _final_view(event, ctx: ViewContext) -> None:
 
 def _running_metrics(events, ctx: ViewContext) -> None:
     m = spec.spec_metrics(events)
-    _metrics_row(m, f"Running metrics over rounds 0–{m['rounds'] - 1}", "accepted / drafted", "Rounds",
-                 f"{ctx.prefix}.per_position", "per-position-acceptance")
+    _metrics_row(m, f"Running metrics over rounds 0–{m['rounds'] - 1}", "accepted / drafted", "rounds",
+                 f"{ctx.prefix}.per_position", "per-position-acceptance", events)
 
 
-def _metrics_row(m: dict, caption: str, rate_help: str, rounds_label: str, key: str, filename: str) -> None:
+def _metrics_row(m: dict, caption: str, rate_help: str, rounds_label: str, key: str, filename: str,
+                 events=()) -> None:
     """τ, acceptance rate, rounds and the per-position acceptance chart of speculative-style metrics."""
     st.caption(md_text(caption))
     cols = st.columns(3)
-    cols[0].metric("τ (tokens per target forward)", f"{m['tau']:.2f}")
+    tau = headers.header("tau")
+    cols[0].metric(md_text(tau), f"{m['tau']:.2f}", help=md_text(glossary.definition(tau)))
     rate = m["acceptance_rate"]
-    cols[1].metric("Acceptance rate", "—" if rate is None else f"{rate:.1%}", help=md_text(rate_help))
+    cols[1].metric("acceptance rate", "—" if rate is None else f"{rate:.1%}",
+                   help=md_text(f"{glossary.definition('acceptance rate')} Here: {rate_help}."))
     cols[2].metric(md_text(rounds_label), f"{m['rounds']:d}")
     if m["per_position"]:
-        display.plot(spec.per_position_bars(m["per_position"]), key, filename)
+        counts = acceptance.position_counts(events)[:len(m["per_position"])]
+        display.plot(spec.per_position_bars(m["per_position"], counts or None), key, filename)
 
 
 # ---------------------------------------------------------------- dspark
@@ -176,7 +187,8 @@ def _dspark_header(event) -> None:
     cols[1].metric("Positions (γ)", len(event.lattice))
     cols[2].metric("Verified nodes", len(event.nodes))
     cols[3].metric("Accepted", f"{len(event.accepted_path)}/{len(event.nodes)}")
-    cols[4].metric("E[accepted]", f"{event.expected_accepted:.2f}", help="stage 1's expected accepted drafts")
+    cols[4].metric(md_text(headers.header("expected_accepted")), f"{event.expected_accepted:.2f}",
+                   help=md_text(f"Stage 1's forecast. {glossary.definition('expected accepted')}"))
     cols[5].metric("Next token", md_text(event.next_from))
     if event.lossy:
         st.warning("LOSSY mode: a candidate is accepted outright when p_target exceeds the threshold, so the "
@@ -218,7 +230,7 @@ def _dspark_stage2(event, ctx: ViewContext) -> None:
 def _dspark_running(events, ctx: ViewContext) -> None:
     m = dspark.dspark_metrics(events)
     _metrics_row(m, f"Running metrics over {m['rounds']} drafting round(s)", "accepted / verified nodes",
-                 "Drafting rounds", f"{ctx.prefix}.ds_per_position", "dspark-per-position-acceptance")
+                 "rounds", f"{ctx.prefix}.ds_per_position", "dspark-per-position-acceptance", events)
     phases = dspark.phase_table(events)
     if len(phases):
         display.plot(dspark.phase_bars(phases), f"{ctx.prefix}.ds_phases", "dspark-phase-shares")

@@ -62,6 +62,8 @@ def render() -> None:
     navigation(stop)
     st.query_params[keys.QP_TOUR_STOP] = stop.id
     st.header(tour.stop_label(stop.id))
+    st.sidebar.info(f"This Tour stop runs its own settings ({md_text(stop.strategy)}, shown under **The trace**), "
+                    "not the sidebar's: the sidebar's settings are the Playground's.")
     st.caption(stop.terms)
     st.markdown(stop.body)
     trace_section(stop)
@@ -74,6 +76,11 @@ def trace_section(stop: tour.Stop) -> None:
     info, button = st.columns([4, 1], vertical_alignment="center")
     info.text(f"Prompt (chat template): {stop.prompt}\nSettings: {tour.config_line(stop)}")
     model = sidebar.default_model()
+    if button.button("Playground →", key=keys.TOUR_OPEN, on_click=_to_playground, args=(stop,),
+                     help="The Playground with this stop's prompt, strategy and settings in the sidebar; press Step "
+                          "or Run there."):
+        st.session_state[keys.QP_LOADED] = False       # the Playground's sidebar copies the link in, once
+        st.switch_page("app_pages/playground.py", query_params=tour.playground_query(stop))
     if button.button("Re-run live", key=keys.TOUR_RUN, type="primary",
                      help=f"Runs this stop's settings now on the model {md_text(repr(model))} with the sidebar's "
                           "device and dtype (the recording used the embedded model)."):
@@ -90,6 +97,14 @@ def trace_section(stop: tour.Stop) -> None:
                 f"with `python -m ui.views.tour record --only {stop.id}`.")
         return
     show_trace(stop, trace, source)
+
+
+def _to_playground(stop: tour.Stop) -> None:
+    """Before the switch: the stop's strategy starts from its defaults (the Tour's "the rest at their
+    defaults"); the link's values are copied in by the sidebar after the switch."""
+    prefix = keys.param_key("w", stop.strategy, "")
+    for key in [k for k in st.session_state if str(k).startswith(prefix)]:
+        del st.session_state[key]
 
 
 def recorded_or_error(stop: tour.Stop) -> Trace | None:
@@ -129,6 +144,7 @@ def compare_line(recorded: Trace | None, live: Trace) -> None:
     else:
         st.warning(f"The live run differs from the recording from token {at:d} on (another model, device or "
                    "dtype gives other numbers).")
+    st.caption(md_text(f"Speed: {tour.speed_line(recorded, live)}; {tour.SPEED_NOTE}."))
 
 
 def show_trace(stop: tour.Stop, trace: Trace, source: str) -> None:

@@ -1,0 +1,158 @@
+"""One glossary, used everywhere (issue 46): every column header, axis title and colour-bar title that a page
+shows for each strategy's recorded trace is a glossary name (ui/views/glossary.py), or a header of
+ui/views/headers.py, alone or with a unit in parentheses; the quantities a lecture needs each have one
+definition; at temperature 0 the acceptance column shows the rule's 1 or 0. Pages are driven through AppTest on
+recorded traces (tests/golden, no model)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pandas as pd
+import plotly.graph_objects as go
+import pytest
+from test_chart_words import chart_texts, page_charts
+from test_table_headers import app, golden, rich_step  # noqa: F401  (app: the AppTest fixture)
+
+from ui.views import beam, dspark, glossary, headers, spec, tables
+from ui.widgets import keys
+
+PLAIN = frozenset(headers.HEADERS.values()) | frozenset(
+    w for words in (beam.HEADERS, tables.METRICS_HEADERS, spec.GAMMA_CHOICE_HEADERS, dspark.SIZE_HEADERS)
+    for w in words.values())
+LABELLED = ("title",)        # chart texts that name one quantity: axis and colour-bar titles
+TRACES = ("greedy", "sample", "beam", "spec_lookup", "spec_feature_sampled", "spec_cost", "dspark_chain",
+          "dspark_tree_sampled", "dspark_lookup_cost")
+
+
+def metric_labels(at) -> list[str]:
+    return [m.label for m in at.metric]
+
+
+def table_labels(at) -> list[str]:
+    return [str(c) for element in at.dataframe for c in element.value.columns]
+
+
+def chart_labels(at) -> list[str]:
+    return [text for fig in page_charts(at) for where, text in chart_texts(fig)
+            if text and (where.startswith(("xaxis", "yaxis")) or where == "colour bar")]
+
+
+def label_problems(labels) -> list[str]:
+    return sorted({label for label in labels if not glossary.is_term(label, PLAIN)
+                   and not glossary.is_term(label.lower(), PLAIN)})
+
+
+def test_every_label_on_every_strategys_views_is_from_the_glossary(app):  # noqa: F811
+    seen: dict[str, list[str]] = {}
+    at = app()
+    at.switch_page("app_pages/traces.py")
+    at.session_state[keys.REPLAY_VIEW] = "This step"
+    for name in TRACES:
+        trace = golden(name)
+        at.session_state[keys.REPLAY] = trace
+        at.run()
+        at.session_state[keys.REPLAY_CURSOR] = rich_step(trace.steps)
+        at.run()
+        seen[name] = table_labels(at) + chart_labels(at) + metric_labels(at)
+    at.session_state[keys.WHATIF_SOURCE] = "Upload a trace"
+    for name in ("spec_cost", "dspark_chain"):
+        at.session_state[keys.WHATIF_TRACE] = golden(name)
+        at.switch_page("app_pages/whatif.py").run()
+        seen[f"what-if {name}"] = table_labels(at) + chart_labels(at)
+    at.session_state[keys.REPLAY] = golden("spec_lookup_sampled")
+    at.switch_page("app_pages/lab.py").run()
+    seen["lab"] = table_labels(at) + chart_labels(at)
+    assert all(seen.values()) and sum(map(len, seen.values())) > 100, [k for k, v in seen.items() if not v]
+    problems = {where: label_problems(labels) for where, labels in seen.items() if label_problems(labels)}
+    assert not problems, "; ".join(sorted({label for found in problems.values() for label in found}))
+
+
+def test_the_check_catches_a_label_not_in_the_glossary():
+    """Negative control: an ad-hoc header, a field name and an axis title in other words are caught; the
+    glossary's names, with a unit, pass."""
+    assert label_problems(["accept prob", "p_target", "p target", "τ (tokens per verification)",
+                           "acceptance probability", "draft position k", "measured (ms)"]) == \
+        ["accept prob", "p_target"]
+    fig = go.Figure(go.Bar(x=[1], y=[1])).update_layout(xaxis_title="drafts per go", yaxis_title="probability")
+    texts = [t for w, t in chart_texts(json.loads(fig.to_json())) if w.startswith(("xaxis", "yaxis"))]
+    assert label_problems(texts) == ["drafts per go"]
+
+
+def test_the_lectures_quantities_each_have_one_definition():
+    for name in ("acceptance probability", "ŝ", "q draft", "p target", "Σmin(p,q)", "τ (tokens per verification)",
+                 "acceptance rate", "expected accepted", "speed vs greedy (×)"):
+        assert glossary.definition(name), name
+    assert glossary.definition("p target (plain sampling)") == glossary.definition("p target")
+    names = [t.name for t in glossary.TERMS]
+    assert len(names) == len(set(names))
+    assert sorted(t.name for t in glossary.sorted_terms()) == sorted(names)
+
+
+def test_temperature_0_acceptance_is_the_rules_1_or_0():
+    event = next(e for e in golden("spec_lookup").steps if e.kind == "spec_round" and e.accepted < e.gamma)
+    table = spec.drafts_table(event)
+    assert spec.greedy_round(event)
+    judged = table[table["verdict"].isin(["accepted", "rejected"])]
+    assert judged["accept_prob"].tolist() == [1.0 if v == "accepted" else 0.0 for v in judged["verdict"]]
+    assert table["sum_min"].isna().all() and table["k"].tolist()[0] == 1
+    sampled = next(e for e in golden("spec_feature_sampled").steps if e.kind == "spec_round")
+    rows = spec.drafts_table(sampled).dropna(subset=["accept_prob"])
+    assert rows["accept_prob"].tolist() == pytest.approx([min(1.0, d.ratio) for d in sampled.drafts
+                                                          if d.verdict in ("accepted", "rejected")])
+    assert pd.notna(spec.drafts_table(sampled)["sum_min"]).all()
+
+
+def test_the_round_table_dspark_stage_2_and_what_if_agree_at_temperature_0():
+    """One meaning of "acceptance probability" at temperature 0: the speculative round's column (the Tour's
+    stops show the same table), DSpark's stage-2 column and What-if's aᵢ are the rule's 1 or 0."""
+    from ui.views import whatif
+
+    old_column_differs = False          # negative control: the engine's Σmin(p,q), shown there before
+    for event in (e for e in golden("spec_lookup").steps if e.kind == "spec_round"):
+        table = spec.drafts_table(event)
+        judged = table["verdict"].isin(["accepted", "rejected"])
+        a_i = whatif.round_accept_probs(event)
+        assert table.loc[judged, "accept_prob"].tolist() == [a_i[i] for i in table.index[judged]]
+        old_column_differs |= any(event.drafts[i].accept_prob != a_i[i] for i in table.index[judged])
+    assert old_column_differs
+    for event in (e for e in golden("dspark_chain").steps if e.kind == "dspark_round" and not e.prefill):
+        verdicts = dspark.verdicts_table(event)
+        judged = verdicts[verdicts["verdict"].isin(["accepted", "rejected"])]
+        assert judged["p_accept"].tolist() == [float(v == "accepted") for v in judged["verdict"]]
+    assert headers.header("p_accept") == headers.header("accept_prob") == "acceptance probability"
+
+
+def test_the_smaller_items_speak_in_words():
+    """Issue 46 item 9: no "-0" entropy, stop reasons, drafter and cost-table names and the speculative
+    sources line in words; the forced legend only where a token was forced."""
+    from types import SimpleNamespace
+
+    from ui.views import chips, sources
+
+    assert f"{tables.nats(-1e-9):.3g}" == "0" and f"{-0.0:.3g}" == "-0"            # negative control: -0
+    assert tables.nats(0.25) == 0.25
+    assert headers.value_word("stop_reason", "max_new_tokens") == "token budget reached"
+    assert "max_new_tokens" not in headers.shown(pd.DataFrame({"stop_reason": ["max_new_tokens"]})).iloc[0, 0]
+    assert sources.drafter_words("default[feature]") == "feature head (over default)"
+    assert sources.drafter_words("lookup") == "lookup"
+    assert tables.table_name("auto: default-cpu-float32.json") == "auto, profiled on this machine"
+    info = SimpleNamespace(sources=("lookup",), reason="why")
+    assert sources.drafting_text(info, speculative=True).startswith("Draft sources: prompt lookup")
+    assert sources.drafting_text(info).startswith("Lattice sources: prompt lookup")
+    plain = chips.chips_for(golden("greedy").steps)
+    assert "forced" not in chips.origins_present(plain)
+    forced = [dataclasses.replace(plain[0], origin="forced"), *plain[1:]]
+    assert "forced" in chips.origins_present(forced)
+
+
+def test_the_sidebar_glossary_lists_every_term_when_open(app):  # noqa: F811
+    at = app()
+    at.switch_page("app_pages/traces.py").run()
+    texts = lambda: [m.value for m in at.sidebar.markdown]  # noqa: E731
+    assert not any("acceptance probability" in t for t in texts())          # closed: nothing drawn
+    at.session_state["ds.glossary_open"] = True
+    at.run()
+    shown = texts()
+    assert len([t for t in shown if "**:" in t]) == len(glossary.TERMS)
+    assert any("Σmin" in t and "before the draft is drawn" in t for t in shown)

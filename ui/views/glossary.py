@@ -1,0 +1,135 @@
+"""One glossary for every quantity the app shows (issue 46): one name and one short definition each. The
+tables' column headers (ui/views/headers.py maps a trace's field to its name here), the charts' axis titles,
+the column tooltips and the sidebar's glossary all read these words, so "acceptance probability" means the
+same thing on every page. Pure: no streamlit.
+
+A label counts as "from the glossary" when it is a name below, or a name with a unit or a note in
+parentheses that the name's own entry does not carry (`is_term`)."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    definition: str
+
+
+RULE_GREEDY = "temperature 0: a draft is accepted exactly when it is the target's argmax (probability 1 or 0)"
+RULE_SAMPLED = "sampled: a draft x is accepted with probability min(1, p target(x) ÷ q draft(x))"
+
+# The quantities a student meets first, in the order the Tour introduces them; then the rest.
+TERMS: tuple[Term, ...] = (
+    Term("p target", "The target model's probability of a token, after the same temperature and filters as "
+                     "the drafter's."),
+    Term("q draft", "The drafter's probability of the token it proposed, after the same processing as the "
+                    "target's; — for a drafter without a distribution (prompt lookup)."),
+    Term("acceptance probability", "The probability with which the verifier accepted this draft under the rule "
+                                   "it used: 1 or 0 at temperature 0 (accepted exactly when the draft is the "
+                                   "target's argmax), min(1, p target ÷ q draft) for a sampled chain, p target "
+                                   "after earlier siblings for a tree node."),
+    Term("Σmin(p,q)", "Σₓ min(p target(x), q draft(x)): the chance that a sampled draft at this position is "
+                      "accepted before the draft is drawn (1 − total-variation distance). What-if uses it as aᵢ "
+                      "when the trace was sampled; at temperature 0 it is not the rule used."),
+    Term("p target ÷ q draft", "The ratio a sampled draft's uniform u is compared with; accept while u < ratio."),
+    Term("draw u", "The uniform random number the rule compared; — at temperature 0 (no draw)."),
+    Term("p residual", "After a rejection, the next token is drawn from norm(max(0, p target − q draft)); its "
+                       "probability there."),
+    Term("ŝ", "The drafter's calibrated score: its estimate of P(this candidate is accepted | its parent was "
+              "accepted). Stage 1 plans with ŝ alone, never with the target."),
+    Term("survival (∏ ŝ)", "The product of ŝ from the root to this node: the drafter's estimate that the "
+                           "whole path to it is accepted."),
+    Term("τ (tokens per verification)", "Mean accepted length: tokens emitted per target verification forward "
+                                        "(accepted drafts + 1), as vLLM defines it."),
+    Term("acceptance rate", "Accepted draft tokens ÷ drafted tokens over the run."),
+    Term("acceptance", "Per draft position: rounds in which that position was accepted ÷ rounds that "
+                       "drafted it."),
+    Term("expected accepted", "E[accepted drafts] = Σₖ Πᵢ≤ₖ aᵢ: the expected number of drafts accepted, from "
+                              "per-position acceptance probabilities aᵢ (or ŝ for a plan)."),
+    Term("speed vs greedy (×)", "Tokens per second of this lane ÷ tokens per second of plain greedy, measured "
+                                "in the same process."),
+    Term("tokens/s", "Tokens emitted per second of wall time; depends on the machine."),
+    Term("γ", "Draft length: how many tokens a chain drafts per round."),
+    Term("k (draft position)", "A draft's position in its round, 1 for the first drafted token."),
+    Term("verdict", "What the verifier decided: accepted, rejected, or not reached (after an earlier "
+                    "rejection)."),
+    Term("V (expected accepted)", "The stage-1 DP's value: the expected accepted length from this candidate "
+                                  "on, V = ŝ·(1 + best V of the next position)."),
+    Term("entropy processed (nats)", "Entropy of the distribution the token was picked from, after temperature "
+                                     "and filters."),
+    Term("entropy raw (nats)", "Entropy of the model's distribution before temperature and filters."),
+    Term("p processed", "The token's probability after temperature and filters: what it was picked from."),
+    Term("p raw", "The token's probability before temperature and filters."),
+    Term("log p", "Natural log of a token's probability."),
+    Term("score (sum of log p)", "A beam's score: the sum of its tokens' log p."),
+    Term("score ÷ length penalty", "A beam's score divided by length^penalty; finished beams are ranked by it."),
+    Term("rank", "Place in the candidates' order, 1 for the most probable."),
+    Term("raw rank", "The picked token's place in the raw distribution, 1 for the most probable."),
+    Term("mass removed", "Probability mass a filter removed."),
+    Term("time (ms)", "Wall time of the step, in milliseconds; depends on the machine."),
+    Term("wall time (s)", "Wall time of the run, in seconds; depends on the machine."),
+    Term("tokens/s (wall time)", "Tokens emitted ÷ wall time of the run; depends on the machine."),
+    Term("tokens/s (steps' time)", "Tokens emitted ÷ the steps' own time (model and bookkeeping, no page "
+                                   "drawing)."),
+    Term("tokens per target forward", "Tokens emitted ÷ target forward passes; 1 for greedy."),
+    Term("target forwards", "Forward passes of the target model."),
+    Term("rounds", "Draft–verify rounds counted."),
+    Term("n", "How many measurements or rounds stand behind a number."),
+    Term("samples", "How many drafts or draws stand behind a number."),
+    Term("expected tokens per forward", "1 + expected accepted, averaged over the recorded rounds."),
+    Term("expected acceptance rate", "Expected accepted drafts ÷ drafted tokens, from the recorded "
+                                     "acceptance probabilities."),
+    Term("expected ms per token", "Forecast ms per emitted token from the recorded cost table."),
+    Term("measured (ms)", "Median time of a forward over its repeats, in milliseconds; depends on the "
+                          "machine."),
+    Term("spread (ms)", "Highest minus lowest time over the repeats of one forward: how far to trust the "
+                        "median."),
+    Term("repeats", "How many times one forward was timed."),
+    Term("verify ÷ one-token forward", "Time to verify n tokens ÷ time of a one-token forward."),
+    Term("τ to beat greedy", "The τ a round of this size needs to emit tokens faster than greedy."),
+    Term("ECE raw", "Expected calibration error of the drafter's raw scores."),
+    Term("ECE calibrated", "Expected calibration error after calibration."),
+    Term("TV distance", "Total-variation distance between the observed and the target distribution."),
+    Term("χ²", "Pearson's χ² statistic of the samples against the target distribution."),
+    Term("p-value", "The chance of a χ² at least this large if the rule were lossless; below the cut-off "
+                    "(significance level) the samples disagree with the target."),
+    Term("probability", "A probability, between 0 and 1."),
+    Term("share of rounds", "Rounds that ended with this token ÷ all seeded rounds."),
+    Term("P(A)", "The worked example's probability that the next token is A."),
+    Term("P(B)", "The worked example's probability that the next token is B."),
+    Term("MB", "Megabytes (10⁶ bytes)."),
+    Term("draft position k", "A draft's position in its round, 1 for the first drafted token."),
+    Term("cumulative p", "Processed probabilities summed from the most probable token down to this one; "
+                         "sampling picks the first token whose cumulative p exceeds u."),
+    Term("model time", "Time spent in the model (forwards, drafting), in milliseconds; depends on the machine."),
+    Term("search", "Whether beam search goes on after this step (running) or ends here (done)."),
+    Term("tree budget", "How many draft nodes a tree round may send to the target."),
+    Term("chain length", "How many draft tokens a chain round sends to the target (its γ)."),
+    Term("ms since step start", "When a part of the step began and ended, in milliseconds from the step's "
+                                "start; depends on the machine."),
+    Term("target entropy (nats)", "Entropy of the target's distribution where a draft was judged."),
+)
+GLOSSARY: dict[str, Term] = {t.name: t for t in TERMS}
+assert len(GLOSSARY) == len(TERMS), "a glossary name appears twice"
+
+_NOTE = re.compile(r"\s*\([^()]*\)$")
+
+
+def definition(name: str) -> str | None:
+    """The definition of a shown name (or of the name before its unit in parentheses), else None."""
+    term = GLOSSARY.get(name) or GLOSSARY.get(_NOTE.sub("", name))
+    return term.definition if term else None
+
+
+def is_term(label: str, plain: frozenset[str] = frozenset()) -> bool:
+    """Whether a label shown on a page is a glossary name (a defined term, or one of the `plain` names of
+    headers.HEADERS), alone or with a unit/note in parentheses."""
+    names = GLOSSARY.keys() | plain
+    return label in names or _NOTE.sub("", label) in names
+
+
+def sorted_terms() -> list[Term]:
+    """The terms in alphabetical order, for the sidebar's glossary."""
+    return sorted(TERMS, key=lambda t: t.name.lower())
