@@ -92,7 +92,9 @@ def tiny(arch: str, tok) -> LM:
 def seed_cost_table(lm: LM) -> None:
     """DSpark's defaults read the model's auto cost table: a made-up one in the module's cache spares each
     model the profiling (test_the_cost_profiler_rolls_back_a_sliding_window runs it on a sliding window)."""
-    CostTable(verify_ms=tuple(2.0 + 0.25 * n for n in range(1, 33))).save(auto_cost_path(lm))
+    path = auto_cost_path(lm)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    CostTable(verify_ms=tuple(2.0 + 0.25 * n for n in range(1, 33))).save(path)
 
 
 def prompt_ids(lm: LM) -> list[int]:
