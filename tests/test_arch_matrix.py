@@ -212,12 +212,12 @@ def test_the_cost_profiler_rolls_back_a_sliding_window(tok):
 
 
 # ------------------------------------------------------------------------------ negative controls
-def oldest_window(layer, past_len: int, fed: int, keep: list[int]) -> None:
+def oldest_window(layer, sliding: bool, past_len: int, fed: int, keep: list[int]) -> None:
     """A wrong rollback: drops the rejected drafts but trims a sliding layer to its OLDEST positions."""
     base = layer.keys.shape[-2] - fed
     end = base + len(keep)
     layer.keys, layer.values = layer.keys[..., :end, :], layer.values[..., :end, :]
-    if kv_rollback.is_sliding(layer):
+    if sliding:
         layer.keys = layer.keys[..., :layer.sliding_window - 1, :]
         layer.values = layer.values[..., :layer.sliding_window - 1, :]
         layer.cumulative_length = past_len + len(keep)
@@ -236,7 +236,8 @@ def test_negative_control_keeping_the_rejected_drafts_breaks_the_identity(tok, m
     expected = greedy_ids(lm)
     real = kv_rollback._roll_back_layer
     monkeypatch.setattr(kv_rollback, "_roll_back_layer",
-                        lambda layer, past_len, fed, keep: real(layer, past_len, fed, list(range(fed))))
+                        lambda layer, sliding, past_len, fed, keep: real(layer, sliding, past_len, fed,
+                                                                         list(range(fed))))
     trace = run(lm, prompt_ids(lm), DSparkConfig(select="tree", cost_table=None, max_new_tokens=NEW))
     assert list(trace.output_ids) != expected
 

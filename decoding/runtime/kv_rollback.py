@@ -18,6 +18,7 @@ no position ids, e.g. bloom's ALiBi) is refused before the run by `check_archite
 naming the architecture and the reason."""
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Sequence
 
@@ -98,70 +99,83 @@ def rollback_cache(cache):
     return cache
 
 
-def is_sliding(layer) -> bool:
-    from transformers.cache_utils import DynamicSlidingWindowLayer
-
-    return isinstance(layer, DynamicSlidingWindowLayer)
-
-
-def _checked_layers(cache) -> list:
+@functools.cache
+def _layer_classes() -> tuple[type, type]:
+    """transformers' (full-attention, sliding-window) dynamic cache layer classes."""
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
-    for layer in cache.layers:
-        if type(layer) not in (DynamicLayer, DynamicSlidingWindowLayer):
-            raise ConfigError("cache", type(layer).__name__, "cannot be rolled back (full-attention and "
-                              "sliding-window DynamicCache layers, or the fast path's static cache, can)")
-    return list(cache.layers)
+    return DynamicLayer, DynamicSlidingWindowLayer
 
 
-@torch.inference_mode()
+def is_sliding(layer) -> bool:
+    return isinstance(layer, _layer_classes()[1])
+
+
 def roll_back(cache, past_len: int, keep: Sequence[int] = ()) -> None:
     """Keep the first `past_len` positions of `cache` and then the nodes `keep` of the block fed after
     them (indices into that block, increasing: e.g. [0] + a tree's accepted path; () crops the block),
     dropping every other position. Sliding-window layers are trimmed back to their window."""
     total = cache.get_seq_length()
     check(0 <= past_len <= total, "past_len", past_len, f"must be in [0, {total}]")
-    fed = total - past_len
-    keep = list(keep)
+    fed, keep = total - past_len, list(keep)
     check(all(0 <= k < fed for k in keep) and all(a < b for a, b in zip(keep, keep[1:])), "keep", tuple(keep),
           f"must be increasing node indices in [0, {fed})")
     if isinstance(cache, KVLease):
         _roll_back_static(cache, past_len, fed, keep)
         return
-    layers = _checked_layers(cache)
-    if fed == len(keep) and not any(map(is_sliding, layers)):
-        return                                   # nothing dropped, nothing to trim: the common full-cache round
+    full, sliding = _layer_classes()
+    kinds = [type(layer) for layer in cache.layers]
+    bad = next((kind for kind in kinds if kind is not full and kind is not sliding), None)
+    if bad is not None:
+        raise ConfigError("cache", bad.__name__, "cannot be rolled back (full-attention and sliding-window "
+                          "DynamicCache layers, or the fast path's static cache, can)")
+    if sliding not in kinds and (not keep or keep[-1] == len(keep) - 1):
+        _crop_full(cache.layers, past_len + len(keep), fed == len(keep))   # the common round: a tail crop
+        return
+    for layer, kind in zip(cache.layers, kinds):
+        if layer.is_initialized:
+            _roll_back_layer(layer, kind is sliding, past_len, fed, keep)
+
+
+def _crop_full(layers, end: int, nothing: bool) -> None:
+    """Full-attention layers whose kept nodes are in place: each keeps its first `end` positions."""
+    if nothing:
+        return                                   # nothing dropped: a fully accepted round
     for layer in layers:
         if layer.is_initialized:
-            _roll_back_layer(layer, past_len, fed, keep)
+            layer.keys = layer.keys[..., :end, :]                   # (B, H, end, D)
+            layer.values = layer.values[..., :end, :]
 
 
-def _roll_back_layer(layer, past_len: int, fed: int, keep: list[int]) -> None:
+def _roll_back_layer(layer, sliding: bool, past_len: int, fed: int, keep: list[int]) -> None:
     """One layer: its last `fed` positions are the block; what it holds before them is its base."""
-    base = layer.keys.shape[-2] - fed
-    if base < 0 or (is_sliding(layer) and base < min(past_len, layer.sliding_window - 1)):
-        raise RuntimeError(f"a cache layer kept {layer.keys.shape[-2]} positions, too few to roll back {fed} "
+    held = layer.keys.shape[-2]
+    base = held - fed
+    if base < 0 or (sliding and base < min(past_len, layer.sliding_window - 1)):
+        raise RuntimeError(f"a cache layer kept {held} positions, too few to roll back {fed} "
                            "(a sliding-window cache must record its past: rollback_cache)")
-    _copy_down(layer, base, keep)
+    if keep and keep[-1] != len(keep) - 1:                     # some kept node is not in place
+        _copy_down(layer, base, keep)
     end = base + len(keep)
-    start = max(0, end - (layer.sliding_window - 1)) if is_sliding(layer) else 0
-    layer.keys = layer.keys[..., start:end, :]                 # (B, H, kept, D)
-    layer.values = layer.values[..., start:end, :]
-    if is_sliding(layer):
+    start = max(0, end - (layer.sliding_window - 1)) if sliding else 0
+    if start or end < held:
+        layer.keys = layer.keys[..., start:end, :]                 # (B, H, kept, D)
+        layer.values = layer.values[..., start:end, :]
+    if sliding:
         layer.cumulative_length = past_len + len(keep)
 
 
+@torch.inference_mode()
 def _copy_down(layer, base: int, keep: list[int]) -> None:
     """Write the kept nodes right after the base (keep is increasing: reads come before writes)."""
-    moved = next((i for i, k in enumerate(keep) if k != i), len(keep))     # nodes before it stay in place
-    if moved == len(keep):
-        return
+    moved = next(i for i, k in enumerate(keep) if k != i)            # nodes before it stay in place
     tail = (base + torch.tensor(keep[moved:], dtype=torch.long)).to(layer.keys.device)
     end = base + len(keep)
     layer.keys[..., base + moved:end, :] = layer.keys.index_select(-2, tail)
     layer.values[..., base + moved:end, :] = layer.values.index_select(-2, tail)
 
 
+@torch.inference_mode()
 def _roll_back_static(lease: KVLease, past_len: int, fed: int, keep: list[int]) -> None:
     """The fast path's static layers: positions past the valid length are never read, so only the kept
     nodes move and the length shrinks."""
