@@ -22,6 +22,7 @@ from tiny_app_model import embedded_tokenizer
 from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
 from decoding.core.trace import DSparkRound, SpecRound
+from decoding.lab.forward_cost import batch_times
 from decoding.runner import run
 from decoding.runtime import kv_rollback
 from decoding.runtime.cost_table import CostTable, auto_cost_path, forward_times
@@ -118,14 +119,14 @@ def same_as_greedy(lm: LM, config, expected: list[int], **kwargs):
 
 
 def rolled_back_past_window(trace) -> bool:
-    """Some round after the window dropped drafts the target rejected (speculative: a crop; DSpark: a
-    rejected node), so the rollback of a full sliding window was exercised."""
+    """Some round after the window dropped drafts the target did not accept (speculative: a crop; DSpark: a
+    verified node left out of the accepted path), so the rollback of a full sliding window was exercised."""
     for step in trace.steps:
         if step.position < WINDOW:
             continue
         if isinstance(step, SpecRound) and step.kv_cropped_target > 0:
             return True
-        if isinstance(step, DSparkRound) and any(n.verdict == "rejected" for n in step.nodes):
+        if isinstance(step, DSparkRound) and not step.prefill and step.fed_tokens > 1 + len(step.accepted_path):
             return True
     return False
 
@@ -205,10 +206,13 @@ def test_gemma3_with_a_16_token_window_over_100_tokens(tok):
 
 
 def test_the_cost_profiler_rolls_back_a_sliding_window(tok):
-    """The auto cost table times forwards after a 32-token prefix, twice the window, dropping each again."""
+    """The auto cost table (and the Lab's batch sweep) time forwards after a 32-token prefix, twice the
+    window, dropping each again."""
     lm = tiny("mistral", tok)
     timed = dict(forward_times(lm, [1, 4], repeats=2))
     assert list(timed) == [1, 4] and all(len(ms) == 2 for ms in timed.values())
+    batched = list(batch_times(lm, [2], repeats=2, prefix_tokens=2 * WINDOW))      # the Lab's batch sweep
+    assert len(batched) == 1 and len(batched[0].times_ms) == 2
 
 
 # ------------------------------------------------------------------------------ negative controls
@@ -226,19 +230,24 @@ def oldest_window(layer, sliding: bool, past_len: int, fed: int, keep: list[int]
 def test_negative_control_a_wrong_window_breaks_the_identity(tok, monkeypatch):
     lm = tiny("gemma3_text", tok)
     expected = greedy_ids(lm, 40)
+    config = SpeculativeConfig(draft="lookup", max_new_tokens=40)
+    assert rolled_back_past_window(same_as_greedy(lm, config, expected))     # the right rollback: drafts rejected
     monkeypatch.setattr(kv_rollback, "_roll_back_layer", oldest_window)
-    trace = run(lm, prompt_ids(lm), SpeculativeConfig(draft="lookup", max_new_tokens=40))
+    trace = run(lm, prompt_ids(lm), config)
     assert list(trace.output_ids) != expected
 
 
 def test_negative_control_keeping_the_rejected_drafts_breaks_the_identity(tok, monkeypatch):
-    lm = tiny("mistral", tok)
-    expected = greedy_ids(lm)
+    """The wrong rollback keeps every verified position, the rejected drafts too."""
+    lm = tiny("gemma3_text", tok)
+    expected = greedy_ids(lm, 40)
+    config = SpeculativeConfig(draft="lookup", max_new_tokens=40)
+    assert rolled_back_past_window(same_as_greedy(lm, config, expected))     # the right rollback: drafts rejected
     real = kv_rollback._roll_back_layer
     monkeypatch.setattr(kv_rollback, "_roll_back_layer",
                         lambda layer, sliding, past_len, fed, keep: real(layer, sliding, past_len, fed,
                                                                          list(range(fed))))
-    trace = run(lm, prompt_ids(lm), DSparkConfig(select="tree", cost_table=None, max_new_tokens=NEW))
+    trace = run(lm, prompt_ids(lm), config)
     assert list(trace.output_ids) != expected
 
 
