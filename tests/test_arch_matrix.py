@@ -7,8 +7,9 @@ token for token; the runs are checked to have rejected drafts (a rollback happen
 Where an architecture cannot run a strategy (a draft tree on bloom: ALiBi, no position ids) the run is
 refused before it starts, in one line naming it. Negative controls: a rollback that keeps the oldest
 positions of a sliding window instead of the newest, and one that forgets to drop the rejected drafts,
-break the identity with greedy. The acceptance case: a tiny gemma3 with a 16-token window runs
-speculative decoding and DSpark over 100 tokens equal to greedy. docs/models.md is this matrix's table."""
+break the identity with greedy, as does a draft tree's mask without its window cut. The acceptance
+case: a tiny gemma3 with a 16-token window runs speculative decoding and DSpark over 100 tokens equal to
+greedy. docs/models.md is this matrix's table."""
 from __future__ import annotations
 
 import re
@@ -27,7 +28,7 @@ from decoding.runner import run
 from decoding.runtime import kv_rollback
 from decoding.runtime.cost_table import CostTable, auto_cost_path, forward_times
 from decoding.runtime.models import LM
-from decoding.strategies import beam
+from decoding.strategies import beam, tree_verify
 from tests.conftest import on_test_device
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -215,6 +216,18 @@ def test_the_cost_profiler_rolls_back_a_sliding_window(tok):
     assert len(batched) == 1 and len(batched[0].times_ms) == 2
 
 
+@pytest.mark.parametrize("arch", ["gemma3_text", "mistral"])
+def test_a_short_prompt_crosses_the_window_mid_run(arch, tok):
+    """An 8-token prompt: the window fills during the answer, inside a verified block or tree."""
+    lm = tiny(arch, tok)
+    short = prompt_ids(lm)[:8]
+    expected = list(run(lm, short, GreedyConfig(max_new_tokens=30)).output_ids)
+    for config in (SpeculativeConfig(draft="lookup", max_new_tokens=30),
+                   DSparkConfig(select="tree", cost_table=None, max_new_tokens=30)):
+        trace = run(lm, short, config)
+        assert trace.error is None and list(trace.output_ids) == expected
+
+
 # ------------------------------------------------------------------------------ negative controls
 def oldest_window(layer, sliding: bool, past_len: int, fed: int, keep: list[int]) -> None:
     """A wrong rollback: drops the rejected drafts but trims a sliding layer to its OLDEST positions."""
@@ -248,6 +261,18 @@ def test_negative_control_keeping_the_rejected_drafts_breaks_the_identity(tok, m
                         lambda layer, sliding, past_len, fed, keep: real(layer, sliding, past_len, fed,
                                                                          list(range(fed))))
     trace = run(lm, prompt_ids(lm), config)
+    assert list(trace.output_ids) != expected
+
+
+def test_negative_control_a_tree_mask_without_the_window_breaks_the_identity(tok, monkeypatch):
+    """The short prompt's tree rounds, with the sliding layers' masks lacking their window cut."""
+    lm = tiny("gemma3_text", tok)
+    short = prompt_ids(lm)[:8]
+    expected = list(run(lm, short, GreedyConfig(max_new_tokens=30)).output_ids)
+    real = tree_verify.tree_mask
+    monkeypatch.setattr(tree_verify, "tree_mask", lambda parents, past_len, dtype=torch.float32, device=None,
+                        window=None, kv_start=0: real(parents, past_len, dtype, device, None, kv_start))
+    trace = run(lm, short, DSparkConfig(select="tree", cost_table=None, max_new_tokens=30))
     assert list(trace.output_ids) != expected
 
 
