@@ -20,7 +20,7 @@ from md_helpers import shown
 from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_cli_hardening import BAD_HEADER, NOT_UTF8, rewrite
 from test_train_edges import nan_copy
-from word_models import PROMPT, build_nan_model_dir, build_word_model_dir
+from word_models import PROMPT, build_nan_model_dir, build_word_model_dir, word_tokenizer
 
 from decoding import __main__ as cli
 from decoding.core import trace as trace_mod
@@ -111,6 +111,24 @@ def oom_on_move(mp: pytest.MonkeyPatch) -> None:
         return TooLarge(model), tok
 
     mp.setattr(models, "_load_any", load_any)
+
+
+def chunked_llama() -> LM:
+    """A tiny llama whose first layer is chunked attention (as llama4's): its cache cannot be rolled back."""
+    lm = varied_llama(seed=5)
+    lm.model.config.layer_types, lm.model.config.attention_chunk_size = ["chunked_attention", "full_attention"], 8
+    lm.name = "chunked"
+    return lm
+
+
+def build_bloom_dir(target: Path) -> Path:
+    """A tiny random bloom (ALiBi: its forward takes no position ids) with the word tokenizer."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    torch.manual_seed(0)
+    BloomForCausalLM(BloomConfig(vocab_size=64, hidden_size=32, n_layer=2, n_head=4)).save_pretrained(target)
+    word_tokenizer().save_pretrained(target)
+    return target
 
 
 # ------------------------------------------------------------------------------ the cases
@@ -333,6 +351,17 @@ CASES = [
          cli=SPEC + ["--draft", "lookup+{tmp}/no-draft"],
          app={"strategy": "speculative", "draft": "lookup+{tmp}/no-draft"},
          engine=lambda e: load_draft(SpeculativeConfig(draft=f"lookup+{e.tmp}/no-draft").draft_model, e.lm)),
+    Case("dspark-tree-without-positions", r"select='tree' is invalid: cannot verify a draft tree on bloom models: it "
+         r"takes no position ids \(keys are placed by their order, as with ALiBi\), so a tree's nodes cannot be given "
+         r"their depths; use select 'chain'$", cli=DSPARK + ["--model", "{bloom}", "--cost-table", "none"],
+         engine=lambda e: run(load(ModelSpec(str(e.paths["bloom"]))), [1, 2, 3], DSparkConfig(max_new_tokens=4))),
+    Case("strategy-cache-cannot-roll-back", r"strategy='speculative' is invalid: cannot run on llama models: its "
+         r"chunked_attention layers cannot be rolled back to a shorter context$",
+         engine=lambda e: run(chunked_llama(), [1, 2, 3], SpeculativeConfig(draft="lookup", max_new_tokens=4))),
+    Case("draft-cache-cannot-roll-back", r"draft='chunked' is invalid: cannot draft on llama models: its "
+         r"chunked_attention layers cannot be rolled back to a shorter context$",
+         engine=lambda e: run(varied_llama(), [1, 2, 3], SpeculativeConfig(draft="chunked", max_new_tokens=4),
+                              draft_lm=chunked_llama())),
     Case("drafter-missing", r"drafter='[^']*no-drafter\.safetensors' is invalid: no drafter weights there",
          cli=DSPARK + ["--drafter", "{tmp}/no-drafter.safetensors"],
          app={"strategy": "dspark", "drafter": "{tmp}/no-drafter.safetensors"}, action="step",
@@ -589,6 +618,7 @@ def env(tmp_path_factory):
     CostTable(verify_ms=(1.0, 2.0)).save(paths["shortcost"])
     write_bad_cost_tables(paths)
     write_broken_configs(paths)
+    paths["bloom"] = build_bloom_dir(tmp / "bloom")
     lm = load(ModelSpec(str(paths["word"])))
     drafter = random_drafter(lm, gamma_max=4)
     drafter.save(paths["drafter"])

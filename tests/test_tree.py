@@ -173,8 +173,10 @@ def test_refuses_attention_that_ignores_custom_masks(lm_sdpa):
         verify_tree(fake, prefilled(lm_sdpa), [1], [-1])
 
 
-def test_compaction_refuses_bad_input_and_sliding_layers(lm_sdpa):
-    from transformers.cache_utils import DynamicSlidingWindowLayer
+def test_compaction_refuses_bad_input_and_layers_it_cannot_roll_back(lm_sdpa):
+    """Sliding-window layers are rolled back (tests/test_arch_matrix.py); a static sliding layer, which
+    overwrites what falls out of its window, is refused."""
+    from transformers.cache_utils import StaticSlidingWindowLayer
 
     cache = prefilled(lm_sdpa)
     verify_tree(lm_sdpa, cache, [1, 2], [-1, 0])
@@ -182,9 +184,9 @@ def test_compaction_refuses_bad_input_and_sliding_layers(lm_sdpa):
         compact_cache(cache, len(PROMPT), [0, 2])
     with pytest.raises(ConfigError, match="keep"):
         compact_cache(cache, len(PROMPT), [0, 0])
-    sliding = SimpleNamespace(get_seq_length=lambda: 3, layers=[DynamicSlidingWindowLayer(4)])
-    with pytest.raises(ConfigError, match="DynamicCache"):
-        compact_cache(sliding, 1, [0])
+    static_sliding = SimpleNamespace(get_seq_length=lambda: 3, layers=[StaticSlidingWindowLayer(8, 4)])
+    with pytest.raises(ConfigError, match="cannot be rolled back"):
+        compact_cache(static_sliding, 1, [0])
     with pytest.raises(ConfigError, match="parents"):
         tree_mask([-1, 1], 0)
 

@@ -9,6 +9,7 @@ import torch
 from decoding.core.errors import check
 from decoding.drafters.base import draft_probs, pick
 from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest
+from decoding.runtime.kv_rollback import architecture, roll_back, rollback_problem
 from decoding.runtime.models import LM
 
 
@@ -34,13 +35,15 @@ class DraftModelDrafter(LatticeSource):
     def __init__(self, draft: LM, target: LM | None = None):
         if target is not None:
             check_compatible(draft, target)
+        problem = rollback_problem(draft.model)
+        check(problem is None, "draft", draft.name, f"cannot draft on {architecture(draft.model)} models: {problem}")
         self.lm = draft
         self.name = draft.name
         self.cache = None
         self.fed: list[int] = []
 
     def start(self, prompt_ids: Sequence[int]) -> None:
-        self.cache, self.fed = self.lm.sequence_cache(), []
+        self.cache, self.fed = self.lm.sequence_cache(rollback=True), []
 
     def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal | None:
         chain = request.chain
@@ -81,11 +84,10 @@ class DraftModelDrafter(LatticeSource):
         return self.lm.forward(ids, self.cache, logits_to_keep=1)[-1]  # (V,)
 
     def _crop_to(self, keep: int) -> int:
-        removed = len(self.fed) - keep
-        if removed > 0:
-            self.cache.crop(-removed)
-            del self.fed[keep:]
-        return max(removed, 0)
+        removed = max(len(self.fed) - keep, 0)
+        roll_back(self.cache, len(self.fed) - removed)      # also trims sliding-window layers to their window
+        del self.fed[len(self.fed) - removed:]
+        return removed
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

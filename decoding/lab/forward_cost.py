@@ -13,6 +13,7 @@ from decoding.core.errors import ConfigError, check
 from decoding.core.measures import CostConfig, DeviceRates, ForwardTime
 from decoding.core.roofline import ModelShape
 from decoding.runtime.cost_table import forward_times
+from decoding.runtime.kv_rollback import roll_back, rollback_cache
 from decoding.runtime.models import free_device_memory, is_out_of_memory
 
 
@@ -80,12 +81,12 @@ def batch_times(lm, batches, repeats: int, prefix_tokens: int) -> Iterator[Forwa
     for b in batches:
         rows = torch.tensor([[(7 * i + 3 + r) % lm.vocab_size for i in range(prefix_tokens + 1)]
                              for r in range(b)], dtype=torch.long)
-        cache = lm.new_cache()
+        cache = rollback_cache(lm.new_cache())            # a sliding window drops the step again too
         lm.forward_rows(rows[:, :prefix_tokens], cache)
 
         def step(new=rows[:, prefix_tokens:], cache=cache):
             lm.forward_rows(new, cache)
-            cache.crop(-1)
+            roll_back(cache, prefix_tokens)
 
         times = _timed(lm, step, repeats)
         yield ForwardTime("batch", b, times)

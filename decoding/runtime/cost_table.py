@@ -15,6 +15,7 @@ from pathlib import Path
 
 from decoding.core.errors import ConfigError, check
 from decoding.runtime.files import keep_recent, load_from_cache, save_to_cache, touch, write_text_atomic
+from decoding.runtime.kv_rollback import roll_back
 from decoding.runtime.paths import cache_root, model_key, safe_name, shown_path
 
 COST_TABLE_VERSION = 1
@@ -122,10 +123,10 @@ def forward_times(lm, counts: Iterable[int], repeats: int, prefix_tokens: int = 
     forward; each timed forward is trimmed off the cache again afterwards."""
     counts = list(counts)
     ids = probe_ids(lm, prefix_tokens + max(counts))
-    cache = lm.sequence_cache()
+    cache = lm.sequence_cache(rollback=True)
     lm.forward(ids[:prefix_tokens], cache)
     lm.forward(ids[prefix_tokens:prefix_tokens + 1], cache)   # warm-up
-    cache.crop(-1)
+    roll_back(cache, prefix_tokens)
     for n in counts:
         new = ids[prefix_tokens:prefix_tokens + n]
         times = []
@@ -135,7 +136,7 @@ def forward_times(lm, counts: Iterable[int], repeats: int, prefix_tokens: int = 
             lm.forward(new, cache)
             lm.sync()
             times.append((time.perf_counter() - start) * 1000.0)
-            cache.crop(-n)
+            roll_back(cache, prefix_tokens)
         yield n, times
 
 

@@ -49,7 +49,8 @@ class StaticKV:
         self.cache = StaticCache(config=model.config, max_cache_len=capacity)
         kinds = {type(layer).__name__ for layer in self.cache.layers}
         check(all(type(layer) is StaticLayer for layer in self.cache.layers), "fast_path", True,
-              f"needs full attention in every layer (this model's cache layers: {', '.join(sorted(kinds))})")
+              f"needs full attention in every layer ({getattr(model.config, 'model_type', 'this model')}'s "
+              f"cache layers: {', '.join(sorted(kinds))})")
         self.capacity = capacity
         self.length = 0
 

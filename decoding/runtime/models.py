@@ -19,7 +19,7 @@ import torch
 
 from decoding.core.errors import ConfigError, StepError, check
 from decoding.core.trace import KVMemory
-from decoding.runtime import fast_path, load_progress, packed_gemm, placement
+from decoding.runtime import fast_path, kv_rollback, load_progress, packed_gemm, placement
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.files import save_to_cache
 from decoding.runtime.gguf_once import parsed_once
@@ -482,11 +482,13 @@ class LM:
 
         return DynamicCache(config=self.model.config)
 
-    def sequence_cache(self):
+    def sequence_cache(self, rollback: bool = False):
         """A KV cache for one sequence: a fast-path slot's (a KVLease) when the fast path is on and a slot is
-        free, else new_cache()."""
+        free, else new_cache(). `rollback`: for a strategy that drops drafts from it again
+        (decoding.runtime.kv_rollback.roll_back): its sliding-window layers record what a rollback needs."""
         lease = self.fast.lease() if self.fast is not None else None
-        return lease if lease is not None else self.new_cache()
+        cache = lease if lease is not None else self.new_cache()
+        return kv_rollback.rollback_cache(cache) if rollback else cache
 
     def use_fast_path(self, graph: type | None = None, capacity: int | None = None) -> LM:
         """Decode single sequences on static caches with CUDA graphs (decoding.runtime.fast_path); `graph`

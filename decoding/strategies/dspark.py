@@ -58,6 +58,7 @@ from decoding.drafters.parallel import LatticeDraft, ParallelDrafter
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.hooks import tap_head_input
+from decoding.runtime.kv_rollback import check_architecture
 from decoding.runtime.models import LM, Timer, kv_memory
 from decoding.strategies.dspark_select import (
     ChainPlan,
@@ -262,7 +263,7 @@ class DSparkDecoder:
         self.sources = SourceSet(drafting.sources)    # the base and the tree sources, calibrated by this run
         self.pipeline = None if config.is_greedy else build_pipeline(config.temperature, config.top_k,
                                                                      config.top_p, config.min_p)
-        self.cache = lm.sequence_cache() if cache is None else cache
+        self.cache = lm.sequence_cache(rollback=True) if cache is None else cache
         self.hidden: torch.Tensor | None = None    # (T, F): what produced each of the last T context tokens
         self.context: list[int] = []               # prompt + emitted
         self.prompt_len, self.index, self.rate = 0, 0, LookupRate()
@@ -382,8 +383,15 @@ class DSparkDecoder:
 def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
            forced: Sequence[int] = (), drafter: Drafter | None = None,
            memory: SourceMemory | None = None) -> Iterator[DSparkRound]:
-    """Yield the prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or
-    the context end. Token recycling and suffix matching draft from `memory` (None: an empty one)."""
+    """The prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or the
+    context end. A model whose cache or attention cannot take the rounds is refused here, before the run.
+    Token recycling and suffix matching draft from `memory` (None: an empty one)."""
+    check_architecture(lm, config.strategy, tree=config.select == "tree")
+    return _events(lm, prompt_ids, config, generator, forced, drafter, memory)
+
+
+def _events(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, generator: torch.Generator,
+            forced: Sequence[int], drafter: Drafter | None, memory: SourceMemory | None) -> Iterator[DSparkRound]:
     drafting = resolve_drafter(lm, config, drafter, memory)
     decoder = DSparkDecoder(lm, config, drafting, generator, load_cost(lm, config, drafting))
     yield decoder.prefill(prompt_ids, forced)

@@ -36,6 +36,7 @@ from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
 from decoding.drafters.source_chain import SourceChainDrafter, composed
 from decoding.runtime.cost_table import AUTO, load_table
 from decoding.runtime.hooks import tap_decoder_rows
+from decoding.runtime.kv_rollback import check_architecture, roll_back
 from decoding.runtime.models import LM, Timer, kv_memory
 from decoding.strategies import adaptive_gamma as spec_cost
 
@@ -115,7 +116,7 @@ class Speculator:
         self.greedy = config.is_greedy
         self.pipeline = Pipeline(()) if self.greedy else build_pipeline(
             config.temperature, config.top_k, config.top_p, config.min_p)
-        self.cache = lm.sequence_cache()
+        self.cache = lm.sequence_cache(rollback=True)
         self.cached = 0                           # positions held by the target cache
         self.last_fed = 0                         # tokens in the latest target forward
         self.gamma = config.gamma
@@ -271,11 +272,10 @@ class Speculator:
         return cropped, cropped_draft
 
     def _rollback(self, kept_context: list[int]) -> int:
-        removed = self.cached - (len(kept_context) - 1)
-        if removed > 0:
-            self.cache.crop(-removed)
-            self.cached -= removed
-        return max(removed, 0)
+        removed = max(self.cached - (len(kept_context) - 1), 0)
+        roll_back(self.cache, self.cached - removed)      # also trims sliding-window layers to their window
+        self.cached -= removed
+        return removed
 
     def _update_gamma(self, accepted: int, drafted: int, source: str) -> None:
         policy, gamma = self.config.gamma_policy, self.gamma
@@ -391,6 +391,7 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, gene
     """Yield one SpecRound per target forward. Pass a ready `drafter` (a source, or sources behind their
     composer), or the loaded `draft_lm` for a config whose `draft` names a model; 'lookup' needs neither.
     Token recycling and suffix matching draft from `memory` (None: an empty one of this run's own)."""
+    check_architecture(lm, config.strategy)
     if drafter is None:
         draft, info = speculative_drafting(config.draft, lm)
         memory, info = run_memory(memory, lm, info)
