@@ -154,7 +154,7 @@ def beam_dot(events: Sequence, upto: int | None = None, window: int = 8) -> str:
     upto = len(events) - 1 if upto is None else min(upto, len(events) - 1)
     first = max(0, upto - window + 1)
     path = set(best_path(events[: upto + 1]))
-    lines = ["digraph beam {", "  rankdir=LR;", '  node [fontname="monospace", fontsize=10];',
+    lines = ["digraph beam {", "  rankdir=LR;", '  node [fontname="monospace", fontsize=14];',
              '  edge [color="#777777"];']
     root = "prompt" if first == 0 else f"s{first - 1}"
     lines.append(f'  {root} [label="{"prompt" if first == 0 else f"step {first - 1} beams"}", shape=plaintext];')
