@@ -19,6 +19,7 @@ CLIPPED_TEXT = r"""() => {
     const over = el.scrollWidth - el.clientWidth;
     const cut = (s.textOverflow === 'ellipsis' && over > 0) || (/hidden|clip/.test(s.overflowX) && over > 1);
     if (!cut || !el.innerText || !el.innerText.trim()) continue;
+    if (el.clientWidth <= 1 || el.closest('[data-testid="stIconMaterial"]')) continue;   // screen-reader text, icons
     const r = el.getBoundingClientRect();
     if (r.width === 0 || r.height === 0) continue;
     const text = el.innerText.trim().slice(0, 60);

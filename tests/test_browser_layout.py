@@ -21,6 +21,7 @@ from test_browser import (  # noqa: F401  (fixtures)
     open_app,
     server,
     settle,
+    shot,
 )
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.flaky(reruns=2, reruns_delay=2)]
@@ -50,8 +51,7 @@ def check_both_sizes(page, name: str) -> None:
         page.wait_for_timeout(700)              # the layout follows the window
         found[f"{size['width']}×{size['height']}"] = layout_problems(page)
         if size is PROJECTOR:
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / f"layout-{name}.png"), full_page=True)
+            shot(page, f"layout-{name}")        # the window grows to the page's height for it, then shrinks back
     page.set_viewport_size(PROJECTOR)
     assert not page.locator('[data-testid="stException"]').count()
     assert not any(found.values()), found

@@ -276,6 +276,8 @@ TREE_STYLE = {   # verdict -> (border colour, DOT style, edge style, text twin)
     "not_reached": (palette.GREY, "filled,dotted", "dotted", "… not reached"),
 }
 TREE_FONT_PX = 14
+TREE_LR_RANKS = 6   # a tree of up to this many ranks (root, depths, the next token) reads left to right; a deeper
+                    # one top to bottom, so that it fits a projector's width without being scaled below 12 px
 TREE_CAPTION = ("Each box: a verified draft token, its ŝ given its parent and its verdict; filled by that ŝ on the "
                 "lattice's scale (dark blue = 0, yellow = 1). Border and edge: ✓ accepted green and bold, ✗ rejected "
                 "vermillion and dashed, … not reached grey and dotted. The bold black path is what was emitted: the "
@@ -302,12 +304,15 @@ def _tree_node(n, on_path: bool) -> str:
 
 
 def tree_dot(event) -> str:
-    """The round's verified plan as a tree (left to right), DOT: the root (the last emitted token), each node
-    under its parent, filled by its own ŝ (given that parent) on the lattice's scale, its token (escaped),
-    ŝ and verdict in words, its border and edge telling the verdict (✓ bold, ✗ dashed, … dotted); the
-    accepted path bold, ending in the token the target emitted after it (residual, bonus or argmax)."""
+    """The round's verified plan as a tree (left to right, or top to bottom when deep), DOT: the root (the
+    last emitted token), each node under its parent, filled by its own ŝ (given that parent) on the lattice's
+    scale, its token (escaped), ŝ and verdict in words, its border and edge telling the verdict (✓ bold,
+    ✗ dashed, … dotted); the accepted path bold, ending in the token the target emitted after it (residual,
+    bonus or argmax)."""
     accepted = set(event.accepted_path)
-    lines = ["digraph tree {", "  rankdir=LR;", "  nodesep=0.15;", "  ranksep=0.35;",
+    depth = max((n.depth for n in event.nodes), default=0)
+    lines = ["digraph tree {", f"  rankdir={'LR' if depth + 2 <= TREE_LR_RANKS else 'TB'};", "  nodesep=0.15;",
+             "  ranksep=0.35;",
              f'  node [shape=box, fontname="sans-serif", fontsize={TREE_FONT_PX}];',
              f'  edge [color="{palette.GREY}"];',
              f'  n0 [label="last token", shape=box, style="filled", fillcolor="{palette.BLACK}", '
