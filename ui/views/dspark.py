@@ -336,7 +336,7 @@ def tree_dot(event) -> str:
 
 # ---------------------------------------------------------------- stage 1: selection
 
-DP_COLUMNS = ["k", "parent", "cand", "token_id", "piece", "score", "V", "back", "on_path"]
+DP_COLUMNS = ["k", "piece", "on_path", "score", "V", "back", "parent", "cand", "token_id"]   # the DP's numbers first
 
 
 def dp_table(event) -> pd.DataFrame:

@@ -119,7 +119,8 @@ def _raise_fonts(fig: go.Figure) -> None:
 def projector_layout(fig: go.Figure) -> go.Figure:
     """Every chart readable on a projector: text at FONT_PX (none below MIN_FONT_PX), the title wrapped and set
     below the toolbar's band (TOOLBAR_PX), with the top margin and the height grown by that band."""
-    fig.update_layout(font={"size": FONT_PX})
+    # uniformtext: plotly shrinks a bar's text to the bar's width unless told a floor ("show": drawn at it)
+    fig.update_layout(font={"size": FONT_PX}, uniformtext={"minsize": MIN_FONT_PX, "mode": "show"})
     _raise_fonts(fig)
     title = fig.layout.title.text
     top = fig.layout.margin.t if fig.layout.margin.t is not None else 50
