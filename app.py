@@ -10,11 +10,11 @@ from ui.widgets import (
 )
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
-# Projector first (1280×800, issue 46): narrower side padding for the main column; text that Streamlit cuts
+# Projector first (1280×800, issue 46): less padding around the main column; text that Streamlit cuts
 # with an ellipsis when its box is narrow (a button's, a metric's label and value, a widget's label, a tab's)
 # wraps instead; metric values a size smaller, so a row of six fits. Checked by tests/test_browser_layout.py.
 st.html("""<style>
-[data-testid="stMainBlockContainer"] { padding-left: 2rem; padding-right: 2rem; }
+[data-testid="stMainBlockContainer"] { padding: 3.5rem 2rem 4rem 2rem; }
 [data-testid="stMain"] button { padding-left: 0.5rem; padding-right: 0.5rem; }
 button [data-testid="stMarkdownContainer"], [data-testid="stMetricLabel"] [data-testid="stMarkdownContainer"],
 [data-testid="stMetricValue"] > div, [data-testid="stWidgetLabel"] [data-testid="stMarkdownContainer"],

@@ -275,6 +275,7 @@ TREE_STYLE = {   # verdict -> (border colour, DOT style, edge style, text twin)
     "rejected": (palette.VERMILLION, "filled,dashed", "dashed", "✗ rejected"),
     "not_reached": (palette.GREY, "filled,dotted", "dotted", "… not reached"),
 }
+DRAWINGS = {"tree": "the verified tree", "lattice": "the lattice (all candidates)"}   # a tree round's two views
 TREE_FONT_PX = 14
 TREE_LR_RANKS = 6   # a tree of up to this many ranks (root, depths, the next token) reads left to right; a deeper
                     # one top to bottom, so that it fits a projector's width without being scaled below 12 px

@@ -148,8 +148,8 @@ def dspark_panel(event, ctx: ViewContext) -> None:
 def _dspark_drawing(event, ctx: ViewContext) -> None:
     """A tree round as a tree (the lattice one click away); a chain round on its lattice."""
     if event.select == "tree" and event.nodes:
-        view = st.radio("Draw the round as", ["tree", "lattice"], horizontal=True, key=f"{ctx.prefix}.ds_view",
-                        format_func={"tree": "the verified tree", "lattice": "the lattice (all candidates)"}.get)
+        view = st.radio("Draw the round as", list(dspark.DRAWINGS), horizontal=True, key=f"{ctx.prefix}.ds_view",
+                        format_func=dspark.DRAWINGS.get)
         if view == "tree":
             st.graphviz_chart(dspark.tree_dot(event))
             st.caption(dspark.TREE_CAPTION)
