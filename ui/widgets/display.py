@@ -90,8 +90,8 @@ def column_parts(df, words: Mapping[str, str] | None = None) -> list[list]:
 
 
 def _grid(df, key: str, words: Mapping[str, str] | None, fields: list) -> None:
-    """One st.dataframe showing `fields` of the table (column_order: the element keeps every column, for the
-    tests and the notebooks that read it): each column as wide as column_px says (the grid's own sizing cuts
+    """One st.dataframe showing `fields` of the table (column_order: the first part's element keeps every
+    column, for the tests that read a table whole): each column as wide as column_px says (the grid's own sizing cuts
     long text cells), small numbers formatted (headers.number_formats), as tall as its rows up to TALL_ROWS."""
     view = headers.shown(df, words)
     shown = [view.columns[list(df.columns).index(f)] for f in fields]
@@ -113,8 +113,8 @@ def table(df, key: str, filename: str, label: str = "Download CSV", words: Mappi
     _grid(df, f"{key}.df", words, parts[0])
     if len(parts) > 1:
         with st.expander(f"More columns ({sum(len(p) - 1 for p in parts[1:])})"):
-            for i, part in enumerate(parts[1:], start=1):
-                _grid(df, f"{key}.df{i}", words, part)
+            for i, part in enumerate(parts[1:], start=1):     # only its columns: a long table is sent once whole
+                _grid(df[part], f"{key}.df{i}", words, part)
     st.download_button(md_text(label), lambda: df.to_csv(index=False), file_name=f"{_slug(filename)}.csv",
                        mime="text/csv", key=f"{key}.csv", on_click="ignore")
 
