@@ -36,17 +36,18 @@ def plot(fig, key: str, filename: str) -> None:
 
 # Where a table's columns go at a projector's 1280×800 (issue 46): the row's name first (its first column among
 # LEAD_FIELDS), then the columns that carry the verdict (KEY_FIELDS, in that order), then the rest as the builder
-# ordered them, as many as fit TABLE_WIDTH_PX; the others in a "More columns" expander, each part led by the row's
-# name again. A table of up to TALL_ROWS rows is as tall as its rows (no scrolling inside it, no hidden last rows).
-TABLE_WIDTH_PX = 840     # the main column at 1280 px with the sidebar open (app.py's CSS narrows the side padding)
-CHAR_PX = 8.2            # the grid's 14 px font, an average glyph (digits and lower case)
+# ordered them, each that still fits TABLE_WIDTH_PX; the others in a "More columns" expander, each part led by the
+# row's name again. A table of up to TALL_ROWS rows is as tall as its rows (no scrolling inside it, no hidden last
+# rows).
+TABLE_WIDTH_PX = 900     # the main column at 1280 px with the sidebar open is 916 px (app.py's CSS: 2rem padding)
+CHAR_PX = 7.8            # the grid's 14 px Source Sans, an average glyph (digits and lower case are 6.7-7 px)
 CELL_PAD_PX = 26         # a cell's padding and the header's sort/menu room
 MAX_COLUMN_PX = 560      # a longer text cell is cut here (the grid does not wrap)
 TALL_ROWS = 40           # up to this many rows a table is drawn whole; a longer one scrolls inside its box
 LONG_TABLE_PX = 600
 LEAD_FIELDS = ("quantity", "lane", "round", "step", "node", "k", "rank", "size", "phase", "bin", "n", "batch",
                "rule", "filter", "tokens")
-KEY_FIELDS = ("verdict", "piece", "source", "status", "chosen", "on_path")
+KEY_FIELDS = ("verdict", "piece", "source", "accept_prob", "p_accept", "status", "chosen", "on_path")
 
 
 def _cell_text(value) -> str:
@@ -71,22 +72,26 @@ def column_order(fields) -> list:
 
 
 def column_parts(df, words: Mapping[str, str] | None = None) -> list[list]:
-    """The table's fields in parts that each fit TABLE_WIDTH_PX: the first part the lead and key fields and as
-    many more as fit, each later part the lead field and the next ones."""
+    """The table's fields in parts that each fit TABLE_WIDTH_PX: the first part the lead and key fields and every
+    later field that still fits beside them (in order; a wide one is passed over for a narrower one after it),
+    each later part the lead field and the fields left, packed the same way."""
     order = column_order(list(df.columns))
     if not order:
         return [[]]
     view = headers.shown(df, words)
     widths = dict(zip(df.columns, (column_px(view, c) for c in view.columns)))
-    lead = order[0]
-    parts, part, used = [], [lead], widths[lead]
-    for field in order[1:]:
-        if used + widths[field] > TABLE_WIDTH_PX and len(part) > 1:
-            parts.append(part)
-            part, used = [lead], widths[lead]
-        part.append(field)
-        used += widths[field]
-    return parts + [part]
+    lead, left, parts = order[0], order[1:], []
+    while left or not parts:
+        part, used, rest = [lead], widths[lead], []
+        for field in left:
+            if used + widths[field] <= TABLE_WIDTH_PX or len(part) == 1:
+                part.append(field)
+                used += widths[field]
+            else:
+                rest.append(field)
+        parts.append(part)
+        left = rest
+    return parts
 
 
 def _grid(df, key: str, words: Mapping[str, str] | None, fields: list) -> None:
