@@ -142,7 +142,7 @@ def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     assert any("prompt lookup" in s for s in verdicts["source"])
     assert all(n.sources for n in event.nodes)
     summary = frame_with(at, "quantity").set_index("quantity")["value"]
-    assert summary["prompt lookup"].startswith("n-gram [") and "λ_first" in summary["prompt lookup"]
+    assert summary["prompt lookup"].startswith("n-gram [") and "λ first" in summary["prompt lookup"]
 
 
 def test_calibration_of_the_scores_over_the_run(tiny_dir, drafter_file):

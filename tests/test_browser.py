@@ -57,7 +57,8 @@ def browser():
 
 @pytest.fixture
 def page(browser):
-    context = browser.new_context(viewport={"width": 1400, "height": 1900}, accept_downloads=True)
+    # A projector's window (issue 46); shot() grows it to the page's height for a screenshot of the whole page.
+    context = browser.new_context(viewport={"width": 1280, "height": 800}, accept_downloads=True)
     pg = context.new_page()
     yield pg
     context.close()
@@ -101,6 +102,14 @@ def sideways(page) -> list[int]:
     """How far each table on the page scrolls sideways (its grid's width beyond its box, px)."""
     return page.evaluate("() => [...document.querySelectorAll('[data-testid=\"stDataFrame\"] .dvn-scroller')]"
                          ".map(e => e.scrollWidth - e.clientWidth)")
+
+
+def show_lattice(page) -> None:
+    """A DSpark tree round opens on its tree: switch it to the lattice (a chain round shows only that)."""
+    choice = page.get_by_text("the lattice (all candidates)", exact=True)
+    if choice.count():
+        choice.first.click()
+        idle(page)
 
 
 def chip(step: int) -> str:
@@ -414,6 +423,9 @@ def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
             break
     page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]").first.wait_for(timeout=30_000)
     rejected.first.wait_for(timeout=30_000)
+    page.locator('[data-testid="stGraphVizChart"] svg g.node').first.wait_for(timeout=30_000)   # the tree first
+    shot(page, "playground-dspark-tree")
+    show_lattice(page)
     lattice = page.locator(".js-plotly-plot", has_text="lattice").first
     lattice.wait_for(timeout=30_000)
     assert lattice.locator(".heatmaplayer image, .hm image").count() >= 1     # the heatmap is drawn
@@ -443,6 +455,7 @@ def test_dspark_on_a_model_without_a_trained_drafter(server, page):
         idle(page)
         click(page, "Step")
     idle(page)
+    show_lattice(page)
     lattice = page.locator(".js-plotly-plot", has_text="lattice").first
     lattice.wait_for(timeout=30_000)
     legend = lattice.locator(".legendtext").evaluate_all("els => els.map(e => e.textContent)")

@@ -159,16 +159,22 @@ def _node(node_id: str, label_lines: Sequence[str], status: str, on_path: bool) 
             f'color="{color}", penwidth={width}];')
 
 
+# Graphviz sizes in points, drawn at 4/3 px each: 10 pt text is 13.3 px on the page at natural size.
+TREE_LAYOUT = ("  rankdir=LR;", "  nodesep=0.08;", "  ranksep=0.22;",
+               '  node [fontname="sans-serif", fontsize=10, margin="0.05,0.02", width=0.3, height=0.3];')
+
+
 def beam_dot(events: Sequence, upto: int | None = None, window: int = 8) -> str:
-    """The beam tree of steps [upto-window+1, upto] as DOT (left to right). Candidates: the token
-    (escaped), its score and a status twin in words; the output's path in bold."""
+    """The beam tree of steps [upto-window+1, upto] as DOT, left to right (a step per column: the pruned
+    candidates pile up downwards, so the width is the window's steps), compact (TREE_LAYOUT) so that six steps
+    fit a projector's main column at natural size (the chart scales a wider SVG down, and its text with it).
+    Candidates: the token (escaped), its score and a status twin in words; the output's path in bold."""
     if not events:
         return "digraph beam {}"
     upto = len(events) - 1 if upto is None else min(upto, len(events) - 1)
     first = max(0, upto - window + 1)
     path = set(best_path(events[: upto + 1]))
-    lines = ["digraph beam {", "  rankdir=LR;", '  node [fontname="monospace", fontsize=10];',
-             '  edge [color="#777777"];']
+    lines = ["digraph beam {", *TREE_LAYOUT, '  edge [color="#777777"];']
     root = "prompt" if first == 0 else f"s{first - 1}"
     lines.append(f'  {root} [label="{"prompt" if first == 0 else f"step {first - 1} beams"}", shape=plaintext];')
     for s in range(first, upto + 1):

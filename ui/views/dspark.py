@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 
 from decoding.core.trace import proposed_by
 from ui.views import palette
+from ui.views.beam import dot_escape
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
 from ui.views.headers import header
@@ -168,8 +169,8 @@ def lattice_figure(event, value: str = "score") -> go.Figure:
     mode = "chain (DP)" if event.select == "chain" else "tree (best-first)"
     fig.update_layout(title={"text": f"Round {event.index}: lattice {len(event.lattice)} positions × "
                                      f"{len(grid['y'])} candidates; {mode}: {len(event.nodes)} verified, "
-                                     f"{len(event.accepted_path)} accepted<br><sup>colour = "
-                                     f"{VALUE_LABELS.get(value, value)}</sup>", "x": 0},
+                                     f"{len(event.accepted_path)} accepted<br>colour = "
+                                     f"{VALUE_LABELS.get(value, value)}", "x": 0},
                       xaxis={"title": "draft position k", "dtick": 1},
                       yaxis={"title": "candidate (0 = drafter's top)", "dtick": 1, "autorange": "reversed"},
                       legend={"orientation": "h", "y": -0.25}, margin={"t": 50, "b": 10, "l": 10, "r": 10},
@@ -214,12 +215,11 @@ def lookup_text(event) -> str:
     if event.lookup_scores is None:
         return "off"
     first, later = event.lookup_scores
-    rates = f"scored λ_first {first:.3f}, λ_continuation {later:.3f}"
+    rates = f"scored λ first {first:.2f}, λ next {later:.2f}"
     m = event.lookup
     if m is None:
         return f"no match ({rates})"
-    return (f"n-gram {list(m.ngram)} found at position {m.match_position}; proposed the tokens from "
-            f"position {m.continuation_start}; {rates}")
+    return f"n-gram {list(m.ngram)} at position {m.match_position}, copied from {m.continuation_start}; {rates}"
 
 
 def _edges(event) -> tuple[list, list]:
@@ -268,9 +268,76 @@ def _add_nodes(fig: go.Figure, event) -> None:
                         hovertemplate="%{customdata}<br>" + label + "<extra></extra>")
 
 
+# ---------------------------------------------------------------- a tree round drawn as a tree
+
+TREE_STYLE = {   # verdict -> (border colour, DOT style, edge style, text twin)
+    "accepted": (palette.GREEN, "filled,bold", "solid", "✓ accepted"),
+    "rejected": (palette.VERMILLION, "filled,dashed", "dashed", "✗ rejected"),
+    "not_reached": (palette.GREY, "filled,dotted", "dotted", "… not reached"),
+}
+DRAWINGS = {"tree": "the verified tree", "lattice": "the lattice (all candidates)"}   # a tree round's two views
+TREE_FONT_PX = 14
+TREE_LR_RANKS = 6   # a tree of up to this many ranks (root, depths, the next token) reads left to right; a deeper
+                    # one top to bottom, so that it fits a projector's width without being scaled below 12 px
+TREE_CAPTION = ("Each box: a verified draft token, its ŝ given its parent and its verdict; filled by that ŝ on the "
+                "lattice's scale (dark blue = 0, yellow = 1). Border and edge: ✓ accepted green and bold, ✗ rejected "
+                "vermillion and dashed, … not reached grey and dotted. The bold black path is what was emitted: the "
+                "accepted drafts, then the target's own token (double octagon).")
+
+
+def score_colors(score: float) -> tuple[str, str]:
+    """The fill for ŝ on the lattice's colour scale (HEAT_SCALE) and the text colour readable on it."""
+    from plotly.colors import sample_colorscale, unlabel_rgb
+
+    rgb = unlabel_rgb(sample_colorscale(HEAT_SCALE, [min(1.0, max(0.0, score))])[0])
+    linear = [(c / 255) / 12.92 if c <= 10 else ((c / 255 + 0.055) / 1.055) ** 2.4 for c in rgb]
+    luminance = 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]   # WCAG's relative luminance
+    ink = palette.BLACK if luminance > 0.179 else "#FFFFFF"      # the text colour of the higher contrast
+    return "#{:02X}{:02X}{:02X}".format(*(int(round(c)) for c in rgb)), ink
+
+
+def _tree_node(n, on_path: bool) -> str:
+    border, style, _, words = TREE_STYLE.get(n.verdict, TREE_STYLE["not_reached"])
+    fill, ink = score_colors(n.score)
+    label = "\\n".join(dot_escape(line) for line in (repr(visible(n.piece)), f"ŝ {n.score:.2f}", words))
+    return (f'  n{n.node} [label="{label}", style="{style}", fillcolor="{fill}", fontcolor="{ink}", '
+            f'color="{border}", penwidth={4 if on_path else 2}];')
+
+
+def tree_dot(event) -> str:
+    """The round's verified plan as a tree (left to right, or top to bottom when deep), DOT: the root (the
+    last emitted token), each node under its parent, filled by its own ŝ (given that parent) on the lattice's
+    scale, its token (escaped), ŝ and verdict in words, its border and edge telling the verdict (✓ bold,
+    ✗ dashed, … dotted); the accepted path bold, ending in the token the target emitted after it (residual,
+    bonus or argmax)."""
+    accepted = set(event.accepted_path)
+    depth = max((n.depth for n in event.nodes), default=0)
+    lines = ["digraph tree {", f"  rankdir={'LR' if depth + 2 <= TREE_LR_RANKS else 'TB'};", "  nodesep=0.15;",
+             "  ranksep=0.35;",
+             f'  node [shape=box, fontname="sans-serif", fontsize={TREE_FONT_PX}];',
+             f'  edge [color="{palette.GREY}"];',
+             f'  n0 [label="last token", shape=box, style="filled", fillcolor="{palette.BLACK}", '
+             'fontcolor="#FFFFFF"];']
+    for n in event.nodes:
+        on_path = n.node in accepted
+        lines.append(_tree_node(n, on_path))
+        edge = TREE_STYLE.get(n.verdict, TREE_STYLE["not_reached"])[2]
+        lines.append(f"  n{n.parent} -> n{n.node} [style={edge}"
+                     + (f', penwidth=4, color="{palette.BLACK}"];' if on_path else "];"))
+    last = event.accepted_path[-1] if event.accepted_path else 0
+    words = NEXT_TEXT.get(event.next_from, event.next_from).split(" (")[0]
+    label = "\\n".join(dot_escape(line) for line in (repr(visible(piece_of(event, event.next_token))), words))
+    color = palette.ORIGINS[NEXT_ORIGIN.get(event.next_from, "target")].color
+    lines.append(f'  next [label="{label}", shape=doubleoctagon, style="filled", fillcolor="#FFFFFF", '
+                 f'color="{color}", penwidth=3];')
+    lines.append(f'  n{last} -> next [penwidth=4, color="{palette.BLACK}"];')
+    lines.append("}")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- stage 1: selection
 
-DP_COLUMNS = ["k", "parent", "cand", "token_id", "piece", "score", "V", "back", "on_path"]
+DP_COLUMNS = ["k", "piece", "on_path", "score", "V", "back", "parent", "cand", "token_id"]   # the DP's numbers first
 
 
 def dp_table(event) -> pd.DataFrame:
@@ -317,8 +384,10 @@ def summary_table(event) -> pd.DataFrame:
 
 # ---------------------------------------------------------------- stage 2: verification
 
-VERDICT_COLUMNS = ["node", "parent", "depth", "cand", "token_id", "piece", "q_draft", "score", "survival",
-                   "p_target", "p_accept", "u", "verdict", "source"]
+# The verdict and the numbers it came from first (a projector shows about seven columns; the rest of the row is
+# behind the table's "More columns").
+VERDICT_COLUMNS = ["node", "verdict", "piece", "source", "p_target", "p_accept", "u", "score", "parent", "depth",
+                   "cand", "token_id", "q_draft", "survival"]
 
 
 def verdicts_table(event) -> pd.DataFrame:

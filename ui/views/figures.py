@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import html
 import math
+import textwrap
 from collections.abc import Mapping, Sequence
 
 import plotly.graph_objects as go
@@ -31,7 +32,7 @@ def plot_text(text: str) -> str:
 
 
 # ---------------------------------------------------------------- margins without plotly's automargin
-CHAR_PX = 7.2          # average glyph width of plotly's default 12 px font
+CHAR_PX = 7.8          # average glyph width of the charts' 13 px font (FONT_PX)
 LINE_PX = 18           # one line of tick labels or an axis title
 NUMBER_CHARS = 6       # a numeric tick label ("0.0001", "1.25k")
 MAY_TURN_ABOVE_PX = 400  # category labels wider than this in all may be turned by plotly (30°): room is kept
@@ -78,6 +79,63 @@ def fixed_margins(fig: go.Figure) -> go.Figure:
     fig.update_layout(margin={"l": left, "r": right, "b": bottom + 6})
     fig.update_xaxes(automargin=False)
     fig.update_yaxes(automargin=False)
+    return fig
+
+
+# ---------------------------------------------------------------- projector defaults (one place for every chart)
+FONT_PX = 13           # the charts' base font; no chart text is drawn below MIN_FONT_PX
+MIN_FONT_PX = 12
+TOOLBAR_PX = 30        # the band at the chart's top that plotly's toolbar (always shown) takes
+TITLE_LINE_PX = 22     # one line of the title at FONT_PX + 3
+TITLE_CHARS = 60       # a title line wraps at a space after this many characters (a chart in a half-width column
+                       # at 1280 px is about 480 px wide)
+
+
+def wrap_title(text: str) -> str:
+    """The title with its long lines broken at spaces (plotly draws a title on one line and cuts it at the
+    chart's edge); lines holding markup are left as they are."""
+    lines = []
+    for line in text.split("<br>"):
+        lines += [line] if "<" in line else (textwrap.wrap(line, TITLE_CHARS, break_long_words=False) or [""])
+    return "<br>".join(lines)
+
+
+def _raise_fonts(fig: go.Figure) -> None:
+    """Every font size set below MIN_FONT_PX (a legend, a trace's text, an annotation) raised to it."""
+    def floor(font) -> None:
+        if font is not None and font.size is not None:
+            if isinstance(font.size, (int, float)):
+                font.size = max(font.size, MIN_FONT_PX)
+            else:
+                font.size = [max(s, MIN_FONT_PX) for s in font.size]
+
+    floor(fig.layout.legend.font)
+    for note in fig.layout.annotations:
+        floor(note.font)
+    for trace in fig.data:
+        floor(getattr(trace, "textfont", None))
+
+
+def projector_layout(fig: go.Figure) -> go.Figure:
+    """Every chart readable on a projector: text at FONT_PX (none below MIN_FONT_PX), the title wrapped and set
+    below the toolbar's band (TOOLBAR_PX), with the top margin and the height grown by that band."""
+    # uniformtext: plotly shrinks a bar's text to the bar's width unless told a floor ("show": drawn at it)
+    fig.update_layout(font={"size": FONT_PX}, uniformtext={"minsize": MIN_FONT_PX, "mode": "show"})
+    _raise_fonts(fig)
+    title = fig.layout.title.text
+    top = fig.layout.margin.t if fig.layout.margin.t is not None else 50
+    if title:
+        title = wrap_title(title)
+        lines = title.count("<br>") + 1
+        fig.update_layout(title={"text": title, "yref": "container", "y": 1, "yanchor": "top",
+                                 "pad": {"t": TOOLBAR_PX}, "font": {"size": FONT_PX + 3}})
+        grown = TOOLBAR_PX + lines * TITLE_LINE_PX + 12
+    else:
+        grown = TOOLBAR_PX + 6
+    extra = max(0, grown - top)
+    fig.update_layout(margin={"t": top + extra})
+    if fig.layout.height is not None:
+        fig.update_layout(height=fig.layout.height + extra)
     return fig
 
 

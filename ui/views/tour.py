@@ -191,9 +191,9 @@ STOPS: tuple[Stop, ...] = (
             "the last time it read it) takes the head's place; the prefill step names the sources that "
             "ran, and each cell says which source proposed it."),
         look_for=(
-            "The lattice as a heatmap with the chosen tree drawn over it (lookup's candidates "
-            "outlined), the verdict on each chosen node, and tokens per target forward against the "
-            "speculative stop."),
+            "The chosen tree, each node coloured by its ŝ with its verdict, the emitted path in bold; "
+            "then the lattice behind it (one click: all candidates, lookup's outlined), and tokens per "
+            "target forward against the speculative stop."),
         strategy="dspark", params=(),
         prompt=COPY_PROMPT, focus="most_emitted"),
     Stop(

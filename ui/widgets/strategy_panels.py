@@ -157,17 +157,29 @@ def dspark_panel(event, ctx: ViewContext) -> None:
     else:
         _dspark_header(event)
         _nothing_accepted(event)
-        value = st.radio("Colour the lattice by", list(dspark.VALUE_LABELS), format_func=dspark.VALUE_LABELS.get,
-                         horizontal=True, key=f"{ctx.prefix}.ds_value")
-        display.plot(dspark.lattice_figure(event, value), f"{ctx.prefix}.lattice", f"round{event.index}-lattice")
-        st.caption("Markers: ● accepted, ✗ rejected, ○ not reached (also in colour), ■ the last emitted token; "
-                   "the thick solid line is the accepted path, dotted lines the rest of the plan. Hover a cell "
-                   "for ŝ and the confidence per parent.")
+        _dspark_drawing(event, ctx)
         _dspark_stage1(event, ctx)
         _dspark_stage2(event, ctx)
         if ctx.on_force is not None:
             force_pickers.dspark_force(event, ctx)
     _dspark_running(ctx.events or (event,), ctx)
+
+
+def _dspark_drawing(event, ctx: ViewContext) -> None:
+    """A tree round as a tree (the lattice one click away); a chain round on its lattice."""
+    if event.select == "tree" and event.nodes:
+        view = st.radio("Draw the round as", list(dspark.DRAWINGS), horizontal=True, key=f"{ctx.prefix}.ds_view",
+                        format_func=dspark.DRAWINGS.get)
+        if view == "tree":
+            st.graphviz_chart(dspark.tree_dot(event))
+            st.caption(dspark.TREE_CAPTION)
+            return
+    value = st.radio("Colour the lattice by", list(dspark.VALUE_LABELS), format_func=dspark.VALUE_LABELS.get,
+                     horizontal=True, key=f"{ctx.prefix}.ds_value")
+    display.plot(dspark.lattice_figure(event, value), f"{ctx.prefix}.lattice", f"round{event.index}-lattice")
+    st.caption("Markers: ● accepted, ✗ rejected, ○ not reached (also in colour), ■ the last emitted token; "
+               "the thick solid line is the accepted path, dotted lines the rest of the plan. Hover a cell "
+               "for ŝ and the confidence per parent.")
 
 
 def _dspark_prefill(event) -> None:

@@ -1,0 +1,190 @@
+"""Every page at a projector's 1280×800 and at 1920×1080 (issue 46, item 3): the Playground under each strategy
+family, Compare, What-if, Traces (a recorded DSpark tree round), the Tour's stops and the Lab. Each view is drawn
+once, at 1280×800, then checked there and again after the window is resized to 1920×1080 (the browser reflows it;
+no rerun): nothing scrolls sideways, no text is cut off, chart text is at least 12 px and no chart title sits under
+the toolbar (tests/layout_checks.py). A screenshot of each view at 1280×800 goes to tests/artifacts/layout-*.png,
+to be looked at, not only asserted on. One server for the module (the tiny model)."""
+from __future__ import annotations
+
+import re
+import urllib.request
+
+import pytest
+from layout_checks import layout_problems
+from test_browser import (  # noqa: F401  (fixtures)
+    ARTIFACTS,
+    ROOT,
+    browser,
+    click,
+    dspark_link,
+    idle,
+    open_app,
+    server,
+    settle,
+    shot,
+)
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.flaky(reruns=2, reruns_delay=2)]
+
+PROJECTOR = {"width": 1280, "height": 800}
+DESKTOP = {"width": 1920, "height": 1080}
+LOOKUP_PROMPT = "one two three one two three one two three one two"
+
+
+@pytest.fixture
+def page(browser):  # noqa: F811
+    context = browser.new_context(viewport=PROJECTOR, accept_downloads=True)
+    pg = context.new_page()
+    yield pg
+    context.close()
+
+
+def check_both_sizes(page, name: str) -> None:
+    """The view as drawn, at 1280×800 (screenshot layout-<name>.png, the window's width, the page's whole
+    height) and at 1920×1080: no problem at either."""
+    settle(page)
+    idle(page)
+    page.wait_for_timeout(800)                  # plotly and graphviz finish drawing
+    found = {}
+    for size in (PROJECTOR, DESKTOP):
+        page.set_viewport_size(size)
+        page.wait_for_timeout(700)              # the layout follows the window
+        found[f"{size['width']}×{size['height']}"] = layout_problems(page)
+        if size is PROJECTOR:
+            shot(page, f"layout-{name}")        # the window grows to the page's height for it, then shrinks back
+    page.set_viewport_size(PROJECTOR)
+    assert not page.locator('[data-testid="stException"]').count()
+    assert not any(found.values()), found
+
+
+def run_to_end(page) -> None:
+    click(page, "Run to end")
+    page.get_by_text(re.compile(r"step\(s\) recorded \(finished\)")).wait_for(timeout=90_000)
+    idle(page)
+
+
+def test_playground_greedy_and_sampling(server, page):
+    open_app(page, server, "?max_new=12")
+    run_to_end(page)
+    check_both_sizes(page, "greedy")
+    open_app(page, server, "?strategy=sample&temperature=0.8&top_k=6&top_p=0.9&seed=3&max_new=12")
+    click(page, "Step")
+    page.get_by_text("The draw: u against the CDF", exact=False).first.wait_for(timeout=30_000)
+    check_both_sizes(page, "sampling")
+
+
+def test_playground_beam(server, page):
+    open_app(page, server, "?strategy=beam&num_beams=3&max_new=6")
+    run_to_end(page)
+    page.locator('[data-testid="stGraphVizChart"] svg').first.wait_for(timeout=30_000)
+    check_both_sizes(page, "beam")
+
+
+def test_playground_speculative_then_whatif(server, page):
+    open_app(page, server, "?strategy=speculative&draft=lookup&gamma=3&max_new=24&chat=0&prompt="
+                           + urllib.request.quote(LOOKUP_PROMPT))
+    run_to_end(page)
+    page.get_by_text("draft(s) verified", exact=False).first.wait_for(timeout=30_000)
+    check_both_sizes(page, "speculative")
+    page.get_by_role("link", name="What-if").click()
+    page.get_by_text("Tokens per target forward vs γ").first.wait_for(timeout=30_000)
+    check_both_sizes(page, "whatif")
+
+
+def test_playground_dspark_tree(server, page):
+    """DSpark on the tiny model's test drafter (a tree round, the default selection): the tree view, then the
+    lattice view of the same round."""
+    open_app(page, server, dspark_link(page, server))
+    for step in range(3):
+        click(page, "Step")
+        page.get_by_text(re.compile(rf"^{step + 1} step\(s\) recorded")).wait_for(timeout=90_000)
+        idle(page)
+    page.locator(".ds-chips span.ds-chip[data-step]").first.wait_for(timeout=30_000)
+    check_both_sizes(page, "dspark")
+
+
+def test_compare(server, page):
+    page.goto(f"{server}/compare?max_new=12&seed=1")
+    button = page.get_by_role("button", name="Run the comparison")
+    button.wait_for(timeout=60_000)
+    idle(page)
+    button.click()
+    page.get_by_text("Tokens vs wall time").first.wait_for(timeout=90_000)
+    check_both_sizes(page, "compare")
+
+
+def test_traces_with_a_recorded_dspark_chain(server, page):
+    """A recorded chain round (the DP table, stage 1's widest table) replayed on the Traces page."""
+    open_app(page, server)
+    page.get_by_role("link", name="Traces").click()
+    uploader = page.locator('[data-testid="stFileUploader"] input[type="file"]')
+    uploader.wait_for(state="attached", timeout=30_000)
+    uploader.set_input_files(str(ROOT / "tests" / "golden" / "dspark_head_chain_cost.json"))
+    page.get_by_role("slider").wait_for(timeout=30_000)
+    page.get_by_role("slider").press("ArrowRight")
+    page.get_by_text("Stage 2").first.wait_for(timeout=30_000)
+    check_both_sizes(page, "traces-dspark-chain")
+
+
+def test_tour_every_stop(server, page):
+    page.goto(f"{server}/tour")
+    page.get_by_role("button", name="Next →", exact=True).wait_for(timeout=60_000)
+    from ui.views.tour import STOPS
+
+    for i, stop in enumerate(STOPS):
+        idle(page)
+        page.locator(".js-plotly-plot, [data-testid='stGraphVizChart']").first.wait_for(timeout=30_000)
+        check_both_sizes(page, f"tour-{stop.id}")
+        if i + 1 < len(STOPS):
+            click(page, "Next →")
+            page.wait_for_url(re.compile(f"stop={STOPS[i + 1].id}"), timeout=30_000)
+
+
+def test_lab_every_tab(server, page):
+    open_app(page, server, "?strategy=speculative&draft=lookup&gamma=3&max_new=16&chat=0&prompt="
+                           + urllib.request.quote(LOOKUP_PROMPT))
+    run_to_end(page)
+    page.get_by_role("link", name="Lab").click()
+    measure = page.get_by_role("button", name="Measure", exact=True)
+    measure.first.wait_for(timeout=60_000)
+    idle(page)
+    measure.first.click()
+    page.locator(".js-plotly-plot", has_text="Cost of a forward").first.wait_for(timeout=90_000)
+    check_both_sizes(page, "lab-cost")
+    for tab, chart in (("Acceptance", "Acceptance per round"), ("Memory", "KV cache held"),
+                       ("Throughput and latency", "Throughput against latency"),
+                       ("Losslessness", "seeded rounds per rule")):
+        page.get_by_role("tab", name=tab).click()
+        idle(page)
+        if tab in ("Throughput and latency", "Losslessness"):      # measured on demand: this tab's button
+            page.get_by_role("button", name="Measure", exact=True).locator("visible=true").first.click()
+        page.locator(".js-plotly-plot", has_text=chart).first.wait_for(timeout=90_000)
+        check_both_sizes(page, f"lab-{tab.split()[0].lower()}")
+
+
+BROKEN = """<div data-testid="stMain" style="width: 1200px">
+<button style="width: 60px"><div data-testid="stMarkdownContainer"
+  style="overflow: hidden; text-overflow: ellipsis; white-space: nowrap">Run to end</div></button>
+<div style="width: 1600px">a row wider than the window</div>
+<div class="js-plotly-plot" style="position: relative; width: 600px">
+  <div class="modebar" style="position: absolute; top: 0; right: 0; width: 200px; height: 30px"></div>
+  <svg class="main-svg" width="600" height="100"><text class="gtitle" x="450" y="20" style="font-size: 16px">A title
+  under the toolbar</text><text x="10" y="60" style="font-size: 10px">tiny tick</text></svg></div></div>"""
+FIXED = (BROKEN.replace("width: 60px", "width: 120px").replace("width: 1600px", "width: 600px")
+         .replace('x="450"', 'x="10"').replace("font-size: 10px", "font-size: 13px"))
+
+
+def test_the_checks_find_each_problem_and_pass_a_page_without_them(browser):  # noqa: F811
+    """Negative control of tests/layout_checks.py on a static page (no server): one problem of each kind is
+    found, and the same page with the four fixed is clean."""
+    page = browser.new_page(viewport=PROJECTOR)
+    try:
+        page.set_content(BROKEN)
+        found = " | ".join(layout_problems(page))
+        for words in ('sideways: the page', 'cut off: "Run to end"', '"tiny tick" at 10.0 px',
+                      "under the toolbar"):
+            assert words in found, found
+        page.set_content(FIXED)
+        assert layout_problems(page) == []
+    finally:
+        page.close()
