@@ -5,6 +5,7 @@ table, and each place a case applies to (CLI, engine, app) is a test here."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import types
@@ -33,6 +34,7 @@ from decoding.drafters.shallow import build_shallow, save_shallow
 from decoding.runner import run
 from decoding.runtime.cost_table import MAX_COST_BYTES, MAX_COST_ENTRIES, CostTable
 from decoding.runtime.models import LM, ModelSpec, load, resolve_device
+from decoding.train.common import check_outputs
 from ui.widgets import keys as ui_keys
 from ui.widgets.advanced import MAX_COST_LINK_CHARS
 from ui.widgets.params import LINK_PATHS
@@ -92,6 +94,16 @@ def bad_logits_after(calls_ok: int, value: float, entries=slice(None), only=None
     return patch
 
 
+def no_model_load(mp: pytest.MonkeyPatch) -> None:
+    """A patch: loading a model fails the test (a trainer must refuse its --out before any work)."""
+    import decoding.runtime.models as models
+
+    def load_(spec):
+        raise AssertionError(f"the model was loaded ({spec.name}) before the bad input was refused")
+
+    mp.setattr(models, "load", load_)
+
+
 def oom_on_move(mp: pytest.MonkeyPatch) -> None:
     """A patch: the loaded model runs out of memory when moved to its device (a model too large for
     the GPU); everything before the move is the real loader."""
@@ -136,10 +148,12 @@ class Case:
     needs_no_cuda: bool = False
     sidebar: Callable | None = None
     warning: bool = False
+    train: list[str] | None = None           # CLI: flags after `train` (instead of `run ...`)
 
     @property
     def where(self) -> list[str]:
-        places = [("CLI", self.cli is not None), ("engine", self.engine is not None or self.upload is not None),
+        places = [("CLI", self.cli is not None or self.train is not None),
+                  ("engine", self.engine is not None or self.upload is not None),
                   ("app", self.app is not None or self.upload is not None)]
         return [name for name, ok in places if ok]
 
@@ -422,6 +436,23 @@ CASES = [
          cli=["--out", "{notes}/t.json"]),
     Case("out-name-too-long", r"out='[^']*\.\.\.[^']*' is invalid: its file name is 305 bytes long; the limit here is "
          r"255$", cli=["--out", "{tmp}/" + "t" * 300 + ".json"]),
+    # ---- what a trainer writes (checked before the model loads; nothing it did not write is replaced)
+    Case("train-out-not-a-regular-file", r"out='[^']*pipe' is invalid: is not a regular file \(a device or a pipe\); "
+         r"a trainer writes a weights file there and its model card beside it: give a file name$",
+         train=["draft", "--model", "{word}", "--out", "{pipe}"], patch=no_model_load,
+         engine=lambda e: check_outputs(e.paths["pipe"])),
+    Case("train-out-named-md", r"out='[^']*w\.md' is invalid: ends in \.md, the name of its model card, which would "
+         r"be written over the weights: give a name ending in \.safetensors$",
+         train=["feature", "--model", "{word}", "--out", "{tmp}/w.md"], patch=no_model_load,
+         engine=lambda e: check_outputs(e.tmp / "w.md")),
+    Case("train-out-not-a-drafter-file", r"out='[^']*model\.safetensors' is invalid: is a file no trainer wrote \(not "
+         r"a drafter weights file\); a trainer replaces only its own files: give another --out$",
+         train=["parallel", "--model", "{word}", "--out", "{word}/model.safetensors"], patch=no_model_load,
+         engine=lambda e: check_outputs(e.paths["word"] / "model.safetensors")),
+    Case("train-out-card-not-a-card", r"out='[^']*notes\.safetensors' is invalid: its model card would replace "
+         r"notes\.md, which is not a model card; move that file or give another --out$",
+         train=["draft", "--model", "{word}", "--out", "{tmp}/notes.safetensors"], patch=no_model_load,
+         engine=lambda e: check_outputs(e.tmp / "notes.safetensors")),
     # ---- trace files
     Case("trace-malformed-json", r"not valid JSON: Expecting property name", upload=lambda e: b"{nope"),
     Case("trace-not-an-object", r"a trace must be a JSON object", upload=lambda e: b"[1, 2]"),
@@ -578,11 +609,14 @@ def env(tmp_path_factory):
              "deepcost": tmp / "deep.json", "longcost": tmp / "long.json", "badshallow": tmp / "s.safetensors",
              "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg",
              "nandrafter": tmp / "nan-p.safetensors", "otherfeature": tmp / "other-f.safetensors",
-             "otherparallel": tmp / "other-p.safetensors", "oldfeature": tmp / "old-f.safetensors"}
+             "otherparallel": tmp / "other-p.safetensors", "oldfeature": tmp / "old-f.safetensors",
+             "pipe": tmp / "pipe"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
     paths["nan"] = nan_dir
     paths["empty"].mkdir()
     paths["notes"].write_text("not a model\n")
+    (tmp / "notes.md").write_text("# my notes, not a model card\n")
+    os.mkfifo(paths["pipe"])
     paths["broken"].write_bytes(b"not a gguf at all")
     paths["corrupt"].write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
     paths["badcost"].write_text("not json\n")
@@ -658,7 +692,8 @@ def test_cli(case, env, capsys, monkeypatch):
     if case.patch:
         case.patch(monkeypatch)
     base = ["run", "--model", str(env.paths["word"]), "--prompt", PROMPT, "--max-new-tokens", "4"]
-    code, out, err = cli_main(base + [fill(a, env) for a in case.cli], capsys)
+    argv = ["train"] + case.train if case.train is not None else base + case.cli
+    code, out, err = cli_main([fill(a, env) for a in argv], capsys)
     assert code == 2, (code, out, err)
     line = one_line(err)
     assert line.startswith("error: ") and "Traceback" not in err

@@ -15,7 +15,9 @@ from decoding.runtime.paths import shown_path
 
 
 def save_weights(state: dict[str, torch.Tensor], path: str | Path, header: dict[str, str]) -> None:
-    from safetensors.torch import save_file
+    """`state` as float16 safetensors at `path`, atomically (atomic_path: a device or a pipe is written in place;
+    safetensors' own save_file would replace it with a regular file)."""
+    from safetensors.torch import save
 
     stored = {k: (v.detach().cpu().half() if v.is_floating_point() else v.detach().cpu()).contiguous()
               for k, v in state.items()}
@@ -24,8 +26,9 @@ def save_weights(state: dict[str, torch.Tensor], path: str | Path, header: dict[
                                                 "(training diverged: try a lower --lr)")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(path) as tmp:
-        save_file(stored, str(tmp), metadata=header)
+    data = save(stored, metadata=header)
+    with atomic_path(path) as tmp, open(tmp, "wb") as file:
+        file.write(data)
 
 
 @contextmanager
