@@ -375,6 +375,30 @@ CASES = [
     Case("draft-feature-other-shape", r"draft='feature:[^']*old-f\.safetensors' is invalid: was trained for another "
          r"model \(hidden size 16; this one has 32\)$", cli=SPEC + ["--draft", "lookup+feature:{oldfeature}"],
          engine=lambda e: load_draft(f"feature:{e.paths['oldfeature']}", e.lm)),
+    Case("drafter-header-over-file", r"drafter='[^']*big-p\.safetensors' is invalid: could not be read \(its header "
+         r"does not match its tensors: 'trunk_b' is \(65536\) by the header, \(32\) in the file\)$",
+         cli=DSPARK + ["--drafter", "{bigdrafter}"], app={"strategy": "dspark", "drafter": "{bigdrafter}"},
+         action="step", engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["bigdrafter"])))),
+    Case("draft-header-over-file", r"draft='feature:[^']*big-f\.safetensors' is invalid: could not be read \(its "
+         r"header does not match its tensors: 'blocks\.0\.down\.bias' is \(16384\) by the header, \(8\) in the "
+         r"file\)$", cli=SPEC + ["--draft", "feature:{bigfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['bigfeature']}", e.lm)),
+    Case("drafter-metadata-not-an-object", r"drafter='[^']*list-p\.safetensors' is invalid: could not be read \(its "
+         r"'meta' is a JSON list, not an object\)$", cli=DSPARK + ["--drafter", "{listdrafter}"],
+         app={"strategy": "dspark", "drafter": "{listdrafter}"}, action="step",
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["listdrafter"])))),
+    Case("draft-metadata-not-an-object", r"draft='feature:[^']*list-f\.safetensors' is invalid: could not be read "
+         r"\(its 'meta' is a JSON list, not an object\)$", cli=SPEC + ["--draft", "feature:{listfeature}"],
+         app={"strategy": "speculative", "draft": "feature:{listfeature}"},
+         engine=lambda e: load_draft(f"feature:{e.paths['listfeature']}", e.lm)),
+    Case("draft-vocab-ids-negative", r"draft='feature:[^']*neg-f\.safetensors' is invalid: could not be read "
+         r"\(vocab_ids='<8 ids>' is invalid: must be distinct token ids >= 0\)$",
+         cli=SPEC + ["--draft", "feature:{negfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['negfeature']}", e.lm)),
+    Case("draft-vocab-ids-repeated", r"(draft|drafter)='feature:[^']*dup-f\.safetensors' is invalid: could not be read "
+         r"\(vocab_ids='<8 ids>' is invalid: must be distinct token ids >= 0\)$",
+         cli=DSPARK + ["--drafter", "feature:{dupfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['dupfeature']}", e.lm)),
     Case("model-unknown-offline", r"model='no-such-org/no-such-model' is invalid: was not found in a local "
          r"directory or the local HF cache", cli=["--model", "no-such-org/no-such-model"],
          app={"model": "no-such-org/no-such-model"}, engine=lambda e: load(ModelSpec("no-such-org/no-such-model"))),
@@ -570,6 +594,31 @@ def write_damaged_weights(paths: dict, lm: LM) -> None:
     rewrite(paths["drafter"], paths["baddrafter"], header=BAD_HEADER["parallel"])
     nan_copy(paths["drafter"], paths["nandrafter"], "w2")
     write_other_model_drafters(paths, lm)
+    write_hostile_drafters(paths)
+
+
+def write_hostile_drafters(paths: dict) -> None:
+    """Small drafter files whose header asks for far more than they hold (a dimension of 2**16: the old reader
+    allocated it before any check), holds metadata of the wrong JSON type, or vocabulary ids that are negative
+    or repeated."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from decoding.drafters.feature_net import FeatureNet, FeatureShape, save_feature
+
+    feature = paths["tmp"] / "feature-good.safetensors"
+    save_feature(FeatureNet(FeatureShape(32, 8, 8, 1), range(8)), feature)
+    with safe_open(str(paths["drafter"]), "pt") as fh:
+        shape = json.loads(fh.metadata()["shape"])
+    rewrite(paths["drafter"], paths["bigdrafter"], header={"shape": json.dumps({**shape, "trunk": 2**16})})
+    rewrite(feature, paths["bigfeature"], header={"shape": json.dumps({"hidden_size": 32, "width": 2**14, "mlp": 8,
+                                                                         "blocks": 1})})
+    rewrite(paths["drafter"], paths["listdrafter"], header={"meta": "[1, 2]"})
+    rewrite(feature, paths["listfeature"], header={"meta": "[1, 2]"})
+    for name, ids in (("negfeature", [-1, *range(1, 8)]), ("dupfeature", [1, *range(1, 8)])):
+        with safe_open(str(feature), "pt") as fh:
+            meta, tensors = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
+        save_file({**tensors, "vocab_ids": torch.tensor(ids)}, str(paths[name]), metadata=meta)
 
 
 def write_other_model_drafters(paths: dict, lm: LM) -> None:
@@ -610,7 +659,9 @@ def env(tmp_path_factory):
              "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg",
              "nandrafter": tmp / "nan-p.safetensors", "otherfeature": tmp / "other-f.safetensors",
              "otherparallel": tmp / "other-p.safetensors", "oldfeature": tmp / "old-f.safetensors",
-             "pipe": tmp / "pipe"}
+             "pipe": tmp / "pipe", "bigdrafter": tmp / "big-p.safetensors", "bigfeature": tmp / "big-f.safetensors",
+             "listdrafter": tmp / "list-p.safetensors", "listfeature": tmp / "list-f.safetensors",
+             "negfeature": tmp / "neg-f.safetensors", "dupfeature": tmp / "dup-f.safetensors"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
     paths["nan"] = nan_dir
     paths["empty"].mkdir()
@@ -921,3 +972,43 @@ def test_readme_table_lists_every_case_where_it_is_tested():
     assert list(rows) == CASE_IDS
     assert {cid: rows[cid] for cid in CASE_IDS} == {c.id: c.where for c in CASES}
     assert len(CASES) >= 20 and len(set(CASE_IDS)) == len(CASE_IDS)
+
+
+# ------------------------------------------------------------------------------ drafter files (no memory from a header)
+
+def test_a_drafter_header_allocates_nothing_before_its_check(env, monkeypatch):
+    """The drafter a hostile header describes is built on the meta device only (no memory) and refused there;
+    negative control: a good file is built on meta, then for real."""
+    from decoding.drafters import parallel
+
+    devices, real = [], parallel.ParallelDrafter.__init__
+
+    def init(self, *args, **kwargs):
+        devices.append(torch.get_default_device().type)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(parallel.ParallelDrafter, "__init__", init)
+    with pytest.raises(ConfigError, match="its header does not match its tensors"):
+        parallel.load_drafter(env.paths["bigdrafter"], env.lm)
+    assert devices == ["meta"]
+    parallel.load_drafter(env.paths["drafter"], env.lm)
+    assert devices == ["meta", "meta", "cpu"]
+
+
+def test_a_header_asking_for_a_billion_blocks_is_refused_at_once(env, tmp_path):
+    bad = tmp_path / "blocks-f.safetensors"
+    rewrite(env.tmp / "feature-good.safetensors", bad,
+            header={"shape": json.dumps({"hidden_size": 32, "width": 8, "mlp": 8, "blocks": 10**9})})
+    with pytest.raises(ConfigError, match=r"could not be read \(its header asks for 1000000000 blocks; the file holds "
+                                          r"\d+ tensors\)$"):
+        load_draft(f"feature:{bad}", env.lm)
+
+
+def test_the_recorded_target_is_named_without_its_folder(env, tmp_path):
+    """A drafter trained for another model is labelled with that model's own name, never the folder it sat in on
+    the machine that trained it (the label goes into traces and onto the page)."""
+    named = tmp_path / "named-f.safetensors"
+    rewrite(env.tmp / "feature-good.safetensors", named,
+            header={"meta": json.dumps({"target": "/srv/private/models/tiny-llama"})})
+    label = load_draft(f"feature:{named}", env.lm).name
+    assert label.endswith(" (trained for tiny-llama)") and "/srv" not in label, label
