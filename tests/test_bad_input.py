@@ -193,6 +193,12 @@ def flip_last_verdict(data: dict) -> None:
     draft["verdict"] = "accepted" if draft["verdict"] == "not_reached" else "not_reached"
 
 
+def copy_drafting_to_round_1(data: dict) -> None:
+    """The prefill round's `drafting` (the run's sources) also on the first drafting round."""
+    assert data["steps"][0]["drafting"]
+    data["steps"][1]["drafting"] = data["steps"][0]["drafting"]
+
+
 def steps_of(e, strategy: str) -> list[dict]:
     return json.loads(e.traces[strategy])["steps"]
 
@@ -412,6 +418,10 @@ CASES = [
          engine=lambda e: load(ModelSpec(str(e.paths["badcfg"])))),
     Case("model-config-missing", r"model='[^']*nocfg' is invalid: directory has no config\.json",
          cli=["--model", "{nocfg}"], engine=lambda e: load(ModelSpec(str(e.paths["nocfg"])))),
+    Case("model-custom-code", r"model='[^']*custom' is invalid: its architecture 'xmodel' is code in the model's "
+         r"folder \(auto_map\), which is not run: pass --trust-remote-code \(trust_remote_code=True\) for a model "
+         r"you trust$", cli=["--model", "{custom}"], app={"model": "{custom}"},
+         engine=lambda e: load(ModelSpec(str(e.paths["custom"])))),
     Case("model-not-a-directory", r"model='[^']*notes\.txt' is invalid: must be a directory or a \.gguf file",
          cli=["--model", "{notes}"], app={"model": "{notes}"}, engine=lambda e: load(ModelSpec(str(e.paths["notes"])))),
     Case("gguf-bad-magic", r"gguf_file='[^']*broken\.gguf' is invalid: is not a GGUF file",
@@ -547,6 +557,14 @@ CASES = [
          upload=lambda e: traced(e, empty_output_with_text)),
     Case("trace-verdict-not-the-round", r"trace\.steps\[0\]\.drafts\[1\]\.verdict='\w+' is not '\w+' \(gamma=2, "
          r"accepted=\d\)$", upload=lambda e: traced(e, flip_last_verdict, "speculative")),
+    Case("trace-drafting-on-a-later-round", r"trace\.steps\[1\]\.drafting: recorded on a drafting round; only the "
+         r"prefill round carries it$", upload=lambda e: traced(e, copy_drafting_to_round_1, "dspark")),
+    Case("trace-sources-not-the-lookup-flag", r"trace\.steps\[1\]\.lattice\[0\]\.cells\[0\]\.sources=\['parallel'\] "
+         r"does not go with lookup=True \(a token on prompt lookup's chain was proposed by lookup\)$",
+         upload=lambda e: traced(e, lambda d: d["steps"][1]["lattice"][0]["cells"][0].update(lookup=True), "dspark")),
+    Case("trace-field-newer-than-version",
+         r"trace\.steps\[0\]\.drafting: is a field of schema 1\.6; this trace says schema_version '1\.5'$",
+         upload=lambda e: traced(e, lambda d: d.update(schema_version="1.5"), "speculative")),
     # ---- runs that stop mid-way (the trace so far is kept)
     Case("logits-nan", r"logits: NaN at step 3 \(64 of 64 values from model '[^']*nan'\); the run stops here",
          cli=["--model", "{nan}", "--max-new-tokens", "8"],
@@ -578,11 +596,15 @@ def write_bad_cost_tables(paths: dict) -> None:
 
 
 def write_broken_configs(paths: dict) -> None:
-    """Copies of the word model: one whose config.json is not JSON, one without config.json."""
-    for name in ("badcfg", "nocfg"):
+    """Copies of the word model: one whose config.json is not JSON, one without config.json, one whose architecture
+    is custom code (auto_map)."""
+    for name in ("badcfg", "nocfg", "custom"):
         shutil.copytree(paths["word"], paths[name])
     (paths["badcfg"] / "config.json").write_text("{broken")
     (paths["nocfg"] / "config.json").unlink()
+    config = json.loads((paths["custom"] / "config.json").read_text())     # an architecture of its own code
+    config.update(model_type="xmodel", auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"})
+    (paths["custom"] / "config.json").write_text(json.dumps(config))
 
 
 def write_damaged_weights(paths: dict, lm: LM) -> None:
@@ -659,7 +681,8 @@ def env(tmp_path_factory):
              "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg",
              "nandrafter": tmp / "nan-p.safetensors", "otherfeature": tmp / "other-f.safetensors",
              "otherparallel": tmp / "other-p.safetensors", "oldfeature": tmp / "old-f.safetensors",
-             "pipe": tmp / "pipe", "bigdrafter": tmp / "big-p.safetensors", "bigfeature": tmp / "big-f.safetensors",
+             "custom": tmp / "custom", "pipe": tmp / "pipe", "bigdrafter": tmp / "big-p.safetensors",
+             "bigfeature": tmp / "big-f.safetensors",
              "listdrafter": tmp / "list-p.safetensors", "listfeature": tmp / "list-f.safetensors",
              "negfeature": tmp / "neg-f.safetensors", "dupfeature": tmp / "dup-f.safetensors"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
@@ -1012,3 +1035,18 @@ def test_the_recorded_target_is_named_without_its_folder(env, tmp_path):
             header={"meta": json.dumps({"target": "/srv/private/models/tiny-llama"})})
     label = load_draft(f"feature:{named}", env.lm).name
     assert label.endswith(" (trained for tiny-llama)") and "/srv" not in label, label
+
+
+# ------------------------------------------------------------------------------ smaller edges
+
+def test_a_draft_model_folder_with_a_plus_in_its_name(env, tmp_path):
+    """A draft model's folder may have '+' in its name: DSpark's `model:` part keeps it whole (it was read as a
+    trained drafter file 'model:/m/a' + ... and refused as "no drafter weights there")."""
+    from decoding.core.config import drafter_parts
+
+    assert drafter_parts("model:/m/a+b") == (None, ("model:/m/a+b",))
+    assert drafter_parts("feature+model:/m/a+b+recycling") == ("feature", ("model:/m/a+b", "recycling"))
+    assert drafter_parts("/m/a+b.safetensors+suffix") == ("/m/a+b.safetensors", ("suffix",))     # control
+    folder = shutil.copytree(env.paths["word"], tmp_path / "draft+copy")
+    done = run(env.lm, [1, 2, 3], DSparkConfig(drafter=f"model:{folder}", max_new_tokens=3, gamma=2))
+    assert done.error is None and done.stats.new_tokens == 3
