@@ -1050,3 +1050,20 @@ def test_a_draft_model_folder_with_a_plus_in_its_name(env, tmp_path):
     folder = shutil.copytree(env.paths["word"], tmp_path / "draft+copy")
     done = run(env.lm, [1, 2, 3], DSparkConfig(drafter=f"model:{folder}", max_new_tokens=3, gamma=2))
     assert done.error is None and done.stats.new_tokens == 3
+
+
+def test_link_redaction_covers_every_message_that_shows_the_link_path():
+    """A server path a link set (and the sidebar still holds) is never shown back, whichever message carries it:
+    a run's NaN line naming the model, a drafter labelled with the model it was trained for. Negative controls:
+    the same path typed in the sidebar, and a message that does not show it, pass unchanged."""
+    from ui.widgets.params import link_safe
+
+    link = {"model": "/srv/models/nan-model", "drafter": "/srv/d/p.safetensors"}
+    uniform = r"^model='/srv/models/nan-model' from the link cannot be used on this server \(a link is not told why"
+    nan = "logits: NaN at step 3 (64 of 64 values from model '/srv/models/nan-model'); the run stops here"
+    assert re.match(uniform, link_safe(nan, link, link))
+    trained = "draft='feature' is invalid: was trained for another model (trained for nan-model)"
+    assert re.match(uniform, link_safe(trained, {"model": link["model"]}, link))
+    assert link_safe("gamma=6 is invalid: see p.safetensors", link, link).startswith("drafter='/srv/d/p.safetensors'")
+    assert link_safe(nan, link, {**link, "model": "/home/me/nan-model"}) == nan        # typed in the sidebar
+    assert link_safe("temperature=-0.5 is invalid", link, link) == "temperature=-0.5 is invalid"
