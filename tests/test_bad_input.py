@@ -487,6 +487,9 @@ CASES = [
          r"notes\.md, which is not a model card; move that file or give another --out$",
          train=["draft", "--model", "{word}", "--out", "{tmp}/notes.safetensors"], patch=no_model_load,
          engine=lambda e: check_outputs(e.tmp / "notes.safetensors")),
+    Case("train-out-drafter-for-a-report", r"out='[^']*drafter\.safetensors' is invalid: is a drafter's weights or "
+         r"model card; head-calibration writes a JSON report there: give another --out$",
+         train=["head-calibration", "--draft", "{feature}", "--out", "{drafter}"], patch=no_model_load),
     # ---- trace files
     Case("trace-malformed-json", r"not valid JSON: Expecting property name", upload=lambda e: b"{nope"),
     Case("trace-not-an-object", r"a trace must be a JSON object", upload=lambda e: b"[1, 2]"),
@@ -681,7 +684,8 @@ def env(tmp_path_factory):
              "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg",
              "nandrafter": tmp / "nan-p.safetensors", "otherfeature": tmp / "other-f.safetensors",
              "otherparallel": tmp / "other-p.safetensors", "oldfeature": tmp / "old-f.safetensors",
-             "custom": tmp / "custom", "pipe": tmp / "pipe", "bigdrafter": tmp / "big-p.safetensors",
+             "custom": tmp / "custom", "pipe": tmp / "pipe", "feature": tmp / "feature-good.safetensors",
+             "bigdrafter": tmp / "big-p.safetensors",
              "bigfeature": tmp / "big-f.safetensors",
              "listdrafter": tmp / "list-p.safetensors", "listfeature": tmp / "list-f.safetensors",
              "negfeature": tmp / "neg-f.safetensors", "dupfeature": tmp / "dup-f.safetensors"}
