@@ -308,14 +308,20 @@ def render_ws(results: dict, steps: int, model: str, loads: tuple, client: str, 
 CLIENTS = ("browser", "ws")
 
 
+MAX_PACE = 600.0          # s: a mean think time of ten minutes is a session that has left
+
+
 def parse_pace(text: str) -> float:
-    """--pace: a finite number of seconds, 0 or more."""
+    """--pace: a finite number of seconds, 0 to MAX_PACE (beyond it, asyncio's sleep overflows or the run never
+    ends)."""
     try:
         pace = float(text)
     except ValueError:
         raise ValueError(f"--pace must be a number of seconds, got {text!r}") from None
     if not math.isfinite(pace) or pace < 0:
         raise ValueError(f"--pace must be a finite number of seconds, 0 or more, got {text!r}")
+    if pace > MAX_PACE:
+        raise ValueError(f"--pace must be at most {MAX_PACE:g} seconds (a mean think time), got {text!r}")
     return pace
 
 

@@ -17,6 +17,13 @@ TOUR = Path(__file__).resolve().parents[1] / "assets" / "tour"
 SOURCES = ("sampling", "beam", "speculative", "dspark")
 
 
+def _copy(step, index: int, repeated: bool):
+    """`step` at `index`; a repeated speculative round without the first round's `drafting` (the loader refuses
+    it on later rounds)."""
+    later = repeated and step.kind == "spec_round"
+    return dataclasses.replace(step, index=index, **({"drafting": None} if later else {}))
+
+
 def grown(name: str, mib: float) -> bytes:
     """The tour trace `name` with its steps repeated until the JSON is about `mib` MiB, its output and
     counts recomputed from those steps (the loader checks them against the steps)."""
@@ -25,7 +32,7 @@ def grown(name: str, mib: float) -> bytes:
     first = small.steps[:1] if small.strategy == "dspark" else ()      # DSpark's prefill comes once
     body = small.steps[len(first):]
     count = int(mib * 2 ** 20 / (len(json.dumps(json.loads(text)["steps"][len(first):])) / len(body)))
-    steps = first + tuple(dataclasses.replace(body[i % len(body)], index=len(first) + i) for i in range(count))
+    steps = first + tuple(_copy(body[i % len(body)], len(first) + i, i >= len(body)) for i in range(count))
     return to_json(recounted(dataclasses.replace(small, steps=steps))).encode()
 
 

@@ -5,6 +5,7 @@ table, and each place a case applies to (CLI, engine, app) is a test here."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import types
@@ -33,6 +34,7 @@ from decoding.drafters.shallow import build_shallow, save_shallow
 from decoding.runner import run
 from decoding.runtime.cost_table import MAX_COST_BYTES, MAX_COST_ENTRIES, CostTable
 from decoding.runtime.models import LM, ModelSpec, load, resolve_device
+from decoding.train.common import check_outputs
 from ui.widgets import keys as ui_keys
 from ui.widgets.advanced import MAX_COST_LINK_CHARS
 from ui.widgets.params import LINK_PATHS
@@ -90,6 +92,16 @@ def bad_logits_after(calls_ok: int, value: float, entries=slice(None), only=None
 
         mp.setattr(LlamaForCausalLM, "forward", forward)
     return patch
+
+
+def no_model_load(mp: pytest.MonkeyPatch) -> None:
+    """A patch: loading a model fails the test (a trainer must refuse its --out before any work)."""
+    import decoding.runtime.models as models
+
+    def load_(spec):
+        raise AssertionError(f"the model was loaded ({spec.name}) before the bad input was refused")
+
+    mp.setattr(models, "load", load_)
 
 
 def oom_on_move(mp: pytest.MonkeyPatch) -> None:
@@ -154,10 +166,12 @@ class Case:
     needs_no_cuda: bool = False
     sidebar: Callable | None = None
     warning: bool = False
+    train: list[str] | None = None           # CLI: flags after `train` (instead of `run ...`)
 
     @property
     def where(self) -> list[str]:
-        places = [("CLI", self.cli is not None), ("engine", self.engine is not None or self.upload is not None),
+        places = [("CLI", self.cli is not None or self.train is not None),
+                  ("engine", self.engine is not None or self.upload is not None),
                   ("app", self.app is not None or self.upload is not None)]
         return [name for name, ok in places if ok]
 
@@ -195,6 +209,12 @@ def flip_last_verdict(data: dict) -> None:
     """The first round's second draft given a verdict its round's counts contradict."""
     draft = data["steps"][0]["drafts"][1]
     draft["verdict"] = "accepted" if draft["verdict"] == "not_reached" else "not_reached"
+
+
+def copy_drafting_to_round_1(data: dict) -> None:
+    """The prefill round's `drafting` (the run's sources) also on the first drafting round."""
+    assert data["steps"][0]["drafting"]
+    data["steps"][1]["drafting"] = data["steps"][0]["drafting"]
 
 
 def steps_of(e, strategy: str) -> list[dict]:
@@ -390,6 +410,30 @@ CASES = [
     Case("draft-feature-other-shape", r"draft='feature:[^']*old-f\.safetensors' is invalid: was trained for another "
          r"model \(hidden size 16; this one has 32\)$", cli=SPEC + ["--draft", "lookup+feature:{oldfeature}"],
          engine=lambda e: load_draft(f"feature:{e.paths['oldfeature']}", e.lm)),
+    Case("drafter-header-over-file", r"drafter='[^']*big-p\.safetensors' is invalid: could not be read \(its header "
+         r"does not match its tensors: 'trunk_b' is \(65536\) by the header, \(32\) in the file\)$",
+         cli=DSPARK + ["--drafter", "{bigdrafter}"], app={"strategy": "dspark", "drafter": "{bigdrafter}"},
+         action="step", engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["bigdrafter"])))),
+    Case("draft-header-over-file", r"draft='feature:[^']*big-f\.safetensors' is invalid: could not be read \(its "
+         r"header does not match its tensors: 'blocks\.0\.down\.bias' is \(16384\) by the header, \(8\) in the "
+         r"file\)$", cli=SPEC + ["--draft", "feature:{bigfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['bigfeature']}", e.lm)),
+    Case("drafter-metadata-not-an-object", r"drafter='[^']*list-p\.safetensors' is invalid: could not be read \(its "
+         r"'meta' is a JSON list, not an object\)$", cli=DSPARK + ["--drafter", "{listdrafter}"],
+         app={"strategy": "dspark", "drafter": "{listdrafter}"}, action="step",
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["listdrafter"])))),
+    Case("draft-metadata-not-an-object", r"draft='feature:[^']*list-f\.safetensors' is invalid: could not be read "
+         r"\(its 'meta' is a JSON list, not an object\)$", cli=SPEC + ["--draft", "feature:{listfeature}"],
+         app={"strategy": "speculative", "draft": "feature:{listfeature}"},
+         engine=lambda e: load_draft(f"feature:{e.paths['listfeature']}", e.lm)),
+    Case("draft-vocab-ids-negative", r"draft='feature:[^']*neg-f\.safetensors' is invalid: could not be read "
+         r"\(vocab_ids='<8 ids>' is invalid: must be distinct token ids >= 0\)$",
+         cli=SPEC + ["--draft", "feature:{negfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['negfeature']}", e.lm)),
+    Case("draft-vocab-ids-repeated", r"(draft|drafter)='feature:[^']*dup-f\.safetensors' is invalid: could not be read "
+         r"\(vocab_ids='<8 ids>' is invalid: must be distinct token ids >= 0\)$",
+         cli=DSPARK + ["--drafter", "feature:{dupfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['dupfeature']}", e.lm)),
     Case("model-unknown-offline", r"model='no-such-org/no-such-model' is invalid: was not found in a local "
          r"directory or the local HF cache", cli=["--model", "no-such-org/no-such-model"],
          app={"model": "no-such-org/no-such-model"}, engine=lambda e: load(ModelSpec("no-such-org/no-such-model"))),
@@ -403,6 +447,10 @@ CASES = [
          engine=lambda e: load(ModelSpec(str(e.paths["badcfg"])))),
     Case("model-config-missing", r"model='[^']*nocfg' is invalid: directory has no config\.json",
          cli=["--model", "{nocfg}"], engine=lambda e: load(ModelSpec(str(e.paths["nocfg"])))),
+    Case("model-custom-code", r"model='[^']*custom' is invalid: its architecture 'xmodel' is code in the model's "
+         r"folder \(auto_map\), which is not run: pass --trust-remote-code \(trust_remote_code=True\) for a model "
+         r"you trust$", cli=["--model", "{custom}"], app={"model": "{custom}"},
+         engine=lambda e: load(ModelSpec(str(e.paths["custom"])))),
     Case("model-not-a-directory", r"model='[^']*notes\.txt' is invalid: must be a directory or a \.gguf file",
          cli=["--model", "{notes}"], app={"model": "{notes}"}, engine=lambda e: load(ModelSpec(str(e.paths["notes"])))),
     Case("gguf-bad-magic", r"gguf_file='[^']*broken\.gguf' is invalid: is not a GGUF file",
@@ -451,6 +499,26 @@ CASES = [
          cli=["--out", "{notes}/t.json"]),
     Case("out-name-too-long", r"out='[^']*\.\.\.[^']*' is invalid: its file name is 305 bytes long; the limit here is "
          r"255$", cli=["--out", "{tmp}/" + "t" * 300 + ".json"]),
+    # ---- what a trainer writes (checked before the model loads; nothing it did not write is replaced)
+    Case("train-out-not-a-regular-file", r"out='[^']*pipe' is invalid: is not a regular file \(a device or a pipe\); "
+         r"a trainer writes a weights file there and its model card beside it: give a file name$",
+         train=["draft", "--model", "{word}", "--out", "{pipe}"], patch=no_model_load,
+         engine=lambda e: check_outputs(e.paths["pipe"])),
+    Case("train-out-named-md", r"out='[^']*w\.md' is invalid: ends in \.md, the name of its model card, which would "
+         r"be written over the weights: give a name ending in \.safetensors$",
+         train=["feature", "--model", "{word}", "--out", "{tmp}/w.md"], patch=no_model_load,
+         engine=lambda e: check_outputs(e.tmp / "w.md")),
+    Case("train-out-not-a-drafter-file", r"out='[^']*model\.safetensors' is invalid: is a file no trainer wrote \(not "
+         r"a drafter weights file\); a trainer replaces only its own files: give another --out$",
+         train=["parallel", "--model", "{word}", "--out", "{word}/model.safetensors"], patch=no_model_load,
+         engine=lambda e: check_outputs(e.paths["word"] / "model.safetensors")),
+    Case("train-out-card-not-a-card", r"out='[^']*notes\.safetensors' is invalid: its model card would replace "
+         r"notes\.md, which is not a model card; move that file or give another --out$",
+         train=["draft", "--model", "{word}", "--out", "{tmp}/notes.safetensors"], patch=no_model_load,
+         engine=lambda e: check_outputs(e.tmp / "notes.safetensors")),
+    Case("train-out-drafter-for-a-report", r"out='[^']*drafter\.safetensors' is invalid: is a drafter's weights or "
+         r"model card; head-calibration writes a JSON report there: give another --out$",
+         train=["head-calibration", "--draft", "{feature}", "--out", "{drafter}"], patch=no_model_load),
     # ---- trace files
     Case("trace-malformed-json", r"not valid JSON: Expecting property name", upload=lambda e: b"{nope"),
     Case("trace-not-an-object", r"a trace must be a JSON object", upload=lambda e: b"[1, 2]"),
@@ -521,6 +589,14 @@ CASES = [
          upload=lambda e: traced(e, empty_output_with_text)),
     Case("trace-verdict-not-the-round", r"trace\.steps\[0\]\.drafts\[1\]\.verdict='\w+' is not '\w+' \(gamma=2, "
          r"accepted=\d\)$", upload=lambda e: traced(e, flip_last_verdict, "speculative")),
+    Case("trace-drafting-on-a-later-round", r"trace\.steps\[1\]\.drafting: recorded on a drafting round; only the "
+         r"prefill round carries it$", upload=lambda e: traced(e, copy_drafting_to_round_1, "dspark")),
+    Case("trace-sources-not-the-lookup-flag", r"trace\.steps\[1\]\.lattice\[0\]\.cells\[0\]\.sources=\['parallel'\] "
+         r"does not go with lookup=True \(a token on prompt lookup's chain was proposed by lookup\)$",
+         upload=lambda e: traced(e, lambda d: d["steps"][1]["lattice"][0]["cells"][0].update(lookup=True), "dspark")),
+    Case("trace-field-newer-than-version",
+         r"trace\.steps\[0\]\.drafting: is a field of schema 1\.6; this trace says schema_version '1\.5'$",
+         upload=lambda e: traced(e, lambda d: d.update(schema_version="1.5"), "speculative")),
     # ---- runs that stop mid-way (the trace so far is kept)
     Case("logits-nan", r"logits: NaN at step 3 \(64 of 64 values from model '[^']*nan'\); the run stops here",
          cli=["--model", "{nan}", "--max-new-tokens", "8"],
@@ -552,11 +628,15 @@ def write_bad_cost_tables(paths: dict) -> None:
 
 
 def write_broken_configs(paths: dict) -> None:
-    """Copies of the word model: one whose config.json is not JSON, one without config.json."""
-    for name in ("badcfg", "nocfg"):
+    """Copies of the word model: one whose config.json is not JSON, one without config.json, one whose architecture
+    is custom code (auto_map)."""
+    for name in ("badcfg", "nocfg", "custom"):
         shutil.copytree(paths["word"], paths[name])
     (paths["badcfg"] / "config.json").write_text("{broken")
     (paths["nocfg"] / "config.json").unlink()
+    config = json.loads((paths["custom"] / "config.json").read_text())     # an architecture of its own code
+    config.update(model_type="xmodel", auto_map={"AutoModelForCausalLM": "modeling_x.XForCausalLM"})
+    (paths["custom"] / "config.json").write_text(json.dumps(config))
 
 
 def write_damaged_weights(paths: dict, lm: LM) -> None:
@@ -568,6 +648,31 @@ def write_damaged_weights(paths: dict, lm: LM) -> None:
     rewrite(paths["drafter"], paths["baddrafter"], header=BAD_HEADER["parallel"])
     nan_copy(paths["drafter"], paths["nandrafter"], "w2")
     write_other_model_drafters(paths, lm)
+    write_hostile_drafters(paths)
+
+
+def write_hostile_drafters(paths: dict) -> None:
+    """Small drafter files whose header asks for far more than they hold (a dimension of 2**16: the old reader
+    allocated it before any check), holds metadata of the wrong JSON type, or vocabulary ids that are negative
+    or repeated."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    from decoding.drafters.feature_net import FeatureNet, FeatureShape, save_feature
+
+    feature = paths["tmp"] / "feature-good.safetensors"
+    save_feature(FeatureNet(FeatureShape(32, 8, 8, 1), range(8)), feature)
+    with safe_open(str(paths["drafter"]), "pt") as fh:
+        shape = json.loads(fh.metadata()["shape"])
+    rewrite(paths["drafter"], paths["bigdrafter"], header={"shape": json.dumps({**shape, "trunk": 2**16})})
+    rewrite(feature, paths["bigfeature"], header={"shape": json.dumps({"hidden_size": 32, "width": 2**14, "mlp": 8,
+                                                                         "blocks": 1})})
+    rewrite(paths["drafter"], paths["listdrafter"], header={"meta": "[1, 2]"})
+    rewrite(feature, paths["listfeature"], header={"meta": "[1, 2]"})
+    for name, ids in (("negfeature", [-1, *range(1, 8)]), ("dupfeature", [1, *range(1, 8)])):
+        with safe_open(str(feature), "pt") as fh:
+            meta, tensors = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
+        save_file({**tensors, "vocab_ids": torch.tensor(ids)}, str(paths[name]), metadata=meta)
 
 
 def write_other_model_drafters(paths: dict, lm: LM) -> None:
@@ -607,11 +712,18 @@ def env(tmp_path_factory):
              "deepcost": tmp / "deep.json", "longcost": tmp / "long.json", "badshallow": tmp / "s.safetensors",
              "baddrafter": tmp / "p.safetensors", "badcfg": tmp / "badcfg", "nocfg": tmp / "nocfg",
              "nandrafter": tmp / "nan-p.safetensors", "otherfeature": tmp / "other-f.safetensors",
-             "otherparallel": tmp / "other-p.safetensors", "oldfeature": tmp / "old-f.safetensors"}
+             "otherparallel": tmp / "other-p.safetensors", "oldfeature": tmp / "old-f.safetensors",
+             "custom": tmp / "custom", "pipe": tmp / "pipe", "feature": tmp / "feature-good.safetensors",
+             "bigdrafter": tmp / "big-p.safetensors",
+             "bigfeature": tmp / "big-f.safetensors",
+             "listdrafter": tmp / "list-p.safetensors", "listfeature": tmp / "list-f.safetensors",
+             "negfeature": tmp / "neg-f.safetensors", "dupfeature": tmp / "dup-f.safetensors"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
     paths["nan"] = nan_dir
     paths["empty"].mkdir()
     paths["notes"].write_text("not a model\n")
+    (tmp / "notes.md").write_text("# my notes, not a model card\n")
+    os.mkfifo(paths["pipe"])
     paths["broken"].write_bytes(b"not a gguf at all")
     paths["corrupt"].write_bytes(b"GGUF" + b"\x03\x00\x00\x00" + b"\xff" * 64)
     paths["badcost"].write_text("not json\n")
@@ -688,7 +800,8 @@ def test_cli(case, env, capsys, monkeypatch):
     if case.patch:
         case.patch(monkeypatch)
     base = ["run", "--model", str(env.paths["word"]), "--prompt", PROMPT, "--max-new-tokens", "4"]
-    code, out, err = cli_main(base + [fill(a, env) for a in case.cli], capsys)
+    argv = ["train"] + case.train if case.train is not None else base + case.cli
+    code, out, err = cli_main([fill(a, env) for a in argv], capsys)
     assert code == 2, (code, out, err)
     line = one_line(err)
     assert line.startswith("error: ") and "Traceback" not in err
@@ -916,3 +1029,75 @@ def test_readme_table_lists_every_case_where_it_is_tested():
     assert list(rows) == CASE_IDS
     assert {cid: rows[cid] for cid in CASE_IDS} == {c.id: c.where for c in CASES}
     assert len(CASES) >= 20 and len(set(CASE_IDS)) == len(CASE_IDS)
+
+
+# ------------------------------------------------------------------------------ drafter files (no memory from a header)
+
+def test_a_drafter_header_allocates_nothing_before_its_check(env, monkeypatch):
+    """The drafter a hostile header describes is built on the meta device only (no memory) and refused there;
+    negative control: a good file is built on meta, then for real."""
+    from decoding.drafters import parallel
+
+    devices, real = [], parallel.ParallelDrafter.__init__
+
+    def init(self, *args, **kwargs):
+        devices.append(torch.get_default_device().type)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(parallel.ParallelDrafter, "__init__", init)
+    with pytest.raises(ConfigError, match="its header does not match its tensors"):
+        parallel.load_drafter(env.paths["bigdrafter"], env.lm)
+    assert devices == ["meta"]
+    parallel.load_drafter(env.paths["drafter"], env.lm)
+    assert devices == ["meta", "meta", "cpu"]
+
+
+def test_a_header_asking_for_a_billion_blocks_is_refused_at_once(env, tmp_path):
+    bad = tmp_path / "blocks-f.safetensors"
+    rewrite(env.tmp / "feature-good.safetensors", bad,
+            header={"shape": json.dumps({"hidden_size": 32, "width": 8, "mlp": 8, "blocks": 10**9})})
+    with pytest.raises(ConfigError, match=r"could not be read \(its header asks for 1000000000 blocks; the file holds "
+                                          r"\d+ tensors\)$"):
+        load_draft(f"feature:{bad}", env.lm)
+
+
+def test_the_recorded_target_is_named_without_its_folder(env, tmp_path):
+    """A drafter trained for another model is labelled with that model's own name, never the folder it sat in on
+    the machine that trained it (the label goes into traces and onto the page)."""
+    named = tmp_path / "named-f.safetensors"
+    rewrite(env.tmp / "feature-good.safetensors", named,
+            header={"meta": json.dumps({"target": "/srv/private/models/tiny-llama"})})
+    label = load_draft(f"feature:{named}", env.lm).name
+    assert label.endswith(" (trained for tiny-llama)") and "/srv" not in label, label
+
+
+# ------------------------------------------------------------------------------ smaller edges
+
+def test_a_draft_model_folder_with_a_plus_in_its_name(env, tmp_path):
+    """A draft model's folder may have '+' in its name: DSpark's `model:` part keeps it whole (it was read as a
+    trained drafter file 'model:/m/a' + ... and refused as "no drafter weights there")."""
+    from decoding.core.config import drafter_parts
+
+    assert drafter_parts("model:/m/a+b") == (None, ("model:/m/a+b",))
+    assert drafter_parts("feature+model:/m/a+b+recycling") == ("feature", ("model:/m/a+b", "recycling"))
+    assert drafter_parts("/m/a+b.safetensors+suffix") == ("/m/a+b.safetensors", ("suffix",))     # control
+    folder = shutil.copytree(env.paths["word"], tmp_path / "draft+copy")
+    done = run(env.lm, [1, 2, 3], DSparkConfig(drafter=f"model:{folder}", max_new_tokens=3, gamma=2))
+    assert done.error is None and done.stats.new_tokens == 3
+
+
+def test_link_redaction_covers_every_message_that_shows_the_link_path():
+    """A server path a link set (and the sidebar still holds) is never shown back, whichever message carries it:
+    a run's NaN line naming the model, a drafter labelled with the model it was trained for. Negative controls:
+    the same path typed in the sidebar, and a message that does not show it, pass unchanged."""
+    from ui.widgets.params import link_safe
+
+    link = {"model": "/srv/models/nan-model", "drafter": "/srv/d/p.safetensors"}
+    uniform = r"^model='/srv/models/nan-model' from the link cannot be used on this server \(a link is not told why"
+    nan = "logits: NaN at step 3 (64 of 64 values from model '/srv/models/nan-model'); the run stops here"
+    assert re.match(uniform, link_safe(nan, link, link))
+    trained = "draft='feature' is invalid: was trained for another model (trained for nan-model)"
+    assert re.match(uniform, link_safe(trained, {"model": link["model"]}, link))
+    assert link_safe("gamma=6 is invalid: see p.safetensors", link, link).startswith("drafter='/srv/d/p.safetensors'")
+    assert link_safe(nan, link, {**link, "model": "/home/me/nan-model"}) == nan        # typed in the sidebar
+    assert link_safe("temperature=-0.5 is invalid", link, link) == "temperature=-0.5 is invalid"

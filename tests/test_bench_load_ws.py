@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
     (["--client", "ws", "--pace", "nan"], "--pace must be a finite number"),
     (["--pace", "inf"], "--pace must be a finite number"),
     (["--pace", "soon"], "--pace must be a number of seconds, got 'soon'"),
+    (["--pace", "1e300"], "--pace must be at most 600 seconds (a mean think time), got '1e300'"),
     (["--client", "ws", "--browsers", "low"], "--browsers low applies to --client browser only")])
 def test_bad_client_and_pace_are_refused_in_one_line(argv, message):
     with pytest.raises(SystemExit) as exit_info:

@@ -203,7 +203,7 @@ def drafter_parts(name: str) -> tuple[str | None, tuple[str, ...]]:
     path is the trained part (a '+name' suffix adds a training-free source)."""
     if name == AUTO_DRAFTER:
         return AUTO_DRAFTER, ()
-    parts, free = name.split("+"), []
+    parts, free = _model_parts_whole(name.split("+")), []
     while parts and is_source_part(parts[-1]):
         free.insert(0, parts.pop())
     trained = "+".join(parts) or None
@@ -211,6 +211,18 @@ def drafter_parts(name: str) -> tuple[str | None, tuple[str, ...]]:
     check(sum(part.startswith(DRAFT_MODEL_SOURCE) for part in free) <= 1, "drafter", name,
           "names more than one draft model (model:ID)")
     return trained, tuple(free)
+
+
+def _model_parts_whole(parts: list[str]) -> list[str]:
+    """The '+'-separated parts with a draft model's ID kept whole: "model:/m/a+b" is one part (a folder may have
+    '+' in its name), up to the next training-free source or draft model."""
+    merged: list[str] = []
+    for part in parts:
+        if merged and merged[-1].startswith(DRAFT_MODEL_SOURCE) and not is_source_part(part):
+            merged[-1] += "+" + part
+        else:
+            merged.append(part)
+    return merged
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ Steps are read by attribute and dispatched by `kind`, so this module needs nothi
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 from decoding.core import trace_totals
 from decoding.core.config import (
@@ -67,6 +68,7 @@ def check_trace(trace) -> None:
         raise _refuse("trace.config.strategy", trace.config["strategy"],
                       f"is not the trace's strategy {trace.strategy!r}")
     check = STEP_CHECKS[kind]
+    minor = _minor(trace.schema_version)
     prev = None
     for i, step in enumerate(trace.steps):
         where = f"trace.steps[{i}]"
@@ -78,8 +80,50 @@ def check_trace(trace) -> None:
         _check_timings(where, step.timings_ms)
         _check_kv(f"{where}.kv", step.kv)
         check(step, prev, where)
+        _check_fields_of_version(where, step, minor, trace.schema_version)
         prev = step
     check_totals(trace)
+
+
+def _minor(version) -> int:
+    """The minor part of a "major.minor" version (from_dict checked its form); a large number otherwise."""
+    try:
+        return int(str(version).split(".")[1])
+    except (IndexError, ValueError):
+        return 1 << 30
+
+
+def _later_fields(step) -> Iterator[tuple[int, str]]:
+    """(the minor version that added it, its name) for each field `step` records that schema 1.0 did not have
+    (the history in decoding.core.trace.SCHEMA_VERSION)."""
+    if getattr(step, "kv", None) is not None:
+        yield 3, "kv"
+    if step.kind == "spec_round":
+        yield from ((2, "gamma_choice"),) * (step.gamma_choice is not None)
+        yield from ((3, f"drafts[{k}].target_entropy") for k, d in enumerate(step.drafts)
+                    if d.target_entropy is not None)
+        yield from ((6, "drafting"),) * (step.drafting is not None)
+    elif step.kind == "dspark_round":
+        yield from ((1, "lookup"),) * (step.lookup is not None or step.lookup_scores is not None)
+        for k, column in enumerate(step.lattice):
+            for j, cell in enumerate(column.cells):
+                yield from ((1, f"lattice[{k}].cells[{j}].lookup"),) * cell.lookup
+                yield from ((5, f"lattice[{k}].cells[{j}].sources"),) * bool(cell.sources)
+        for i, node in enumerate(step.nodes):
+            yield from ((1, f"nodes[{i}].lookup"),) * node.lookup
+            yield from ((3, f"nodes[{i}].target_entropy"),) * (node.target_entropy is not None)
+            yield from ((5, f"nodes[{i}].sources"),) * bool(node.sources)
+        yield from ((4, "size.overhead_ms"),) * (step.size is not None and step.size.overhead_ms != 0)
+        yield from ((5, "drafting"),) * (step.drafting is not None)
+
+
+def _check_fields_of_version(where: str, step, minor: int, version: str) -> None:
+    """A trace records only the fields its schema version has: one of 1.5 carrying a field 1.6 added was
+    written by something else than it says."""
+    for added, name in _later_fields(step):
+        if added > minor:
+            raise TraceFormatError(f"{where}.{name}: is a field of schema 1.{added}; this trace says "
+                                   f"schema_version {version!r}")
 
 
 def check_totals(trace) -> None:
@@ -248,6 +292,8 @@ def check_spec(step, prev, where: str) -> None:
     _check_lookup(where, step.lookup)
     if step.gamma_choice is not None:
         _check_gamma_choice(f"{where}.gamma_choice", step.gamma_choice)
+    if step.drafting is not None and prev is not None:
+        raise TraceFormatError(f"{where}.drafting: recorded on a later round; only the first round carries it")
     _check_drafting(where, step.drafting)
 
 
@@ -311,6 +357,8 @@ def check_dspark(step, prev, where: str) -> None:
     _check_lookup(where, step.lookup)
     if step.lookup_scores is not None and len(step.lookup_scores) != 2:
         raise TraceFormatError(f"{where}.lookup_scores: has {len(step.lookup_scores)} entries; expected 2")
+    if step.drafting is not None and not step.prefill:
+        raise TraceFormatError(f"{where}.drafting: recorded on a drafting round; only the prefill round carries it")
     _check_sources(where, step)
 
 
@@ -326,13 +374,23 @@ def _source_names(where: str, names) -> None:
             raise _refuse(f"{where}[{i}]", name, f"is not a source name (1 to {MAX_SOURCE_NAME} characters)")
 
 
+def _cell_sources(where: str, item) -> None:
+    """A lattice cell's or plan node's sources: named as above and, where recorded, naming prompt lookup when its
+    `lookup` flag (on prompt lookup's chain) is set (a trace older than 1.5 has the flag alone; lookup may also
+    propose a token off its chain, so the flag is not needed for the name)."""
+    _source_names(f"{where}.sources", item.sources)
+    if item.sources and item.lookup and "lookup" not in item.sources:
+        raise _refuse(f"{where}.sources", list(item.sources), "does not go with lookup=True (a token on prompt "
+                      "lookup's chain was proposed by lookup)")
+
+
 def _check_sources(where: str, step) -> None:
     """Source names: at most MAX_SOURCES per cell, node and run, each 1..MAX_SOURCE_NAME characters."""
     for k, column in enumerate(step.lattice):
         for j, cell in enumerate(column.cells):
-            _source_names(f"{where}.lattice[{k}].cells[{j}].sources", cell.sources)
+            _cell_sources(f"{where}.lattice[{k}].cells[{j}]", cell)
     for i, node in enumerate(step.nodes):
-        _source_names(f"{where}.nodes[{i}].sources", node.sources)
+        _cell_sources(f"{where}.nodes[{i}]", node)
     _check_drafting(where, step.drafting)
 
 

@@ -43,7 +43,9 @@ from decoding.runtime import packed_gemm
 from decoding.runtime.fingerprint import check_trained_for
 from decoding.runtime.paths import FEATURE_WEIGHTS, shown_path
 from decoding.runtime.weights_file import (
+    build_from_file,
     check_finite,
+    header_object,
     read_header,
     reading,
     resolve_weights,
@@ -132,7 +134,10 @@ class FeatureNet(nn.Module):
         self.out = nn.Linear(w, h)
         nn.init.zeros_(self.out.weight), nn.init.zeros_(self.out.bias)     # untrained: f' = f
         self.scale = nn.Parameter(torch.ones(h))
-        self.register_buffer("vocab_ids", torch.as_tensor(list(vocab_ids), dtype=torch.long))
+        ids = torch.as_tensor(list(vocab_ids), dtype=torch.long, device="cpu")     # checked on the CPU even on "meta"
+        check(ids.ndim == 1 and len(ids) >= 1 and int(ids.min()) >= 0 and len(torch.unique(ids)) == len(ids),
+              "vocab_ids", f"<{ids.numel()} ids>", "must be distinct token ids >= 0")
+        self.register_buffer("vocab_ids", ids)
         self.bias = nn.Parameter(torch.zeros(len(self.vocab_ids)))
         self.embed: torch.Tensor | None = None           # (V, H) the target's, not trained
         self.head: torch.Tensor | None = None            # (V_s, H) the target's head rows over the slice
@@ -223,7 +228,8 @@ def save_feature(net: FeatureNet, path: str | Path, meta: dict | None = None) ->
 def read_meta(path: str | Path) -> dict:
     with reading("draft", path):
         header = read_header(path, WEIGHTS_FORMAT, "feature-drafter")
-        return {"shape": json.loads(header["shape"]), "meta": json.loads(header.get("meta", "{}"))}
+        return {"shape": header_object({"shape": header["shape"]}, "shape", "draft", path),
+                "meta": header_object(header, "meta", "draft", path)}
 
 
 def load_feature(target, path: str | Path | None = None) -> FeatureNet:
@@ -235,10 +241,14 @@ def load_feature(target, path: str | Path | None = None) -> FeatureNet:
     with reading("draft", path):
         info = read_meta(path)
         check_trained_for(info["meta"], target, "draft", shown_path(path))
-        state = load_file(str(path))
+        shape = FeatureShape(**info["shape"])
+        hidden = target.model.get_input_embeddings().weight.shape[1]
+        check(shape.hidden_size == hidden, "draft", shown_path(path),
+              f"was trained for another model (hidden size {shape.hidden_size}; this one has {hidden})")
+        state = load_file(str(path))                      # as much memory as the file holds, no more
         check_finite(state, "draft", path)
-        net = FeatureNet(FeatureShape(**info["shape"]), state["vocab_ids"].tolist())
-        net.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in state.items()})
+        ids = state["vocab_ids"].tolist()
+        net = build_from_file(lambda: FeatureNet(shape, ids), state, shape.blocks, "draft", path)
     net.eval().requires_grad_(False)
     try:
         net.attach(target)

@@ -46,7 +46,7 @@ from decoding.runtime import packed_gemm
 from decoding.runtime.fingerprint import check_trained_for
 from decoding.runtime.hooks import check_feature_layers
 from decoding.runtime.paths import shown_path
-from decoding.runtime.weights_file import check_finite, reading, save_weights
+from decoding.runtime.weights_file import build_from_file, check_finite, header_object, reading, save_weights
 
 WEIGHTS_FORMAT = "decodescope-parallel-drafter/1"
 
@@ -141,7 +141,8 @@ class ParallelDrafter(nn.Module):
         self.shape = shape
         self.dropout = 0.0              # training-time dropout rate (decoding.train.parallel sets it); not saved
         g, h, d, w, r = shape.gamma_max, shape.hidden_size, shape.trunk, shape.width, shape.rank
-        ids = torch.arange(shape.vocab_size) if vocab_ids is None else torch.as_tensor(list(vocab_ids))
+        ids = (torch.arange(shape.vocab_size, device="cpu") if vocab_ids is None    # checked on the CPU even
+               else torch.as_tensor(list(vocab_ids), device="cpu"))                # when built on "meta"
         check(ids.ndim == 1 and len(ids) >= 1 and int(ids.min()) >= 0 and int(ids.max()) < shape.vocab_size
               and len(torch.unique(ids)) == len(ids), "vocab_ids", f"<{len(ids)} ids>",
               f"must be distinct token ids in [0, {shape.vocab_size})")
@@ -344,16 +345,30 @@ def load_drafter(path: str | Path, lm=None) -> ParallelDrafter:
     with reading("drafter", path):
         with safe_open(str(path), framework="pt") as fh:
             header = fh.metadata() or {}
-            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
         check(header.get("format") == WEIGHTS_FORMAT, "drafter", shown_path(path), "is not a parallel-drafter file")
+        shape = DrafterShape(**header_object({"shape": header["shape"]}, "shape", "drafter", path))
+        meta = header_object(header, "meta", "drafter", path)
+        if lm is not None:
+            check_fits(shape, lm, path)
+        with safe_open(str(path), framework="pt") as fh:
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}     # as much memory as the file holds, no more
         check_finite(tensors, "drafter", path)
-        drafter = ParallelDrafter(DrafterShape(**json.loads(header["shape"])), vocab_ids=tensors["vocab_ids"].tolist())
-        drafter.load_state_dict({k: v.float() if v.is_floating_point() else v for k, v in tensors.items()})
-        drafter.meta = json.loads(header.get("meta", "{}"))
+        ids = tensors["vocab_ids"].tolist()
+        drafter = build_from_file(lambda: ParallelDrafter(shape, vocab_ids=ids), tensors, shape.layers, "drafter", path)
+        drafter.meta = meta
     if lm is not None:
         check_trained_for(drafter.meta, lm, "drafter", shown_path(path))
     drafter.eval()
     return drafter.attach(lm) if lm is not None else drafter
+
+
+def check_fits(shape: DrafterShape, lm, path: str | Path) -> None:
+    """The shape a file's header gives against the target, before anything is built from it."""
+    model = lm.model if hasattr(lm, "model") else lm
+    hidden, vocab = model.get_input_embeddings().weight.shape[1], model.get_output_embeddings().weight.shape[0]
+    check(shape.hidden_size == hidden and shape.vocab_size <= vocab, "drafter", shown_path(path),
+          f"was trained for another model (hidden size {shape.hidden_size}, vocabulary {shape.vocab_size}; this one "
+          f"has {hidden}, {vocab})")
 
 
 def drafter_meta(path: str | Path) -> dict:

@@ -313,7 +313,7 @@ def _load_any(spec: ModelSpec, dtype: torch.dtype, placed: dict | None = None):
         check(path.is_dir(), "model", spec.name, "must be a directory or a .gguf file")
         has_weights = any(path.glob("*.safetensors")) or any(path.glob("*.bin"))
         check(has_weights, "model", spec.name, "directory has no weights (*.safetensors or *.bin)")
-        _check_config(path, spec.name)
+        _check_config(path, spec.name, spec.trust_remote_code)
     online = os.environ.get("DECODESCOPE_ALLOW_DOWNLOAD") == "1" and not path.exists()
     try:
         return _load_dir(spec.name, dtype, spec.trust_remote_code, local_only=not online, placed=placed)
@@ -328,7 +328,7 @@ def _load_any(spec: ModelSpec, dtype: torch.dtype, placed: dict | None = None):
                           "give a local path, or set DECODESCOPE_ALLOW_DOWNLOAD=1 to download") from None
 
 
-def _check_config(folder: Path, name: str) -> None:
+def _check_config(folder: Path, name: str, trust_remote_code: bool = False) -> None:
     """The model directory's config.json exists and is a JSON object (else one line naming `model`)."""
     config = folder / "config.json"
     check(config.is_file(), "model", name, "directory has no config.json")
@@ -337,6 +337,18 @@ def _check_config(folder: Path, name: str) -> None:
     except (OSError, ValueError) as err:        # unreadable, not UTF-8, not JSON
         raise ConfigError("model", name, f"its config.json could not be read ({_one_line(err)})") from None
     check(isinstance(data, dict), "model", name, "its config.json could not be read (not a JSON object)")
+    check(trust_remote_code or not _custom_code(data), "model", name, f"its architecture "
+          f"{str(data.get('model_type'))[:40]!r} is code in the model's folder (auto_map), which is not run: pass "
+          "--trust-remote-code (trust_remote_code=True) for a model you trust")
+
+
+def _custom_code(config: dict) -> bool:
+    """Whether loading the model would need code from its folder: an auto_map and a model type transformers
+    does not know (a known type loads without that code)."""
+    from transformers import CONFIG_MAPPING
+
+    kind = config.get("model_type")
+    return "auto_map" in config and not (isinstance(kind, str) and kind in CONFIG_MAPPING)
 
 
 def check_text(text: str, param: str = "prompt") -> None:

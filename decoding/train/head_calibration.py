@@ -238,6 +238,7 @@ def check_flags(args, weights: Path, out: Path) -> None:
     flag otherwise."""
     from decoding.drafters.feature_net import DEFAULT_FEATURE, read_meta
     from decoding.runtime.weights_file import resolve_weights
+    from decoding.train.common import is_drafter_file, is_model_card
 
     for name in ("prompts", "answer_tokens", "gamma", "top_k"):
         value = getattr(args, name)
@@ -247,6 +248,8 @@ def check_flags(args, weights: Path, out: Path) -> None:
           args.temperature, f"must be a number in [0, {MAX_FIT_TEMPERATURE:g}] (0: no pairs for T > 0)")
     read_meta(resolve_weights(weights, DEFAULT_FEATURE, "feature-drafter", "python -m decoding train feature"))
     check_writable(out, "out")
+    check(not out.is_file() or not (is_drafter_file(out) or is_model_card(out)), "out", str(out), "is a drafter's "
+          "weights or model card; head-calibration writes a JSON report there: give another --out")
 
 
 def main_head_calibration(argv: Sequence[str] | None = None) -> int:

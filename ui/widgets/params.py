@@ -166,11 +166,23 @@ def current_paths(settings: Settings) -> dict[str, str]:
 
 
 def link_safe(message: str, from_link: Mapping[str, str], current: Mapping[str, str]) -> str:
-    """`message`, unless it is about a path parameter whose value a link set and the sidebar still holds:
-    then one line that is the same whatever the cause, so that a link cannot learn whether a path exists
-    on the server (or anything else about it). A value typed in the sidebar gets the full message."""
+    """`message`, unless it is about a path whose value a link set and the sidebar still holds: a message
+    naming that parameter, or one that mentions the value anywhere (its file's name included: "... from model
+    '/srv/x'", a drafter trained for it). Then one line that is the same whatever the cause, so that a link
+    cannot learn whether a path exists on the server (or anything else about it). A value typed in the sidebar
+    gets the full message."""
+    held = {name: value for name, value in from_link.items() if current.get(name) == value}
     name = message.split("=", 1)[0]
-    if name not in from_link or current.get(name) != from_link[name]:
+    about = name if name in held else next((n for n, v in held.items() if _mentions(message, v)), None)
+    if about is None:
         return message
-    return (f"{name}={shorten(from_link[name])!r} from the link cannot be used on this server (a link is "
+    return (f"{about}={shorten(held[about])!r} from the link cannot be used on this server (a link is "
             f"not told why; a value typed in the sidebar is)")
+
+
+def _mentions(message: str, value: str) -> bool:
+    """Whether `message` shows a link's path `value`: whole, shortened, or the file or folder name it ends in
+    (after a "kind:" or "lookup+" prefix)."""
+    path = value.rsplit("+", 1)[-1].split(":", 1)[-1].rstrip("/\\")
+    last = path.replace("\\", "/").rsplit("/", 1)[-1]
+    return any(len(part) >= 3 and part in message for part in {value, shorten(value), path, last})
