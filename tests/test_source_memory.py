@@ -99,3 +99,18 @@ def test_a_copy_is_independent(lm):
     run(lm, PROBE, DSparkConfig(max_new_tokens=4, **SUFFIX_ONLY), memory=copy)
     assert memory.suffix_store().tokens == tokens and copy.suffix_store().tokens > tokens
     assert copy.runs == 2 and memory.runs == 1
+
+
+def test_a_trace_older_than_1_7_cannot_carry_the_memory(lm):
+    import json
+
+    from decoding.core.trace import TraceFormatError, from_json, to_json
+
+    data = json.loads(to_json(run(lm, PROBE, DSparkConfig(max_new_tokens=3, **SUFFIX_ONLY))))
+    assert data["steps"][0]["drafting"]["memory"] == "empty"
+    assert from_json(json.dumps(data)).steps[0].drafting.memory == "empty"
+    data["schema_version"] = "1.6"
+    with pytest.raises(TraceFormatError, match=r"drafting\.memory: is a field of schema 1\.7"):
+        from_json(json.dumps(data))
+    data["steps"][0]["drafting"]["memory"] = ""                # as a 1.6 writer left it: loads
+    assert from_json(json.dumps(data)).steps[0].drafting.memory == ""

@@ -115,6 +115,8 @@ def _later_fields(step) -> Iterator[tuple[int, str]]:
             yield from ((5, f"nodes[{i}].sources"),) * bool(node.sources)
         yield from ((4, "size.overhead_ms"),) * (step.size is not None and step.size.overhead_ms != 0)
         yield from ((5, "drafting"),) * (step.drafting is not None)
+    drafting = getattr(step, "drafting", None)
+    yield from ((7, "drafting.memory"),) * bool(drafting is not None and drafting.memory)
 
 
 def _check_fields_of_version(where: str, step, minor: int, version: str) -> None:
