@@ -280,7 +280,8 @@ CASES = [
     Case("gamma-dspark-out-of-range", r"gamma=17 is invalid: must be an integer in \[1, 16\]",
          cli=DSPARK + ["--gamma", "17"], app={"strategy": "dspark", "gamma": "17"},
          engine=lambda e: DSparkConfig(gamma=17)),
-    Case("gamma-over-drafter", r"gamma=6 is invalid: must be <= the drafter's gamma_max \(4\)",
+    Case("gamma-over-drafter", r"gamma=6 is invalid: must be <= the gamma_max \(4\) of (drafter '[^']+'|the drafter "
+         r"passed in)$",
          cli=DSPARK + ["--drafter", "{drafter}", "--gamma", "6"],
          engine=lambda e: run(e.lm, [1, 2, 3], chain_config(gamma=6), drafter=e.drafter)),
     Case("gamma-max-below-gamma", r"gamma_max=3 is invalid: must be 0 \(off\) or an integer in \[gamma, 32\]",
@@ -1099,5 +1100,7 @@ def test_link_redaction_covers_every_message_that_shows_the_link_path():
     trained = "draft='feature' is invalid: was trained for another model (trained for nan-model)"
     assert re.match(uniform, link_safe(trained, {"model": link["model"]}, link))
     assert link_safe("gamma=6 is invalid: see p.safetensors", link, link).startswith("drafter='/srv/d/p.safetensors'")
+    over = "gamma=6 is invalid: must be <= the gamma_max (4) of drafter '/srv/d/p.safetensors'"   # gamma-over-drafter
+    assert link_safe(over, link, link).startswith("drafter='/srv/d/p.safetensors' from the link cannot be used")
     assert link_safe(nan, link, {**link, "model": "/home/me/nan-model"}) == nan        # typed in the sidebar
     assert link_safe("temperature=-0.5 is invalid", link, link) == "temperature=-0.5 is invalid"

@@ -49,11 +49,15 @@ def attention_kinds(model) -> tuple[str, ...]:
 
 
 def takes_positions(model) -> bool:
-    """Whether the model's forward takes position ids (a tree's nodes need theirs: past + depth)."""
-    try:
-        return "position_ids" in inspect.signature(type(model).forward).parameters
-    except (TypeError, ValueError):
-        return False
+    """Whether the model takes position ids (a tree's nodes need theirs: past + depth): its forward or its
+    base model's names them (a wrapper over the outer forward, e.g. a hook taking **kwargs, hides its own)."""
+    for module in (model, getattr(model, "base_model", model)):
+        try:
+            if "position_ids" in inspect.signature(inspect.unwrap(type(module).forward)).parameters:
+                return True
+        except (TypeError, ValueError):
+            continue
+    return False
 
 
 def rollback_problem(model) -> str | None:

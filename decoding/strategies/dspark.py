@@ -93,6 +93,7 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None,
     in (attached to lm if needed) as the trained one when given; token recycling and suffix matching draft
     from `memory` (None: an empty one of this run's own)."""
     trained, free, reason = drafter_choice(lm, config, drafter is not None)
+    whose = "the drafter passed in" if drafter is not None else f"drafter {config.drafter!r}"   # as given
     if drafter is None and trained is not None:
         drafter = load_lattice_drafter(lm, trained)
     elif isinstance(drafter, ParallelDrafter) and drafter.head is None:
@@ -101,7 +102,7 @@ def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None,
         check(drafter.shape.vocab_size == lm.vocab_size, "drafter", f"<vocab {drafter.shape.vocab_size}>",
               f"was trained for another model (this one has vocab {lm.vocab_size})")
         check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
-              f"must be <= the drafter's gamma_max ({drafter.shape.gamma_max})")
+              f"must be <= the gamma_max ({drafter.shape.gamma_max}) of {whose}")
     lookup = config.lookup_max_ngram > 0
     trained_names = (trained_name(drafter),) if drafter is not None else ()
     memory, info = run_memory(memory, lm, run_drafting(trained_names, lookup, free, reason))
