@@ -570,6 +570,17 @@ def test_a_table_in_words_with_dashes_and_small_probabilities(server, page, tmp_
     idle(page)
     drafts.locator('th[role="columnheader"]').first.wait_for(state="attached", timeout=30_000)
     headers = drafts.locator('th[role="columnheader"]').all_text_contents()     # the grid's accessible table
+    assert {"token", "p target", "acceptance probability"} <= {h.strip() for h in headers}
+    more = page.get_by_text(re.compile(r"^More columns"))
+    for i in range(more.count()):                                                 # the columns past 1280 px
+        more.nth(i).click()
+    idle(page)
+    every = page.locator('[data-testid="stDataFrame"] th[role="columnheader"]')
+    for _ in range(40):                                                           # the opened grids draw
+        headers = every.all_text_contents()
+        if "token id" in {h.strip() for h in headers}:
+            break
+        page.wait_for_timeout(500)
     assert {"token id", "q draft", "p target", "draw u", "acceptance probability"} <= {h.strip() for h in headers}
     assert not [h for h in headers if re.fullmatch(r"[a-z0-9]+(_[a-z0-9]+)+", h.strip())]
     assert "0.000034" in drafts.locator('td[role="gridcell"]').all_text_contents()
