@@ -75,7 +75,7 @@ def test_a_link_lands_on_the_teachers_round(server, projector):  # noqa: F811
     page.locator(f"{chip(2)}.ds-current").first.wait_for(timeout=60_000)
     note = page.get_by_text("Opened on step 2, the step the link was made on")
     note.wait_for(timeout=30_000)
-    page.get_by_text("KV rolled back (target)").first.wait_for(timeout=30_000)        # the round's panel, not "Press Step"
+    page.get_by_text("KV rolled back (target)").first.wait_for(timeout=30_000)   # the round panel, not "Press Step"
     idle(page)
     assert page.locator(".ds-chips span.ds-chip[data-step='3']").count() == 0   # replayed to the round, no further
     assert not page.get_by_text("Press Step").count()

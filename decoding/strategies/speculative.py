@@ -31,6 +31,7 @@ from decoding.core.trace_check import draft_verdict
 from decoding.core.trace_totals import spec_metrics
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.factory import auto_draft_lm, given_drafting, make_drafter, speculative_drafting
+from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lattice_source import LatticeSource, Proposal
 from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
 from decoding.drafters.source_chain import SourceChainDrafter, composed
@@ -386,18 +387,18 @@ def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -
 # ---------------------------------------------------------------- strategy entry points
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, generator: torch.Generator,
-           forced: Sequence[int] = (), drafter: LatticeSource | SourceChainDrafter | None = None,
-           draft_lm: LM | None = None, memory: SourceMemory | None = None) -> Iterator[SpecRound]:
-    """Yield one SpecRound per target forward. Pass a ready `drafter` (a source, or sources behind their
-    composer), or the loaded `draft_lm` for a config whose `draft` names a model; 'lookup' needs neither.
-    Token recycling and suffix matching draft from `memory` (None: an empty one of this run's own)."""
+           forced: Sequence[int] = (), drafter=None, memory: SourceMemory | None = None) -> Iterator[SpecRound]:
+    """Yield one SpecRound per target forward. `drafter`: a ready drafter (a LatticeSource, or sources behind
+    their SourceChainDrafter), or the draft loaded for the config's `draft` name (an LM, or a FeatureNet from
+    load_draft; runner.run also takes it as draft_lm=); 'lookup' needs none. Token recycling and suffix
+    matching draft from `memory` (None: an empty one of this run's own)."""
     check_architecture(lm, config.strategy)
-    if drafter is None:
+    if drafter is None or isinstance(drafter, (LM, FeatureNet)):
         draft, info = speculative_drafting(config.draft, lm)
         memory, info = run_memory(memory, lm, info)
-        if draft_lm is None and config.draft == AUTO_DRAFT:
-            draft_lm = auto_draft_lm(lm)
-        drafter = make_drafter(draft, lm, draft_lm=draft_lm, max_ngram=config.lookup_max_ngram, memory=memory)
+        if drafter is None and config.draft == AUTO_DRAFT:
+            drafter = auto_draft_lm(lm)
+        drafter = make_drafter(draft, lm, draft_lm=drafter, max_ngram=config.lookup_max_ngram, memory=memory)
     else:
         info = given_drafting(drafter)
     forced = [int(t) for t in forced][:config.max_new_tokens]
