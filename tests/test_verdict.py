@@ -70,6 +70,9 @@ def test_a_slower_lane_says_what_a_round_cost_in_plain_tokens(lanes):
     # negative control: rounds that cost less than they emit are not slower, and get no sentence
     assert verdict.slower_line("2: speculative", _timed(lanes["2: speculative"], 40.0 * emitted * 0.8), greedy) is None
     assert verdict.slower_lines({"1: greedy": greedy, "2: speculative": slow}) == [line]
+    # within the lanes' own noise (0.97× greedy) a lane is not called slower; past it (0.9×) it is
+    assert verdict.slower_line("2: speculative", _timed(lanes["2: speculative"], 40.0 * emitted / 0.97), greedy) is None
+    assert verdict.slower_line("2: speculative", _timed(lanes["2: speculative"], 40.0 * emitted / 0.9), greedy)
 
 
 def test_emitted_text_drops_rejected_drafts_and_marks_but_keeps_forced():
@@ -101,7 +104,7 @@ def test_a_greedy_round_that_accepts_nothing_names_both_tokens():
                                                "choice: 'S5' proposed, 'fin' chosen.")
     sampled = _spec_round([_draft(0, 5, "rejected", u=0.731)], 0)
     assert verdict.nothing_accepted(sampled) == ("Nothing accepted: the draft's first token 'S5' was rejected (draw "
-                                                 "u = 0.731 above p_target / q_draft = 0.200); 'fin' was drawn from "
+                                                 "u = 0.731 above p target ÷ q draft = 0.200); 'fin' was drawn from "
                                                  "the residual instead.")
     # negative controls: a round that accepted a draft, and one with no drafts, say nothing
     assert verdict.nothing_accepted(_spec_round([_draft(0, 5, "accepted"), _draft(1, 6, "rejected")], 1)) is None

@@ -110,12 +110,15 @@ def rate(trace) -> float:
     return sum(emitted_count(s) for s in steps) / (ms / 1000.0) if ms > 0 else 0.0
 
 
+SLOWER_BELOW = 0.95      # a lane is called slower below this speed vs greedy (lockstep lanes differ by a few % alone)
+
+
 def slower_line(label: str, trace, greedy_trace) -> str | None:
-    """For a lane slower than greedy: what its rounds (steps) cost against what they emitted, in plain
-    tokens. None when it is not slower or there is nothing to measure."""
+    """For a lane slower than greedy (below SLOWER_BELOW of its speed): what its rounds (steps) cost against
+    what they emitted, in plain tokens. None when it is not slower or there is nothing to measure."""
     plain, ours, theirs = plain_token_ms(greedy_trace), rate(trace), rate(greedy_trace)
     steps = _steady(trace.steps)
-    if plain <= 0 or ours <= 0 or theirs <= 0 or ours >= theirs or not steps or trace is greedy_trace:
+    if plain <= 0 or ours <= 0 or theirs <= 0 or ours >= SLOWER_BELOW * theirs or not steps or trace is greedy_trace:
         return None
     unit = "round" if trace.strategy in ("speculative", "dspark") else "step"
     cost = sum(_step_ms(s) for s in steps) / len(steps) / plain
@@ -144,7 +147,7 @@ def _spec_nothing(event) -> str | None:
         return (f"Nothing accepted: the draft's first token was not the target's choice: {proposed} proposed, "
                 f"{chosen} chosen.")
     return (f"Nothing accepted: the draft's first token {proposed} was rejected (draw u = {first.u:.3f} above "
-            f"p_target / q_draft = {first.ratio:.3f}); {chosen} was drawn from the residual instead.")
+            f"p target ÷ q draft = {first.ratio:.3f}); {chosen} was drawn from the residual instead.")
 
 
 def _dspark_nothing(event) -> str | None:
