@@ -10,6 +10,8 @@ modules, e.g. the trace contract, does not pull in torch):
     Trace, to_json, from_json, without_timings     the trace contract (docs/trace-format.md)
     ConfigError                                    bad input, one line naming the parameter
     load_draft(name, target) -> draft               speculative decoding's draft model or drafter net
+    SourceMemory()                                 what token recycling / suffix matching learn; pass it as
+                                                   run(..., memory=) to share it across runs (default: none)
 
 Never imports streamlit, plotly or pandas.
 """
@@ -27,6 +29,7 @@ _LAZY = {
     "SpeculativeConfig": "decoding.core.config", "DSparkConfig": "decoding.core.config",
     "Trace": "decoding.core.trace", "to_json": "decoding.core.trace", "from_json": "decoding.core.trace",
     "without_timings": "decoding.core.trace", "load_draft": "decoding.drafters.factory",
+    "SourceMemory": "decoding.drafters.memory",
 }
 
 __all__ = ["ConfigError", *_LAZY]
