@@ -15,6 +15,7 @@ from decoding.core.trace_totals import emitted_count
 from ui.views import spec
 from ui.views.chips import chips_for, first_divergence, visible
 from ui.views.dspark import piece_of as dspark_piece_of
+from ui.views.tables import running_metrics
 
 
 @dataclass(frozen=True)
@@ -104,10 +105,9 @@ def plain_token_ms(greedy_trace) -> float:
 
 
 def rate(trace) -> float:
-    """Tokens per second of measured step time, prefill left out."""
-    steps = _steady(trace.steps)
-    ms = sum(_step_ms(s) for s in steps)
-    return sum(emitted_count(s) for s in steps) / (ms / 1000.0) if ms > 0 else 0.0
+    """Tokens per second of measured step time: the same rate as Compare's "speed vs greedy" column
+    (tables.running_metrics), so the sentence and the table give one number."""
+    return running_metrics(trace.steps)["tokens_per_s"]
 
 
 SLOWER_BELOW = 0.95      # a lane is called slower below this speed vs greedy (lockstep lanes differ by a few % alone)
