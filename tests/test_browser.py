@@ -120,6 +120,24 @@ def click(page, label: str) -> None:
     page.get_by_role("button", name=label, exact=True).click()
 
 
+def choose(page, label: str, option) -> None:
+    """Pick `option` (a locator) from the select box labelled `label`. The box is scrolled into view first: its
+    list closes when the page scrolls, and a click that has to scroll the box into view can open and close it
+    at once (after a rerun this happened every time), so the box is opened again until the list shows."""
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).locator("input")
+    box.scroll_into_view_if_needed()
+    for _ in range(3):
+        page.wait_for_timeout(200)       # the scroll settles
+        box.click()
+        try:
+            option.wait_for(timeout=5_000)
+            break
+        except sync_api.TimeoutError:
+            page.keyboard.press("Escape")
+    option.click()
+    idle(page)
+
+
 def open_app(page, url: str, query: str = "") -> None:
     page.goto(f"{url}/{query}")
     page.get_by_role("button", name="Step", exact=True).wait_for(timeout=60_000)
@@ -164,12 +182,13 @@ def test_force_a_candidate(server, page):
     open_app(page, server, f"?max_new={MAX_NEW}")
     click(page, "Run 8")
     page.locator(chip(7)).wait_for(timeout=60_000)
-    click(page, "◀ Back")
-    click(page, "◀ Back")
-    page.locator(f"{chip(5)}.ds-current").wait_for(timeout=30_000)
+    for current in (6, 5):                       # one Back at a time: a click during a rerun can be lost
+        idle(page)
+        click(page, "◀ Back")
+        page.locator(f"{chip(current)}.ds-current").wait_for(timeout=30_000)
+    idle(page)
     page.get_by_text("Force a candidate at this step").wait_for()
-    page.locator('[data-testid="stSelectbox"]').filter(has_text="Force a candidate").click()
-    page.get_by_role("option").nth(2).click()
+    choose(page, "Force a candidate", page.get_by_role("option").nth(2))
     click(page, "Force & branch")
     page.get_by_text("Branched at step 5").wait_for(timeout=30_000)
     page.locator(".ds-diverge").first.wait_for(timeout=30_000)

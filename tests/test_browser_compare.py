@@ -7,7 +7,17 @@ import re
 import urllib.request
 
 import pytest
-from test_browser import ARTIFACTS, browser, chip, click, idle, open_app, server, settle  # noqa: F401  (fixtures)
+from test_browser import (  # noqa: F401  (fixtures)
+    ARTIFACTS,
+    browser,
+    chip,
+    choose,
+    click,
+    idle,
+    open_app,
+    server,
+    settle,
+)
 
 pytestmark = [pytest.mark.browser, pytest.mark.flaky(reruns=2, reruns_delay=2)]
 sync_api = pytest.importorskip("playwright.sync_api", reason="playwright for python is not installed")
@@ -38,9 +48,7 @@ def in_window(locator) -> bool:
 
 
 def pick(page, label: str, option: str) -> None:
-    page.locator('[data-testid="stSelectbox"]').filter(has_text=label).click()
-    page.get_by_role("option", name=option, exact=True).click()
-    idle(page)
+    choose(page, label, page.get_by_role("option", name=option, exact=True))
 
 
 def test_compare_verdict_and_stale_marker_at_projector_size(server, projector):  # noqa: F811
