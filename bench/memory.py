@@ -14,8 +14,6 @@ after a free counts until the block ends. Without /proc (not Linux) the CPU figu
 """
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import gc
 import os
 import threading
@@ -24,6 +22,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+
+from decoding.runtime import heap
 
 STATM = "/proc/self/statm"
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -43,11 +43,7 @@ def resident_bytes() -> int | None:
 def _release_free_heap() -> None:
     """Collect garbage and hand free heap pages back to the OS (glibc's malloc_trim; best effort)."""
     gc.collect()
-    name = ctypes.util.find_library("c")
-    try:
-        ctypes.CDLL(name).malloc_trim(0)
-    except (OSError, AttributeError, TypeError):
-        pass
+    heap.give_back()
 
 
 @dataclass

@@ -4,7 +4,8 @@ Each key (model, device, dtype, model options) is a separate copy of the weights
 embedded model in float32. A cache of `cap` entries keeps the `cap` most recently used copies; asking
 for another key loads it and drops the least recently used one. Nothing a caller passes can keep an
 entry from being dropped: a session that still holds a dropped model keeps a working reference (its
-run is not affected), and the memory goes when the last such reference does. Loading happens outside
+run is not affected), and the memory goes when the last such reference does (`on_drop` is the owner's
+cue to let go of such references, see ui.widgets.session). Loading happens outside
 the cache's lock, once per key at a time (a second caller of the same key waits for the first).
 """
 from __future__ import annotations
@@ -54,6 +55,11 @@ class ModelCache(Generic[T]):
         """The keys held, least recently used first."""
         with self._lock:
             return list(self._held)
+
+    def values(self) -> list[T]:
+        """The entries held, least recently used first."""
+        with self._lock:
+            return list(self._held.values())
 
     def holds(self, key: Hashable, value: object) -> bool:
         """Whether `value` is the entry held for `key` now (False once dropped or replaced)."""

@@ -11,7 +11,8 @@ On a shared server a run lets go of what it holds when its session has been idle
 (`release_idle`, called whenever a page of any session asks for its model): the generator (its KV cache)
 always, the model and the draft model too when it was given `reload` to get them back. Its steps stay;
 the next Step reloads and rebuilds the generator as above (as long as the run so far took), so nothing
-the page shows changes.
+the page shows changes. `release_where` does the same for runs its caller picks (ui.widgets.session: those
+holding a model copy the server's cache has dropped); a run in the middle of a step is never released.
 """
 from __future__ import annotations
 
@@ -50,6 +51,7 @@ class LiveRun:
         self.stop_reason = "max_new_tokens"
         self.error: str | None = None
         self._gen = None
+        self._stepping = threading.RLock()        # held while a step runs: release_where waits for none
         with _RUNS_LOCK:
             _RUNS.add(self)
 
@@ -85,6 +87,10 @@ class LiveRun:
         """Whether the run holds a generator or a model (False once released)."""
         return self._gen is not None or (self._reload is not None and self._lm is not None)
 
+    def models(self) -> list:
+        """The model and draft model this run holds now (empty once released)."""
+        return [m for m in (self._lm, *self._kwargs.values()) if m is not None]
+
     # ------------------------------------------------------------------ stepping
     def _generator(self):
         if self._gen is None:
@@ -95,6 +101,10 @@ class LiveRun:
 
     def step(self, n: int = 1, on_event: Callable[[object], None] | None = None) -> int:
         """Advance up to n events; return how many were added. Errors end the run with a message."""
+        with self._stepping:
+            return self._step(n, on_event)
+
+    def _step(self, n: int, on_event: Callable[[object], None] | None) -> int:
         added = 0
         self.touched = time.monotonic()
         while added < n and not self.done:
@@ -194,12 +204,25 @@ class LiveRun:
 def release_idle(idle_s: float = IDLE_S, now: float | None = None) -> int:
     """Release every live run (of any session) untouched for `idle_s` seconds; how many were released."""
     now = time.monotonic() if now is None else now
+    return release_where(lambda run: now - run.touched >= idle_s)
+
+
+def release_where(pick: Callable[[LiveRun], bool]) -> int:
+    """Release every live run (of any session, a closed tab's kept by Streamlit too) that `pick` chooses and
+    that holds something, skipping runs in the middle of a step; how many were released."""
     with _RUNS_LOCK:
         runs = list(_RUNS)
-    idle = [run for run in runs if now - run.touched >= idle_s and run.holds()]
-    for run in idle:
-        run.release()
-    return len(idle)
+    released = 0
+    for run in runs:
+        if not run._stepping.acquire(blocking=False):      # stepping now (another session's thread)
+            continue
+        try:
+            if run.holds() and pick(run):
+                run.release()
+                released += 1
+        finally:
+            run._stepping.release()
+    return released
 
 
 def live_runs() -> int:

@@ -9,26 +9,50 @@ import streamlit as st
 from decoding.core.errors import ConfigError
 from decoding.drafters.factory import load_draft
 from decoding.runner import check_inputs
-from decoding.runtime import load_progress
+from decoding.runtime import heap, load_progress
 from decoding.runtime.model_cache import ModelCache
 from decoding.runtime.models import ModelSpec, load
 from ui.views import made_with
 from ui.views.text import md_text
 from ui.widgets import keys
-from ui.widgets.live import LiveRun, release_idle
+from ui.widgets.live import LiveRun, release_idle, release_where
 from ui.widgets.params import Settings, current_paths, link_safe
 
 # Model copies the server holds at once (docs/app.md, "On a shared server"): each key (model, device, dtype,
 # model options) is a copy of its own, ~0.5 GB for the embedded model in float32; the least recently used
 # goes first, whatever a link asks for. A draft is built on its target (the shallow draft shares its layers),
-# so it goes with it.
+# so it goes with it. A dropped copy is let go by every run that holds it (let_go_of_dropped), so no tab, open
+# or closed, keeps one beyond the step it is taking.
 TARGET_COPIES = 2
 DRAFT_COPIES = 1
-DRAFTS: ModelCache = ModelCache(DRAFT_COPIES)
-TARGETS: ModelCache = ModelCache(TARGET_COPIES, on_drop=lambda key: DRAFTS.drop(keep=lambda d: d[-1] != key))
 LOADS = futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="decodescope-load")   # loads run alone anyway
 PROGRESS_AFTER_S = 0.3          # a load that takes longer shows its stage
 PROGRESS_POLL_S = 0.25
+
+
+def let_go_of_dropped() -> int:
+    """Release every run (any session's, a closed tab's that Streamlit still keeps included) holding a model
+    or draft model that the caches no longer hold, unless it is in the middle of a step; its next Step
+    reloads from the cache (live.LiveRun). How many runs were released."""
+    held = {id(model) for model in (*TARGETS.values(), *DRAFTS.values())}
+    return release_where(lambda run: any(id(model) not in held for model in run.models()))
+
+
+def dropped(_key: tuple | None = None) -> None:
+    """A copy left a cache: runs let go of it, and the freed heap goes back to the OS (heap.give_back);
+    without that, glibc keeps a dropped copy's pages and the server grows by about a copy per new key."""
+    let_go_of_dropped()
+    heap.give_back()
+
+
+def drop_drafts_of(key: tuple) -> None:
+    """A dropped target's drafts go with it."""
+    DRAFTS.drop(keep=lambda draft_key: draft_key[-1] != key)
+    dropped(key)
+
+
+DRAFTS: ModelCache = ModelCache(DRAFT_COPIES, on_drop=dropped)
+TARGETS: ModelCache = ModelCache(TARGET_COPIES, on_drop=drop_drafts_of)
 
 
 def load_lm(name: str, device: str, dtype: str, **options):
@@ -92,6 +116,8 @@ def shown(message: str, settings: Settings | None = None) -> str:
 def lm_or_stop(settings: Settings):
     """The settings' model, or an st.error naming what to fix and a stopped page."""
     release_idle()                  # any page asking for a model frees what idle sessions' runs hold
+    if let_go_of_dropped():         # and dropped copies that runs stepping at the drop kept
+        heap.give_back()
     try:
         with st.spinner(f"Loading model {md_text(repr(settings.model))}…"):
             lm = load_showing_progress(settings.model_key())
