@@ -19,11 +19,12 @@ def embedded_tokenizer():
     return AutoTokenizer.from_pretrained(str(cached), local_files_only=True)
 
 
-def build_tiny_model_dir(target: Path, context: int = 1024, seed: int = 0) -> Path:
-    """The tiny model; another `seed` gives one of the same shape and tokenizer with other weights."""
+def build_tiny_model_dir(target: Path, context: int = 1024, seed: int = 0, hidden: int = 32) -> Path:
+    """The tiny model; another `seed` gives one of the same shape and tokenizer with other weights (a wider
+    `hidden` one whose copies weigh enough to be seen in a process's memory)."""
     tok = embedded_tokenizer()
-    model = make_tiny_llama(vocab_size=49152, hidden=32, layers=2, eos_token_id=tok.eos_token_id, context=context,
-                            seed=seed)
+    model = make_tiny_llama(vocab_size=49152, hidden=hidden, layers=2, eos_token_id=tok.eos_token_id,
+                            context=context, seed=seed)
     model.save_pretrained(target)
     tok.save_pretrained(target)
     return target
