@@ -133,6 +133,22 @@ def chunked_llama() -> LM:
     return lm
 
 
+def flash_llama() -> LM:
+    """A tiny llama set to an attention implementation that takes no custom 4D mask (flash attention's)."""
+    lm = varied_llama(seed=6)
+    lm.model.config._attn_implementation = "flash_attention_2"
+    return lm
+
+
+def static_cache_roll_back(lm: LM):
+    """roll_back (decoding.runtime.kv_rollback) on transformers' own StaticCache, whose layers it cannot crop."""
+    from transformers import StaticCache
+
+    from decoding.runtime.kv_rollback import roll_back
+
+    return roll_back(StaticCache(config=lm.model.config, max_cache_len=16), 0)
+
+
 def build_bloom_dir(target: Path) -> Path:
     """A tiny random bloom (ALiBi: its forward takes no position ids) with the word tokenizer."""
     from transformers import BloomConfig, BloomForCausalLM
@@ -376,6 +392,9 @@ CASES = [
          r"takes no position ids \(keys are placed by their order, as with ALiBi\), so a tree's nodes cannot be given "
          r"their depths; use select 'chain'$", cli=DSPARK + ["--model", "{bloom}", "--cost-table", "none"],
          engine=lambda e: run(load(ModelSpec(str(e.paths["bloom"]))), [1, 2, 3], DSparkConfig(max_new_tokens=4))),
+    Case("dspark-tree-attention-ignores-masks", r"attn_implementation='flash_attention_2' is invalid: tree "
+         r"verification needs one of sdpa, eager \(custom 4D masks\)$",
+         engine=lambda e: run(flash_llama(), [1, 2, 3], DSparkConfig(max_new_tokens=4))),
     Case("strategy-cache-cannot-roll-back", r"strategy='speculative' is invalid: cannot run on llama models: its "
          r"chunked_attention layers cannot be rolled back to a shorter context$",
          engine=lambda e: run(chunked_llama(), [1, 2, 3], SpeculativeConfig(draft="lookup", max_new_tokens=4))),
@@ -383,6 +402,12 @@ CASES = [
          r"chunked_attention layers cannot be rolled back to a shorter context$",
          engine=lambda e: run(varied_llama(), [1, 2, 3], SpeculativeConfig(draft="chunked", max_new_tokens=4),
                               draft_lm=chunked_llama())),
+    Case("cache-layer-cannot-roll-back", r"cache='StaticLayer' is invalid: cannot be rolled back \(full-attention and "
+         r"sliding-window DynamicCache layers, or the fast path's static cache, can\)$",
+         engine=lambda e: static_cache_roll_back(e.lm)),
+    Case("draft-lm-and-drafter", r"draft_lm='<given>' is invalid: give the draft as drafter= or draft_lm=, not both$",
+         engine=lambda e: run(e.lm, [1, 2, 3], SpeculativeConfig(draft="word", max_new_tokens=2), draft_lm=e.lm,
+                              drafter=e.lm)),
     Case("drafter-missing", r"drafter='[^']*no-drafter\.safetensors' is invalid: no drafter weights there",
          cli=DSPARK + ["--drafter", "{tmp}/no-drafter.safetensors"],
          app={"strategy": "dspark", "drafter": "{tmp}/no-drafter.safetensors"}, action="step",
@@ -419,6 +444,10 @@ CASES = [
          r"header does not match its tensors: 'blocks\.0\.down\.bias' is \(16384\) by the header, \(8\) in the "
          r"file\)$", cli=SPEC + ["--draft", "feature:{bigfeature}"],
          engine=lambda e: load_draft(f"feature:{e.paths['bigfeature']}", e.lm)),
+    Case("draft-header-asks-for-blocks", r"draft='feature:[^']*blocks-f\.safetensors' is invalid: could not be read "
+         r"\(its header asks for 1000000000 blocks; the file holds \d+ tensors\)$",
+         cli=SPEC + ["--draft", "feature:{blocksfeature}"],
+         engine=lambda e: load_draft(f"feature:{e.paths['blocksfeature']}", e.lm)),
     Case("drafter-metadata-not-an-object", r"drafter='[^']*list-p\.safetensors' is invalid: could not be read \(its "
          r"'meta' is a JSON list, not an object\)$", cli=DSPARK + ["--drafter", "{listdrafter}"],
          app={"strategy": "dspark", "drafter": "{listdrafter}"}, action="step",
@@ -427,6 +456,10 @@ CASES = [
          r"\(its 'meta' is a JSON list, not an object\)$", cli=SPEC + ["--draft", "feature:{listfeature}"],
          app={"strategy": "speculative", "draft": "feature:{listfeature}"},
          engine=lambda e: load_draft(f"feature:{e.paths['listfeature']}", e.lm)),
+    Case("drafter-metadata-not-json", r"drafter='[^']*badjson-p\.safetensors' is invalid: could not be read \(its "
+         r"'meta' is not JSON: Expecting property name enclosed in double quotes: line 1 column 2 \(char 1\)\)$",
+         cli=DSPARK + ["--drafter", "{badjsondrafter}"],
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(drafter=str(e.paths["badjsondrafter"])))),
     Case("draft-vocab-ids-negative", r"draft='feature:[^']*neg-f\.safetensors' is invalid: could not be read "
          r"\(vocab_ids='<8 ids>' is invalid: must be distinct token ids >= 0\)$",
          cli=SPEC + ["--draft", "feature:{negfeature}"],
@@ -670,6 +703,9 @@ def write_hostile_drafters(paths: dict) -> None:
                                                                          "blocks": 1})})
     rewrite(paths["drafter"], paths["listdrafter"], header={"meta": "[1, 2]"})
     rewrite(feature, paths["listfeature"], header={"meta": "[1, 2]"})
+    rewrite(paths["drafter"], paths["badjsondrafter"], header={"meta": "{not json"})
+    rewrite(feature, paths["blocksfeature"], header={"shape": json.dumps({"hidden_size": 32, "width": 8, "mlp": 8,
+                                                                           "blocks": 10**9})})
     for name, ids in (("negfeature", [-1, *range(1, 8)]), ("dupfeature", [1, *range(1, 8)])):
         with safe_open(str(feature), "pt") as fh:
             meta, tensors = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
@@ -718,7 +754,8 @@ def env(tmp_path_factory):
              "bigdrafter": tmp / "big-p.safetensors",
              "bigfeature": tmp / "big-f.safetensors",
              "listdrafter": tmp / "list-p.safetensors", "listfeature": tmp / "list-f.safetensors",
-             "negfeature": tmp / "neg-f.safetensors", "dupfeature": tmp / "dup-f.safetensors"}
+             "negfeature": tmp / "neg-f.safetensors", "dupfeature": tmp / "dup-f.safetensors",
+             "badjsondrafter": tmp / "badjson-p.safetensors", "blocksfeature": tmp / "blocks-f.safetensors"}
     nan_dir, nan_step = build_nan_model_dir(tmp / "nan")
     paths["nan"] = nan_dir
     paths["empty"].mkdir()
@@ -1104,3 +1141,34 @@ def test_link_redaction_covers_every_message_that_shows_the_link_path():
     assert link_safe(over, link, link).startswith("drafter='/srv/d/p.safetensors' from the link cannot be used")
     assert link_safe(nan, link, {**link, "model": "/home/me/nan-model"}) == nan        # typed in the sidebar
     assert link_safe("temperature=-0.5 is invalid", link, link) == "temperature=-0.5 is invalid"
+
+
+# ------------------------------------------------------------------------------ bench load's flags in errors.md
+
+BENCH_LOAD_REFUSALS = [["--sessions", "a,b"], ["--sessions", "0"], ["--steps", "51"], ["--client", "firefox"],
+                       ["--pace", "soon"], ["--pace", "-1"], ["--pace", "1e300"],
+                       ["--client", "ws", "--browsers", "low"]]
+
+
+def bench_load_refusal(argv: list[str]) -> str | None:
+    """The line `python -m bench load` exits with for these flags (None: it would run); nothing starts."""
+    from bench.load import _checked
+
+    try:
+        _checked(argv)
+    except SystemExit as exit_info:
+        return str(exit_info.code)
+    return None
+
+
+def test_errors_md_quotes_every_bench_load_refusal():
+    """docs/errors.md's Benchmarks table holds exactly the messages bench load gives for its bad flags (the
+    --pace cap of issue 47 among them). Negative controls: another value's message is not in the table (the
+    match is exact), and a good --pace is not refused."""
+    text = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    section = text.split("\n## Benchmarks\n", 1)[1].split("\n## ", 1)[0]
+    quoted = re.findall(r"^\|[^|]+\| `([^`]+)` \|$", section, re.MULTILINE)
+    given = [bench_load_refusal(argv) for argv in BENCH_LOAD_REFUSALS]
+    assert sorted(given, key=str) == sorted(quoted) and len(quoted) == len(BENCH_LOAD_REFUSALS)
+    assert bench_load_refusal(["--pace", "700"]) not in quoted
+    assert bench_load_refusal(["--pace", "3", "--client", "ws"]) is None
