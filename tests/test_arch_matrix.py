@@ -294,8 +294,33 @@ def test_a_cache_that_cannot_roll_back_is_refused_before_the_run(tok):
         del model.config.attention_chunk_size
 
 
-def test_docs_models_table_lists_every_architecture():
+def models_table(text: str) -> dict[str, list[str]]:
+    """docs/models.md's rows: architecture -> its cells after the name."""
+    rows = re.findall(r"^\| `([a-z0-9_]+)` \|(.*)\|$", text, flags=re.M)
+    return {arch: [cell.strip() for cell in cells.split("|")] for arch, cells in rows}
+
+
+def table_mismatches(text: str, tok) -> list[str]:
+    """Where docs/models.md's table says other than this module runs: its architectures and their order, the
+    attention layers each model has, and what runs (every strategy; a tree refused on NO_TREE)."""
+    table = models_table(text)
+    wrong = [] if list(table) == list(ARCHS) else [f"rows {list(table)}"]
+    for arch, (layers, plain, speculative, dspark) in table.items():
+        kinds = kv_rollback.attention_kinds(tiny(arch, tok).model)
+        said = {"full_attention": "full" in layers, "sliding_attention": "sliding" in layers}
+        if said != {kind: kind in kinds for kind in said}:
+            wrong.append(f"{arch}: layers {layers!r}, the model has {sorted(set(kinds))}")
+        dspark_runs = "chain only" if arch in NO_TREE else "yes"
+        if [plain, speculative, dspark.split(":")[0]] != ["yes", "yes", dspark_runs]:
+            wrong.append(f"{arch}: {plain!r}, {speculative!r}, {dspark!r}")
+    return wrong
+
+
+def test_docs_models_table_says_what_the_matrix_runs(tok):
     text = (ROOT / "docs" / "models.md").read_text(encoding="utf-8")
-    rows = re.findall(r"^\| `([a-z0-9_]+)` \|", text, flags=re.M)
-    assert rows == list(ARCHS)
-    assert "docs/models.md" in (ROOT / "README.md").read_text(encoding="utf-8")
+    assert table_mismatches(text, tok) == []
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "docs/models.md" in readme and all(f"`{arch}`" in readme for arch in ARCHS)
+    bloom_tree = text.replace("| yes | yes | chain only", "| yes | yes | yes")
+    mistral_full = text.replace("| `mistral` | sliding window |", "| `mistral` | full |")
+    assert len(table_mismatches(bloom_tree, tok)) == len(table_mismatches(mistral_full, tok)) == 1   # controls
