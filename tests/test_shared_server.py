@@ -184,15 +184,17 @@ def test_a_run_stepping_at_the_drop_keeps_its_copy_until_its_step_ends(tiny_dir,
 
 
 def test_a_drop_hands_the_freed_heap_back(monkeypatch, fresh_caches):
-    """Freed copies are handed back to the OS (glibc's malloc_trim) whenever a cache drops one."""
+    """Freed copies are handed back to the OS (glibc's malloc_trim; CUDA's cached blocks to the driver) whenever a
+    cache drops one."""
     trims = []
-    monkeypatch.setattr(session.heap, "give_back", lambda: trims.append(1))
+    monkeypatch.setattr(session.heap, "give_back", lambda: trims.append("heap"))
+    monkeypatch.setattr(session, "free_device_memory", lambda: trims.append("cuda"))
     monkeypatch.setattr(session, "load", lambda spec: Weights())
     session.load_lm("m", "cpu", "float32")
     session.load_lm("m", "cpu", "bfloat16")
     assert trims == []                                              # control: nothing dropped, nothing trimmed
     session.load_lm("m", "cpu", "float16")
-    assert trims == [1]
+    assert trims == ["heap", "cuda"]
 
 
 def test_give_back_asks_glibc_on_linux():

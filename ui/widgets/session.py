@@ -11,7 +11,7 @@ from decoding.drafters.factory import load_draft
 from decoding.runner import check_inputs
 from decoding.runtime import heap, load_progress
 from decoding.runtime.model_cache import ModelCache
-from decoding.runtime.models import ModelSpec, load
+from decoding.runtime.models import ModelSpec, free_device_memory, load
 from ui.views import made_with
 from ui.views.text import md_text
 from ui.widgets import keys
@@ -40,9 +40,11 @@ def let_go_of_dropped() -> int:
 
 def dropped(_key: tuple | None = None) -> None:
     """A copy left a cache: runs let go of it, and the freed heap goes back to the OS (heap.give_back);
-    without that, glibc keeps a dropped copy's pages and the server grows by about a copy per new key."""
+    without that, glibc keeps a dropped copy's pages and the server grows by about a copy per new key.
+    On CUDA, PyTorch's cached blocks go back to the driver too (free_device_memory)."""
     let_go_of_dropped()
     heap.give_back()
+    free_device_memory()
 
 
 def drop_drafts_of(key: tuple) -> None:
