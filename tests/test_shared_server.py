@@ -370,3 +370,15 @@ def test_a_model_keeps_one_draft_model_source(monkeypatch):
     second = factory.draft_model_source(target, "b")
     assert alive([first]) == 0 and factory.draft_model_source(target, "b") is second
     assert [k for k in target._loaded if k[0] == "draft model source"] == [("draft model source",)]
+
+
+def test_a_run_that_cannot_reload_keeps_its_generator_when_copies_are_dropped(tiny_lm, fresh_caches):
+    """A run given no `reload` would keep its model anyway: letting go of dropped copies leaves its generator
+    (no replay for nothing); a run that can reload lets go (control)."""
+    kept = LiveRun(tiny_lm, PROMPT, GreedyConfig(max_new_tokens=4))
+    reloads = LiveRun(tiny_lm, PROMPT, GreedyConfig(max_new_tokens=4), reload=lambda: (tiny_lm, {}))
+    kept.step(1)
+    reloads.step(1)
+    assert session.let_go_of_dropped() >= 1
+    assert kept._gen is not None and kept.models() == []
+    assert not reloads.holds() and reloads.models() == []

@@ -88,7 +88,10 @@ class LiveRun:
         return self._gen is not None or (self._reload is not None and self._lm is not None)
 
     def models(self) -> list:
-        """The model and draft model this run holds now (empty once released)."""
+        """The model and draft model that releasing this run lets go of (none once released, none without
+        `reload`: such a run keeps its model)."""
+        if self._reload is None:
+            return []
         return [m for m in (self._lm, *self._kwargs.values()) if m is not None]
 
     # ------------------------------------------------------------------ stepping
