@@ -15,8 +15,8 @@ with cost:
 with throughput:
     lab_panels.throughput_panel(settings)
 with accepted:
-    lab_panels.acceptance_panel()
+    lab_panels.acceptance_panel(settings)
 with held:
-    lab_panels.memory_panel()
+    lab_panels.memory_panel(settings)
 with exact:
     lab_panels.lossless_panel(settings)
