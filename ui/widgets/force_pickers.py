@@ -61,7 +61,7 @@ def dspark_force(event, ctx: ViewContext) -> None:
     if not depths:
         return
     _round_force(event, ctx, depths, {d: forcing.dspark_depth_label(event, d) for d in depths},
-                 lambda d: forcing.dspark_choices(event, d), forcing.dspark_forced, "Depth (lattice position)",
+                 lambda d: forcing.dspark_choices(event, d), forcing.dspark_forced, "Draft position k (depth)",
                  DSPARK_HELP)
 
 
@@ -79,8 +79,10 @@ def _round_force(event, ctx, places: list[int], place_labels: dict, choices_at, 
         st.session_state.pop(pick_key, None)
         st.session_state[f"{pick_key}.place"] = place
     choices = choices_at(place)
-    _pick(c2, "Token to force there", pick_key, list(range(len(choices))),
-          {i: c.label() for i, c in enumerate(choices)})
+    pick = _pick(c2, "Token to force there", pick_key, list(range(len(choices))),
+                 {i: c.label() for i, c in enumerate(choices)})
+    if pick is not None:                  # the whole note, which the option's label shortens
+        st.caption(md_text(f"Chosen: {choices[pick].detail()}"))
 
     def forced() -> list[int]:
         where = st.session_state[at_key]
