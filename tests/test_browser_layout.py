@@ -241,3 +241,25 @@ def test_force_pickers_fit_at_1280(server, page):
     assert not page.locator('[data-testid="stException"]').count()
     assert not any(found.values()), found
     assert "p target" in chosen or "p residual" in chosen, chosen
+
+
+def test_a_force_picker_shows_the_step_on_view(server, page):
+    """Back to an earlier step: the force picker's box shows one of that step's candidates (the first), not the
+    label it had at the later step. (Dropping the stale choice on the server alone left the browser showing
+    the later step's "rank 4: … score -40.81" over the earlier step's list, while a click forced rank 1.)"""
+    open_app(page, server, "?strategy=beam&num_beams=3&max_new=4")
+    run_to_end(page)
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Force a candidate")
+    value = "e => [...e.querySelectorAll('input')].map(i => i.value).join(' ')"     # the box's shown text
+    at_end = box.evaluate(value)
+    click(page, "◀ Back")
+    page.get_by_text(re.compile(r"viewing step 2\b")).wait_for(timeout=30_000)
+    idle(page)
+    page.wait_for_timeout(500)
+    now = box.evaluate(value)
+    box.locator("input").scroll_into_view_if_needed()
+    box.locator("input").click()
+    page.get_by_role("option").first.wait_for(timeout=10_000)
+    options = page.get_by_role("option").all_inner_texts()
+    page.keyboard.press("Escape")
+    assert now != at_end and now.strip() == options[0].strip(), (now, at_end, options)

@@ -71,10 +71,20 @@ def _force_widget(step, ctx: ViewContext) -> None:
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     pick_key = f"{ctx.prefix}.force_pick"
     follow_step(ctx, step.index, pick_key)
-    c1.selectbox("Force a candidate at this step", options, format_func=labels.get, key=pick_key)
+    pick(c1, "Force a candidate at this step", pick_key, options, labels)
     force_button(c2, ctx, step.index, lambda: forcing.token_forced(
         ctx.events, step.index, step.raw_top[st.session_state[pick_key]].token_id),
         "The branch keeps the steps before this one, emits the chosen token here and continues")
+
+
+def pick(where, label: str, key: str, options: list, labels: dict):
+    """A select box whose stored value may be stale (options change with the step or the position): the first
+    option then, set through the session state so that the browser shows it too. (Only dropping the stale value
+    left the browser showing the old step's label, e.g. a beam candidate of step 3 over step 2's list, while
+    the server took the first option.)"""
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = options[0]
+    return where.selectbox(md_text(label), options, format_func=labels.get, key=key)
 
 
 def follow_step(ctx: ViewContext, at: int, *pick_keys: str) -> None:
