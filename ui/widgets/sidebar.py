@@ -50,7 +50,7 @@ QP_WIDGETS = {"model": keys.MODEL, "device": keys.DEVICE, "dtype": keys.DTYPE, "
               "top_n": keys.TOP_N, "gguf_file": keys.GGUF_FILE, "device_map": keys.DEVICE_MAP,
               "max_memory": keys.MAX_MEMORY, "fast_path": keys.FAST_PATH}
 OPTION_HELP = {
-    "lossy_threshold": "LOSSY mode: accept a drafted token outright when p_target exceeds this, in (0, 1]; "
+    "lossy_threshold": "LOSSY mode: accept a drafted token outright when p target exceeds this, in (0, 1]; "
                        "changes the output distribution; needs temperature > 0. Empty: exact.",
     COST_FIELD: "Pick the draft length (or tree budget) per round that maximizes expected tokens per ms of "
                 "the round (speculative: used by gamma policy 'cost', where none means auto). "

@@ -203,7 +203,7 @@ def _dspark_header(event) -> None:
                    help=md_text(f"Stage 1's forecast. {glossary.definition('expected accepted')}"))
     cols[5].metric("Next token", md_text(event.next_from))
     if event.lossy:
-        st.warning("LOSSY mode: a candidate is accepted outright when p_target exceeds the threshold, so the "
+        st.warning("LOSSY mode: a candidate is accepted outright when p target exceeds the threshold, so the "
                    "output no longer follows the target's distribution exactly.")
 
 
