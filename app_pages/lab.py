@@ -6,8 +6,9 @@ from ui.widgets import lab_panels, sidebar
 settings = sidebar.current()
 st.title("Lab")
 st.caption("Each section measures one claim on the model and device the sidebar has chosen. Results are kept for "
-           "this session per model, device and settings; Measure runs again. Tables download as CSV, charts as "
-           "SVG (the camera in the chart's toolbar).")
+           "this session per model, device and settings, each with the settings that made it (marked out of date "
+           "when they change); Measure runs again. Tables download as CSV, charts as SVG (the camera in the "
+           "chart's toolbar).")
 cost, throughput, accepted, held, exact = st.tabs(["Cost of a forward", "Throughput and latency", "Acceptance",
                                                    "Memory", "Losslessness"])
 with cost:
@@ -15,8 +16,8 @@ with cost:
 with throughput:
     lab_panels.throughput_panel(settings)
 with accepted:
-    lab_panels.acceptance_panel()
+    lab_panels.acceptance_panel(settings)
 with held:
-    lab_panels.memory_panel()
+    lab_panels.memory_panel(settings)
 with exact:
     lab_panels.lossless_panel(settings)

@@ -89,6 +89,27 @@ TITLE_UNDER_TOOLBAR = r"""() => {
 }"""
 
 
+# The options of an open select box's list (drawn outside the main area, in a popover): none may be cut off.
+OPTIONS_CLIPPED = r"""() => {
+  const out = [];
+  for (const option of document.querySelectorAll('[role="option"]')) {
+    for (const el of [option, ...option.querySelectorAll('*')]) {
+      if (!el.offsetParent || !el.innerText || !el.innerText.trim()) continue;
+      const s = getComputedStyle(el);
+      const over = el.scrollWidth - el.clientWidth;
+      if ((s.textOverflow === 'ellipsis' && over > 0) || (/hidden|clip/.test(s.overflowX) && over > 1))
+        out.push(`option "${el.innerText.trim().slice(0, 60)}": ${el.scrollWidth} px of text in ${el.clientWidth} px`);
+    }
+  }
+  return [...new Set(out)];
+}"""
+
+
+def option_problems(page) -> list[str]:
+    """The options of the select box whose list is open that are cut off, in words."""
+    return page.evaluate(OPTIONS_CLIPPED)
+
+
 def layout_problems(page) -> list[str]:
     """Every problem the page shows at its current window size, in words."""
     problems = [f"sideways: {p}" for p in page.evaluate(SIDEWAYS)]

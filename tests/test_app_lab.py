@@ -1,5 +1,6 @@
 """AppTest of the Lab page on the tiny random llama: each measurement runs from its button, shows its
-sentence, chart and tables, stays cached for the same settings and is measured again on request; bad
+sentence, chart and tables and the settings that made them (marked out of date, not dropped, when they
+change), stays cached for the same settings and is measured again on request; bad
 points, a point beyond the device's memory and a model that does not load are one-line error boxes."""
 from __future__ import annotations
 
@@ -50,8 +51,14 @@ def test_cost_of_a_forward_measures_and_stays(tiny_dir):
     assert frame_with(at, "roofline (ms)").shape[0] == 5
     at.button(key=keys.LAB_COST_RUN).click().run()               # measured again on request
     assert next(iter(at.session_state[keys.LAB].values())) is not events
-    at.number_input(key=keys.LAB_REPEATS).set_value(2).run()      # other settings: not measured yet
-    assert any("Not measured yet" in c.value for c in at.caption)
+    made = [c.value for c in at.caption if c.value.startswith("Made with:")]
+    assert len(made) == 1 and "n 1, 3, 9 · b 1, 2 · repeats 1" in shown(made[0]) and not at.warning
+    at.number_input(key=keys.LAB_REPEATS).set_value(2).run()      # other settings: the result stays, out of date
+    warnings = [shown(w.value) for w in at.warning]
+    assert len(warnings) == 1 and "repeats 1 → 2" in warnings[0] and "press Measure" in warnings[0]
+    assert frame_with(at, "roofline (ms)").shape[0] == 5 and not any("Made with:" in c.value for c in at.caption)
+    at.number_input(key=keys.LAB_REPEATS).set_value(1).run()      # back: current again
+    assert not at.warning and any(c.value.startswith("Made with:") for c in at.caption)
 
 
 @pytest.mark.parametrize(("field", "text", "words"), [

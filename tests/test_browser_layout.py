@@ -188,3 +188,78 @@ def test_the_checks_find_each_problem_and_pass_a_page_without_them(browser):  # 
         assert layout_problems(page) == []
     finally:
         page.close()
+
+
+def picker_problems(page, label: str) -> list[str]:
+    """Open the select box labelled `label`, check every option of its list, then pick the longest one and
+    check the page (the box shows the picked option's text): nothing cut off at 1280 px."""
+    from layout_checks import option_problems
+    from test_browser import choose
+
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).locator("input")
+    box.scroll_into_view_if_needed()
+    page.wait_for_timeout(200)
+    box.click()
+    options = page.get_by_role("option")
+    options.first.wait_for(timeout=10_000)
+    found = option_problems(page)
+    texts = options.evaluate_all("els => els.map(e => e.innerText)")
+    page.keyboard.press("Escape")
+    idle(page)
+    longest = max(range(len(texts)), key=lambda i: len(texts[i]))
+    choose(page, label, page.get_by_role("option").nth(longest))
+    settle(page)
+    return found + [p for p in layout_problems(page) if p.startswith("cut off")]
+
+
+def test_force_pickers_fit_at_1280(server, page):
+    """Issue 46: the Playground's force pickers show their options whole at 1280×800, in the glossary's words:
+    greedy's candidate picker, a speculative round's position and token pickers (a residual round), DSpark's."""
+    found = {}
+    open_app(page, server, f"?max_new=4&prompt={urllib.request.quote(LOOKUP_PROMPT)}&chat=0")
+    click(page, "Step")
+    page.get_by_text("Force a candidate at this step").wait_for(timeout=60_000)
+    found["greedy"] = picker_problems(page, "Force a candidate at this step")
+    shot(page, "force-greedy")
+    open_app(page, server, "?strategy=speculative&draft=lookup&gamma=3&temperature=1.0&seed=1&max_new=6&chat=0"
+                           f"&prompt={urllib.request.quote(LOOKUP_PROMPT)}")
+    click(page, "Step")
+    page.get_by_text("Token to force there").wait_for(timeout=60_000)
+    found["speculative position"] = picker_problems(page, "Position in the round")
+    found["speculative token"] = picker_problems(page, "Token to force there")
+    chosen = " ".join(page.get_by_text("Chosen:", exact=False).all_inner_texts())     # the whole note, wrapped
+    shot(page, "force-speculative")
+    open_app(page, server, dspark_link(page, server))
+    for step in range(2):
+        click(page, "Step")
+        page.get_by_text(re.compile(rf"^{step + 1} step\(s\) recorded")).wait_for(timeout=90_000)
+        idle(page)
+    page.get_by_text("Token to force there").wait_for(timeout=60_000)
+    found["dspark depth"] = picker_problems(page, "Draft position k (depth)")
+    found["dspark token"] = picker_problems(page, "Token to force there")
+    shot(page, "force-dspark")
+    assert not page.locator('[data-testid="stException"]').count()
+    assert not any(found.values()), found
+    assert "p target" in chosen or "p residual" in chosen, chosen
+
+
+def test_a_force_picker_shows_the_step_on_view(server, page):
+    """Back to an earlier step: the force picker's box shows one of that step's candidates (the first), not the
+    label it had at the later step. (Dropping the stale choice on the server alone left the browser showing
+    the later step's "rank 4: … score -40.81" over the earlier step's list, while a click forced rank 1.)"""
+    open_app(page, server, "?strategy=beam&num_beams=3&max_new=4")
+    run_to_end(page)
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Force a candidate")
+    value = "e => [...e.querySelectorAll('input')].map(i => i.value).join(' ')"     # the box's shown text
+    at_end = box.evaluate(value)
+    click(page, "◀ Back")
+    page.get_by_text(re.compile(r"viewing step 2\b")).wait_for(timeout=30_000)
+    idle(page)
+    page.wait_for_timeout(500)
+    now = box.evaluate(value)
+    box.locator("input").scroll_into_view_if_needed()
+    box.locator("input").click()
+    page.get_by_role("option").first.wait_for(timeout=10_000)
+    options = page.get_by_role("option").all_inner_texts()
+    page.keyboard.press("Escape")
+    assert now != at_end and now.strip() == options[0].strip(), (now, at_end, options)

@@ -105,7 +105,7 @@ def test_lattice_figure_draws_every_node_with_its_verdict(tree_trace):
         trace = markers[label]
         assert len(trace.x) == len(nodes) and trace.marker.symbol == symbol and trace.marker.color == color
         assert sorted(x + dspark.MARK_SHIFT for x in trace.x) == pytest.approx(sorted(n.depth for n in nodes))
-        assert all(abs(y - n.cand) <= 0.25 for y, n in zip(trace.y, nodes))
+        assert all(abs(y - (n.cand + 1)) <= 0.25 for y, n in zip(trace.y, nodes))     # candidates drawn from 1
         symbols.add(symbol)
     assert len(symbols) >= 2                                   # shape twins differ, not just colours
     pieces = next(t for t in fig.data if t.name == "pieces")
@@ -119,7 +119,7 @@ def test_edges_split_the_accepted_path_from_the_rest(tree_trace):
         assert len(on) == len(event.accepted_path)                      # root -> a1 -> a2 ...
         if event.accepted_path:
             first = next(n for n in event.nodes if n.node == event.accepted_path[0])
-            assert on[0][0] == (dspark.ROOT_X, 0) and on[0][1][0] == first.depth - dspark.MARK_SHIFT
+            assert on[0][0] == (dspark.ROOT_X, 1) and on[0][1][0] == first.depth - dspark.MARK_SHIFT
     # negative control: the plan edges are not all on the accepted path
     assert any(dspark._edges(e)[1] for e in rounds_of(tree_trace))
 
@@ -144,7 +144,7 @@ def test_dp_table_is_the_recorded_recursion(chain_trace):
         table = dspark.dp_table(event)
         length = len(event.dp.path)
         assert table["on_path"].sum() == length
-        assert list(table[table["on_path"]]["cand"]) == list(event.dp.path)
+        assert list(table[table["on_path"]]["cand"]) == [j + 1 for j in event.dp.path]   # shown from 1
         rows = table.to_dict("records")
         for row in rows:
             nxt = [r for r in rows if r["k"] == row["k"] + 1 and r["parent"] == row["cand"]]

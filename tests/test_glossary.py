@@ -156,3 +156,127 @@ def test_the_sidebar_glossary_lists_every_term_when_open(app):  # noqa: F811
     shown = texts()
     assert len([t for t in shown if "**:" in t]) == len(glossary.TERMS)
     assert any("Σmin" in t and "before the draft is drawn" in t for t in shown)
+
+
+# ---------------------------------------------------------------- counting (issue 46: 1-based everywhere)
+
+COUNTED_FROM_1 = ("rank", "raw rank", "from beam", "k (draft position)", "candidate", "best next candidate",
+                  "depth", "node", "position", "position in the text")
+COUNTED_FROM_ROOT = ("parent",)       # 0 is the root of a plan (the last emitted token), then nodes / candidates
+
+
+def counting_problems(frame: pd.DataFrame) -> list[str]:
+    """The shown columns that say where something is and hold a number below 1 (0 for a plan's parent)."""
+    out = []
+    for column in frame.columns:
+        lowest = 1 if column in COUNTED_FROM_1 else 0 if column in COUNTED_FROM_ROOT else None
+        values = pd.to_numeric(frame[column], errors="coerce").dropna() if lowest is not None else ()
+        if len(values) and values.min() < lowest:
+            out.append(f"{column} from {values.min()}")
+    return out
+
+
+def test_the_counting_check_catches_a_0_based_column():
+    """Negative control: a rank and a beam counted from 0 are caught; a parent 0 (the root) and "—" are not."""
+    frame = pd.DataFrame({"rank": [0, 1], "from beam": [0, 1], "parent": [0, 2], "candidate": [1, None]})
+    assert counting_problems(frame) == ["rank from 0", "from beam from 0"]
+
+
+def test_every_index_a_page_shows_counts_from_1(app):  # noqa: F811
+    """Issue 46: ranks, beams, k, candidates, depths, nodes and positions are 1-based in every table the step views
+    and the steps table show (the trace keeps its 0-based indices); a beam's "from beam" and DSpark's candidates
+    were 0-based beside 1-based k in the charts."""
+    at = app()
+    at.switch_page("app_pages/traces.py")
+    seen = {}
+    for name in ("greedy", "beam", "spec_lookup", "dspark_chain", "dspark_tree_sampled"):
+        trace = golden(name)
+        at.session_state[keys.REPLAY] = trace
+        at.session_state[keys.REPLAY_VIEW] = "This step"
+        at.session_state["tr.cands_open"] = True           # the candidates table (drawn only while open)
+        at.run()
+        at.session_state[keys.REPLAY_CURSOR] = rich_step(trace.steps)
+        at.run()
+        seen[name] = [p for frame in at.dataframe for p in counting_problems(frame.value)]
+        columns = {str(c) for frame in at.dataframe for c in frame.value.columns}
+        at.session_state[keys.REPLAY_VIEW] = "All steps"
+        at.run()
+        seen[f"{name} steps"] = [p for frame in at.dataframe for p in counting_problems(frame.value)]
+        seen[f"{name} checked"] = [] if columns & set(COUNTED_FROM_1) else ["no counted column shown"]
+    assert not any(seen.values()), {k: v for k, v in seen.items() if v}
+
+
+def test_charts_and_force_pickers_count_from_1():
+    from ui.widgets import forcing
+
+    step = golden("greedy").steps[0]
+    assert [x.split(":")[0] for x in figures_x(step)][:2] == ["1", "2"]          # bars named by rank, as the table
+    assert forcing.token_label(step, 0).startswith("rank 1:")
+    beam_step = golden("beam").steps[1]
+    labels = [forcing.beam_label(beam_step, r) for r in forcing.beam_ranks(beam_step)]
+    assert labels[0].startswith("rank 1:") and any("from beam 1 " in s for s in labels)
+    assert not any("from beam 0" in s or "rank 0" in s for s in labels)
+    event = next(e for e in golden("dspark_chain").steps if e.kind == "dspark_round" and not e.prefill)
+    fig = dspark.lattice_figure(event)
+    assert min(fig.data[0].y) == 1 and "1 = drafter's top" in fig.layout.yaxis.title.text
+    tags = [t for c in forcing.dspark_choices(event, 1) for t in c.tags]
+    assert "candidate 1" in " ".join(tags) and "candidate 0" not in " ".join(tags)
+    assert forcing.spec_position_label(next(e for e in golden("spec_lookup").steps if e.kind == "spec_round"),
+                                       0).startswith("k=1:")
+    assert glossary.counted_from_1(0) == 1 and glossary.counted_from_1(None) is None
+    assert "counts from 1" in glossary.definition("counting")
+
+
+def figures_x(step) -> list[str]:
+    from ui.views import figures
+
+    return list(figures.probability_bars(step).data[0].x)
+
+
+RAW_IN_PICKERS = ("p_target", "q_draft", "not_reached", "residual p", "raw p", "cand ", "_token")
+
+
+def picker_label_problems(label: str, limit: int) -> list[str]:
+    """A force picker's option label that would be cut in its select box at 1280 px (longer than `limit`
+    characters: tests/test_browser_layout.py measures the boxes) or that shows a trace's raw name."""
+    out = [f"{label!r}: {len(label)} characters" for _ in range(1) if len(label) > limit]
+    return out + [f"{label!r}: {raw!r}" for raw in RAW_IN_PICKERS if raw in label]
+
+
+def all_picker_labels() -> list[tuple[str, int]]:
+    """(label, the most characters its box shows) of every force picker's options on the golden traces."""
+    from ui.widgets import forcing as f
+
+    labels = []
+    for name in ("greedy", "sample", "beam", "spec_lookup", "spec_lookup_sampled", "spec_feature_sampled",
+                 "dspark_chain", "dspark_tree_sampled", "dspark_lookup_cost"):
+        for e in golden(name).steps:
+            if e.kind == "token":
+                labels += [(f.token_label(e, i), f.WIDE_CHARS) for i in range(len(e.raw_top))]
+            elif e.kind == "beam":
+                labels += [(f.beam_label(e, r), f.WIDE_CHARS) for r in f.beam_ranks(e)]
+            elif e.kind == "spec_round":
+                for k in f.spec_positions(e):
+                    labels += [(f.spec_position_label(e, k), f.PLACE_CHARS)]
+                    labels += [(c.label(), f.LABEL_CHARS) for c in f.spec_choices(e, k)]
+            elif e.kind == "dspark_round":
+                for d in f.dspark_depths(e):
+                    labels += [(f.dspark_depth_label(e, d), f.PLACE_CHARS)]
+                    labels += [(c.label(), f.LABEL_CHARS) for c in f.dspark_choices(e, d)]
+    return labels
+
+
+def test_force_picker_labels_fit_and_use_glossary_words():
+    """Issue 46: every option of the Playground's force pickers fits its box at 1280 px (forcing.LABEL_CHARS,
+    PLACE_CHARS and WIDE_CHARS, from the boxes' widths) and names numbers in the glossary's words."""
+    from ui.widgets import forcing
+
+    labels = all_picker_labels()
+    assert len(labels) > 200
+    problems = [p for label, limit in labels for p in picker_label_problems(label, limit)]
+    assert not problems, problems[:10]
+    # negative control: the labels before (a DSpark candidate with its whole note; raw p) are caught
+    old = "'<jupyter_start>' (id 11) — lattice cand 0, q draft 1, verified: p target 0.5, accepted"
+    assert len(picker_label_problems(old, forcing.LABEL_CHARS)) == 2
+    assert picker_label_problems("0: ' the' (id 279, raw p 0.41)", 80) == \
+        ["\"0: ' the' (id 279, raw p 0.41)\": 'raw p'"]

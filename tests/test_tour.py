@@ -32,8 +32,23 @@ def test_stops_have_unique_ids_and_valid_configs():
     assert tour.neighbour(ids[0], -1) == ids[0] and tour.neighbour(ids[-1], 1) == ids[-1]
     assert tour.neighbour(ids[2], 1) == ids[3] and tour.neighbour(ids[2], -1) == ids[1]
     line = tour.config_line(tour.stop_by_id("adaptive"))
-    assert line.startswith("speculative with draft=lookup, gamma=2, gamma_policy=heuristic;")
-    assert "max_new_tokens=40, seed=0, top_n=5" in line
+    assert line.startswith("speculative with draft lookup, gamma 2, gamma policy heuristic;")
+    assert "max new tokens 40, seed 0, top-N candidates recorded 5" in line
+
+
+def test_a_stops_settings_are_in_the_sidebars_words():
+    """Issue 46: the Tour's "Settings:" line names each parameter as the sidebar's widget does (no raw
+    field names such as max_new_tokens=…)."""
+    from ui.views import made_with
+    from ui.widgets.params import param_fields
+
+    for stop in tour.STOPS:
+        line = tour.config_line(stop)
+        assert "_" not in line and "=" not in line, line
+        for name, _ in stop.params:
+            field = next(f for f in param_fields(stop.strategy) if f.name == name)   # a sidebar widget's field
+            assert made_with.param_words(field.name) in line
+    assert made_with.label("top_n") == "Top-N candidates recorded" and made_with.label("seed") == "Seed"
 
 
 def test_unknown_stop_is_a_config_error():

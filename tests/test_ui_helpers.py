@@ -253,7 +253,7 @@ def test_chips_origin_colour_has_a_text_twin():
     html = chips_html(chips_for([_token_event("a"), _token_event("b", forced=True)]), current_step=0)
     assert 'ds-origin-target' in html and 'ds-origin-forced' in html
     assert "⚑" in html and "dashed" in html             # the forced chip's mark and line style
-    assert "p 0.6065" in html and "u 0.2500" in html      # tooltip numbers
+    assert "p processed 0.6065" in html and "u 0.2500" in html      # tooltip numbers
     assert html.count("ds-current") == 3                  # CSS rule + both chips of step 0
     legend = legend_html(("target", "forced", "accepted", "rejected", "residual", "bonus"))
     assert all(mark in legend for mark in ("⚑", "✓", "✗", "↺", "+"))

@@ -77,16 +77,36 @@ def test_sweep_table_and_measured(lm, drafter):
     table = wd.sweep(trace.steps, gammas=range(1, 7), budgets=(4, 8))
     assert list(table["plan"]) == ["chain"] * 6 + ["tree"] * 2
     at6 = table[(table["plan"] == "chain") & (table["size"] == 6)].iloc[0]
-    full = [r for r in wd.dspark_rounds(trace.steps) if len(r.lattice) == 6]
-    assert at6["rounds"] == len(full)
-    assert at6["replayed_tokens_per_forward"] == pytest.approx(1 + sum(len(r.accepted_path) for r in full) / len(full))
-    assert at6["forecast_tokens_per_forward"] == pytest.approx(1 + sum(r.expected_accepted for r in full) / len(full))
+    rounds = wd.dspark_rounds(trace.steps)
+    full = [r for r in rounds if len(r.lattice) == 6]
+    assert 0 < len(full) < len(rounds)          # some rounds drafted a shorter lattice (near the token budget)
+    assert at6["rounds"] == len(rounds) and at6["short_rounds"] == len(rounds) - len(full)
+    forecast = 1 + sum(r.expected_accepted for r in rounds) / len(rounds)
+    assert at6["forecast_tokens_per_forward"] == pytest.approx(forecast)
     forecast = list(table[table["plan"] == "chain"]["forecast_tokens_per_forward"])
     assert all(b >= a - 1e-9 for a, b in zip(forecast, forecast[1:]))   # longer chains never forecast less
     m = wd.measured(trace.steps)
     assert m["gamma"] == 6 and m["select"] == "chain" and m["tokens_per_forward"] >= 1
     fig = wd.sweep_figure(table, m)
     assert len(fig.data) == 5
+
+
+def test_replay_at_the_runs_own_chain_is_the_measured_length_over_the_same_rounds(lm, drafter):
+    """Issue 46 (What-if): the replayed chain at the run's γ averages the same rounds as the measured value, so
+    it is the run's accepted length + 1 per round. Averaging only the rounds whose lattice held all γ positions
+    (the old rule, kept here as the negative control) gave a different number on this trace."""
+    trace = _trace(lm, drafter, gamma=6, top_k_candidates=2)
+    rounds = wd.dspark_rounds(trace.steps)
+    table = wd.sweep(trace.steps, gammas=(6,), budgets=())
+    measured = 1 + sum(len(r.accepted_path) for r in rounds) / len(rounds)
+    assert table["replayed_tokens_per_forward"].iloc[0] == pytest.approx(measured)
+    full = [r for r in rounds if len(r.lattice) == 6]
+    old_rule = 1 + sum(len(r.accepted_path) for r in full) / len(full)
+    assert old_rule != pytest.approx(measured)
+    assert wd.measured(trace.steps)["tokens_per_forward"] <= measured      # emitted: cut at EOS / the budget
+    line = wd.measured_vs_replayed(trace.steps)
+    assert line.startswith(f"Measured and replayed average the same {len(rounds)} rounds.")
+    assert "(the run: a fixed chain length)" in line
 
 
 def test_sampled_trace_has_forecast_only(lm, drafter):

@@ -51,18 +51,19 @@ def grid(events: Sequence) -> list[tuple[int, list[str]]]:
 
 
 def position_table(events: Sequence) -> pd.DataFrame:
-    """Per draft position: rounds that drafted it, how many accepted, rejected, not reached, and the
-    share accepted (the trace's per-position acceptance)."""
+    """Per draft position k (from 1, headed "k (draft position)" as in the round's table and the charts): rounds
+    that drafted it, how many accepted, rejected, not reached, and the share accepted (the trace's per-position
+    acceptance)."""
     rows = grid(events)
     depth = max((len(cells) for _, cells in rows), default=0)
     out = []
     for k in range(depth):
         at_k = [cells[k] for _, cells in rows if len(cells) > k]
         count = {v: at_k.count(v) for v in (ACCEPTED, REJECTED, NOT_REACHED)}
-        out.append({"position": k + 1, "rounds": len(at_k), "accepted": count[ACCEPTED],
+        out.append({"k": k + 1, "rounds": len(at_k), "accepted": count[ACCEPTED],
                     "rejected": count[REJECTED], "not_reached": count[NOT_REACHED],
                     "acceptance": count[ACCEPTED] / len(at_k)})
-    return pd.DataFrame(out, columns=["position", "rounds", "accepted", "rejected", "not_reached", "acceptance"])
+    return pd.DataFrame(out, columns=["k", "rounds", "accepted", "rejected", "not_reached", "acceptance"])
 
 
 def heatmap(events: Sequence) -> go.Figure | None:

@@ -14,6 +14,7 @@ import pandas as pd
 
 from ui.views import palette
 from ui.views.chips import Chip, visible
+from ui.views.glossary import counted_from_1
 
 # status -> (fill colour, border style, shape, text twin)
 STATUS_STYLE = {
@@ -98,7 +99,8 @@ POOL_COLUMNS = ["rank", "source_beam", "token_id", "piece", "logprob", "score", 
 
 
 def pool_table(step) -> pd.DataFrame:
-    rows = [{"rank": r, "source_beam": c.source_beam, "token_id": c.token_id, "piece": visible(c.piece),
+    """The step's pool, best first: rank and the live beam each candidate extends both counted from 1."""
+    rows = [{"rank": r, "source_beam": counted_from_1(c.source_beam), "token_id": c.token_id, "piece": visible(c.piece),
              "logprob": c.logprob, "score": c.score, "normalized_score": c.normalized_score, "status": c.status}
             for r, c in enumerate(step.pool, start=1)]
     return pd.DataFrame(rows, columns=POOL_COLUMNS)
@@ -126,7 +128,7 @@ def finished_table(step, events: Sequence = ()) -> pd.DataFrame:
 def beam_row(step) -> dict:
     counts = {s: sum(c.status == s for c in step.pool) for s in STATUS_STYLE}
     best = step.beams[0] if step.beams else None
-    return {"step": step.index, "position": step.position, "live_beams": len(step.beams),
+    return {"step": step.index, "position": counted_from_1(step.position), "live_beams": len(step.beams),
             "best_live_piece": visible(best.piece) if best else "", "best_live_score": best.score if best else None,
             "finished": len(step.finished), **{f"n_{s}": n for s, n in counts.items()},
             "early_stop": step.early_stop, "done": step.done, "ms": sum(step.timings_ms.values())}

@@ -25,8 +25,8 @@ def _fmt_prob(logprob: float) -> str:
 
 def token_chips(event) -> list[Chip]:
     """Chips of a greedy/sampling TokenStep: one token, from the target or forced."""
-    parts = [f"id {event.chosen_id}", f"p {_fmt_prob(event.chosen_logprob)}",
-             f"raw p {_fmt_prob(event.chosen_raw_logprob)}", f"rank {event.chosen_rank}"]
+    parts = [f"id {event.chosen_id}", f"p processed {_fmt_prob(event.chosen_logprob)}",
+             f"p raw {_fmt_prob(event.chosen_raw_logprob)}", f"raw rank {event.chosen_rank + 1}"]
     if event.draw is not None:
         parts.append(f"u {event.draw:.4f}")
     parts.append(f"step {event.index}")

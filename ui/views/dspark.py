@@ -2,7 +2,8 @@
 tree drawn over it, the DP table, the stage-1 selection, the stage-2 verdicts, the cost-aware size
 choice, chips, table rows and running metrics. Pure: DSparkRound events in, values/figures out.
 
-Positions k are 1-based (as in the trace), candidates j 0-based (0 = the drafter's most likely).
+Positions k are 1-based (as in the trace); candidates j are 0-based in the trace (0 = the drafter's most likely)
+and shown from 1 (counted_from_1, the glossary's "counting"), on the heatmap's axis as in the tables.
 Every string from a trace is escaped with figures.plot_text before it becomes a plotly label."""
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from ui.views import palette
 from ui.views.beam import dot_escape
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
+from ui.views.glossary import counted_from_1
 from ui.views.headers import header
 from ui.views.sources import source_text
 from ui.views.tables import table_short
@@ -124,22 +126,24 @@ def lattice_grid(event, value: str = "score") -> dict:
             text[c.cand][k - 1] = plot_text(repr(visible(c.piece)))
             hover[c.cand][k - 1] = plot_text(_cell_hover(c, column, parents[k - 1]))
     return {"z": z, "text": text, "hover": hover, "x": list(range(1, len(event.lattice) + 1)),
-            "y": list(range(width))}
+            "y": list(range(1, width + 1))}     # candidate j drawn at j + 1
 
 
 def _cell_hover(c, column, parent: int | None) -> str:
-    given = "root" if c.position == 1 else ("max over parents" if parent is None else f"parent cand {parent}")
+    given = "root" if c.position == 1 else ("max over parents" if parent is None else
+                                            f"parent candidate {counted_from_1(parent)}")
     scores = ", ".join(_num(s) for s in c.scores)
     confs = ", ".join(_num(x) for x in column.confidence)
     source = f" | proposed by: {source_text(c)}" + (" (ŝ after its lookup parent: the run's lookup acceptance "
                                                      "rate)" if c.lookup else "")
-    return (f"k={c.position} cand {c.cand}: {visible(c.piece)!r} (id {c.token_id}) | {header('q_draft')} "
+    return (f"k={c.position} candidate {counted_from_1(c.cand)}: {visible(c.piece)!r} (id {c.token_id}) | "
+            f"{header('q_draft')} "
             f"{_num(c.q_draft)} | ŝ per parent [{scores}] (shown: {given}) | confidence per parent [{confs}]{source}")
 
 
 def node_points(event) -> list[dict]:
     """Each verified node's place on the heatmap: x = depth (left of the cell's centre, so the piece
-    stays readable), y = candidate (nudged apart when several tree nodes share a cell through
+    stays readable), y = candidate counted from 1 (nudged apart when several tree nodes share a cell through
     different parents), with its verdict."""
     shared: dict[tuple[int, int], list] = {}
     for n in event.nodes:
@@ -148,7 +152,7 @@ def node_points(event) -> list[dict]:
     for n in event.nodes:
         group = shared[(n.depth, n.cand)]
         nudge = 0.0 if len(group) == 1 else (group.index(n.node) / (len(group) - 1) - 0.5) * 0.5
-        points.append({"node": n.node, "parent": n.parent, "x": n.depth - MARK_SHIFT, "y": n.cand + nudge,
+        points.append({"node": n.node, "parent": n.parent, "x": n.depth - MARK_SHIFT, "y": n.cand + 1 + nudge,
                        "verdict": n.verdict, "piece": n.piece, "token_id": n.token_id})
     return points
 
@@ -172,7 +176,7 @@ def lattice_figure(event, value: str = "score") -> go.Figure:
                                      f"{len(event.accepted_path)} accepted<br>colour = "
                                      f"{VALUE_LABELS.get(value, value)}", "x": 0},
                       xaxis={"title": "draft position k", "dtick": 1},
-                      yaxis={"title": "candidate (0 = drafter's top)", "dtick": 1, "autorange": "reversed"},
+                      yaxis={"title": "candidate (1 = drafter's top)", "dtick": 1, "autorange": "reversed"},
                       legend={"orientation": "h", "y": -0.25}, margin={"t": 50, "b": 10, "l": 10, "r": 10},
                       height=220 + 60 * max(1, len(grid["y"])))
     return fig
@@ -201,7 +205,7 @@ def _add_lookup_cells(fig: go.Figure, event) -> None:
         xs, ys = [], []
         for c in cells:
             x0, x1 = c.position - scale, c.position + scale
-            y0, y1 = c.cand - scale, c.cand + scale
+            y0, y1 = c.cand + 1 - scale, c.cand + 1 + scale
             xs += [x0, x1, x1, x0, x0, None]
             ys += [y0, y0, y1, y1, y0, None]
         if cells:
@@ -219,14 +223,15 @@ def lookup_text(event) -> str:
     m = event.lookup
     if m is None:
         return f"no match ({rates})"
-    return f"n-gram {list(m.ngram)} at position {m.match_position}, copied from {m.continuation_start}; {rates}"
+    return (f"n-gram {list(m.ngram)} at position {counted_from_1(m.match_position)} of the text, copied from "
+            f"{counted_from_1(m.continuation_start)}; {rates}")
 
 
 def _edges(event) -> tuple[list, list]:
     """Parent -> child segments between node points, the root (the last emitted token, left of
     position 1) included: (accepted path, the rest)."""
     where = {p["node"]: p for p in node_points(event)}
-    where[0] = {"node": 0, "parent": None, "x": ROOT_X, "y": 0}
+    where[0] = {"node": 0, "parent": None, "x": ROOT_X, "y": 1}
     accepted = set(event.accepted_path) | {0}
     on, off = [], []
     for p in where.values():
@@ -250,7 +255,7 @@ def _add_edges(fig: go.Figure, event) -> None:
             ys += [y0, y1, None]
         fig.add_scatter(name=name, x=xs, y=ys, mode="lines", line=line, hoverinfo="skip")
     if event.nodes:
-        fig.add_scatter(name="root (last emitted token)", x=[ROOT_X], y=[0], mode="markers", hoverinfo="skip",
+        fig.add_scatter(name="root (last emitted token)", x=[ROOT_X], y=[1], mode="markers", hoverinfo="skip",
                         marker={"symbol": "square", "size": 12, "color": palette.BLACK})
 
 
@@ -342,7 +347,8 @@ DP_COLUMNS = ["k", "piece", "on_path", "score", "V", "back", "parent", "cand", "
 
 def dp_table(event) -> pd.DataFrame:
     """Chain mode: V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)) as recorded, with the
-    back-pointer back_k(x) = argmax_y V_{k+1}(y | x) (None at the chain's last position)."""
+    back-pointer back_k(x) = argmax_y V_{k+1}(y | x) (None at the chain's last position). Candidates (cand,
+    parent, back) counted from 1; parent 0 at k = 1 is the root, the last emitted token (as in the verdicts)."""
     rows = []
     dp = event.dp
     if dp is None:
@@ -352,10 +358,10 @@ def dp_table(event) -> pd.DataFrame:
             for j, v in enumerate(row):
                 c = cell(event, k, j)
                 on = j == dp.path[k - 1] and (k == 1 or parent == dp.path[k - 2])
-                rows.append({"k": k, "parent": -1 if k == 1 else parent, "cand": j,
+                rows.append({"k": k, "parent": 0 if k == 1 else counted_from_1(parent), "cand": counted_from_1(j),
                              "token_id": c.token_id if c else None, "piece": visible(c.piece) if c else "",
                              "score": c.scores[parent] if c and parent < len(c.scores) else None, "V": v,
-                             "back": dp.back[k - 1][j], "on_path": on})
+                             "back": counted_from_1(dp.back[k - 1][j]), "on_path": on})
     return pd.DataFrame(rows, columns=DP_COLUMNS).astype({"back": "Int64"})
 
 
@@ -392,11 +398,13 @@ VERDICT_COLUMNS = ["node", "verdict", "piece", "source", "p_target", "p_accept",
 
 def verdicts_table(event) -> pd.DataFrame:
     """Every verified node (parents before children) and, last, the token emitted after the accepted
-    path: residual, bonus or argmax, with its draw."""
+    path: residual, bonus or argmax, with its draw. Nodes are numbered from 1 in plan order, parent 0 is the
+    root (the last emitted token); cand is the node's lattice candidate counted from 1."""
     rows = []
     for n in event.nodes:
         c = cell(event, n.depth, n.cand)
-        rows.append({"node": n.node, "parent": n.parent, "depth": n.depth, "cand": n.cand, "token_id": n.token_id,
+        rows.append({"node": n.node, "parent": n.parent, "depth": n.depth, "cand": counted_from_1(n.cand),
+                     "token_id": n.token_id,
                      "piece": visible(n.piece), "q_draft": c.q_draft if c else None, "score": n.score,
                      "survival": n.survival, "p_target": n.p_target, "p_accept": n.p_accept, "u": n.draw,
                      "verdict": n.verdict, "source": source_text(n)})
@@ -452,7 +460,8 @@ def dspark_chips(event) -> list[Chip]:
 
 
 def dspark_row(event) -> dict:
-    return {"round": event.index, "position": event.position, "prefill": event.prefill, "select": event.select,
+    return {"round": event.index, "position": counted_from_1(event.position), "prefill": event.prefill,
+            "select": event.select,
             "positions": len(event.lattice), "verified": len(event.nodes), "accepted": len(event.accepted_path),
             "next_from": event.next_from, "next_piece": visible(piece_of(event, event.next_token)),
             "emitted": len(event.emitted), "expected_accepted": event.expected_accepted,

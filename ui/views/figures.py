@@ -193,7 +193,7 @@ def top_p_cumulative(step) -> list[float | None]:
 def probability_bars(step) -> go.Figure:
     """Top-N raw vs processed probabilities; removed candidates marked by the filter that removed them;
     top-p's cumulative line with its threshold; min-p's floor."""
-    labels = [_label(i, c.piece) for i, c in enumerate(step.raw_top)]
+    labels = [_label(i, c.piece) for i, c in enumerate(step.raw_top, start=1)]     # rank 1 = most probable
     fig = go.Figure()
     fig.add_bar(name="raw p (T=1, no filters)", x=labels, y=[c.prob for c in step.raw_top],
                 marker_color=palette.RAW_COLOR, hovertemplate="%{x}<br>raw p %{y:.4f}<extra></extra>")

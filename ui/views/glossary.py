@@ -17,6 +17,19 @@ class Term:
     definition: str
 
 
+COUNTING = ("Every number that says where something is counts from 1: a draft position k, a rank, a candidate (1 = "
+            "the drafter's top), a beam (1 = the best), a depth, a node of a plan, a token's position in the text "
+            "(1 = the prompt's first token) and \"diverges at token\". 0 stands for the root of a plan (the last "
+            "emitted token). Steps and rounds count from 0, as a trace and a link record them: step 0 is the "
+            "first token (or DSpark's prefill).")
+
+
+def counted_from_1(index: int | None) -> int | None:
+    """A 0-based index of a trace (a candidate, a rank, a beam, a place in the text) as every page shows it:
+    counted from 1 (COUNTING); None stays None (drawn "—")."""
+    return None if index is None else int(index) + 1
+
+
 RULE_GREEDY = "temperature 0: a draft is accepted exactly when it is the target's argmax (probability 1 or 0)"
 RULE_SAMPLED = "sampled: a draft x is accepted with probability min(1, p target(x) ÷ q draft(x))"
 
@@ -66,6 +79,9 @@ TERMS: tuple[Term, ...] = (
     Term("score (sum of log p)", "A beam's score: the sum of its tokens' log p."),
     Term("score ÷ length penalty", "A beam's score divided by length^penalty; finished beams are ranked by it."),
     Term("rank", "Place in the candidates' order, 1 for the most probable."),
+    Term("counting", COUNTING),
+    Term("position in the text", "A token's place in the prompt and output together, 1 for the prompt's first "
+                                 "token; for a round or a beam step, that of its first new token."),
     Term("raw rank", "The picked token's place in the raw distribution, 1 for the most probable."),
     Term("mass removed", "Probability mass a filter removed."),
     Term("time (ms)", "Wall time of the step, in milliseconds; depends on the machine."),

@@ -9,7 +9,31 @@ import dataclasses
 from collections.abc import Mapping
 
 SHARED = ("max_new_tokens", "seed", "top_n")     # a config's fields the sidebar sets for every strategy
+# The sidebar's words for a parameter (its widget's label, lower case), which every line that names a setting
+# uses: a strategy's own field is its name with spaces; the shared ones have their own.
+SHARED_WORDS = {"max_new_tokens": "max new tokens", "seed": "seed", "top_n": "top-N candidates recorded"}
 PROMPT_CHARS = 48
+
+
+def param_words(name: str) -> str:
+    """A parameter as the sidebar names it: "top_k_candidates" -> "top k candidates", "top_n" -> "top-N
+    candidates recorded"."""
+    return SHARED_WORDS.get(name, name.replace("_", " "))
+
+
+def label(name: str) -> str:
+    """The sidebar widget's label of a parameter: its words with a capital first letter."""
+    words = param_words(name)
+    return words[:1].upper() + words[1:]
+
+
+def value_words(value) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
+def settings_words(params) -> str:
+    """(name, value) pairs in the sidebar's words: "draft lookup, gamma 2, max new tokens 40"."""
+    return ", ".join(f"{param_words(name)} {value_words(value)}" for name, value in params)
 
 
 def short(text: str, limit: int = PROMPT_CHARS) -> str:
@@ -35,7 +59,7 @@ def config_words(config) -> str:
         value = getattr(config, f.name)
         if value is None or value == f.default:
             continue
-        own.append(f"{f.name.replace('_', ' ')} {value}")
+        own.append(f"{param_words(f.name)} {value_words(value)}")
     return f"{config.strategy}: {', '.join(own)}" if own else f"{config.strategy}, default parameters"
 
 
@@ -44,9 +68,22 @@ def describe(*, model: str, prompt: str, chat_template: bool, seed: int, max_new
     """The settings of a result, name -> value in words (insertion order is the order shown).
     `configs`: label -> config (the Playground's one strategy, or Compare's lanes)."""
     out = {"model": model_name(model), "prompt": repr(short(prompt)), "chat template": "on" if chat_template else "off",
-           "seed": str(seed), "max new tokens": str(max_new_tokens), "top-N recorded": str(top_n)}
+           param_words("seed"): str(seed), param_words("max_new_tokens"): str(max_new_tokens),
+           param_words("top_n"): str(top_n)}
     for label, config in dict(configs).items():
         out[str(label)] = config_words(config) if config is not None else "—"
+    return out
+
+
+def measured_with(*, model: str, device: str, dtype: str, prompt: str | None = None,
+                  chat_template: bool | None = None, settings: Mapping[str, object] = ()) -> dict[str, str]:
+    """The settings of a Lab measurement in words: the model and where it ran, the prompt when the
+    measurement reads one, then the section's own `settings` (its widgets' labels -> values)."""
+    out = {"model": model_name(model), "device": str(device), "dtype": str(dtype)}
+    if prompt is not None:
+        out["prompt"] = repr(short(prompt))
+        out["chat template"] = "on" if chat_template else "off"
+    out.update({str(name): value_words(value) for name, value in dict(settings).items()})
     return out
 
 
@@ -72,10 +109,11 @@ def line(made: Mapping[str, str], keys: tuple[str, ...] | None = None) -> str:
     return " · ".join(f"{name} {made[name]}" for name in names if name in made)
 
 
-def stale_line(made: Mapping[str, str], now: Mapping[str, str], what: str = "This result") -> str | None:
+def stale_line(made: Mapping[str, str], now: Mapping[str, str], what: str = "This result",
+               again: str = "run again") -> str | None:
     """The out-of-date note for a result, None while the settings are those that made it."""
     changed = changes(made, now)
     if not changed:
         return None
     return (f"{what} was made with other settings — the settings have changed since ({'; '.join(changed)}); "
-            "run again.")
+            f"{again}.")

@@ -13,6 +13,7 @@ from ui.views import glossary, palette
 from ui.views.acceptance import MIN_ROUNDS
 from ui.views.chips import Chip, visible
 from ui.views.figures import plot_text
+from ui.views.glossary import counted_from_1
 from ui.views.headers import header
 from ui.views.sources import drafter_words
 
@@ -117,8 +118,8 @@ def lookup_text(event) -> str:
     if event.lookup is None:
         return ""
     m = event.lookup
-    return (f" · matched n-gram {list(m.ngram)} earlier at context position {m.match_position}, "
-            f"continuation from {m.continuation_start}")
+    return (f" · matched n-gram {list(m.ngram)} earlier at position {counted_from_1(m.match_position)} of the "
+            f"text, continuation from {counted_from_1(m.continuation_start)}")
 
 
 # ---------------------------------------------------------------- tables
@@ -155,7 +156,7 @@ def final_table(event) -> pd.DataFrame:
 
 def spec_row(event) -> dict:
     final = _piece_of(event, event.final_id) if event.final_id is not None else ""
-    return {"round": event.index, "position": event.position, "drafter": drafter_words(event.drafter),
+    return {"round": event.index, "position": counted_from_1(event.position), "drafter": drafter_words(event.drafter),
             "gamma": event.gamma,
             "accepted": event.accepted, "final_kind": event.final_kind, "final_piece": visible(final),
             "emitted": len(event.emitted), "fed_tokens": event.fed_tokens,
@@ -233,8 +234,8 @@ def residual_bars(event) -> go.Figure:
     labels = [plot_text(f"{e.token_id}: {visible(e.piece)!r}") for e in event.residual_top]
     colors = [palette.PURPLE if e.token_id == event.final_id else palette.GREY for e in event.residual_top]
     fig = go.Figure()
-    fig.add_bar(name="residual p", x=labels, y=[e.prob for e in event.residual_top], marker_color=colors,
-                hovertemplate="%{x}<br>residual p %{y:.4f}<extra></extra>")
+    fig.add_bar(name=header("p_residual"), x=labels, y=[e.prob for e in event.residual_top], marker_color=colors,
+                hovertemplate=f"%{{x}}<br>{header('p_residual')} %{{y:.4f}}<extra></extra>")
     targets = [_prob_in(event.final_top, e.token_id) for e in event.residual_top]
     fig.add_scatter(name=P, x=labels, y=targets, mode="markers",
                     marker={"symbol": "diamond", "size": 10, "color": palette.BLUE})

@@ -10,6 +10,7 @@ import pandas as pd
 from decoding.core.trace_totals import emitted_count
 from decoding.runtime.cost_table import AUTO_SOURCE
 from ui.views.chips import first_divergence, visible
+from ui.views.glossary import counted_from_1
 
 
 def _table_file(source: str) -> tuple[bool, str]:
@@ -44,10 +45,10 @@ def _p(logprob: float) -> float:
 
 
 def token_row(event) -> dict:
-    return {"step": event.index, "position": event.position, "token_id": event.chosen_id,
+    return {"step": event.index, "position": counted_from_1(event.position), "token_id": event.chosen_id,
             "piece": visible(event.chosen_piece), "forced": event.forced,
             "p_processed": _p(event.chosen_logprob), "p_raw": _p(event.chosen_raw_logprob),
-            "raw_rank": event.chosen_rank, "entropy_raw": event.entropy_raw,
+            "raw_rank": counted_from_1(event.chosen_rank), "entropy_raw": event.entropy_raw,
             "entropy_processed": event.entropy_processed, "u": event.draw,
             "ms": sum(event.timings_ms.values())}
 
@@ -57,6 +58,9 @@ STEP_ROWS: dict[str, Callable[[object], dict]] = {"token": token_row}
 
 def register_rows(kind: str, row: Callable[[object], dict]) -> None:
     STEP_ROWS[kind] = row
+
+
+STEPS_HEADERS = {"position": "position in the text"}    # a step's first new token's place (glossary)
 
 
 def steps_table(events: Sequence) -> pd.DataFrame:
@@ -110,11 +114,6 @@ METRICS_PARTS = (("lane", "tokens", "wall_s", "tokens_per_s", "step_tokens_per_s
                   "stop_reason"))
 
 
-def _counted_from_1(index: int | None) -> int | None:
-    """A token index as the page counts tokens: the first new token is token 1."""
-    return None if index is None else index + 1
-
-
 def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
     """One row per labelled trace; divergence is counted against the first trace's output (the first new
     token is token 1, as in Compare's verdict).
@@ -134,7 +133,7 @@ def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
                      "step_tokens_per_s": metrics["tokens_per_s"],
                      "speedup_vs_greedy": metrics["tokens_per_s"] / ref_rate if ref_rate > 0 else None,
                      "tau": trace.stats.mean_accepted_length, "acceptance_rate": trace.stats.acceptance_rate,
-                     "first_divergence": _counted_from_1(first_divergence(base, trace.output_ids)),
+                     "first_divergence": counted_from_1(first_divergence(base, trace.output_ids)),
                      "stop_reason": trace.stop_reason})
     return pd.DataFrame(rows)
 

@@ -20,6 +20,7 @@ from decoding.core.trace_totals import emitted_count
 from decoding.runner import STRATEGIES, run
 from decoding.runtime.files import check_folder
 from ui.views.headers import value_word
+from ui.views.made_with import settings_words
 
 TOUR_DIR = Path(__file__).resolve().parents[2] / "assets" / "tour"
 MAX_SHIPPED_BYTES = 300_000          # a shipped trace stays small (lower top_n or max_new_tokens if not)
@@ -324,9 +325,10 @@ SPEED_NOTE = ("tokens/s depends on the machine (its cores, its load, the model's
 
 
 def config_line(stop: Stop) -> str:
-    """The stop's settings as the page shows them: its own parameters, then the shared ones."""
-    own = ", ".join(f"{k}={v}" for k, v in stop.params)
-    shared = f"max_new_tokens={stop.max_new_tokens}, seed={stop.seed}, top_n={stop.top_n}"
+    """The stop's settings as the page shows them, in the sidebar's words (made_with.param_words): its own
+    parameters, then the shared ones."""
+    own = settings_words(stop.params)
+    shared = settings_words((("max_new_tokens", stop.max_new_tokens), ("seed", stop.seed), ("top_n", stop.top_n)))
     return f"{stop.strategy}" + (f" with {own}" if own else "") + f"; {shared}; the rest at their defaults"
 
 

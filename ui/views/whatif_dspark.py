@@ -7,6 +7,12 @@ target's greedy continuation for `accepted + 1` tokens after each round's root (
 the final argmax token), so re-verifying another chain or tree is an exact **replay** as long as it
 leaves that known stretch by a mismatch; a plan that matches the whole stretch accepted at least that
 many (counted as a lower bound, reported in `lower_bound_rounds`).
+
+Every row averages over all the recorded rounds, as the measured value does: a round whose lattice is shorter
+than a chain's γ' plays its whole lattice (counted in `short_rounds`), as speculative what-if counts a round's
+recorded drafts. (Averaging only the rounds long enough for γ' compared the rounds where the drafter drafted far,
+the easy ones, with the run's every round: a replayed τ of 5.0 against a measured 3.1 on one run.) At the plan
+the run used, the replay is the run's own accepted length, round by round.
 """
 from __future__ import annotations
 
@@ -65,33 +71,33 @@ def _chain_nodes(plan) -> tuple[tuple[int, ...], tuple[int, ...]]:
 
 def sweep(events: Sequence, gammas: Sequence[int], budgets: Sequence[int]) -> pd.DataFrame:
     """Rows per plan (chain γ' / tree budget): forecast and (temperature 0) replayed tokens per target
-    forward, averaged over the recorded rounds that can hold the plan."""
+    forward, averaged over every recorded round (a chain longer than a round's lattice plays the whole lattice
+    there: `short_rounds`)."""
     rounds = dspark_rounds(events)
     greedy = greedy_rounds(rounds)
     lattices = [lattice_of(r) for r in rounds]
     knowns = [known_continuation(r) for r in rounds] if greedy else []
-    plans = [("chain", g, lambda lat, g=g: best_chain(lat, g) if g <= lat.gamma else None) for g in gammas]
+    plans = [("chain", g, lambda lat, g=g: best_chain(lat, min(g, lat.gamma))) for g in gammas]
     plans += [("tree", b, lambda lat, b=b: best_tree(lat, b)) for b in budgets]
     rows = []
     for mode, size, make in plans:
-        forecast, replayed, lower, n = 0.0, 0.0, 0, 0
+        forecast, replayed, lower, n, short = 0.0, 0.0, 0, 0, 0
         for i, lat in enumerate(lattices):
             plan = make(lat)
-            if plan is None:
-                continue
             n += 1
+            short += mode == "chain" and lat.gamma < size
             forecast += float(plan.expected_accepted)
             if greedy:
                 tokens, parents = _chain_nodes(plan) if mode == "chain" else (plan.tokens, plan.parents)
                 acc, exact = replay(tokens, parents, knowns[i])
                 replayed += acc
                 lower += not exact
-        rows.append({"plan": mode, "size": size, "rounds": n,
+        rows.append({"plan": mode, "size": size, "rounds": n, "short_rounds": short,
                      "forecast_tokens_per_forward": 1 + forecast / n if n else None,
                      "replayed_tokens_per_forward": (1 + replayed / n) if greedy and n else None,
                      "lower_bound_rounds": lower if greedy else None})
     return pd.DataFrame(rows, columns=["plan", "size", "rounds", "forecast_tokens_per_forward",
-                                       "replayed_tokens_per_forward", "lower_bound_rounds"])
+                                       "replayed_tokens_per_forward", "lower_bound_rounds", "short_rounds"])
 
 
 def measured(events: Sequence) -> dict:
@@ -105,13 +111,29 @@ def measured(events: Sequence) -> dict:
             "nodes": max(len(r.nodes) for r in rounds)}
 
 
+def measured_vs_replayed(events: Sequence) -> str | None:
+    """One line on why the measured value and a replayed plan of the run's size can still differ: rounds cut
+    at the end of text or the token budget, and a plan sized round by round; None without a replay (sampled)."""
+    rounds = dspark_rounds(events)
+    if not greedy_rounds(rounds):
+        return None
+    cut = sum(len(r.emitted) - len(r.forced_ids) < len(r.accepted_path) + 1 for r in rounds)
+    sizes = sorted({r.size.size for r in rounds if r.size is not None})
+    what = "chain length" if rounds[0].select == "chain" else "tree budget"
+    sized = f"a fixed {what}" if not sizes else f"{what} {sizes[0]} in every round" if len(sizes) == 1 else \
+        f"{what} {sizes[0]}–{sizes[-1]}, sized round by round by the cost table"
+    return (f"Measured and replayed average the same {len(rounds)} rounds. Measured counts the tokens the run "
+            f"kept ({cut} round(s) cut at the end of text or the token budget); a replayed plan has one size in "
+            f"every round and counts what it would accept (the run: {sized}).")
+
+
 MIN_ROUNDS = 10     # a point from fewer recorded rounds is drawn hollow: too few rounds to read
 
 
 def sweep_figure(table: pd.DataFrame, measured_values: dict):
     """Forecast and replayed tokens per target forward: chain γ' on the left panel's axis, tree budget on the
-    right panel's (two quantities, two axes), with the rounds behind each point (n); a point from fewer than
-    MIN_ROUNDS rounds is hollow."""
+    right panel's (two quantities, two axes), with the rounds that held the whole plan behind each point (n); a
+    point where fewer than MIN_ROUNDS did is hollow."""
     from plotly.subplots import make_subplots
 
     from ui.views import palette
@@ -125,12 +147,14 @@ def sweep_figure(table: pd.DataFrame, measured_values: dict):
             values = f"{what}_tokens_per_forward"
             if part.empty or part[values].isna().all():
                 continue
-            few = [n < MIN_ROUNDS for n in part["rounds"]]
+            full = [n - s for n, s in zip(part["rounds"], part["short_rounds"])]   # rounds that held the whole plan
             fig.add_scatter(name=f"{mode} — {what}", x=list(part["size"]), y=list(part[values]),
                             mode="lines+markers", line={"color": color, "dash": dash},
-                            marker={"symbol": [f"{symbol}-open" if f else symbol for f in few], "size": 9},
-                            text=[f"n={n}" for n in part["rounds"]],
-                            hovertemplate="size %{x}: %{y:.2f} (%{text} rounds)<extra></extra>", row=1, col=col)
+                            marker={"symbol": [f"{symbol}-open" if n < MIN_ROUNDS else symbol for n in full],
+                                    "size": 9},
+                            text=[f"n={n}" for n in full],
+                            hovertemplate="size %{x}: %{y:.2f} (%{text} rounds held the whole plan)<extra></extra>",
+                            row=1, col=col)
     if measured_values.get("tokens_per_forward") is not None:
         chain = measured_values["select"] == "chain"
         size = measured_values["gamma"] if chain else measured_values["nodes"]

@@ -8,7 +8,7 @@ import streamlit as st
 
 from ui.views.text import md_text
 from ui.widgets import forcing
-from ui.widgets.step_panel import ViewContext, follow_step, force_button
+from ui.widgets.step_panel import ViewContext, follow_step, force_button, pick
 
 BEAM_HELP = ("Forces the chosen candidate's whole hypothesis: the tokens of the beam it extends (as they "
              "stood after the previous step), then its token. Beam search then starts again from that prefix "
@@ -24,14 +24,6 @@ DSPARK_HELP = ("The branch emits the tokens before this round, the accepted path
                "record no target top-N; a verified candidate shows its p target and verdict).")
 
 
-def _pick(where, label: str, key: str, options: list, labels: dict):
-    """A select box whose stored value may be stale (options change with the position): fall back to
-    the first option rather than keep a value that is not offered."""
-    if st.session_state.get(key) not in options:
-        st.session_state.pop(key, None)
-    return where.selectbox(md_text(label), options, format_func=labels.get, key=key)
-
-
 def beam_force(step, ctx: ViewContext) -> None:
     ranks = forcing.beam_ranks(step)
     if not ranks:
@@ -42,7 +34,7 @@ def beam_force(step, ctx: ViewContext) -> None:
     pick_key = f"{ctx.prefix}.force_pick"
     at = len(events) - 1          # ctx.events ends with the step on view
     follow_step(ctx, at, pick_key)
-    _pick(c1, "Force a candidate (its hypothesis) at this step", pick_key, ranks,
+    pick(c1, "Force a candidate (its hypothesis) at this step", pick_key, ranks,
           {r: forcing.beam_label(step, r) for r in ranks})
     force_button(c2, ctx, at, lambda: forcing.beam_forced(events, at, st.session_state[pick_key]), BEAM_HELP)
 
@@ -61,7 +53,7 @@ def dspark_force(event, ctx: ViewContext) -> None:
     if not depths:
         return
     _round_force(event, ctx, depths, {d: forcing.dspark_depth_label(event, d) for d in depths},
-                 lambda d: forcing.dspark_choices(event, d), forcing.dspark_forced, "Depth (lattice position)",
+                 lambda d: forcing.dspark_choices(event, d), forcing.dspark_forced, "Draft position k (depth)",
                  DSPARK_HELP)
 
 
@@ -74,13 +66,15 @@ def _round_force(event, ctx, places: list[int], place_labels: dict, choices_at, 
     events = ctx.events or (event,)
     at = len(events) - 1          # ctx.events ends with the round on view
     follow_step(ctx, at, at_key, pick_key)
-    place = _pick(c1, place_label, at_key, places, place_labels)
+    place = pick(c1, place_label, at_key, places, place_labels)
     if st.session_state.get(f"{pick_key}.place") != place:     # another position: its own tokens
         st.session_state.pop(pick_key, None)
         st.session_state[f"{pick_key}.place"] = place
     choices = choices_at(place)
-    _pick(c2, "Token to force there", pick_key, list(range(len(choices))),
-          {i: c.label() for i, c in enumerate(choices)})
+    chosen = pick(c2, "Token to force there", pick_key, list(range(len(choices))),
+                  {i: c.label() for i, c in enumerate(choices)})
+    if chosen is not None:                # the whole note, which the option's label shortens
+        st.caption(md_text(f"Chosen: {choices[chosen].detail()}"))
 
     def forced() -> list[int]:
         where = st.session_state[at_key]

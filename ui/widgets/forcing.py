@@ -10,6 +10,10 @@ the chosen one) and continues under the same settings. The rules:
   (forced ones included), the round's first k new tokens (accepted drafts), then the chosen token;
 - DSpark round s, depth d: the same rule with k = d − 1 (depth d is lattice position d).
 Positions past what the round emitted cannot be forced (their prefix was never accepted).
+
+What a picker shows: every rank, beam, position k and candidate counted from 1 (the glossary's "counting"), in
+the glossary's words (p target, q draft, p residual, p raw), in a label short enough for its select box at
+1280 px (LABEL_CHARS); a choice's full note goes in the line under the box, which wraps.
 """
 from __future__ import annotations
 
@@ -19,6 +23,20 @@ from dataclasses import dataclass
 from decoding.core.errors import ConfigError, check
 from decoding.runner import emitted_ids
 from ui.views.chips import visible
+from ui.views.glossary import counted_from_1
+from ui.views.headers import value_word
+
+# The longest option label each select box shows whole at 1280 px (tests/test_browser_layout.py measures the boxes;
+# the widest text measured, "'<jupyter_start>' (id 11) — lattice cand 0, …", takes about 8.4 px a character):
+LABEL_CHARS = 42      # a round's "Token to force there", about 435 px
+PLACE_CHARS = 30      # a round's position picker, about 290 px
+WIDE_CHARS = 60       # greedy / sampling's and beam search's pickers, about 650 px
+PIECE_CHARS = 14      # a token's text in a label, quoted, cut with "…" beyond (the note under the box has it all)
+
+
+def short_piece(piece: str) -> str:
+    text = repr(visible(piece))
+    return text if len(text) <= PIECE_CHARS else text[: PIECE_CHARS - 2] + "…" + text[-1]
 
 
 @dataclass(frozen=True)
@@ -27,9 +45,21 @@ class Choice:
 
     token_id: int
     piece: str
-    note: str          # its sources and numbers, e.g. "emitted · p_target 0.41 · draft"
+    note: str                      # its sources and numbers, e.g. "emitted · p target 0.41 · draft (accepted, …)"
+    tags: tuple[str, ...] = ()     # the same in a word or two each, e.g. ("emitted", "p target 0.41")
 
     def label(self) -> str:
+        """The option's text in the select box: the token and as many of its sources as LABEL_CHARS holds (at
+        least the first); the line under the box names them all."""
+        text = f"{short_piece(self.piece)} — {self.tags[0] if self.tags else self.note}"
+        for tag in self.tags[1:]:
+            if len(text) + 2 + len(tag) > LABEL_CHARS:
+                break
+            text += f", {tag}"
+        return text
+
+    def detail(self) -> str:
+        """The whole note, for the line under the box."""
         return f"{visible(self.piece)!r} (id {self.token_id}) — {self.note}"
 
 
@@ -45,18 +75,21 @@ def _num(x: float | None) -> str:
     return "—" if x is None else (f"{x:.3g}" if x == 0 or abs(x) >= 1e-3 else f"{x:.1e}")
 
 
-def _merge(entries: Sequence[tuple[int, str, str]]) -> list[Choice]:
-    """(token_id, piece, note) in order of first appearance, one Choice per token, notes joined."""
+def _merge(entries: Sequence[tuple[int, str, str, str]]) -> list[Choice]:
+    """(token_id, piece, note, tag) in order of first appearance, one Choice per token, notes and tags joined."""
     order: list[int] = []
     pieces: dict[int, str] = {}
     notes: dict[int, list[str]] = {}
-    for token_id, piece, note in entries:
+    tags: dict[int, list[str]] = {}
+    for token_id, piece, note, tag in entries:
         if token_id not in notes:
             order.append(token_id)
-            pieces[token_id], notes[token_id] = piece, []
+            pieces[token_id], notes[token_id], tags[token_id] = piece, [], []
         if note not in notes[token_id]:
             notes[token_id].append(note)
-    return [Choice(t, pieces[t], " · ".join(notes[t])) for t in order]
+        if tag not in tags[token_id]:
+            tags[token_id].append(tag)
+    return [Choice(t, pieces[t], " · ".join(notes[t]), tuple(tags[t])) for t in order]
 
 
 # ---------------------------------------------------------------- greedy / sampling
@@ -76,10 +109,17 @@ def beam_ranks(step) -> list[int]:
     return [r for r, c in enumerate(step.pool) if c.status in FORCEABLE_BEAM]
 
 
+def token_label(step, i: int) -> str:
+    """Candidate i (0-based, raw order) of a token step, as its force picker shows it: rank from 1."""
+    c = step.raw_top[i]
+    return f"rank {i + 1}: {short_piece(c.piece)} · p raw {_num(c.prob)}"
+
+
 def beam_label(step, rank: int) -> str:
+    """Pool candidate `rank` (0-based) as the picker shows it: rank and "from beam" from 1, as the pool table."""
     c = step.pool[rank]
-    return (f"rank {rank}: {visible(c.piece)!r} (id {c.token_id}) · {c.status} · extends beam {c.source_beam} · "
-            f"score {c.score:.3f}")
+    return (f"rank {rank + 1}: {short_piece(c.piece)} · {value_word('status', c.status)} · from beam "
+            f"{counted_from_1(c.source_beam)} · score {c.score:.2f}")
 
 
 def beam_forced(events: Sequence, at: int, rank: int) -> list[int]:
@@ -120,10 +160,11 @@ def spec_positions(event) -> list[int]:
 
 
 def spec_position_label(event, k: int) -> str:
+    """Position k (0-based) of the round's new tokens as the picker shows it: k from 1, as the charts."""
     new = _new_tokens(event)
-    what = "accepted draft" if k < event.accepted else f"{event.final_kind} token"
+    what = "accepted" if k < event.accepted else event.final_kind
     piece = event.drafts[k].piece if k < event.accepted else (event.final_piece or f"⟨{new[k]}⟩")
-    return f"k={k + 1}: {visible(piece)!r} (id {new[k]}, {what})"       # k from 1 on screen, as the charts
+    return f"k={k + 1}: {short_piece(piece)} · {what}"
 
 
 def spec_choices(event, k: int) -> list[Choice]:
@@ -132,17 +173,18 @@ def spec_choices(event, k: int) -> list[Choice]:
     new = _new_tokens(event)
     check(0 <= k < len(new), "position", k, f"must be in [0, {len(new)})")
     draft = event.drafts[k] if k < len(event.drafts) else None
-    entries = [(new[k], _spec_piece(event, new[k], draft), "emitted")]
+    entries = [(new[k], _spec_piece(event, new[k], draft), "emitted", "emitted")]
     if draft is not None:
-        verdict = "accepted" if k < event.accepted else draft.verdict
-        entries.append((draft.token_id, draft.piece,
-                        f"draft ({verdict.replace('_', ' ')}, q draft {_num(draft.q_draft)})"))
+        verdict = value_word("verdict", "accepted" if k < event.accepted else draft.verdict)
+        entries.append((draft.token_id, draft.piece, f"draft ({verdict}, q draft {_num(draft.q_draft)})",
+                        f"draft, {verdict}"))
     target_top = draft.target_top if draft is not None and draft.target_top else ()
     if k == event.accepted and event.final_top:
         target_top = event.final_top
-    entries += [(c.token_id, c.piece, f"p target {_num(c.prob)}") for c in target_top]
+    entries += [(c.token_id, c.piece, f"p target {_num(c.prob)}", f"p target {_num(c.prob)}") for c in target_top]
     if k == event.accepted:
-        entries += [(e.token_id, e.piece, f"residual p {_num(e.prob)}") for e in event.residual_top]
+        entries += [(e.token_id, e.piece, f"p residual {_num(e.prob)}", f"p residual {_num(e.prob)}")
+                    for e in event.residual_top]
     return _merge(entries)
 
 
@@ -169,9 +211,10 @@ def dspark_depths(event) -> list[int]:
 
 
 def dspark_depth_label(event, d: int) -> str:
+    """Depth d (= draft position k) as the picker shows it, in the speculative picker's form."""
     new = _new_tokens(event)
-    what = "accepted draft" if d <= len(event.accepted_path) else f"next token ({event.next_from})"
-    return f"depth {d}: {visible(_dspark_piece(event, new[d - 1], d))!r} (id {new[d - 1]}, {what})"
+    what = "accepted" if d <= len(event.accepted_path) else event.next_from
+    return f"k={d}: {short_piece(_dspark_piece(event, new[d - 1], d))} · {what}"
 
 
 def dspark_choices(event, d: int) -> list[Choice]:
@@ -182,13 +225,16 @@ def dspark_choices(event, d: int) -> list[Choice]:
     token = _new_tokens(event)[d - 1]
     parent = event.accepted_path[d - 2] if d >= 2 else 0
     verified = {n.token_id: n for n in event.nodes if n.depth == d and n.parent == parent}
-    entries = [(token, _dspark_piece(event, token, d), "emitted")]
+    entries = [(token, _dspark_piece(event, token, d), "emitted", "emitted")]
     for c in event.lattice[d - 1].cells:
-        note = f"lattice cand {c.cand}, q draft {_num(c.q_draft)}"
+        j = counted_from_1(c.cand)
+        note, tag = f"lattice candidate {j}, q draft {_num(c.q_draft)}", f"candidate {j}"
         node = verified.get(c.token_id)
         if node is not None:
-            note += f", verified: p target {_num(node.p_target)}, {node.verdict.replace('_', ' ')}"
-        entries.append((c.token_id, c.piece, note))
+            verdict = value_word("verdict", node.verdict)
+            note += f", verified: p target {_num(node.p_target)}, {verdict}"
+            tag += f", {verdict}"
+        entries.append((c.token_id, c.piece, note, tag))
     return _merge(entries)
 
 

@@ -110,6 +110,7 @@ def tour_cursor(stop_id: str, source: str) -> str:
 
 # lab widgets and state
 LAB = "ds.lab"                    # {(section, model key, config): measured result}
+LAB_MADE = "ds.lab_made"          # {section: (its last measured result's LAB key, its settings in words)}
 LAB_TOKENS = "lab.tokens"
 LAB_BATCHES = "lab.batches"
 LAB_REPEATS = "lab.repeats"

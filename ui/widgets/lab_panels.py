@@ -1,5 +1,7 @@
 """The Lab's panels: each measurement's controls, its progress bar, its result cached per model, device
-and settings in the session (measured again on request), and its views (ui/views/lab.py)."""
+and settings in the session (measured again on request), and its views (ui/views/lab.py). Each result says
+which settings made it (ui/views/made_with.py); when they change, the section's last result stays on view
+under an out-of-date note until Measure runs again, as the Playground's and Compare's results do."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
@@ -22,7 +24,7 @@ from decoding.lab.forward_cost import measure_cost
 from decoding.lab.lossless import measure_lossless
 from decoding.lab.throughput import measure_throughput
 from decoding.runtime.engine_thread import ENGINE
-from ui.views import acceptance, lab, lossless, memory
+from ui.views import acceptance, lab, lossless, made_with, memory
 from ui.views.text import md_text
 from ui.widgets import display, keys, session
 from ui.widgets.params import Settings
@@ -39,12 +41,37 @@ class Measurement:
     key: tuple
     total: int
     start: Callable[[object], Iterator]
+    settings: tuple = ()             # (its widgets' words, value) pairs, for the line that says what made it
+    reads_prompt: bool = False       # whether it runs on the sidebar's prompt
+
+
+def _made(settings: Settings, measurement: Measurement) -> dict[str, str]:
+    return made_with.measured_with(model=settings.model, device=settings.device, dtype=settings.dtype,
+                                   prompt=settings.prompt if measurement.reads_prompt else None,
+                                   chat_template=settings.chat_template, settings=dict(measurement.settings))
 
 
 def _measured(settings: Settings, measurement: Measurement, clicked: bool) -> list | None:
-    """The measurement's events for the sidebar's model: from the session's cache, or measured now when
-    `clicked` (a progress bar per event). None when not measured yet or when the measurement failed (its
-    one-line error is shown)."""
+    """The measurement's events for the sidebar's model, with a line saying which settings made them: from
+    the session's cache, or measured now when `clicked` (a progress bar per event). Not measured for these
+    settings: the section's last result under an out-of-date note, else None (as when the measurement failed:
+    its one-line error is shown)."""
+    events = _measure(settings, measurement, clicked)
+    made, now = _made(settings, measurement), st.session_state.setdefault(keys.LAB_MADE, {})
+    if events is not None:
+        now[measurement.key[0]] = ((*measurement.key, settings.model_key()), made)
+        st.caption(md_text(f"Made with: {made_with.line(made)}."))
+        return events
+    old_key, old_made = now.get(measurement.key[0], (None, None))
+    old = st.session_state.get(keys.LAB, {}).get(old_key)
+    if old is not None:
+        st.warning(md_text(made_with.stale_line(old_made, made, "The result below", "press Measure for these")
+                           or "The result below was made with other model options; press Measure for these."))
+    return old
+
+
+def _measure(settings: Settings, measurement: Measurement, clicked: bool) -> list | None:
+    """The events kept for these settings, measured first when `clicked`; None when there are none."""
     store = st.session_state.setdefault(keys.LAB, {})
     key = (*measurement.key, settings.model_key())
     if clicked:
@@ -105,8 +132,9 @@ def cost_panel(settings: Settings) -> None:
     if config is None:
         return
     clicked = st.button("Measure", key=keys.LAB_COST_RUN, type="primary")
-    events = _measured(settings, Measurement(("cost", config), config.points,
-                                             lambda lm: measure_cost(lm, config)), clicked)
+    events = _measured(settings, Measurement(("cost", config), config.points, lambda lm: measure_cost(lm, config),
+                                             (("n", _points(config.tokens)), ("b", _points(config.batches)),
+                                              ("repeats", config.repeats))), clicked)
     if events is None:
         st.caption("Not measured yet for this model, device and these points.")
         return
@@ -141,7 +169,8 @@ def throughput_panel(settings: Settings) -> None:
         return
     clicked = st.button("Measure", key=keys.LAB_TP_RUN, type="primary")
     events = _measured(settings, Measurement(("throughput", settings.prompt, settings.chat_template, config),
-                                             len(config.batches), lambda lm: _throughput(lm, settings, config)),
+                                             len(config.batches), lambda lm: _throughput(lm, settings, config),
+                                             (("b", _points(config.batches)), ("steps", config.steps)), True),
                        clicked)
     if events is None:
         st.caption("Not measured yet for this model, device, prompt and these points.")
@@ -156,11 +185,11 @@ def _throughput(lm, settings: Settings, config: ThroughputConfig) -> Iterator:
     return measure_throughput(lm, prompt_ids, config)
 
 
-def acceptance_panel() -> None:
+def acceptance_panel(settings: Settings) -> None:
     st.subheader("Acceptance at a glance")
     st.caption("Every verification round of a speculative or DSpark trace: which draft positions were accepted, "
                "rejected, or not reached because an earlier one was rejected — where drafting pays off.")
-    events = _trace_events(keys.LAB_ACC_SOURCE)
+    events = _trace_events(keys.LAB_ACC_SOURCE, settings)
     if events is None:
         return
     fig = acceptance.heatmap(events)
@@ -178,12 +207,12 @@ def acceptance_panel() -> None:
     display.plot(by_entropy, "lab.acceptance_entropy", "lab-acceptance-entropy")
 
 
-def memory_panel() -> None:
+def memory_panel(settings: Settings) -> None:
     st.subheader("Memory")
     st.caption("The target's KV cache after every step of a trace: it grows by one position per token and "
                "sequence, beam search holds one copy per beam, and a speculative or DSpark round holds its drafts "
                "until the rejected ones are rolled back. Compare draws one line per lane.")
-    events = _trace_events(keys.LAB_MEM_SOURCE)
+    events = _trace_events(keys.LAB_MEM_SOURCE, settings)
     if events is None:
         return
     st.markdown(memory.memory_summary(events))
@@ -193,20 +222,43 @@ def memory_panel() -> None:
         display.table(lab.rounded(memory.memory_table(events)), "lab.memory_table", "lab-kv-cache")
 
 
-def _trace_events(key: str) -> list | None:
+PLAYGROUND_RUN, REPLAYED = "the Playground's run", "the trace replayed on the Traces page"
+
+
+def _trace_events(key: str, settings: Settings) -> list | None:
     """The events of the trace the user picks (the Playground's run, the trace replayed on the Traces
-    page); None, with a note, when there is neither."""
+    page), with a line saying what made it; None, with a note, when there is neither."""
     sources = {}
     run = st.session_state.get(keys.RUN)
     if run is not None and run.events:
-        sources["the Playground's run"] = list(run.events)    # a copy: a run's last chunk may still append
+        sources[PLAYGROUND_RUN] = list(run.events)    # a copy: a run's last chunk may still append
     replay = st.session_state.get(keys.REPLAY)
     if replay is not None:
-        sources["the trace replayed on the Traces page"] = replay.steps
+        sources[REPLAYED] = replay.steps
     if not sources:
         st.caption("Run something in the Playground, or replay a trace on the Traces page.")
         return None
-    return sources[st.radio("Trace", list(sources), format_func=md_text, horizontal=True, key=key)]
+    chosen = st.radio("Trace", list(sources), format_func=md_text, horizontal=True, key=key)
+    _trace_made_with(chosen, replay, settings)
+    return sources[chosen]
+
+
+def _trace_made_with(chosen: str, replay, settings: Settings) -> None:
+    """Which settings made the trace on view: the Playground run's (out of date once the sidebar changed: the
+    Playground starts a fresh run on its next visit), or the replayed trace's own."""
+    if chosen == REPLAYED:
+        st.caption(md_text(f"From the replayed trace: strategy {replay.strategy}, model "
+                           f"{made_with.model_name(replay.model.get('name', '—'))}, prompt "
+                           f"{made_with.short(replay.prompt_text)!r}, {len(replay.steps)} steps."))
+        return
+    made = st.session_state.get(keys.RUN_MADE_WITH, {})
+    stale = made_with.stale_line(made, session.described(settings), "The Playground's run",
+                                 "run it again in the Playground") if settings.config is not None else None
+    if stale:
+        st.warning(md_text(stale))
+    else:
+        st.caption(md_text("From the Playground's run, made with: "
+                           f"{made_with.line(made, ('strategy', 'seed', 'max new tokens', 'prompt'))}."))
 
 
 def lossless_panel(settings: Settings) -> None:
@@ -234,7 +286,8 @@ def lossless_panel(settings: Settings) -> None:
     if config is not None:
         clicked = st.button("Measure", key=keys.LAB_LL_RUN, type="primary")
         events = _measured(settings, Measurement(("lossless", settings.prompt, settings.chat_template, config), 1,
-                                                 lambda lm: _lossless(lm, settings, config)), clicked)
+                                                 lambda lm: _lossless(lm, settings, config), _lossless_words(config),
+                                                 True), clicked)
         if events is None:
             st.caption("Not measured yet for this model, device, prompt and these settings.")
         else:
@@ -246,6 +299,18 @@ def lossless_panel(settings: Settings) -> None:
                 "(0.7, 0.3) over tokens A and B, q draft = (0.5, 0.5). A plan that keeps, of two drafts, the one "
                 "the target will like better has looked at the verdict: it moves p target to (0.85, 0.15).")
     display.table(lossless.worked_example(), "lab.lossless_example", "lab-losslessness-worked-example")
+
+
+def _lossless_words(config: LosslessConfig) -> tuple:
+    """The losslessness settings under their widgets' words."""
+    return (("temperature", config.temperature), ("top-k", config.top_k),
+            ("draft temperature", config.draft_temperature), ("draft top-k", config.draft_top_k),
+            ("DSpark candidates", config.candidates), ("lossy threshold", config.lossy_threshold),
+            ("samples per rule", config.samples), ("seed", config.seed))
+
+
+def _points(points) -> str:
+    return ", ".join(str(p) for p in points)
 
 
 def _lossless(lm, settings: Settings, config: LosslessConfig) -> Iterator:

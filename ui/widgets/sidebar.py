@@ -11,6 +11,7 @@ from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES, planned_drafting
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import DEVICES, DTYPES, ModelSpec
+from ui.views import made_with
 from ui.views.sources import drafting_text
 from ui.views.text import md_text
 from ui.widgets import display, keys
@@ -49,7 +50,7 @@ QP_WIDGETS = {"model": keys.MODEL, "device": keys.DEVICE, "dtype": keys.DTYPE, "
               "top_n": keys.TOP_N, "gguf_file": keys.GGUF_FILE, "device_map": keys.DEVICE_MAP,
               "max_memory": keys.MAX_MEMORY, "fast_path": keys.FAST_PATH}
 OPTION_HELP = {
-    "lossy_threshold": "LOSSY mode: accept a drafted token outright when p_target exceeds this, in (0, 1]; "
+    "lossy_threshold": "LOSSY mode: accept a drafted token outright when p target exceeds this, in (0, 1]; "
                        "changes the output distribution; needs temperature > 0. Empty: exact.",
     COST_FIELD: "Pick the draft length (or tree budget) per round that maximizes expected tokens per ms of "
                 "the round (speculative: used by gamma policy 'cost', where none means auto). "
@@ -137,7 +138,7 @@ def _key(key: str, default):
 
 def param_widget(scope: str, strategy: str, f: ParamField):
     key = _key(keys.param_key(scope, strategy, f.name), float(f.default) if f.type is float else f.default)
-    label, tip = md_text(f.name.replace("_", " ")), PARAM_HELP.get((strategy, f.name))
+    label, tip = md_text(made_with.param_words(f.name)), PARAM_HELP.get((strategy, f.name))
     options = PARAM_CHOICES.get((strategy, f.name))
     if options:                                  # a link's value outside them was refused on loading
         return st.selectbox(label, options, key=key, help=tip)
@@ -153,7 +154,8 @@ def param_widget(scope: str, strategy: str, f: ParamField):
 def optional_widget(scope: str, strategy: str, f: OptionalField):
     """A text field for an optional parameter: empty is off (None)."""
     key = _key(keys.param_key(scope, strategy, f.name), "")
-    text = st.text_input(f"{md_text(f.name.replace('_', ' '))} (empty: off)", key=key, help=OPTION_HELP.get(f.name))
+    text = st.text_input(f"{md_text(made_with.param_words(f.name))} (empty: off)", key=key,
+                         help=OPTION_HELP.get(f.name))
     return optional_value(text, f.type)
 
 
@@ -280,9 +282,10 @@ def render() -> Settings:
         model = model.strip() or "default"
         params = strategy_params("w", strategy, model_key(model, device, dtype, options))
         c3, c4 = st.columns(2)
-        seed = c3.number_input("Seed", step=1, key=_key(keys.SEED, 0))
-        max_new = c4.number_input("Max new tokens", step=1, key=_key(keys.MAX_NEW, Settings.max_new_tokens))
-        top_n = st.number_input("Top-N candidates recorded", step=1, key=_key(keys.TOP_N, Settings.top_n))
+        seed = c3.number_input(made_with.label("seed"), step=1, key=_key(keys.SEED, 0))
+        max_new = c4.number_input(made_with.label("max_new_tokens"), step=1,
+                                  key=_key(keys.MAX_NEW, Settings.max_new_tokens))
+        top_n = st.number_input(made_with.label("top_n"), step=1, key=_key(keys.TOP_N, Settings.top_n))
         config, messages = _validate(model, device, dtype, options, lambda: build_config(
             strategy, params, seed=seed, max_new_tokens=max_new, top_n=top_n))
         current = path_values({"model": model, **options}, params)

@@ -11,7 +11,7 @@ import streamlit as st
 
 from decoding.core.errors import ConfigError
 from ui.views import figures, tables
-from ui.views.chips import token_box_html, visible
+from ui.views.chips import token_box_html
 from ui.views.headers import header, help_for
 from ui.views.text import md_text
 from ui.widgets import display, forcing
@@ -34,7 +34,7 @@ def token_panel(step, ctx: ViewContext) -> None:
     with cols[0]:
         st.html(token_box_html(step.chosen_piece, step.chosen_id, "⚑ forced" if step.forced else ""))
     cols[1].metric("p processed", f"{p_chosen:.4f}" if p_chosen >= 1e-3 else f"{p_chosen:.1e}")
-    cols[2].metric("Raw rank", f"{step.chosen_rank:d}")
+    cols[2].metric("Raw rank", f"{step.chosen_rank + 1:d}", help=md_text(help_for("raw rank")))
     raw, processed = header("entropy_raw"), header("entropy_processed")
     cols[3].metric(md_text(raw), f"{tables.nats(step.entropy_raw):.3g}", help=md_text(help_for(raw)))
     cols[4].metric(md_text(processed), f"{tables.nats(step.entropy_processed):.3g}", help=md_text(help_for(processed)))
@@ -67,15 +67,24 @@ def _draw_view(step, ctx: ViewContext) -> None:
 
 def _force_widget(step, ctx: ViewContext) -> None:
     options = list(range(len(step.raw_top)))
-    labels = {i: f"{i}: {visible(c.piece)!r} (id {c.token_id}, raw p {c.prob:.3g})"
-              for i, c in enumerate(step.raw_top)}
+    labels = {i: forcing.token_label(step, i) for i in options}      # rank from 1, as the candidates table
     c1, c2 = st.columns([3, 1], vertical_alignment="bottom")
     pick_key = f"{ctx.prefix}.force_pick"
     follow_step(ctx, step.index, pick_key)
-    c1.selectbox("Force a candidate at this step", options, format_func=labels.get, key=pick_key)
+    pick(c1, "Force a candidate at this step", pick_key, options, labels)
     force_button(c2, ctx, step.index, lambda: forcing.token_forced(
         ctx.events, step.index, step.raw_top[st.session_state[pick_key]].token_id),
         "The branch keeps the steps before this one, emits the chosen token here and continues")
+
+
+def pick(where, label: str, key: str, options: list, labels: dict):
+    """A select box whose stored value may be stale (options change with the step or the position): the first
+    option then, set through the session state so that the browser shows it too. (Only dropping the stale value
+    left the browser showing the old step's label, e.g. a beam candidate of step 3 over step 2's list, while
+    the server took the first option.)"""
+    if st.session_state.get(key) not in options:
+        st.session_state[key] = options[0]
+    return where.selectbox(md_text(label), options, format_func=labels.get, key=key)
 
 
 def follow_step(ctx: ViewContext, at: int, *pick_keys: str) -> None:
@@ -125,4 +134,4 @@ def show_step(events: Sequence, cursor: int, ctx: ViewContext) -> None:
 
 
 def show_all_steps(events: Sequence, ctx: ViewContext, name: str) -> None:
-    display.table(tables.steps_table(events), f"{ctx.prefix}.steps", f"{name}-steps")
+    display.table(tables.steps_table(events), f"{ctx.prefix}.steps", f"{name}-steps", words=tables.STEPS_HEADERS)

@@ -203,7 +203,7 @@ def _dspark_header(event) -> None:
                    help=md_text(f"Stage 1's forecast. {glossary.definition('expected accepted')}"))
     cols[5].metric("Next token", md_text(event.next_from))
     if event.lossy:
-        st.warning("LOSSY mode: a candidate is accepted outright when p_target exceeds the threshold, so the "
+        st.warning("LOSSY mode: a candidate is accepted outright when p target exceeds the threshold, so the "
                    "output no longer follows the target's distribution exactly.")
 
 
@@ -212,7 +212,8 @@ def _dspark_stage1(event, ctx: ViewContext) -> None:
     display.table(dspark.summary_table(event), f"{ctx.prefix}.ds_summary", f"round{event.index}-selection")
     if event.dp is not None:
         st.caption("DP values V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)); best next "
-                   "candidate = the argmax y at k+1; parent −1 = the last emitted token; ŝ = ŝ_k(x | parent).")
+                   "candidate = the argmax y at k+1; candidates count from 1 (1 = the drafter's top), parent 0 = "
+                   "the last emitted token; ŝ = ŝ_k(x | parent).")
         display.table(dspark.dp_table(event), f"{ctx.prefix}.ds_dp", f"round{event.index}-dp")
     else:
         st.caption("Tree mode: the nodes of highest survival (product of ŝ along the path), best first; "
@@ -227,11 +228,14 @@ def _dspark_stage1(event, ctx: ViewContext) -> None:
                           words=dspark.SIZE_HEADERS)
             display.table(dspark.cost_table(event.size), f"{ctx.prefix}.ds_cost", f"round{event.index}-cost-table")
     else:
-        st.caption("No cost table: the chain length / tree budget is fixed (set cost_table for adaptive γ).")
+        st.caption("No cost table: the chain length / tree budget is fixed (pick a cost table under the sidebar's "
+                   "Advanced for adaptive γ).")
 
 
 def _dspark_stage2(event, ctx: ViewContext) -> None:
     st.subheader("Stage 2 — verification (one target forward, exact rule)")
+    st.caption("Nodes count from 1 in plan order; parent 0 = the last emitted token; candidate = the node's place "
+               "at its depth, 1 = the drafter's top.")
     display.table(dspark.verdicts_table(event), f"{ctx.prefix}.ds_verdicts", f"round{event.index}-verdicts")
     c1, c2 = st.columns([1, 3])
     with c1:

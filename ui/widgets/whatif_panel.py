@@ -24,6 +24,9 @@ def dspark(trace) -> None:
     cols[1].metric("Measured tokens / forward", f"{measured['tokens_per_forward']:.3f}")
     cols[2].metric("Plan in the trace", md_text(measured["select"]))
     cols[3].metric("Lattice positions (γ)", f"{measured['gamma']:d}")
+    line = whatif_dspark.measured_vs_replayed(trace.steps)
+    if line is not None:
+        st.caption(md_text(line))
     budgets = st.multiselect("Tree budgets", [2, 4, 6, 8, 12, 16, 24, 32], default=[4, 8, 16],
                              key=keys.WHATIF_BUDGETS)
     table = whatif_dspark.sweep(trace.steps, range(1, measured["gamma"] + 1), sorted(budgets))
