@@ -6,7 +6,9 @@ import os
 import pytest
 import torch
 
-torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+# `make test` runs the suite in TEST_WORKERS processes (pytest-xdist): each worker gets its share of the cores.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+torch.set_num_threads(max(1, min(2, (os.cpu_count() or 1) // _WORKERS)))
 
 # Where the tiny-model tests run: DECODESCOPE_TEST_DEVICE=cuda and DECODESCOPE_TEST_DTYPE=float16 or
 # bfloat16 move every tiny model there (scripts/gpu_check.sh does). Default: cpu, float32.
@@ -91,3 +93,11 @@ def _no_head_start(monkeypatch):
         except ImportError:          # no streamlit where only the engine is installed
             return
     monkeypatch.setattr(stepper, "HEAD_START_S", 0.0)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Every test on the embedded model (`real`) or in a browser (`browser`) is `slow` too: `make test-fast`
+    (-m "not slow") runs the rest, the full suite runs all."""
+    for item in items:
+        if item.get_closest_marker("real") or item.get_closest_marker("browser"):
+            item.add_marker(pytest.mark.slow)

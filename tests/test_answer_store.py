@@ -64,6 +64,7 @@ def test_a_shipped_file_comes_first(cache):
     assert answer_store.load_matching(key, [[4]]) is None
 
 
+@pytest.mark.slow
 def test_the_answers_command_ships_each_part(tmp_path, monkeypatch, capsys):
     from tiny_app_model import build_tiny_model_dir
 

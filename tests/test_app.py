@@ -123,6 +123,7 @@ def test_the_new_token_leaves_before_the_step_details(tiny_dir, monkeypatch):
     assert order == ["pause", "panel"]                        # no panel, no pause
 
 
+@pytest.mark.slow
 def test_a_run_in_progress_draws_its_chips_and_the_step_details_once_it_ends(tiny_dir, monkeypatch):
     from ui.widgets import stepper
 
@@ -141,6 +142,7 @@ def test_a_run_in_progress_draws_its_chips_and_the_step_details_once_it_ends(tin
     assert not any(waiting in c.value for c in at.caption)
 
 
+@pytest.mark.slow
 def test_stop_is_enabled_while_a_long_run_goes_and_disabled_once_it_has_finished(tiny_dir, monkeypatch):
     from ui.widgets import stepper
 
@@ -274,6 +276,7 @@ def _trace_json(at) -> str:
     return to_json(run_state(at).trace())
 
 
+@pytest.mark.slow
 def test_traces_page_download_and_replay(tiny_dir):
     from decoding.core.trace import from_json, to_dict
 
@@ -357,6 +360,7 @@ def test_playground_on_the_embedded_model(tiny_dir, real_lm):
     assert live.trace().text == truth.text and truth.text.strip()
 
 
+@pytest.mark.slow
 def test_compare_three_lanes_and_a_bad_parameter(tiny_dir):
     at = new_app()
     at.switch_page("app_pages/compare.py").run()

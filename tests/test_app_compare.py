@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_strategies import REPEAT
 
@@ -35,6 +36,7 @@ def compare_three(at):
     return at
 
 
+@pytest.mark.slow
 def test_compare_leads_with_the_verdict_and_hides_the_drafting_until_asked(tiny_dir):
     at = compare_three(new_app({"prompt": REPEAT, "chat": "0", "max_new": "12"}))
     traces = at.session_state[keys.COMPARE]
@@ -51,6 +53,7 @@ def test_compare_leads_with_the_verdict_and_hides_the_drafting_until_asked(tiny_
     assert "ds-origin-rejected" in streams(at)
 
 
+@pytest.mark.slow
 def test_a_comparison_is_marked_out_of_date_and_its_lanes_survive_another_page(tiny_dir):
     at = compare_three(new_app())
     at.number_input(key=keys.MAX_NEW).set_value(7).run()

@@ -79,6 +79,7 @@ def session_of_forward(lm):
     return calls, current, lm.model.register_forward_pre_hook(hook)
 
 
+@pytest.mark.slow
 def test_five_sessions_at_once_share_the_model_and_nothing_else(tiny_dir, sessions):
     from ui.widgets.session import load_lm
 
@@ -119,6 +120,7 @@ def test_five_sessions_at_once_share_the_model_and_nothing_else(tiny_dir, sessio
     assert any(e.nodes for e in lives["dspark"].events if not e.prefill)  # lattices were verified
 
 
+@pytest.mark.slow
 def test_a_session_alone_gives_the_same_trace(tiny_dir, sessions):
     """The threaded sessions are compared with the engine; here the same holds for a session driven
     on its own, so the comparison measures the app, not just the engine."""

@@ -27,6 +27,7 @@ def captions(at) -> list[str]:
 
 
 @pytest.mark.parametrize("strategy", ["speculative", "dspark"])
+@pytest.mark.slow
 def test_the_sidebar_says_what_auto_resolves_to_on_the_model(tiny_dir, strategy):
     at = new_app({"strategy": strategy})
     ok(at)

@@ -50,6 +50,7 @@ def count(html: str, origin: str) -> int:
     return len(re.findall(rf'ds-chip ds-origin-{origin}[^>]*data-step=', html))
 
 
+@pytest.mark.slow
 def test_dspark_chain_round_panel_and_run_to_end(tiny_dir, drafter_file):
     from decoding.core.config import GreedyConfig
     from decoding.runner import run as run_engine
@@ -125,6 +126,7 @@ def test_dspark_tree_round_panel(tiny_dir, drafter_file):
     assert summary["tree nodes verified"] == "5" and summary["mode"] == "tree (best-first)"
 
 
+@pytest.mark.slow
 def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     """The tiny model repeats one token, so lookup matches from the second round on: its cells are
     marked on the lattice, its nodes in the verdicts table, its match and rates in the summary."""
@@ -145,6 +147,7 @@ def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     assert summary["prompt lookup"].startswith("n-gram [") and "λ first" in summary["prompt lookup"]
 
 
+@pytest.mark.slow
 def test_calibration_of_the_scores_over_the_run(tiny_dir, drafter_file):
     """The running metrics' calibration expander: the reliability diagram from the steps so far, its
     table per position (then per source), and as many samples as the pure view counts."""
@@ -234,6 +237,7 @@ def _compare(at, strategies: list[str], drafter_file: str):
     return at.session_state["ds.compare"]
 
 
+@pytest.mark.slow
 def test_compare_speedup_vs_greedy_and_dspark_charts(tiny_dir, drafter_file):
     at = new_app({"max_new": "8"})
     traces = _compare(at, ["greedy", "dspark", "sample"], drafter_file)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import re
 
+import pytest
 from dspark_helpers import APP_CHAIN
 from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_dspark import drafter_file  # noqa: F401  (a fixture)
@@ -83,6 +84,7 @@ def test_force_a_target_candidate_in_a_speculative_round(tiny_dir):
     branch_shown(at, original, forced)
 
 
+@pytest.mark.slow
 def test_force_a_lattice_candidate_in_a_dspark_round(tiny_dir, drafter_file):
     at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "top_k_candidates": "2",
                   "max_new": "8"})

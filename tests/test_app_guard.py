@@ -30,6 +30,7 @@ def page_text(at) -> str:
                     for e in getattr(at, kind))
 
 
+@pytest.mark.slow
 def test_an_uncaught_error_is_one_line_and_the_next_upload_recovers(tiny_dir, trace_bytes, monkeypatch):  # noqa: F811
     def broken(*_args, **_kwargs):
         raise ValueError(f"cannot read {SECRET}")

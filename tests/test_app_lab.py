@@ -26,6 +26,7 @@ def errors(at) -> list[str]:
     return [shown(e.value) for e in at.error]
 
 
+@pytest.mark.slow
 def test_cost_of_a_forward_measures_and_stays(tiny_dir):
     at = lab_page()
     assert any("Not measured yet for this model, device and these points" in c.value for c in at.caption)
@@ -154,6 +155,7 @@ def test_memory_of_the_playground_run(tiny_dir):
     assert list(frame_with(at, "held (MB)")["sequences"]) == [3] * len(steps)
 
 
+@pytest.mark.slow
 def test_compare_draws_the_cache_of_each_lane(tiny_dir):
     at = new_app({"max_new": "4"})
     at.switch_page("app_pages/compare.py").run()

@@ -68,6 +68,7 @@ def steps(at, n: int):
     return run_state(at)
 
 
+@pytest.mark.slow
 def test_lossy_threshold_and_uploaded_cost_table_reach_the_trace_and_the_link(tiny_dir, drafter_file, cache):
     ms = [3.0 + 2.5 * n for n in range(9)]
     at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "temperature": "1",
@@ -102,6 +103,7 @@ def test_lossy_threshold_and_uploaded_cost_table_reach_the_trace_and_the_link(ti
     assert [e.size.size for e in relive.events[1:]] == [e.size.size for e in live.events[1:]]
 
 
+@pytest.mark.slow
 def test_cost_table_auto_profiles_on_first_use(tiny_dir, drafter_file, cache):
     at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "cost_table": "auto"})
     ok(at)
@@ -121,6 +123,7 @@ def test_cost_table_auto_profiles_on_first_use(tiny_dir, drafter_file, cache):
     assert default.radio(key=COST).value == "auto" and default.session_state["ds.settings"].config.cost_table == "auto"
 
 
+@pytest.mark.slow
 def test_device_map_max_memory_and_offload_folder_place_the_model(tiny_dir, tmp_path, cache):
     model_dir = save_tiny(tmp_path / "placed")
     budget = half_the_weights(model_dir)
@@ -176,6 +179,7 @@ def test_fast_path_on_the_cpu_is_one_line_and_stays_in_the_link(tiny_dir):
     assert link_of(at)["fast_path"] == "1"
 
 
+@pytest.mark.slow
 def test_fast_path_reaches_the_loader_and_the_trace(tiny_dir, monkeypatch):
     """With CUDA graphs emulated (the CPU has none), the sidebar's fast path loads the model on it: the run's
     trace describes it and its tokens are plain greedy's."""

@@ -17,6 +17,7 @@ def html_of(at) -> str:
     return "".join(h.value for h in at.html)
 
 
+@pytest.mark.slow
 def test_beam_step_run_to_end_tree_and_pool(tiny_dir):
     at = new_app({"strategy": "beam", "num_beams": "3", "max_new": "5"})
     ok(at)
@@ -68,6 +69,7 @@ def test_speculative_lookup_step_and_run_to_end_equals_greedy(tiny_dir):
     assert any(m.label.startswith("τ") for m in at.metric)
 
 
+@pytest.mark.slow
 def test_speculative_with_a_draft_model(tiny_dir):
     at = new_app({"strategy": "speculative", "gamma": "3", "max_new": "6", "temperature": "0.9", "seed": "2"})
     at.sidebar.text_input(key="w.param.speculative.draft").set_value(str(tiny_dir)).run()
@@ -102,6 +104,7 @@ def test_speculative_lookup_then_draft_model(tiny_dir):
     assert any(t.value.startswith(f"Drafter: {last.drafter}") for t in at.text)
 
 
+@pytest.mark.slow
 def test_speculative_cost_policy(tiny_dir, tmp_path, monkeypatch):
     """gamma policy 'cost' (the Advanced cost table at none = auto): each round records its choice and
     the round view has the table of ms per expected token for every γ."""
@@ -178,6 +181,7 @@ def test_whatif_page_upload_of_a_speculative_trace(tiny_dir):
     assert not fresh.error and list(fresh.dataframe[0].value["γ"])[:2] == [1, 2]
 
 
+@pytest.mark.slow
 def test_replay_escapes_hostile_pieces_in_spec_and_beam_traces(tiny_dir):
     spec_at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "3", "max_new": "8", "prompt": REPEAT,
                        "chat": "0", "temperature": "1.0"})
@@ -238,6 +242,7 @@ def test_speculative_lookup_on_the_embedded_model_is_greedy(tiny_dir, real_lm):
     assert sum(e.accepted for e in live.events) >= 1 and len(live.events) < len(truth.output_ids)
 
 
+@pytest.mark.slow
 def test_whatif_page_upload_of_a_dspark_trace(tiny_dir):
     from dspark_helpers import random_drafter
 

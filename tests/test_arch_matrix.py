@@ -197,6 +197,7 @@ def test_the_matrix_covers_sliding_hybrid_and_full_caches(tok):
 
 
 # ------------------------------------------------------------------------------ the acceptance case
+@pytest.mark.slow
 def test_gemma3_with_a_16_token_window_over_100_tokens(tok):
     lm = tiny("gemma3_text", tok)
     expected = greedy_ids(lm, 100)

@@ -120,6 +120,7 @@ def violations(root: Path) -> list[str]:
             + forbidden(root, ("ui", "app_pages", "app.py"), UI_FORBIDDEN))
 
 
+@pytest.mark.slow
 def test_the_tree_keeps_the_dependency_rules():
     assert violations(ROOT) == []
 
@@ -149,6 +150,7 @@ def append(path: Path, line: str) -> None:
     ("ui/views/chips.py", "import torch", "imports torch"),
     ("app_pages/compare.py", "from torch import nn", "imports torch"),
 ])
+@pytest.mark.slow
 def test_a_bad_import_is_caught(tree_copy, where, line, expect):
     assert violations(tree_copy) == []
     append(tree_copy / where, line)

@@ -812,6 +812,7 @@ def engine_message(case: Case, env) -> str:
 
 
 @pytest.mark.parametrize("case", cases_for("engine"))
+@pytest.mark.slow
 def test_engine(case, env, monkeypatch):
     skip_if_needed(case)
     if case.patch:
@@ -846,6 +847,7 @@ def test_cli(case, env, capsys, monkeypatch):
     assert re.search(case.pattern, line), line
 
 
+@pytest.mark.slow
 def test_cli_nan_model_keeps_text_and_trace(env, tmp_path):
     """A real process: exit 2, one error line, and the text and trace of the steps before the NaN."""
     import subprocess

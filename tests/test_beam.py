@@ -94,6 +94,7 @@ def assert_parity(lm, ids, case, max_new_tokens, mine, generated):
 # ---------------------------------------------------------------- tiny model: parity and controls
 
 @pytest.mark.parametrize("eos", [1, None])
+@pytest.mark.slow
 def test_tiny_parity_with_generate(sharp_lms, tiny_generated, eos):
     lm = sharp_lms[eos]
     for case in TINY_GRIDS[eos]:

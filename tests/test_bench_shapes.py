@@ -3,6 +3,7 @@ contender decodes the full length, the greedy-exact ones (and transformers' gene
 greedy's tokens, and the table is written row by row (a run stopped at a time limit keeps its rows)."""
 from __future__ import annotations
 
+import pytest
 import torch
 
 from bench import shapes
@@ -27,6 +28,7 @@ def test_a_row_whose_tokens_differ_is_flagged():
     assert shapes.row_line(row, 50.0).endswith("| 2.00 | 1.00 | 2.00 | 1.00 | – | **no** |")   # step cost τ / 2.0
 
 
+@pytest.mark.slow
 def test_the_fast_path_rows_match_greedy_and_report_the_ratio():
     """--fast-path: the one-sequence strategies again on the fast path (emulated graphs on the CPU), each
     greedy-exact one with our greedy's tokens, and a last line with fast greedy over generate."""

@@ -9,6 +9,7 @@ import json
 import re
 
 import plotly.graph_objects as go
+import pytest
 from test_lab_views import report, results
 from test_table_headers import app, golden, rich_step  # noqa: F401  (app: the AppTest fixture)
 
@@ -66,6 +67,7 @@ def page_charts(at) -> list[dict]:
     return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
+@pytest.mark.slow
 def test_every_chart_on_the_pages_speaks_to_users(app):  # noqa: F811
     seen: dict[str, list[str]] = {}
     at = app()

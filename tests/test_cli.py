@@ -29,6 +29,7 @@ def cli(*args, timeout=300):
     (["--prompt", "hi", "--model", "/nonexistent/model.gguf"], "model"),
     (["--prompt", "hi", "--top-k", "abc"], "--top-k"),
 ])
+@pytest.mark.slow
 def test_bad_input_one_line_exit_2(args, param):
     from decoding.runner import STRATEGIES
 
@@ -41,6 +42,7 @@ def test_bad_input_one_line_exit_2(args, param):
     assert param in lines[0] and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_corrupt_gguf(tmp_path):
     bad = tmp_path / "broken.gguf"
     bad.write_bytes(b"not a gguf at all")
@@ -48,6 +50,7 @@ def test_corrupt_gguf(tmp_path):
     assert res.returncode == 2 and "gguf_file" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.slow
 def test_dir_without_weights(tmp_path):
     res = cli("run", "--prompt", "hi", "--model", str(tmp_path))
     assert res.returncode == 2 and "no weights" in res.stderr
@@ -81,6 +84,7 @@ def test_compare_prints_table(tmp_path):
     assert [t["strategy"] for t in json.loads(out.read_text())] == ["greedy", "sample"]
 
 
+@pytest.mark.slow
 def test_dspark_on_another_model_runs_training_free_and_says_so(tmp_path):
     """The headline strategy at its defaults on a model no shipped drafter was trained for."""
     from tiny_app_model import build_tiny_model_dir

@@ -271,6 +271,7 @@ def test_engine_lockstep_hands_back_every_trace_on_ctrl_c(lm):
     assert {k: (len(t.steps), t.stop_reason) for k, t in traces.items()} == {"a": (1, "stopped"), "b": (1, "stopped")}
 
 
+@pytest.mark.slow
 def test_sigint_to_a_real_process(word, tmp_path):
     """A real SIGINT, sent by the process to itself during its 4th forward: exit 130, no traceback, the
     text and the trace of the steps before it. The child restores Python's Ctrl-C handler first: a suite

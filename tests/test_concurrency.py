@@ -105,6 +105,7 @@ def test_interleaved_step_by_step_equals_alone(shared, alone):
     assert unlocked == []
 
 
+@pytest.mark.slow
 def test_parallel_threads_equal_alone(shared, alone):
     """Five threads (twice over, ten runs) on one model at once, each pausing at random between
     events so their forwards interleave; each trace equals its run alone."""

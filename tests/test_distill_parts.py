@@ -21,6 +21,7 @@ def lm(tmp_path_factory):
     return load(ModelSpec(str(build_tiny_model_dir(tmp_path_factory.mktemp("tiny")))))
 
 
+@pytest.mark.slow
 def test_extra_part_reuses_the_cached_parts_and_holds_new_prompts(lm, tmp_path, monkeypatch):
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
     prompts, data, _ = distill_set(lm, TrainSettings(**SMALL, n_extra=0), progress=False)
@@ -66,6 +67,7 @@ def talking_lm(tmp_path_factory):
     return model
 
 
+@pytest.mark.slow
 def test_follow_up_part_holds_conversations_on_training_answers(talking_lm, tmp_path, monkeypatch):
     from decoding.train.prompt_pool import _CODE_FOLLOW_UPS, _FOLLOW_UPS
 
@@ -91,6 +93,7 @@ def test_follow_up_part_holds_conversations_on_training_answers(talking_lm, tmp_
     assert grown[:49] == prompts
 
 
+@pytest.mark.slow
 def test_too_many_follow_ups_names_the_parameter(lm, tmp_path, monkeypatch):
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
     with pytest.raises(ConfigError, match="n_follow_up=100000"):

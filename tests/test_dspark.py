@@ -43,6 +43,7 @@ def greedy_ids(lm, prompt, n):
 @pytest.mark.parametrize("select,gamma,k,budget", [
     ("chain", 1, 1, 1), ("chain", 4, 3, 1), ("chain", 8, 2, 1), ("chain", 16, 4, 1),
     ("tree", 3, 2, 4), ("tree", 8, 3, 12), ("tree", 16, 4, 40)])
+@pytest.mark.slow
 def test_temperature_zero_equals_greedy(lm, drafter, select, gamma, k, budget):
     for prompt in PROMPTS:
         config = chain_config(max_new_tokens=30, gamma=gamma, top_k_candidates=k, select=select, budget=budget)

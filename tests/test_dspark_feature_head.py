@@ -51,6 +51,7 @@ def head(lm):
     ("chain", 1, 1, 1, 0, "none"), ("chain", 6, 3, 1, 0, "none"), ("chain", 8, 2, 1, 2, "none"),
     ("tree", 4, 2, 5, 0, "none"), ("tree", 8, 3, 12, 0, "none"), ("tree", 12, 4, 24, 2, "none"),
     ("tree", 8, 3, 8, 2, "auto"), ("chain", 8, 3, 1, 2, "auto")])
+@pytest.mark.slow
 def test_temperature_zero_equals_greedy(lm, head, select, gamma, k, budget, lookup, cost):
     for prompt in PROMPTS:
         config = DSparkConfig(max_new_tokens=30, gamma=gamma, top_k_candidates=k, select=select, budget=budget,
@@ -78,12 +79,14 @@ def small_lm():
 
 
 @pytest.mark.parametrize("select,k,budget", [("chain", 3, 1), ("tree", 3, 5)])
+@pytest.mark.slow
 def test_sampling_follows_the_target(small_lm, select, k, budget):
     head = random_head(small_lm, seed=3)
     values = pvalues(small_lm, head, select=select, top_k_candidates=k, budget=budget, lookup_max_ngram=1)
     assert min(values) > 1e-3, values
 
 
+@pytest.mark.slow
 def test_lossy_mode_fails_the_same_test(small_lm):
     head = random_head(small_lm, seed=3)
     values = pvalues(small_lm, head, select="tree", top_k_candidates=3, budget=5, lossy_threshold=0.05)

@@ -129,6 +129,7 @@ def test_layer_features_are_cached(lm, tmp_path):
     assert not torch.equal(layer_features(lm, prompts, data, (1, 0), progress=False), first)
 
 
+@pytest.mark.slow
 def test_trained_feature_drafter_fits_and_stays_exact(lm, tmp_path):
     rng = random.Random(0)
     prompts = [[rng.randrange(64) for _ in range(rng.randint(1, 7))] for _ in range(16)]

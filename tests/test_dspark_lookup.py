@@ -221,6 +221,7 @@ LOOP_PROMPT = [5, 9, 12, 5, 9, 12, 5, 9, 12, 5, 9]
 
 
 @pytest.mark.parametrize("select,gamma,k,budget", [("chain", 4, 2, 1), ("chain", 8, 1, 1), ("tree", 6, 2, 10)])
+@pytest.mark.slow
 def test_temperature_zero_equals_greedy_with_lookup(lm, drafter, select, gamma, k, budget):
     seen = set()
     for prompt in ([1, 2, 3, 4, 5], [9, 40, 17], LOOP_PROMPT):

@@ -107,11 +107,13 @@ def xor_hits(lm, parent_mlp: bool) -> float:
     return float(ev["hits"][ev["valid"][:, 1], 1].float().mean())     # position 2 from each sequence's start
 
 
+@pytest.mark.slow
 def test_parent_mlp_fits_what_an_additive_bias_cannot(lm):
     assert xor_hits(lm, parent_mlp=True) > 0.95
     assert xor_hits(lm, parent_mlp=False) <= 0.75      # the negative control: 3/4 at most, by construction
 
 
+@pytest.mark.slow
 def test_parent_mlp_trains_saves_and_stays_exact(lm, prompts, tmp_path):  # noqa: F811 - the fixture
     settings = dataclasses.replace(SETTINGS, parent_mlp=True, steps=80)
     out = tmp_path / "parent.safetensors"

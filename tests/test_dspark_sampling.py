@@ -14,6 +14,8 @@ from decoding.drafters.memory import SourceMemory
 from decoding.runner import run
 from tests.dspark_helpers import as_draft_model_source, one_thread, random_drafter, varied_llama
 
+pytestmark = pytest.mark.slow   # χ² tests: `make test-fast` leaves them out
+
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPT = [3, 1, 4, 1, 5]
 VOCAB = 12

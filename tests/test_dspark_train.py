@@ -64,6 +64,7 @@ def trained(lm, prompts, tmp_path_factory):
     return out, report
 
 
+@pytest.mark.slow
 def test_training_fits_and_writes_weights_and_card(lm, prompts, trained):
     out, report = trained
     drafter = load_drafter(out, lm)
@@ -88,6 +89,7 @@ def test_training_fits_and_writes_weights_and_card(lm, prompts, trained):
 
 
 @pytest.mark.parametrize("select,gamma,k,budget", [("chain", 6, 1, 1), ("chain", 6, 3, 1), ("tree", 6, 3, 10)])
+@pytest.mark.slow
 def test_trained_drafter_equals_greedy(lm, prompts, trained, select, gamma, k, budget):
     out, _ = trained
     drafter = load_drafter(out, lm)
@@ -100,6 +102,7 @@ def test_trained_drafter_equals_greedy(lm, prompts, trained, select, gamma, k, b
     assert accepted > 0
 
 
+@pytest.mark.slow
 def test_backbone_drafter_trains_in_chunks_and_stays_exact(lm, prompts, tmp_path):
     """A drafter with a backbone over its history (trained in runs of consecutive anchors) fits its
     data, says so on its card, and decodes token-identical to greedy."""
@@ -201,6 +204,7 @@ def test_feature_loss_reads_the_rows_ahead_and_masks_past_the_end():
     assert float(feature_loss(shifted, batch.future, batch.labels)) > 0.1
 
 
+@pytest.mark.slow
 def test_feature_weight_trains_the_hidden_states_toward_the_target(lm, prompts, tmp_path):
     """With feature_weight the drafted hidden states end closer to the target's LM-head inputs than
     without; the card names the term; the drafter stays token-identical to greedy."""

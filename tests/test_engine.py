@@ -39,6 +39,7 @@ def _chi2_pvalue(counts, probs, n):
 PARAMS = {"temperature": 1.5, "top_k": 20, "top_p": 0.9, "min_p": 0.02}
 
 
+@pytest.mark.slow
 def test_inverse_cdf_frequencies_match_processed_distribution(tiny_lm):
     """n = 40,000 draws at alpha = 0.001; the two negative controls below show the test rejects
     wrong samplers at this n."""
@@ -51,6 +52,7 @@ def test_inverse_cdf_frequencies_match_processed_distribution(tiny_lm):
     assert _chi2_pvalue(counts, probs, n) > ALPHA
 
 
+@pytest.mark.slow
 def test_end_to_end_first_token_frequencies(tiny_lm):
     probs = _processed_probs(tiny_lm, PARAMS)
     n = 800
@@ -61,6 +63,7 @@ def test_end_to_end_first_token_frequencies(tiny_lm):
     assert _chi2_pvalue(counts, probs, n) > ALPHA
 
 
+@pytest.mark.slow
 def test_negative_control_unprocessed_sampling_fails_chi2(tiny_lm):
     """Sampling from the raw (unfiltered, temperature-1) distribution must be rejected by the same test."""
     probs = _processed_probs(tiny_lm, PARAMS)
@@ -75,6 +78,7 @@ def test_negative_control_unprocessed_sampling_fails_chi2(tiny_lm):
     assert leaked or _chi2_pvalue(counts, probs, n) < ALPHA
 
 
+@pytest.mark.slow
 def test_negative_control_off_by_one_cdf_fails_chi2(tiny_lm):
     probs = _processed_probs(tiny_lm, PARAMS)
     order = torch.argsort(probs, descending=True)
@@ -113,6 +117,7 @@ def _full_recompute_logits(lm, ids):
 
 
 @pytest.mark.parametrize("which", ["tiny", "real"])
+@pytest.mark.slow
 def test_kv_cache_equals_full_recomputation(which, tiny_lm, request):
     """Every step's raw logits (from the KV-cached loop) equal a cache-free forward over the whole
     prefix, within 1e-4 absolute (fp32; observed differences are ~1e-5 on the real model)."""

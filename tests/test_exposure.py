@@ -47,11 +47,13 @@ def addresses_served(*extra: str) -> set[str]:
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux's /proc/net/tcp")
+@pytest.mark.slow
 def test_the_app_listens_on_loopback_only():
     assert addresses_served() == {LOOPBACK}
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/net/tcp"), reason="needs Linux's /proc/net/tcp")
+@pytest.mark.slow
 def test_check_sees_a_server_on_every_interface():
     served = addresses_served("--server.address", "0.0.0.0")
     assert served and LOOPBACK not in served         # 00000000 (every IPv4 interface) or :: in tcp6

@@ -88,6 +88,7 @@ def test_single_token_steps_match_the_dynamic_cache(lm, fast, config):
     assert len(set(a.output_ids)) > 3           # the check is not over a collapsed, repeated output
 
 
+@pytest.mark.slow
 def test_speculative_with_lookup_and_a_draft_model_match(lm, fast):
     assert_same_run(lm, fast, SpeculativeConfig(max_new_tokens=30, draft="lookup", gamma=4))
     draft = varied_llama(seed=5)
@@ -100,6 +101,7 @@ def test_speculative_with_lookup_and_a_draft_model_match(lm, fast):
 
 
 @pytest.mark.parametrize("select,feature_layers", [("chain", ()), ("tree", ()), ("tree", (0, 1))])
+@pytest.mark.slow
 def test_dspark_rounds_match_with_the_drafters_taps(lm, fast, select, feature_layers):
     """DSpark's drafter reads the target's LM-head input (and decoder layers) through hooks, which the
     fast path calls after each replay."""

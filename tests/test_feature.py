@@ -228,6 +228,7 @@ def test_cost_policy_times_the_feature_drafter(lm):
 
 
 @pytest.mark.parametrize("autocast", ["none", "bfloat16"])
+@pytest.mark.slow
 def test_training_raises_tau_and_writes_the_card(tmp_path, autocast):
     from test_shallow import _llama
 

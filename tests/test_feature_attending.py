@@ -116,6 +116,7 @@ def test_rows_handed_over_are_the_fresh_forward_rows(lm):
     assert position == len(ids) - 1                       # rows for every position but the last token's
 
 
+@pytest.mark.slow
 def test_greedy_identity_with_accepts_and_rejects(lm):
     prompt = [2, 7, 1, 8, 2, 8]
     expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=40)).output_ids
@@ -174,6 +175,7 @@ def test_layout_and_prompt_rows(lm, tmp_path):
         assert all(int(data.tokens[r]) == seq[t + 2] for t, r in labelled)
 
 
+@pytest.mark.slow
 def test_training_fits_and_the_card_says_it_attends(tmp_path):
     from test_shallow import _llama
 
@@ -245,6 +247,7 @@ def test_forced_tokens_and_a_forced_eos(attending):
     assert ended.error is None and list(ended.output_ids) == [31]
 
 
+@pytest.mark.slow
 def test_init_from_a_plain_drafter_starts_where_it_ended(tmp_path):
     """--init: an attending net built from a trained plain drafter's file drafts exactly as that drafter
     before its first step (the new attention layer's output map is zero), so fine-tuning starts from it;

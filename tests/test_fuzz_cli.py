@@ -14,6 +14,8 @@ from decoding import __main__ as cli
 from decoding.core.trace import from_json
 from decoding.runtime.models import ModelSpec, load
 
+pytestmark = pytest.mark.slow   # fuzz tests: `make test-fast` leaves them out
+
 STRATEGY_NAMES = ["greedy", "sample", "beam", "speculative", "dspark"]
 NUMBERS = ["0", "1", "2", "3", "-1", "0.5", "1.5", "nan", "inf", "-inf", "1e999", "99999999999999999999", "abc", ""]
 FLAGS = {

@@ -19,6 +19,8 @@ from decoding.runner import STRATEGIES
 from ui.widgets.advanced import COST_FIELD, optional_fields, optional_value, pick_cost
 from ui.widgets.params import QP_SCALARS, build_config, from_query, param_fields
 
+pytestmark = pytest.mark.slow   # fuzz tests: `make test-fast` leaves them out
+
 PARAM_NAMES = sorted({f.name for s in STRATEGIES for f in param_fields(s)}
                      | {f.name for s in STRATEGIES for f in optional_fields(s)})
 NAMES = sorted(set(QP_SCALARS) - {"strategy"}) + PARAM_NAMES + ["zzz"]

@@ -20,6 +20,8 @@ from decoding.core import trace
 from decoding.core.trace import Trace, TraceFormatError, from_json, to_json
 from ui.widgets import keys
 
+pytestmark = pytest.mark.slow   # fuzz tests: `make test-fast` leaves them out
+
 GOLDEN = Path(__file__).resolve().parent / "golden"
 SOURCES = sorted(p for p in GOLDEN.glob("*.json") if p.name not in ("cost.json", "lockstep.json"))
 TRACES = [json.loads(p.read_text(encoding="utf-8")) for p in SOURCES]

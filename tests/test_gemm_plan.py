@@ -151,6 +151,7 @@ def test_another_pack_layout_is_profiled_and_timed_anew(monkeypatch):
 
 
 @needs_onednn
+@pytest.mark.slow
 def test_the_embedded_models_plan_keeps_greedys_tokens(real_lm):
     """The loaded model runs its auto plan; every single-kernel plan gives the same greedy tokens and
     logits within float32 summation-order noise."""

@@ -43,6 +43,7 @@ def label_problems(labels) -> list[str]:
                    and not glossary.is_term(label.lower(), PLAIN)})
 
 
+@pytest.mark.slow
 def test_every_label_on_every_strategys_views_is_from_the_glossary(app):  # noqa: F811
     seen: dict[str, list[str]] = {}
     at = app()
@@ -182,6 +183,7 @@ def test_the_counting_check_catches_a_0_based_column():
     assert counting_problems(frame) == ["rank from 0", "from beam from 0"]
 
 
+@pytest.mark.slow
 def test_every_index_a_page_shows_counts_from_1(app):  # noqa: F811
     """Issue 46: ranks, beams, k, candidates, depths, nodes and positions are 1-based in every table the step views
     and the steps table show (the trace keeps its 0-based indices); a beam's "from beam" and DSpark's candidates

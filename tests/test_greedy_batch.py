@@ -56,6 +56,7 @@ def lm():
     raise AssertionError("no token ends some answers early and not others")
 
 
+@pytest.mark.slow
 def test_each_answer_is_its_prompts_own_greedy_answer(lm):
     expected = [one_at_a_time(lm, p) for p in PROMPTS]
     lengths = {len(a) for a in expected}
@@ -94,6 +95,7 @@ def test_control_a_cache_that_keeps_the_wrong_rows_fails(lm, monkeypatch):
     assert greedy_answers(lm, PROMPTS, N, batch_size=len(PROMPTS)) != expected
 
 
+@pytest.mark.slow
 def test_real_model_answers_equal_plain_greedy(real_lm):
     texts = ["Explain gravity in one sentence.", "Write a haiku about tea.", "What is 12 times 7?",
              "List three colours of the rainbow, then say which one you like best and why."]

@@ -386,6 +386,7 @@ def tok_lm(draft_dirs):
 
 
 @pytest.mark.parametrize("which", ["same", "other"])
+@pytest.mark.slow
 def test_a_draft_model_source_is_exact_and_proposes_its_path(tok_lm, draft_dirs, which):
     name = f"model:{draft_dirs / which}"
     for prompt in ([1, 2, 3, 4, 5], [900, 17, 4000]):
@@ -399,6 +400,7 @@ def test_a_draft_model_source_is_exact_and_proposes_its_path(tok_lm, draft_dirs,
         assert tr.stats.mean_accepted_length > 3
 
 
+@pytest.mark.slow
 def test_a_draft_model_source_is_verified_both_ways(lm):
     """A draft model that often disagrees with the target (two varied llamas): still greedy's output, and
     its nodes are accepted and rejected."""

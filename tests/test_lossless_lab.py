@@ -58,6 +58,7 @@ def samples_fit(rule: str, expected, p, q, children, n=20000) -> float:
 
 
 @pytest.mark.parametrize("rule", LOSSLESS_RULES)
+@pytest.mark.slow
 def test_the_samplers_draw_what_the_enumeration_says(rule):
     p, q = [0.5, 0.3, 0.15, 0.05], [0.1, 0.2, 0.3, 0.4]
     children = [3, 2]
@@ -84,6 +85,7 @@ def test_chi_square_pools_small_categories():
     assert chi_square([60, 36, 4], [0.6, 0.36, 0.04])[1] == 1
 
 
+@pytest.mark.slow
 def test_measure_lossless_on_a_tiny_llama(tiny_lm):
     config = LosslessConfig(top_k=6, draft_top_k=6, candidates=2, lossy_threshold=0.05, samples=4000)
     result = lossless.measure_lossless(tiny_lm, [3, 7, 11, 2], config)

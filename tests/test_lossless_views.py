@@ -17,6 +17,7 @@ def result(tiny_lm):
     return measure_lossless(tiny_lm, [3, 7, 11, 2], config)
 
 
+@pytest.mark.slow
 def test_rules_table_verdicts(result):
     table = lossless.rules_table(result).set_index("rule")
     assert list(table["claims_lossless"]) == [True, True, False, False]

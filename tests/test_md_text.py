@@ -73,6 +73,7 @@ ESCAPERS = {"md_text"}
 # (ui/views/tour.py), the Lab's findings (ui/views/lab.py, memory.py) and the what-if's cost note (ui/views/whatif.py).
 AUTHORED = {"stop.body", "stop.terms", "stop.look_for", "stop.id", "stop.title", "tour.stop_label", "lab.regime",
             "lab.tradeoff", "memory.memory_summary", "whatif.cost_note",
+            "made_with.label",                                # a parameter's words (made_with.param_words)
             "waiting_line"}                                   # authored text around a count (waiting.waiting_line)
 NUMERIC = {"len", "int", "float", "round", "abs", "sum"}         # return a number, whatever they are given
 NUMBER_FORMATS = tuple("dfFeEgGn%xXbo")                        # a format spec of these refuses a string
@@ -284,6 +285,7 @@ def test_the_page_check_sees_a_raw_link():
     # a DSpark round: the cost table's name is st.text, so no Markdown holds it
     ("dspark_tree_cost.json", {"cost": ("size", "cost_source")}, 0),
 ])
+@pytest.mark.slow
 def test_an_uploaded_trace_shows_its_strings_and_no_link(tiny_dir, name, fields, in_markdown):  # noqa: F811
     at = _upload(_hostile(name, fields), cursor=1)
     texts = page_markdown(at)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import nbformat
+import pytest
 from nbclient import NotebookClient
 from tiny_app_model import build_tiny_model_dir
 
@@ -22,6 +23,7 @@ def outputs_text(nb) -> str:
     return "\n".join(parts)
 
 
+@pytest.mark.slow
 def test_the_lab_notebook_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("DECODESCOPE_NOTEBOOK_MODEL", str(build_tiny_model_dir(tmp_path / "tiny")))
     nb = nbformat.read(ROOT / "docs" / "lab.ipynb", as_version=4)

@@ -169,6 +169,7 @@ def test_pack_gemm_must_be_a_bool():
     assert err.value.param == "pack_gemm" and "'yes'" in str(err.value)
 
 
+@pytest.mark.slow
 def test_the_embedded_model_loads_packed_unless_told_not_to(real_lm):
     from decoding.runtime.models import load
 

@@ -36,6 +36,7 @@ def family_of(prompt: str) -> str:
     raise AssertionError(prompt)
 
 
+@pytest.mark.slow
 def test_prompts_are_distinct_reproducible_and_balanced():
     prompts = varied_prompts(120, TEXTS, seed=3)
     assert len(prompts) == len(set(prompts)) == 120

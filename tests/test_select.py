@@ -185,6 +185,7 @@ def test_cost_table_json_round_trip(tmp_path):
         CostTable.load(tmp_path / "missing.json")
 
 
+@pytest.mark.slow
 def test_profile_verify_cost_on_tiny_model(tiny_lm):
     cache_before = tiny_lm.new_cache()
     table = profile_verify_cost(tiny_lm, max_tokens=4, repeats=2, prefix_tokens=8)

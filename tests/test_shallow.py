@@ -90,6 +90,7 @@ def test_chain_metrics_worked_example():
     assert [p["accept_given_prefix"] for p in m["per_position"]] == pytest.approx([5 / 6, 3 / 5])
 
 
+@pytest.mark.slow
 def test_training_raises_agreement_and_weights_round_trip(lm, tmp_path):
     rng = random.Random(0)
     prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(48)]

@@ -98,6 +98,7 @@ def fresh_caches():
     session.DRAFTS.drop()
 
 
+@pytest.mark.slow
 def test_distinct_model_keys_never_hold_more_than_the_cap(tiny_dir, fresh_caches):
     """Real (tiny) models under three keys a link can ask for (device map and max memory, dtype): never more
     than TARGET_COPIES alive; the first, placed by accelerate, is freed once dropped."""
@@ -134,6 +135,7 @@ def step_holding(at) -> weakref.ref:
     return weakref.ref(run_state(at).models()[0])
 
 
+@pytest.mark.slow
 def test_links_with_other_keys_cannot_pin_copies_and_runs_go_on(tiny_dir, fresh_caches):
     """Three tabs opened from links with three dtypes: the cache holds two copies, and the first tab's run
     lets go of its copy as soon as the cache drops it (the tab left open, idle). Once idle, the other runs
@@ -154,6 +156,7 @@ def test_links_with_other_keys_cannot_pin_copies_and_runs_go_on(tiny_dir, fresh_
     assert without_timings(done.trace())["steps"] == without_timings(alone)["steps"][:2]
 
 
+@pytest.mark.slow
 def test_tabs_from_links_with_other_max_memory_never_hold_more_than_the_cap(tiny_dir, fresh_caches):
     """Issue 47, probe class 6: tabs opened from links that differ only in max_memory (bfloat16, placed by
     accelerate) each step once and stay (a closed tab's session is kept by Streamlit for two minutes, its
@@ -168,6 +171,7 @@ def test_tabs_from_links_with_other_max_memory_never_hold_more_than_the_cap(tiny
     assert [str(run_state(at).lm.dtype) for at in apps[-2:]] == ["torch.bfloat16"] * 2
 
 
+@pytest.mark.slow
 def test_a_run_stepping_at_the_drop_keeps_its_copy_until_its_step_ends(tiny_dir, fresh_caches):
     """The allowance: a run in the middle of a step when its copy is dropped keeps it (releasing it there
     would reload the model mid-step); the next page that asks for a model lets go of it."""

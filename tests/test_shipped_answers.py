@@ -33,6 +33,7 @@ def from_shipped_answers(lm, prompts, *, answer_tokens, temperature, soft_k, see
                        {"key": key, "prompts": len(prompts)})
 
 
+@pytest.mark.slow
 def test_every_part_of_the_shipped_set_is_shipped(real_lm, monkeypatch):
     monkeypatch.setattr(data, "generate_distill", from_shipped_answers)
     prompts, walked, _ = distill_set(real_lm, DataSettings(**SHIPPED_SET), progress=False)

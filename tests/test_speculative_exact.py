@@ -151,6 +151,7 @@ def length_for(gamma: int) -> int:
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("gamma", range(1, 9))
+@pytest.mark.slow
 def test_ratio_rule_is_exact(gamma, policy):
     length = length_for(gamma)
     got = Procedure(length, gamma, policy).distribution()
@@ -239,6 +240,7 @@ class LookupThenModel(Procedure):
 
 @pytest.mark.parametrize("policy", POLICIES)
 @pytest.mark.parametrize("gamma", range(1, 9))
+@pytest.mark.slow
 def test_lookup_then_model_is_exact(gamma, policy):
     length = length_for(gamma)
     procedure = LookupThenModel(length, gamma, policy)
@@ -262,6 +264,7 @@ def test_lookup_tokens_under_the_ratio_rule_fail(gamma):
 
 
 @pytest.mark.parametrize("procedure", [Procedure, LookupThenModel])
+@pytest.mark.slow
 def test_cost_policy_changes_gamma_between_rounds(procedure):
     """The cost policy's enumeration above is not a fixed γ in disguise: its choice moves with the
     acceptance counts of earlier rounds (toy table: 1-3 tokens cheap, 4+ dear)."""

@@ -96,6 +96,7 @@ def app(tmp_path_factory):
     mp.undo()
 
 
+@pytest.mark.slow
 def test_every_table_on_the_pages_speaks_to_users(app):
     seen: dict[str, list[str]] = {}
     at = app()

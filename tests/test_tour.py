@@ -158,6 +158,7 @@ def test_record_to_a_folder_name_over_the_limit_exits_2_without_loading(tmp_path
     assert err.startswith("error: out=") and "is 300 bytes long; the limit here is" in err and err.count("\n") == 1
 
 
+@pytest.mark.slow
 def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tiny_dir, tmp_path, monkeypatch, capsys):
     import decoding.runtime.models
 
@@ -209,6 +210,7 @@ def has_chips(at) -> bool:
     return any("ds-origin-" in h.value and "data-step=" in h.value for h in at.html)
 
 
+@pytest.mark.slow
 def test_tour_walks_every_stop_from_the_recordings_without_a_model(no_model):
     at = tour_app()
     ok(at)
@@ -282,6 +284,7 @@ def test_unreadable_trace_shows_an_error(no_model, monkeypatch, tmp_path):
     assert any("cannot be read" in e.value for e in at.error)
 
 
+@pytest.mark.slow
 def test_live_rerun_uses_the_stops_config(tiny_dir, monkeypatch):
     monkeypatch.setenv("DECODESCOPE_MODEL", str(tiny_dir))
     at = tour_app({"stop": "greedy"})

@@ -467,6 +467,7 @@ def _repeated(data: dict, times: int) -> dict:
     return trace.to_dict(trace.recounted(dataclasses.replace(small, steps=steps)))
 
 
+@pytest.mark.slow
 def test_type_hints_once_per_class(monkeypatch):
     """typing.get_type_hints runs once per dataclass, however many steps a trace holds (it took most of
     the 55 s a 44 MB trace needed before)."""

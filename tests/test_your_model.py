@@ -61,6 +61,7 @@ def greedy_text(model) -> str:
     return res.stdout.rsplit("\n[greedy]", 1)[0]
 
 
+@pytest.mark.slow
 def test_train_both_drafters_and_decode_with_them(model, trained, greedy_text):
     feature, parallel = trained["feature"], trained["parallel"]
     want = greedy_text
@@ -74,12 +75,14 @@ def test_train_both_drafters_and_decode_with_them(model, trained, greedy_text):
         assert text == want and label in "[" + summary, (args, summary)
 
 
+@pytest.mark.slow
 def test_a_bad_max_minutes_is_refused_before_any_data(model, tmp_path):
     res = cli("train", "parallel", "--model", str(model), "--out", str(tmp_path / "p.safetensors"), "--max-minutes",
               "-1")
     assert res.returncode == 2 and res.stderr.startswith("error: max_minutes=-1.0 is invalid")
 
 
+@pytest.mark.slow
 def test_head_calibration_for_your_model_is_what_dspark_uses(model, trained, greedy_text, tmp_path, capsys):
     """train feature -> train head-calibration --model -> DSpark with --drafter feature:FILE reads the calibration
     written beside FILE (not the identity) and stays token-identical to greedy."""
@@ -113,6 +116,7 @@ def test_head_calibration_for_your_model_is_what_dspark_uses(model, trained, gre
     (["--strategy", "speculative", "--draft", "feature:{feature}"], "draft='feature:{feature}'"),
     (["--strategy", "speculative", "--draft", "lookup+feature:{feature}"], "draft='feature:{feature}'"),
 ])
+@pytest.mark.slow
 def test_a_drafter_trained_for_another_model_of_its_shape_is_refused(flags, named, other, trained, capsys):
     code, _, err = cli_main(["run", "--model", str(other), "--prompt", "Say hi.", "--max-new-tokens", "4",
                              *[f.format(**trained) for f in flags]], capsys)
