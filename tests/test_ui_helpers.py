@@ -90,7 +90,7 @@ def test_probability_bars_traces_and_lines(tiny_lm):
     step, _, _ = make_step(tiny_lm, temperature=0.9, top_k=8, top_p=0.9, min_p=0.1, top_n=15)
     fig = figures.probability_bars(step)
     names = [t.name for t in fig.data]
-    assert names[:2] == ["raw p (T=1, no filters)", "processed p (sampled from)"]
+    assert names[:2] == ["p raw (T=1, no filters)", "p processed (sampled from)"]
     assert "removed by top-k ✂" in names and "top-p: cumulative p (right axis)" in names
     removed_k = next(t for t in fig.data if t.name == "removed by top-k ✂")
     assert sum(y is not None for y in removed_k.y) == sum(c.removed_by == "top_k" for c in step.processed_top)
@@ -110,7 +110,7 @@ def test_greedy_bars_have_no_filter_marks(tiny_lm):
     step = token_step(tiny_lm, index=0, position=1, scored=Scored(raw, pipeline, applied),
                       choice=Choice(int(raw.argmax())), top_n=5)
     fig = figures.probability_bars(step)
-    assert [t.name for t in fig.data] == ["raw p (T=1, no filters)", "processed p (sampled from)"]
+    assert [t.name for t in fig.data] == ["p raw (T=1, no filters)", "p processed (sampled from)"]
     assert figures.draw_cdf(step) is None
 
 

@@ -195,12 +195,12 @@ def probability_bars(step) -> go.Figure:
     top-p's cumulative line with its threshold; min-p's floor."""
     labels = [_label(i, c.piece) for i, c in enumerate(step.raw_top, start=1)]     # rank 1 = most probable
     fig = go.Figure()
-    fig.add_bar(name="raw p (T=1, no filters)", x=labels, y=[c.prob for c in step.raw_top],
-                marker_color=palette.RAW_COLOR, hovertemplate="%{x}<br>raw p %{y:.4f}<extra></extra>")
+    fig.add_bar(name="p raw (T=1, no filters)", x=labels, y=[c.prob for c in step.raw_top],
+                marker_color=palette.RAW_COLOR, hovertemplate="%{x}<br>p raw %{y:.4f}<extra></extra>")
     space = processed_space(step)
     kept = [c.prob if c.removed_by is None else None for c in step.processed_top]
-    fig.add_bar(name="processed p (sampled from)", x=labels, y=kept, marker_color=palette.PROCESSED_COLOR,
-                hovertemplate="%{x}<br>processed p %{y:.4f}<extra></extra>")
+    fig.add_bar(name="p processed (sampled from)", x=labels, y=kept, marker_color=palette.PROCESSED_COLOR,
+                hovertemplate="%{x}<br>p processed %{y:.4f}<extra></extra>")
     for name in FILTERS_ORDER:
         ys = [p if c.removed_by == name else None for c, p in zip(step.processed_top, space)]
         if any(y is not None for y in ys):

@@ -26,6 +26,7 @@ from ui.views.headers import header
 FLAT_RATIO = 1.25      # verify(9) / verify(1) at or below this: the forward is flat in n (bound by reading)
 MIN_REPEATS = 3        # fewer timed repeats per point: no spread to judge by, so no verdict is named
 AXIS_NAMES = {"tokens": "n new tokens, one sequence", "batch": "b sequences, one new token each"}
+FORWARD_AXIS = "new tokens in the forward (n in one sequence, or b sequences × 1)"   # both series' x
 
 
 def parse_points(text: str, param: str) -> tuple[int, ...]:
@@ -179,7 +180,7 @@ def cost_figure(report: CostReport) -> go.Figure:
                   annotation_text=f"reading the weights once: {floor:.1f} ms", annotation_position="bottom right")
     repeats = min((len(p.times_ms) for p in report.points), default=0)
     fig.update_layout(title=f"Cost of a forward (median of {repeats} repeats or more per point)",
-                      xaxis={"title": "tokens in the forward", "type": "log", "dtick": 0.30103},
+                      xaxis={"title": FORWARD_AXIS, "type": "log", "dtick": 0.30103},
                       yaxis={"title": header("measured_ms"), "rangemode": "tozero"}, height=420,
                       legend={"orientation": "h", "y": -0.3}, margin={"t": 50, "b": 10, "l": 10, "r": 10})
     return fig

@@ -148,6 +148,6 @@ def sweep_figure(table: pd.DataFrame, measured_values: dict):
                         marker={"symbol": "star", "size": 16, "color": palette.VERMILLION})
     fig.update_layout(title=f"Tokens per target forward vs γ (hollow: under {MIN_ROUNDS} rounds)",
                       xaxis={"title": header("gamma"), "dtick": 1},
-                      yaxis_title=header("expected_tokens_per_forward"), legend={"orientation": "h", "y": -0.25},
+                      yaxis_title=header("tokens_per_forward"), legend={"orientation": "h", "y": -0.25},
                       margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)
     return fig
