@@ -30,7 +30,7 @@ class ViewContext:
 def token_panel(step, ctx: ViewContext) -> None:
     """Greedy / sampling: candidates raw vs processed, filter cuts, the draw, entropy."""
     p_chosen = math.exp(step.chosen_logprob) if math.isfinite(step.chosen_logprob) else 0.0
-    cols = st.columns(6)
+    cols = st.columns([1.3, 1, 0.9, 1.2, 1.5, 1])    # the entropy labels are the longest (1280 px: no overlap)
     with cols[0]:
         st.html(token_box_html(step.chosen_piece, step.chosen_id, "⚑ forced" if step.forced else ""))
     cols[1].metric("p processed", f"{p_chosen:.4f}" if p_chosen >= 1e-3 else f"{p_chosen:.1e}")
