@@ -2,7 +2,7 @@
 1. the first page with the embedded model loaded: from `streamlit run app.py` to a Playground ready to
    Step (the prompt tokenized by the loaded model), on a new machine (empty cache: the GGUF is converted
    once), on a cold server (converted copy on disk), and for a second browser session (model in memory);
-2. how long a Step takes beyond the model's own time, on the tiny test model (tests/tiny_app_model.py):
+2. how long a Step takes beyond the model's own time, on the tiny test model (bench/tiny_model.py):
    click Step, wait for the new token chip, subtract the model time the page reports. A trivial
    Streamlit button app is measured the same way as the floor (Streamlit's own round-trip);
 3. Run to end on the embedded model: the model time the page reports against the same run on the
@@ -73,8 +73,7 @@ def cell(values: list[float]) -> str:
 
 
 def _tiny_model_dir(target: Path) -> Path:
-    sys.path.insert(0, str(ROOT / "tests"))        # the app's test model lives with the tests
-    from tiny_app_model import build_tiny_model_dir
+    from bench.tiny_model import build_tiny_model_dir
     return build_tiny_model_dir(target)
 
 
@@ -289,7 +288,7 @@ def render(results: dict, floor: list[float], steps: int, loads: tuple, browser_
              f"Command: `python -m bench app --steps {steps}`  ",
              f"Machine: {machine()}; {os.cpu_count()} CPUs; Chromium {browser_version} headless (Playwright).  ",
              load_note(*loads, os.cpu_count() or 1) + "  ",
-             "`streamlit run app.py` on the tiny test model (tests/tiny_app_model.py: 2-layer random llama, "
+             "`streamlit run app.py` on the tiny test model (bench/tiny_model.py: 2-layer random llama, "
              "SmolLM2 tokenizer), one browser tab per strategy, one warm-up Step first. click→chip: from the click "
              "event on **Step** until the frame showing the new token chip has been drawn, both read in the "
              "page's own clock (`performance.now()`: a click listener, a mutation observer, then the next "

@@ -21,9 +21,9 @@ from bench.prompts import PROMPTS
 from bench.report import machine, spread, write_section
 from decoding import runner
 from decoding.core.acceptance import exact_branches, lossy_branches, round_distribution, total_variation
+from decoding.lab.toy import draft_lattice, random_table, speculative_sequences, target_sequences
 from decoding.runtime.models import ModelSpec, load
 from decoding.strategies.dspark_select import best_chain, flat_tree
-from tests.toy import draft_lattice, random_table, speculative_sequences, target_sequences
 
 TOY_SEEDS = (1, 2, 3, 4, 5)
 

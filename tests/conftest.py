@@ -42,17 +42,10 @@ def on_test_device(model):
 def make_tiny_llama(vocab_size: int = 64, hidden: int = 32, layers: int = 2, heads: int = 4,
                     seed: int = 0, eos_token_id: int | None = None, context: int = 256):
     """A random LlamaForCausalLM small enough for exhaustive tests (sdpa), on the test device and dtype."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from bench.tiny_model import tiny_llama
 
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=vocab_size, hidden_size=hidden, intermediate_size=2 * hidden,
-                      num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
-                      max_position_embeddings=context, eos_token_id=eos_token_id,
-                      bos_token_id=None, pad_token_id=None, tie_word_embeddings=True)
-    model = LlamaForCausalLM(cfg).eval()
-    model.generation_config.eos_token_id = eos_token_id
-    model.generation_config.pad_token_id = eos_token_id if eos_token_id is not None else 0
-    return on_test_device(model)
+    return on_test_device(tiny_llama(vocab_size=vocab_size, hidden=hidden, layers=layers, heads=heads, seed=seed,
+                                     eos_token_id=eos_token_id, context=context))
 
 
 @pytest.fixture(scope="session")

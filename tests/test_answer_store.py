@@ -66,8 +66,7 @@ def test_a_shipped_file_comes_first(cache):
 
 @pytest.mark.slow
 def test_the_answers_command_ships_each_part(tmp_path, monkeypatch, capsys):
-    from tiny_app_model import build_tiny_model_dir
-
+    from bench.tiny_model import build_tiny_model_dir
     from decoding.train.answers_cli import main_answers
 
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path / "cache"))

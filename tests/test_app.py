@@ -11,8 +11,8 @@ import re
 from pathlib import Path
 
 import pytest
-from tiny_app_model import build_tiny_model_dir
 
+from bench.tiny_model import build_tiny_model_dir
 from ui.widgets import keys
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")

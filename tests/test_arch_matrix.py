@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 from dspark_helpers import module_cache, one_thread
-from tiny_app_model import embedded_tokenizer
 
+from bench.tiny_model import embedded_tokenizer
 from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
 from decoding.core.trace import DSparkRound, SpecRound

@@ -6,6 +6,7 @@ of the tree with one bad import of each kind fails each rule."""
 from __future__ import annotations
 
 import ast
+import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ LAYERS = {"core": 0, "runtime": 1, "drafters": 2, "strategies": 3, "lab": 4}
 TOP = 4                                    # decoding/__init__, __main__, runner (and lab, beside them)
 UI_FORBIDDEN = ("torch", "transformers")
 ENGINE_FORBIDDEN = ("streamlit", "plotly", "pandas", "ui", "app_pages", "bench")
+PRODUCT = ("decoding", "ui", "app_pages", "app.py", "bench")   # what users run: none of it needs the tests
 
 
 def module_name(path: Path, root: Path) -> str:
@@ -118,6 +120,28 @@ def violations(root: Path) -> list[str]:
     return (wrong_way_edges(root) + [" <-> ".join(c) for c in cycles(root)]
             + forbidden(root, ("decoding",), ENGINE_FORBIDDEN)
             + forbidden(root, ("ui", "app_pages", "app.py"), UI_FORBIDDEN))
+
+
+def uses_of_the_tests(root: Path, folders: tuple[str, ...] = PRODUCT) -> list[str]:
+    """Product modules that import from the tests (tests/, conftest) or put tests/ on sys.path."""
+    hacks = [f"{p.relative_to(root)} puts tests/ on sys.path" for folder in folders
+             for p in ([root / folder] if folder.endswith(".py") else sorted((root / folder).rglob("*.py")))
+             if re.search(r"sys\.path\.\w+\(.*[\"']tests[\"']", p.read_text(encoding="utf-8"))]
+    return forbidden(root, folders, ("tests", "conftest")) + hacks
+
+
+def test_no_product_module_depends_on_the_tests():
+    assert uses_of_the_tests(ROOT) == []
+
+
+@pytest.mark.parametrize("line", ["from tests.toy import random_table", "import conftest",
+                                  "sys.path.insert(0, str(ROOT / \"tests\"))"])
+def test_a_product_module_using_the_tests_is_caught(tmp_path, line):
+    shutil.copytree(ROOT / "bench", tmp_path / "bench", ignore=shutil.ignore_patterns("__pycache__"))
+    assert uses_of_the_tests(tmp_path, ("bench",)) == []
+    append(tmp_path / "bench" / "lossy.py", line)
+    found = uses_of_the_tests(tmp_path, ("bench",))
+    assert found and all("bench/lossy.py" in f for f in found), found
 
 
 @pytest.mark.slow

@@ -163,9 +163,8 @@ def test_what_a_session_cannot_read_is_a_clear_error():
 @pytest.mark.slow
 def test_a_websocket_session_steps_on_a_real_server(tmp_path):
     """`streamlit run app.py` on the tiny model, one session with no browser: Step twice, then Run to end."""
-    from tiny_app_model import build_tiny_model_dir
-
     from bench.browser import streamlit_server
+    from bench.tiny_model import build_tiny_model_dir
 
     env = {**os.environ, "DECODESCOPE_MODEL": str(build_tiny_model_dir(tmp_path / "model"))}
 

@@ -11,9 +11,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from tiny_app_model import build_tiny_model_dir
 
 from bench.browser import CHROMIUM, launch_chromium, streamlit_server
+from bench.tiny_model import build_tiny_model_dir
 
 # Browser timing is asynchronous; a test that fails is rerun up to three times (the summary shows reruns). The
 # Stop test's reruns came first from a stale element handle and from counting chips before they were drawn (both

@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 import pytest
-from tiny_app_model import build_tiny_model_dir
 
 from bench.browser import CHROMIUM, launch_chromium, streamlit_server
+from bench.tiny_model import build_tiny_model_dir
 from ui.widgets import session
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]

@@ -87,7 +87,7 @@ def test_compare_prints_table(tmp_path):
 @pytest.mark.slow
 def test_dspark_on_another_model_runs_training_free_and_says_so(tmp_path):
     """The headline strategy at its defaults on a model no shipped drafter was trained for."""
-    from tiny_app_model import build_tiny_model_dir
+    from bench.tiny_model import build_tiny_model_dir
 
     model = build_tiny_model_dir(tmp_path / "tiny")
     res = cli("run", "--prompt", "Say hi.", "--model", str(model), "--strategy", "dspark", "--max-new-tokens", "12")

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tiny_app_model import build_tiny_model_dir
 
+from bench.tiny_model import build_tiny_model_dir
 from decoding.core.errors import ConfigError
 from decoding.runtime.models import ModelSpec, load
 from decoding.train.data import data_split, distill_set

@@ -17,7 +17,6 @@ from fractions import Fraction
 
 import pytest
 import torch
-from toy import MarkovTable, random_table, target_sequences
 
 from decoding.core import trace
 from decoding.core.acceptance import exact_branches, round_distribution
@@ -27,6 +26,7 @@ from decoding.core.lattice import Lattice
 from decoding.drafters.lattice_lookup import LookupRate, boost_chain, continuation, hits, lookup_nodes
 from decoding.drafters.lookup import find_lookup
 from decoding.drafters.parallel import build_lattice
+from decoding.lab.toy import MarkovTable, random_table, target_sequences
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_chain, best_tree, flat_tree
 from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama

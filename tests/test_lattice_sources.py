@@ -13,7 +13,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 from test_tree_accept import retrospective_branches, toy_pair
-from toy import speculative_sequences, target_sequences
 
 from decoding.core.acceptance import RoundOutcome, total_variation
 from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
@@ -34,6 +33,7 @@ from decoding.drafters.model_source import DraftModelSource
 from decoding.drafters.parallel import LatticeDraft
 from decoding.drafters.recycling import RecyclingSource, RecyclingTable
 from decoding.drafters.suffix import SuffixSource, SuffixStore
+from decoding.lab.toy import speculative_sequences, target_sequences
 from decoding.runner import run
 from decoding.runtime.fingerprint import fingerprint, matches
 from decoding.strategies import dspark
@@ -369,7 +369,8 @@ def draft_dirs(tmp_path_factory):
     """A tiny llama with the embedded tokenizer (the target), a twin of it, another of its vocabulary and
     one with a smaller vocabulary, saved as model directories."""
     from conftest import make_tiny_llama
-    from tiny_app_model import embedded_tokenizer
+
+    from bench.tiny_model import embedded_tokenizer
 
     root, tok = tmp_path_factory.mktemp("draft_models"), embedded_tokenizer()
     for name, seed, vocab in (("target", 0, 49152), ("same", 0, 49152), ("other", 5, 49152), ("wide", 0, 64)):

@@ -115,8 +115,7 @@ def test_each_lane_is_timed_by_its_own_steps_after_a_warm_up(lm_and_drafter, mon
 @pytest.mark.slow
 def test_load_warms_the_model_up(tmp_path, monkeypatch):
     """decoding.runtime.models.load runs two throwaway forwards before returning, on a cache of their own."""
-    from tiny_app_model import build_tiny_model_dir
-
+    from bench.tiny_model import build_tiny_model_dir
     from decoding.runtime import models
 
     directory = build_tiny_model_dir(tmp_path / "tiny")

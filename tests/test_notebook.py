@@ -8,7 +8,8 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from tiny_app_model import build_tiny_model_dir
+
+from bench.tiny_model import build_tiny_model_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -136,7 +136,7 @@ def test_focus_step_rules():
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory):
-    from tiny_app_model import build_tiny_model_dir
+    from bench.tiny_model import build_tiny_model_dir
 
     return build_tiny_model_dir(tmp_path_factory.mktemp("tiny_tour_model"))
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from toy import MarkovTable, draft_lattice
 
 from decoding.core.acceptance import greedy_round
 from decoding.core.errors import ConfigError
+from decoding.lab.toy import MarkovTable, draft_lattice
 from decoding.runtime.models import LM
 from decoding.strategies.dspark_select import best_tree, flat_tree
 from decoding.strategies.tree_verify import compact_cache, tree_mask, tree_positions, verify_tree

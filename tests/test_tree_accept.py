@@ -10,7 +10,6 @@ from fractions import Fraction
 
 import pytest
 import torch
-from toy import MarkovTable, draft_lattice, random_table, speculative_sequences, target_sequences
 
 from decoding.core.acceptance import (
     Branch,
@@ -21,6 +20,7 @@ from decoding.core.acceptance import (
     sample_round,
     total_variation,
 )
+from decoding.lab.toy import MarkovTable, draft_lattice, random_table, speculative_sequences, target_sequences
 from decoding.strategies.dspark_select import best_chain, best_tree, flat_tree
 
 F = Fraction

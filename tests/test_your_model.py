@@ -28,7 +28,7 @@ def cli(*args, timeout=300):
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    from tiny_app_model import build_tiny_model_dir
+    from bench.tiny_model import build_tiny_model_dir
 
     return build_tiny_model_dir(tmp_path_factory.mktemp("your_model") / "tiny")
 
@@ -37,7 +37,7 @@ def model(tmp_path_factory):
 def other(tmp_path_factory):
     """A model of the tiny model's shape and tokenizer with other weights: the shape check alone lets its
     drafters through."""
-    from tiny_app_model import build_tiny_model_dir
+    from bench.tiny_model import build_tiny_model_dir
 
     return build_tiny_model_dir(tmp_path_factory.mktemp("your_model") / "other", seed=1)
 
