@@ -94,3 +94,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if item.get_closest_marker("real") or item.get_closest_marker("browser"):
             item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """The tiny app model's folder, the app's model (DECODESCOPE_MODEL) for the module's tests."""
+    from bench.tiny_model import build_tiny_model_dir
+
+    path = build_tiny_model_dir(tmp_path_factory.mktemp("tiny_app_model"))
+    old = os.environ.get("DECODESCOPE_MODEL")
+    os.environ["DECODESCOPE_MODEL"] = str(path)
+    yield path
+    if old is None:
+        os.environ.pop("DECODESCOPE_MODEL", None)
+    else:
+        os.environ["DECODESCOPE_MODEL"] = old

@@ -6,56 +6,12 @@ shared sidebar would not rerun)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
+from app_support import new_app, ok, run_state, run_to_end, trace_json
 
-from bench.tiny_model import build_tiny_model_dir
 from ui.widgets import keys
-
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
-TIMEOUT = 120
-
-
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    path = build_tiny_model_dir(tmp_path_factory.mktemp("tiny_app_model"))
-    old = os.environ.get("DECODESCOPE_MODEL")
-    os.environ["DECODESCOPE_MODEL"] = str(path)
-    yield path
-    if old is None:
-        os.environ.pop("DECODESCOPE_MODEL", None)
-    else:
-        os.environ["DECODESCOPE_MODEL"] = old
-
-
-def new_app(query: dict | None = None):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.query_params.update({"max_new": "6", **(query or {})})
-    return at.run()
-
-
-def run_to_end(at):
-    """Click Run to end and follow the run's chunks (~0.5 s each; the browser reruns the fragment per
-    chunk, AppTest needs a run() per chunk)."""
-    at.button(key="pg.run_end").click().run()
-    for _ in range(200):
-        if keys.RUNNING not in at.session_state:
-            break
-        at.run()
-    return at
-
-
-def ok(at) -> None:
-    assert not at.exception, [e.value for e in at.exception]
-
-
-def run_state(at):
-    return at.session_state["ds.run"]
 
 
 def test_playground_first_render(tiny_dir):
@@ -269,19 +225,12 @@ def test_compare_page(tiny_dir):
     assert list(table["lane"]) == ["1: greedy", "2: sample"] and (table["tokens"] == 6).all()
 
 
-def _trace_json(at) -> str:
-    from decoding.core.trace import to_json
-
-    run_to_end(at)
-    return to_json(run_state(at).trace())
-
-
 @pytest.mark.slow
 def test_traces_page_download_and_replay(tiny_dir):
     from decoding.core.trace import from_json, to_dict
 
     at = new_app()
-    text = _trace_json(at)
+    text = trace_json(at)
     at.switch_page("app_pages/traces.py").run()
     ok(at)
     assert at.get("download_button")                     # the playground trace can be saved
@@ -301,7 +250,7 @@ def test_traces_page_download_and_replay(tiny_dir):
 
 def test_replay_escapes_hostile_pieces(tiny_dir):
     at = new_app()
-    data = json.loads(_trace_json(at))
+    data = json.loads(trace_json(at))
     step = data["steps"][0]
     step["chosen_piece"] = "<script>alert(1)</script>"
     step["raw_top"][0]["piece"] = '<img src=x onerror="alert(2)">'

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from app_support import new_app, ok, run_state, run_to_end
 from test_app_strategies import REPEAT
 
 from ui.views import verdict

@@ -7,8 +7,8 @@ Stop ends a long run and keeps its trace."""
 from __future__ import annotations
 
 import pytest
+from app_support import new_app, ok, run_state, run_to_end
 from dspark_helpers import APP_CHAIN
-from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 from decoding.core.trace import from_json, to_json, without_timings
 from ui.widgets import keys, stepper

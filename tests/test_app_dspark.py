@@ -7,8 +7,8 @@ import re
 from pathlib import Path
 
 import pytest
+from app_support import new_app, ok, run_state, run_to_end, trace_json
 from dspark_helpers import APP_CHAIN, chain_config
-from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_strategies import html_of
 
 from ui.views import headers
@@ -175,7 +175,7 @@ def test_calibration_of_the_scores_over_the_run(tiny_dir, drafter_file):
 
 def test_replay_of_a_dspark_trace_escapes_hostile_pieces(tiny_dir, drafter_file):
     at = new_app({**APP_CHAIN, "strategy": "dspark", "drafter": drafter_file, "gamma": "3", "max_new": "6"})
-    data = json.loads(_trace_json(at))
+    data = json.loads(trace_json(at))
     for step in data["steps"]:
         step["next_piece"] = "<script>alert(1)</script>"
         for column in step["lattice"]:

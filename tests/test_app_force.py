@@ -7,8 +7,8 @@ import html
 import re
 
 import pytest
+from app_support import new_app, ok, run_state, run_to_end
 from dspark_helpers import APP_CHAIN
-from test_app import new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_dspark import drafter_file  # noqa: F401  (a fixture)
 from test_app_strategies import REPEAT
 

@@ -4,7 +4,7 @@ next valid upload shows as usual and the sidebar's pages go on working."""
 from __future__ import annotations
 
 import pytest
-from test_app import new_app, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from app_support import new_app
 
 from decoding import GreedyConfig, ModelSpec, load, run, to_json
 from ui.widgets import guard, keys, step_panel

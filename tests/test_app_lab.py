@@ -5,8 +5,8 @@ points, a point beyond the device's memory and a model that does not load are on
 from __future__ import annotations
 
 import pytest
+from app_support import new_app, ok
 from md_helpers import shown
-from test_app import new_app, ok, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_app_dspark import chart_titled, frame_with
 
 from ui.widgets import keys
@@ -115,7 +115,7 @@ def test_throughput_measures_each_batch(tiny_dir):
 
 
 def test_acceptance_shows_the_playground_rounds(tiny_dir):
-    from test_app import run_state, run_to_end
+    from app_support import run_state, run_to_end
 
     at = lab_page()
     assert any("Run something in the Playground" in c.value for c in at.caption)
@@ -132,7 +132,7 @@ def test_acceptance_shows_the_playground_rounds(tiny_dir):
 
 
 def test_acceptance_of_a_run_without_drafts_says_so(tiny_dir):
-    from test_app import run_to_end
+    from app_support import run_to_end
 
     at = new_app({"strategy": "greedy", "max_new": "4"})
     run_to_end(at)
@@ -142,7 +142,7 @@ def test_acceptance_of_a_run_without_drafts_says_so(tiny_dir):
 
 
 def test_memory_of_the_playground_run(tiny_dir):
-    from test_app import run_state, run_to_end
+    from app_support import run_state, run_to_end
 
     at = new_app({"strategy": "beam", "num_beams": "3", "max_new": "5"})
     run_to_end(at)

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import pytest
+from app_support import new_app, ok, run_state
 from dspark_helpers import APP_CHAIN, app_drafter, one_thread
-from test_app import new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_devices import half_the_weights, save_tiny
 
 from decoding.core.config import GreedyConfig

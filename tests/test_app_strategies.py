@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from test_app import _trace_json, new_app, ok, run_state, run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
+from app_support import new_app, ok, run_state, run_to_end, trace_json
 
 from ui.widgets import keys
 
@@ -158,7 +158,7 @@ def test_whatif_page_from_the_playground_run(tiny_dir):
 
 def test_whatif_page_upload_refuses_other_strategies_and_bad_files(tiny_dir):
     at = new_app()
-    text = _trace_json(at)                                   # a greedy trace
+    text = trace_json(at)                                   # a greedy trace
     at.switch_page("app_pages/whatif.py").run()
     at.button_group(key="wi.source").set_value("Upload a trace").run()
     at.file_uploader(key="wi.upload").set_value(("g.json", text.encode(), "application/json")).run()
@@ -172,7 +172,7 @@ def test_whatif_page_upload_refuses_other_strategies_and_bad_files(tiny_dir):
 def test_whatif_page_upload_of_a_speculative_trace(tiny_dir):
     at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "2", "max_new": "8", "prompt": REPEAT,
                   "chat": "0"})
-    text = _trace_json(at)
+    text = trace_json(at)
     fresh = new_app()
     fresh.switch_page("app_pages/whatif.py").run()
     fresh.button_group(key="wi.source").set_value("Upload a trace").run()
@@ -185,7 +185,7 @@ def test_whatif_page_upload_of_a_speculative_trace(tiny_dir):
 def test_replay_escapes_hostile_pieces_in_spec_and_beam_traces(tiny_dir):
     spec_at = new_app({"strategy": "speculative", "draft": "lookup", "gamma": "3", "max_new": "8", "prompt": REPEAT,
                        "chat": "0", "temperature": "1.0"})
-    data = json.loads(_trace_json(spec_at))
+    data = json.loads(trace_json(spec_at))
     for step in data["steps"]:
         for draft in step["drafts"]:
             draft["piece"] = "<script>alert(1)</script>"
@@ -198,7 +198,7 @@ def test_replay_escapes_hostile_pieces_in_spec_and_beam_traces(tiny_dir):
     assert any("[a link](https://example.com)" in t.value for t in spec_at.text)   # shown as text
 
     beam_at = new_app({"strategy": "beam", "num_beams": "2", "max_new": "3"})
-    data = json.loads(_trace_json(beam_at))
+    data = json.loads(trace_json(beam_at))
     data["steps"][0]["pool"][0]["piece"] = '"];\nevil [label="x'
     beam_at.switch_page("app_pages/traces.py").run()
     beam_at.file_uploader(key="tr.upload").set_value(("evil.json", json.dumps(data).encode(), "application/json")).run()

@@ -13,12 +13,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import app_support as app_tests
 import pytest
-import test_app as app_tests
 import torch
+from app_support import run_to_end
 from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 from md_helpers import shown
-from test_app import run_to_end, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 from test_cli_hardening import BAD_HEADER, NOT_UTF8, rewrite
 from test_train_edges import nan_copy
 from word_models import PROMPT, build_nan_model_dir, build_word_model_dir, word_tokenizer

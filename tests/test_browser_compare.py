@@ -7,7 +7,7 @@ import re
 import urllib.request
 
 import pytest
-from test_browser import (  # noqa: F401  (fixtures)
+from browser_support import (  # noqa: F401  (fixtures)
     ARTIFACTS,
     browser,
     chip,

@@ -10,8 +10,7 @@ import re
 import urllib.request
 
 import pytest
-from layout_checks import layout_problems
-from test_browser import (  # noqa: F401  (fixtures)
+from browser_support import (  # noqa: F401  (fixtures)
     ARTIFACTS,
     ROOT,
     browser,
@@ -23,6 +22,7 @@ from test_browser import (  # noqa: F401  (fixtures)
     settle,
     shot,
 )
+from layout_checks import layout_problems
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.flaky(reruns=2, reruns_delay=2)]
 
@@ -193,8 +193,8 @@ def test_the_checks_find_each_problem_and_pass_a_page_without_them(browser):  # 
 def picker_problems(page, label: str) -> list[str]:
     """Open the select box labelled `label`, check every option of its list, then pick the longest one and
     check the page (the box shows the picked option's text): nothing cut off at 1280 px."""
+    from browser_support import choose
     from layout_checks import option_problems
-    from test_browser import choose
 
     box = page.locator('[data-testid="stSelectbox"]').filter(has_text=label).locator("input")
     box.scroll_into_view_if_needed()

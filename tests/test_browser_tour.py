@@ -4,7 +4,7 @@ updates the URL. Screenshots go to tests/artifacts/."""
 from __future__ import annotations
 
 import pytest
-from test_browser import (  # noqa: F401  (fixtures)
+from browser_support import (  # noqa: F401  (fixtures)
     ARTIFACTS,
     ROOT,
     browser,

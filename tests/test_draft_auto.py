@@ -87,19 +87,19 @@ def test_the_cli_summary_says_which_sources_and_why(tmp_path, capsys):
         f", sources lookup+recycling ({AUTO_FREE}), memory: empty")
 
 
-def _spec_trace_json(lm) -> dict:
+def _spectrace_json(lm) -> dict:
     return json.loads(to_json(run(lm, PROMPT, SpeculativeConfig(max_new_tokens=4, draft="lookup"))))
 
 
 def test_a_speculative_trace_of_1_5_loads_without_drafting(lm):
-    data = _spec_trace_json(lm)
+    data = _spectrace_json(lm)
     data["schema_version"] = "1.5"
     del data["steps"][0]["drafting"]
     assert from_json(json.dumps(data)).steps[0].drafting is None
 
 
 def test_a_speculative_drafting_reason_over_the_limit_is_refused(lm):
-    data = _spec_trace_json(lm)
+    data = _spectrace_json(lm)
     data["steps"][0]["drafting"]["reason"] = "x" * 301
     with pytest.raises(TraceFormatError, match=r"steps\[0\]\.drafting\.reason: 301 characters"):
         from_json(json.dumps(data))

@@ -9,10 +9,10 @@ import dataclasses
 import re
 
 import pytest
+from app_support import new_app
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from md_helpers import links, page_markdown
-from test_app import new_app, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 from decoding.core.errors import ConfigError
 from decoding.runner import STRATEGIES

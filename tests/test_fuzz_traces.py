@@ -14,7 +14,6 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from md_helpers import links, page_markdown
-from test_app import tiny_dir  # noqa: F401  (tiny_dir is a fixture: no model is loaded by these pages)
 
 from decoding.core import trace
 from decoding.core.trace import Trace, TraceFormatError, from_json, to_json

@@ -13,7 +13,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from md_helpers import links, live, page_markdown, shown
-from test_app import tiny_dir  # noqa: F401  (a fixture: the Traces page loads no model)
 
 from ui.views.text import CONTROL, WORD_JOINER, md_text
 

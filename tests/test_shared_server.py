@@ -8,8 +8,8 @@ import threading
 import weakref
 
 import pytest
+from app_support import new_app, ok, run_state
 from md_helpers import shown
-from test_app import new_app, ok, run_state, tiny_dir  # noqa: F401  (tiny_dir is a fixture)
 
 from decoding.core.config import GreedyConfig, SampleConfig
 from decoding.core.trace import without_timings
