@@ -22,7 +22,9 @@ from dataclasses import dataclass
 
 import torch
 
+from decoding.core import exact_rules
 from decoding.core.errors import check
+from decoding.core.exact_rules import Branch
 from decoding.core.token_step import sample_inverse_cdf
 
 
@@ -51,45 +53,18 @@ def residual(p_target, token: int):
         out[token] = 0
         total = out.sum()
         return out / total if total > 0 else None
-    out = list(p_target)
-    out[token] = out[token] * 0
-    total = sum(out)
-    return [v / total for v in out] if total > 0 else None
+    return exact_rules.point_mass_residual(p_target, token)
 
 
 # ------------------------------------------------------------------------------ exact branches
-@dataclass(frozen=True)
-class Branch:
-    """One outcome at a node: child `accepted` (index into its children) with probability `prob`,
-    or (accepted None) all children rejected and the next token drawn from `dist`."""
-
-    prob: object
-    accepted: int | None
-    dist: object = None
-
-
 def exact_branches(p_target, children: Sequence[int]) -> list[Branch]:
-    """The exact rule's outcomes at one node, with their probabilities (Fractions stay exact)."""
-    branches, p_j, reach = [], p_target, 1
-    for j, token in enumerate(children):
-        accept = p_j[token]
-        branches.append(Branch(reach * accept, j))
-        reach = reach * (1 - accept)
-        p_j = residual(p_j, token)
-        if p_j is None:
-            return branches
-    branches.append(Branch(reach, None, p_j))
-    return branches
+    """The exact rule's outcomes at one node (decoding.core.exact_rules.exact_branches, lists or tensors)."""
+    return exact_rules.exact_branches(p_target, children, residual)
 
 
 def lossy_branches(p_target, children: Sequence[int], threshold) -> list[Branch]:
-    """LOSSY (labelled, off by default): the first child with p_target(x) > threshold is accepted
-    outright (a typical-acceptance shortcut that looks at the target's verdict); otherwise the exact
-    rule. threshold >= 1 never fires and gives the exact rule back."""
-    for j, token in enumerate(children):
-        if p_target[token] > threshold:
-            return [Branch(1, j)]
-    return exact_branches(p_target, children)
+    """LOSSY (labelled, off by default): decoding.core.exact_rules.lossy_branches, lists or tensors."""
+    return exact_rules.lossy_branches(p_target, children, threshold, residual)
 
 
 Rule = Callable[[object, Sequence[int]], list[Branch]]

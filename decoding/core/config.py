@@ -286,3 +286,8 @@ class DSparkConfig(SamplingParams):
     @property
     def is_lossy(self) -> bool:
         return self.lossy_threshold is not None
+
+
+# every strategy's config class by its name, in the runner's order (decoding/runner.py registers the same)
+CONFIGS: dict[str, type[BaseConfig]] = {cls.strategy: cls for cls in (GreedyConfig, SampleConfig, BeamConfig,
+                                                                      SpeculativeConfig, DSparkConfig)}

@@ -14,72 +14,31 @@ rules do not care). Over the support of the two (every token either can give), f
   larger (it has looked at what the target will say), then the speculative rule as if it had drawn that
   one alone — not exact. With p_target (0.7, 0.3) and q_draft (0.5, 0.5) it gives (0.85, 0.15).
 
-Each rule's exact distribution is computed by enumeration (plain numbers: Fractions stay exact), and
+Each rule's exact distribution is computed by enumeration (decoding.core.exact_rules; Fractions stay exact), and
 `samples` seeded rounds run the engine's own sampling code (decoding.core.acceptance.sample_round for the
 tree rules, the speculative ratio rule's functions) for an empirical histogram and a χ² test.
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import product
 
 import torch
 
-from decoding.core.acceptance import exact_branches, lossy_branches, sample_round
+from decoding.core.acceptance import sample_round
+from decoding.core.exact_rules import (  # the exact side, torch-free (the view imports it from there)
+    RETROSPECTIVE_DRAWS,
+    retrospective_exact,
+    speculative_exact,
+    tree_exact,
+)
 from decoding.core.formulas import chi_square
 from decoding.core.measures import LOSSLESS_RULES, LosslessConfig, LosslessResult, RuleOutcome
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import sample_inverse_cdf
 from decoding.strategies.speculative import acceptance_probability, residual_distribution
 
-RETROSPECTIVE_DRAWS = 2
 
-
-# ---------------------------------------------------------------- exact distributions (plain numbers)
-def speculative_exact(p: Sequence, q: Sequence) -> list:
-    """P(next = x) = q(x) · min(1, p(x)/q(x)) + (1 − Σ_y min(p(y), q(y))) · residual(x)."""
-    return _mix([(q[x], x) for x in range(len(q)) if q[x]], p, q)
-
-
-def retrospective_exact(p: Sequence, q: Sequence, draws: int = RETROSPECTIVE_DRAWS) -> list:
-    """`draws` drafts i.i.d. from q; the one with the largest p/q (the first on ties) is kept and judged
-    by the speculative rule: enumerate every tuple of drafts."""
-    support = [x for x in range(len(q)) if q[x]]
-    weights = []
-    for tup in product(support, repeat=draws):
-        prob = 1
-        for x in tup:
-            prob = prob * q[x]
-        weights.append((prob, max(tup, key=lambda x: (p[x] / q[x], -tup.index(x)))))
-    return _mix(weights, p, q)
-
-
-def _mix(drafts: Sequence[tuple], p: Sequence, q: Sequence) -> list:
-    """Σ over (probability, drafted token): accept it with min(1, p/q), else draw the residual."""
-    out = [0 * p[0] for _ in p]
-    rest = residual_distribution(list(p), list(q))
-    for prob, x in drafts:
-        accept = acceptance_probability(p[x], q[x])
-        out[x] += prob * accept
-        for y, r in enumerate(rest):
-            out[y] += prob * (1 - accept) * r
-    return out
-
-
-def tree_exact(p: Sequence, children: Sequence[int], threshold=None) -> list:
-    """The first token a tree rule emits at a node with these children: an accepted child, or the
-    residual's draw once all were rejected (the lossy mode with a threshold)."""
-    rule = exact_branches(p, children) if threshold is None else lossy_branches(p, children, threshold)
-    out = [0 * p[0] for _ in p]
-    for branch in rule:
-        if branch.accepted is not None:
-            out[children[branch.accepted]] += branch.prob
-        else:
-            for y, r in enumerate(branch.dist):
-                out[y] += branch.prob * r
-    return out
-
-
+# ---------------------------------------------------------------- exact distributions: decoding.core.exact_rules
 def total_variation(a: Sequence, b: Sequence):
     return sum(abs(x - y) for x, y in zip(a, b)) / 2
 

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from decoding.core.errors import ConfigError, check
 from decoding.runtime.files import keep_recent, load_from_cache, save_to_cache, touch, write_text_atomic
-from decoding.runtime.kv_rollback import roll_back
 from decoding.runtime.paths import cache_root, model_key, safe_name, shown_path
 
 COST_TABLE_VERSION = 1
@@ -121,6 +120,8 @@ def forward_times(lm, counts: Iterable[int], repeats: int, prefix_tokens: int = 
     """(n, wall times in ms of `repeats` forwards over n new tokens after a cached prefix) for each n in
     `counts`, all logits computed as a verification does. The prefix is computed once, then a warm-up
     forward; each timed forward is trimmed off the cache again afterwards."""
+    from decoding.runtime.kv_rollback import roll_back  # torch, loaded when a model is profiled
+
     counts = list(counts)
     ids = probe_ids(lm, prefix_tokens + max(counts))
     cache = lm.sequence_cache(rollback=True)

@@ -15,6 +15,7 @@ import torch
 
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
 from decoding.core.config import AUTO_DRAFT, COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
+from decoding.core.exact_rules import acceptance_probability, ratio_residual  # the ratio rule, lists
 from decoding.core.formulas import cut_at_eos
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
@@ -43,12 +44,6 @@ from decoding.strategies import adaptive_gamma as spec_cost
 
 # ---------------------------------------------------------------- pure acceptance math
 
-def acceptance_probability(p_target_x, q_draft_x):
-    """Ratio rule: accept a token drafted with probability q_draft_x with min(1, p_target_x / q_draft_x).
-    A point-mass drafter has q_draft_x = 1, so this is p_target_x."""
-    return min(1, p_target_x / q_draft_x)
-
-
 def accepted_mass(p_target, q_draft):
     """sum_x min(p_target(x), q_draft(x)): the probability that a drafted position is accepted (row-wise
     for (n, V) tensors)."""
@@ -59,16 +54,13 @@ def accepted_mass(p_target, q_draft):
 
 def residual_distribution(p_target, q_draft):
     """After a ratio-rule rejection: norm(max(0, p_target - q_draft)) (p_target if it has no mass)."""
-    if isinstance(p_target, torch.Tensor):
-        return _normalized((p_target - q_draft).clamp_min(0), p_target)  # (V,)
-    return _normalized([max(0, p - q) for p, q in zip(p_target, q_draft)], p_target)
-
-
-def _normalized(weights, fallback):
-    total = weights.sum() if isinstance(weights, torch.Tensor) else sum(weights)
+    if not isinstance(p_target, torch.Tensor):
+        return ratio_residual(p_target, q_draft)
+    weights = (p_target - q_draft).clamp_min(0)  # (V,)
+    total = weights.sum()
     if total <= 0:
-        return fallback  # rejection had probability 0; only float round-off gets here
-    return weights / total if isinstance(weights, torch.Tensor) else [w / total for w in weights]
+        return p_target  # rejection had probability 0; only float round-off gets here
+    return weights / total
 
 
 # ---------------------------------------------------------------- adaptive gamma

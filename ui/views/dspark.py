@@ -12,7 +12,8 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
-from decoding.core.trace import proposed_by
+from decoding.core import trace_totals
+from decoding.core.trace import DSparkRound, proposed_by
 from ui.views import palette
 from ui.views.beam import dot_escape
 from ui.views.chips import Chip, visible
@@ -471,10 +472,9 @@ def dspark_row(event) -> dict:
 
 def dspark_metrics(events: Sequence) -> dict:
     """τ (tokens per verification forward), acceptance rate (accepted / verified nodes) and
-    per-depth acceptance over the drafting rounds so far (the engine's own dspark_stats)."""
-    from decoding.strategies.dspark import dspark_stats
-
-    stats = dspark_stats(events)
+    per-depth acceptance over the drafting rounds so far (decoding.core.trace_totals' dspark_metrics, as
+    the engine's dspark_stats)."""
+    stats = trace_totals.dspark_metrics([e for e in events if isinstance(e, DSparkRound)])
     return {"tau": stats.get("mean_accepted_length", 0.0), "acceptance_rate": stats.get("acceptance_rate"),
             "per_position": tuple(stats.get("per_position_acceptance", ())), "rounds": len(drafting_rounds(events))}
 

@@ -8,8 +8,8 @@ from fractions import Fraction
 import pandas as pd
 import plotly.graph_objects as go
 
+from decoding.core.exact_rules import retrospective_exact, speculative_exact, tree_exact
 from decoding.core.measures import LOSSLESS, LosslessResult
-from decoding.lab.lossless import retrospective_exact, speculative_exact, tree_exact
 from ui.views import palette
 from ui.views.figures import plot_text
 from ui.views.headers import header

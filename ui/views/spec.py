@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import pandas as pd
 import plotly.graph_objects as go
 
+from decoding.core import trace_totals
+from decoding.core.trace import SpecRound
 from ui.views import glossary, palette
 from ui.views.acceptance import MIN_ROUNDS
 from ui.views.chips import Chip, visible
@@ -183,10 +185,8 @@ def gamma_choice_table(info) -> pd.DataFrame:
 
 def spec_metrics(events: Sequence) -> dict:
     """τ (tokens per verification forward), acceptance rate, per-position acceptance (vLLM's
-    definitions, from the engine's own spec_stats) over the rounds so far."""
-    from decoding.strategies.speculative import spec_stats
-
-    stats = spec_stats(events)
+    definitions, decoding.core.trace_totals' spec_metrics, as the engine's spec_stats) over the rounds so far."""
+    stats = trace_totals.spec_metrics([e for e in events if isinstance(e, SpecRound)])
     return {"tau": stats.get("mean_accepted_length", 0.0), "acceptance_rate": stats.get("acceptance_rate"),
             "per_position": tuple(stats.get("per_position_acceptance", ())),
             "rounds": sum(1 for e in events if getattr(e, "kind", "") == "spec_round")}

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decoding.core.config import BaseConfig
+from decoding.core.config import CONFIGS, BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.core.trace import Trace, from_json, to_json
 from decoding.core.trace_totals import emitted_count
-from decoding.runner import STRATEGIES, run
 from decoding.runtime.files import check_folder
 from ui.views.headers import value_word
 from ui.views.made_with import settings_words
@@ -44,9 +43,9 @@ class Stop:
 
     def config(self) -> BaseConfig:
         """The stop's validated config (ConfigError names a bad parameter, or an unknown strategy)."""
-        check(self.strategy in STRATEGIES, "strategy", self.strategy, f"choose one of {', '.join(STRATEGIES)}")
-        return STRATEGIES[self.strategy].config_cls(max_new_tokens=self.max_new_tokens, seed=self.seed,
-                                                    top_n=self.top_n, **dict(self.params))
+        check(self.strategy in CONFIGS, "strategy", self.strategy, f"choose one of {', '.join(CONFIGS)}")
+        return CONFIGS[self.strategy](max_new_tokens=self.max_new_tokens, seed=self.seed,
+                                      top_n=self.top_n, **dict(self.params))
 
 
 COPY_TEXT = ("Speculative decoding lets a small drafter guess several tokens, and the large model checks "
@@ -335,6 +334,8 @@ def config_line(stop: Stop) -> str:
 # ---------------------------------------------------------------- recording
 
 def record_stop(lm, stop: Stop) -> Trace:
+    from decoding.runner import run  # the recorder runs a model: torch loads here, not when a page imports
+
     return run(lm, lm.encode(stop.prompt, chat_template=True), stop.config(), prompt_text=stop.prompt)
 
 
