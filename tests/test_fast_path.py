@@ -24,9 +24,9 @@ from decoding.runtime.fast_path import EmulatedGraph, KVLease
 from decoding.runtime.hooks import tap_decoder_rows, tap_head_input
 from decoding.runtime.models import LM, ModelSpec, kv_memory
 from decoding.strategies.tree_verify import compact_cache, verify_tree
+from tests.app_support import assert_same
 from tests.conftest import TEST_DEVICE, logit_atol
 from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
-from tests.test_tour import assert_same
 
 TOL = logit_atol(1e-5)
 REL = 2e-6      # of the largest |value|: a static cache and a dynamic one run kernels of other shapes, whose
