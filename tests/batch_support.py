@@ -7,8 +7,6 @@ PROMPTS = [[5, 9, 2, 7], [11, 3], [8, 8, 1, 4, 6, 2, 9], [2], [30, 31, 32], [7, 
            [12, 13, 14, 15, 16], [60], [33, 3]]
 
 
-
-
 def batches_up_to(limit: int):
     """A stand-in for forward_cost.batch_times that runs out of device memory from `limit` sequences on."""
     def batch_times(lm, batches, repeats, prefix_tokens):

@@ -17,14 +17,11 @@ APP = str(ROOT / "app.py")
 GOLDEN = ROOT / "tests" / "golden"
 
 
-
-
 SHAPE = ModelShape(linear_params=25_000_000, weight_bytes=100_000_000, layers=4, q_dim=64, kv_dim=32,
                    element_bytes=4)
 
 
 RATES = DeviceRates(bytes_per_s=1e9, flops_per_s=1e10, read_bytes=1 << 28, product="mlp (1×1) × 1 rows")
-
 
 
 def _strings(value) -> list[str]:
@@ -33,7 +30,6 @@ def _strings(value) -> list[str]:
     if isinstance(value, (list, tuple)):
         return [s for v in value for s in _strings(v)]
     return []
-
 
 
 def _title(title) -> str | None:

@@ -58,7 +58,7 @@ def fast(lm):
 
 def assert_same_run(base, fast, config, **kwargs):
     """The same trace apart from timings and the model's name (tokens, verdicts and counts identical, every
-    recorded number within test_tour's tolerance), and the recorded raw logits within TOL."""
+    recorded number within assert_same's tolerance), and the recorded raw logits within TOL."""
     a, b = run(base, PROMPT, config, **kwargs), run(fast, PROMPT, config, **kwargs)
     assert a.error is None and b.error is None and len(a.output_ids) > 0
     assert fast.fast.failure is None and any(slot.graphs for slot in fast.fast.slots)    # graphs did replay
