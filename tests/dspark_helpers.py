@@ -1,13 +1,21 @@
 """Tiny llamas and drafters for the dspark tests (no download, built in a few ms)."""
 from __future__ import annotations
 
+import dataclasses
+import random
+
 import pytest
 import torch
 from conftest import on_test_device
 
 from bench.dspark import PARALLEL
+from decoding.drafters.feature_lattice import FeatureLatticeDrafter
+from decoding.drafters.feature_net import FeatureNet, FeatureShape
+from decoding.drafters.lattice_lookup import LookupInput
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 from decoding.runtime.models import LM
+from decoding.strategies import dspark
+from decoding.train.parallel import TrainSettings
 
 
 def varied_llama(seed: int = 0, vocab: int = 64, hidden: int = 32, init: float = 0.3,
@@ -119,3 +127,43 @@ def as_draft_model_source(target: LM, draft: LM) -> str:
     held as the target's draft model source, where loading `model:NAME` would keep it."""
     target.loaded(("draft model source",), draft.name, lambda: draft)
     return f"model:{draft.name}"
+
+
+def random_head(lm, seed: int = 0, vocab=None, **kw) -> FeatureLatticeDrafter:
+    torch.manual_seed(seed)
+    hidden = int(lm.model.config.hidden_size)
+    net = FeatureNet(FeatureShape(hidden, width=16, mlp=32, blocks=1), vocab or range(lm.vocab_size))
+    torch.nn.init.normal_(net.out.weight, std=0.5)
+    net.attach(lm).eval().requires_grad_(False)
+    return FeatureLatticeDrafter(net, **kw)
+
+
+class Recorder:
+    """Wraps DSparkDecoder.round: keeps each round's history (hidden rows, tokens, position) and hands
+    the round an oracle lookup chain (the greedy continuation's next 3 tokens, strongly scored), so
+    rounds accept several drafts and the history is refilled from multi-token rounds."""
+
+    def __init__(self, real, prompt, greedy):
+        self.real, self.prompt, self.greedy, self.calls = real, prompt, greedy, []
+
+    def __call__(self, decoder, step):
+        self.calls.append((step.hidden.clone(), list(step.history), step.position))
+        done = step.position - len(self.prompt)
+        oracle = tuple(self.greedy[done:done + min(step.gamma, 3)])
+        lookup = LookupInput(oracle, None, (0.99, 0.99)) if step.gamma >= 1 and oracle else None
+        return self.real(decoder, dataclasses.replace(step, lookup=lookup))
+
+    def install(self, monkeypatch) -> Recorder:
+        """Every decoder's round() goes through this recorder until monkeypatch undoes it."""
+        monkeypatch.setattr(dspark.DSparkDecoder, "round", lambda decoder, step: self(decoder, step))
+        return self
+
+
+SETTINGS = TrainSettings(gamma_max=6, rank=8, trunk=32, width=32, steps=120, batch_size=64, lr=1e-2,
+                         answer_tokens=20, gen_batch=8, heldout_every=4)
+
+
+@pytest.fixture(scope="module")
+def prompts():
+    rng = random.Random(0)
+    return [[rng.randrange(64) for _ in range(rng.randint(1, 7))] for _ in range(16)]

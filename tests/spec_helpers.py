@@ -2,6 +2,7 @@
 divergence report that shows the top-2 logit gap."""
 from __future__ import annotations
 
+import pytest
 import torch
 from conftest import make_tiny_llama
 
@@ -46,3 +47,49 @@ def heldout_prompts(n: int) -> list[str]:
 
     texts = distill_prompts(1024, 0)
     return [texts[i] for i in split_sequences(1024, 16)[1][:n]]
+
+
+PROMPTS = ([1, 2, 3, 4, 5, 1, 2, 3], [7, 7, 7, 7], [9, 3, 12, 5, 9, 3, 12, 5, 9, 3], [0, 15, 2])
+
+
+N = 24
+
+
+@pytest.fixture(scope="module")
+def target():
+    return peaked_lm(0, eos_token_id=None)
+
+
+@pytest.fixture(scope="module")
+def draft():
+    return peaked_lm(1, eos_token_id=None)
+
+
+def hf_generate(target_model, ids, **kwargs) -> tuple[list[int], int]:
+    """transformers' generate on a batch of one; returns (new ids, target forwards counted by a hook)."""
+    x = torch.tensor([ids], device=target_model.device)  # (1, T)
+    counter = ForwardCounter(target_model)
+    try:
+        out = target_model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, **kwargs)
+    finally:
+        counter.close()
+    return out[0, len(ids):].tolist(), counter.calls
+
+
+def constant_assistant(draft_model, gamma: int):
+    gc = draft_model.generation_config
+    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
+    gc.assistant_confidence_threshold = 0.0
+    return draft_model
+
+
+class ForwardCounter:
+    def __init__(self, model):
+        self.calls = 0
+        self.handle = model.register_forward_hook(self._hook)
+
+    def _hook(self, *_args):
+        self.calls += 1
+
+    def close(self):
+        self.handle.remove()

@@ -7,8 +7,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from app_support import new_app, ok, run_state, run_to_end
-from test_app_strategies import REPEAT
+from app_support import REPEAT, new_app, ok, run_state, run_to_end
 
 from ui.views import verdict
 from ui.views.presets import PRESETS

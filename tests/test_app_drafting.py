@@ -4,8 +4,7 @@ too. On the tiny model no shipped drafter fits, so `auto` is training-free."""
 from __future__ import annotations
 
 import pytest
-from app_support import new_app, ok, run_state
-from test_tour import no_model, tour_app  # noqa: F401  (no_model is a fixture)
+from app_support import new_app, no_model, ok, run_state, tour_app  # noqa: F401  (no_model: fixture)
 
 from decoding.drafters.factory import AUTO_FITS, AUTO_FREE
 from ui.views.sources import memory_text

@@ -7,43 +7,28 @@ import re
 from pathlib import Path
 
 import pytest
-from app_support import new_app, ok, run_state, run_to_end, trace_json
+from app_support import (
+    chart_titled,
+    charts,
+    drafter_file,  # noqa: F401  (a fixture)
+    frame_with,
+    html_of,
+    new_app,
+    ok,
+    run_state,
+    run_to_end,
+    trace_json,
+)
 from dspark_helpers import APP_CHAIN, chain_config
-from test_app_strategies import html_of
 
 from ui.views import headers
 from ui.views.sources import source_text
-
-
-@pytest.fixture(scope="module")
-def drafter_file(tiny_dir):
-    """A drafter whose first draft is the tiny model's (constant) greedy token and whose second is
-    another token: every round has an accepted and a rejected draft at temperature 0."""
-    from tests.dspark_helpers import app_drafter
-
-    return app_drafter(tiny_dir)
-
-
-def charts(at) -> list[dict]:
-    return [json.loads(c.proto.spec) for c in at.get("plotly_chart")]
 
 
 def exports(at) -> dict[str, str]:
     """What each chart's toolbar camera saves: file name -> format (plotly.js draws it in the browser)."""
     opts = [json.loads(c.proto.config)["toImageButtonOptions"] for c in at.get("plotly_chart")]
     return {o["filename"]: o["format"] for o in opts}
-
-
-def chart_titled(at, words: str) -> dict:
-    found = [c for c in charts(at) if words in json.dumps(c["layout"].get("title", ""))]
-    assert found, f"no chart titled {words!r}"
-    return found[0]
-
-
-def frame_with(at, column: str):
-    found = [d.value for d in at.dataframe if column in d.value.columns]
-    assert found, f"no table with a {column!r} column"
-    return found[0]
 
 
 def count(html: str, origin: str) -> int:

@@ -7,10 +7,8 @@ import html
 import re
 
 import pytest
-from app_support import new_app, ok, run_state, run_to_end
+from app_support import REPEAT, drafter_file, new_app, ok, run_state, run_to_end  # noqa: F401  (drafter_file: fixture)
 from dspark_helpers import APP_CHAIN
-from test_app_dspark import drafter_file  # noqa: F401  (a fixture)
-from test_app_strategies import REPEAT
 
 from ui.views.chips import visible
 from ui.widgets import forcing

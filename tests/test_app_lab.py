@@ -5,9 +5,8 @@ points, a point beyond the device's memory and a model that does not load are on
 from __future__ import annotations
 
 import pytest
-from app_support import new_app, ok
+from app_support import chart_titled, frame_with, new_app, ok
 from md_helpers import shown
-from test_app_dspark import chart_titled, frame_with
 
 from ui.widgets import keys
 
@@ -76,7 +75,7 @@ def test_bad_points_are_one_line_errors(tiny_dir, field, text, words):
 
 
 def test_a_point_beyond_memory_is_an_error_box(tiny_dir, monkeypatch):
-    from test_lab import batches_up_to
+    from batch_support import batches_up_to
 
     from decoding.lab import forward_cost
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from app_support import new_app, ok, run_state
 from dspark_helpers import APP_CHAIN, app_drafter, one_thread
-from test_devices import half_the_weights, save_tiny
+from weights_support import half_the_weights, save_tiny
 
 from decoding.core.config import GreedyConfig
 from decoding.core.trace import to_json

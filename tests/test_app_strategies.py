@@ -6,15 +6,9 @@ import json
 import re
 
 import pytest
-from app_support import new_app, ok, run_state, run_to_end, trace_json
+from app_support import REPEAT, html_of, new_app, ok, run_state, run_to_end, trace_json
 
 from ui.widgets import keys
-
-REPEAT = "one two three one two three one two three one two"
-
-
-def html_of(at) -> str:
-    return "".join(h.value for h in at.html)
 
 
 @pytest.mark.slow

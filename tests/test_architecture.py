@@ -144,6 +144,41 @@ def test_a_product_module_using_the_tests_is_caught(tmp_path, line):
     assert found and all("bench/lossy.py" in f for f in found), found
 
 
+def imported_test_modules(path: Path) -> set[str]:
+    """The test modules (test_*.py) that `path` imports, lazy imports inside functions included."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            found |= {node.module or ""} | {f"{node.module or ''}.{a.name}" for a in node.names}
+    return {name for name in found if any(part.startswith("test_") for part in name.split("."))}
+
+
+def modules_importing_test_modules(folder: Path) -> list[str]:
+    """Modules of the tests folder that import a test module: what tests share lives in a support module
+    (app_support.py, cli_support.py, ...) or, for fixtures, in conftest.py."""
+    return [f"{p.name} imports {sorted(imported_test_modules(p))}" for p in sorted(folder.glob("*.py"))
+            if imported_test_modules(p)]
+
+
+def test_no_test_module_imports_another():
+    assert modules_importing_test_modules(ROOT / "tests") == []
+
+
+@pytest.mark.parametrize("line", ["from test_cli import cli", "import test_cli",
+                                  "from tests.test_cli import cli", "from tests import test_cli",
+                                  "def later():\n    from test_cli import cli"])
+def test_a_test_module_importing_another_is_caught(tmp_path, line):
+    for path in (ROOT / "tests").glob("*.py"):
+        shutil.copy(path, tmp_path / path.name)
+    assert modules_importing_test_modules(tmp_path) == []
+    append(tmp_path / "test_lab.py", line)
+    append(tmp_path / "cli_support.py", "from decoding.runtime.models import LM")   # not a test module
+    found = modules_importing_test_modules(tmp_path)
+    assert len(found) == 1 and found[0].startswith("test_lab.py imports ") and "test_cli" in found[0], found
+
+
 @pytest.mark.slow
 def test_the_tree_keeps_the_dependency_rules():
     assert violations(ROOT) == []

@@ -17,13 +17,12 @@ import app_support as app_tests
 import pytest
 import torch
 from app_support import run_to_end
+from cli_support import NOT_UTF8, cli_main, one_line
 from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 from md_helpers import shown
-from test_cli_hardening import BAD_HEADER, NOT_UTF8, rewrite
-from test_train_edges import nan_copy
+from weights_support import BAD_HEADER, nan_copy, rewrite
 from word_models import PROMPT, build_nan_model_dir, build_word_model_dir, word_tokenizer
 
-from decoding import __main__ as cli
 from decoding.core import trace as trace_mod
 from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
@@ -792,12 +791,6 @@ def skip_if_needed(case: Case) -> None:
         pytest.skip("CUDA is available here, so device=cuda is not bad input")
 
 
-def one_line(message: str) -> str:
-    lines = message.strip().splitlines()
-    assert len(lines) == 1, message
-    return lines[0]
-
-
 # ------------------------------------------------------------------------------ engine
 
 def engine_message(case: Case, env) -> str:
@@ -822,16 +815,6 @@ def test_engine(case, env, monkeypatch):
 
 
 # ------------------------------------------------------------------------------ CLI
-
-def cli_main(argv: list[str], capsys) -> tuple[int, str, str]:
-    """python -m decoding run ... in this process: (exit status, stdout, stderr)."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:          # argparse errors exit through the parser
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
 
 @pytest.mark.parametrize("case", cases_for("CLI"))
 def test_cli(case, env, capsys, monkeypatch):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from test_greedy_batch import PROMPTS
+from batch_support import PROMPTS
 
 from bench import distill_gen
 

@@ -5,13 +5,11 @@ through AppTest on recorded traces (tests/golden, no model); the Lab's measured 
 which need a model to fill, are built from hand-made measurements."""
 from __future__ import annotations
 
-import json
 import re
 
 import plotly.graph_objects as go
 import pytest
-from test_lab_views import report, results
-from test_table_headers import app, golden, rich_step  # noqa: F401  (app: the AppTest fixture)
+from page_support import app, chart_texts, golden, page_charts, report, results, rich_step  # noqa: F401  (app: fixture)
 
 from decoding.core.measures import LosslessResult, RuleOutcome
 from ui.views import lab, lossless
@@ -22,37 +20,6 @@ FIELD_NAME = re.compile(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b|\btau\b")   # q_draf
 MARKUP = re.compile(r"%\{[^}]*\}|<[^>]*>")                              # %{y:.4f}, <br>, <extra>
 
 
-def _title(title) -> str | None:
-    return title.get("text") if isinstance(title, dict) else title
-
-
-def _strings(value) -> list[str]:
-    if isinstance(value, str):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [s for v in value for s in _strings(v)]
-    return []
-
-
-def _trace_texts(trace: dict) -> list[tuple[str, str | None]]:
-    """A trace's legend entry, colour-bar title, hover template and the strings its hover shows."""
-    hover = _strings(trace.get("hovertemplate")) + _strings(trace.get("hovertext"))
-    shown = " ".join(hover)
-    data = [s for field in ("customdata", "text") if f"%{{{field}" in shown for s in _strings(trace.get(field))]
-    return ([("legend", trace.get("name")), ("colour bar", _title(trace.get("colorbar", {}).get("title")))]
-            + [("hover", h) for h in hover + data])
-
-
-def chart_texts(fig: dict) -> list[tuple[str, str | None]]:
-    """(where, text) for every piece of a plotly figure (as JSON) that names what it shows."""
-    layout = fig.get("layout", {})
-    out = [("title", _title(layout.get("title"))), ("legend title", _title(layout.get("legend", {}).get("title")))]
-    out += [(f"{k} title", _title(v.get("title"))) for k, v in layout.items()
-            if k.startswith(("xaxis", "yaxis")) and isinstance(v, dict)]
-    out += [("annotation", a.get("text")) for a in layout.get("annotations", [])]
-    return out + [t for trace in fig.get("data", []) for t in _trace_texts(trace)]
-
-
 def chart_problems(fig: dict) -> list[str]:
     """Each field name a chart shows its users, with where it shows it (once per place, with its first text)."""
     found: dict[tuple[str, str], str] = {}
@@ -60,11 +27,6 @@ def chart_problems(fig: dict) -> list[str]:
         for name in FIELD_NAME.findall(MARKUP.sub(" ", text or "")):
             found.setdefault((where, name), text[:80])
     return [f"{where} {text!r}: {name}" for (where, name), text in found.items()]
-
-
-def page_charts(at) -> list[dict]:
-    assert not at.exception, [e.value for e in at.exception]
-    return [json.loads(chart.proto.spec) for chart in at.get("plotly_chart")]
 
 
 @pytest.mark.slow

@@ -31,10 +31,6 @@ def cli(*args, timeout=300):
 ])
 @pytest.mark.slow
 def test_bad_input_one_line_exit_2(args, param):
-    from decoding.runner import STRATEGIES
-
-    if "beam" in args and "beam" not in STRATEGIES:
-        pytest.skip("beam strategy not registered yet")
     res = cli("run", *args)
     assert res.returncode == 2, res.stderr
     lines = [ln for ln in res.stderr.splitlines() if ln.strip()]

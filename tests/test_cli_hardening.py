@@ -15,7 +15,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from dspark_helpers import one_thread, random_drafter
+from cli_support import NOT_UTF8, cli_main, one_line
+from dspark_helpers import one_thread
+from weights_support import (  # noqa: F401  (weights: fixture)
+    BAD_HEADER,
+    DROPPED,
+    OTHER_TENSOR,
+    given,
+    load_weights,
+    rewrite,
+    weights,
+)
 from word_models import PROMPT, build_word_model_dir
 
 from decoding import __main__ as cli
@@ -41,25 +51,6 @@ def word(tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def lm(word) -> LM:
     return load(ModelSpec(str(word)))
-
-
-def cli_main(argv: list[str], capsys) -> tuple[int, str, str]:
-    """python -m decoding ... in this process: (exit status, stdout, stderr). Ctrl-C escaping main is a
-    failure here, not the end of the test session."""
-    try:
-        code = cli.main(argv)
-    except SystemExit as exc:
-        code = exc.code
-    except KeyboardInterrupt:
-        pytest.fail("KeyboardInterrupt escaped the CLI")
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def one_line(text: str) -> str:
-    lines = [line for line in text.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in text, text
-    return lines[0]
 
 
 def base(word: Path, *flags: str) -> list[str]:
@@ -304,9 +295,6 @@ def test_sigint_to_a_real_process(word, tmp_path):
 
 # ------------------------------------------------------------------------------ other inputs
 
-NOT_UTF8 = "w1 \udcff w2"                  # what Python makes of the argv bytes b"w1 \xff w2" (surrogateescape)
-
-
 def test_prompt_that_is_not_utf8(word, lm, capsys):
     code, _, err = cli_main(["run", "--model", str(word), "--prompt", NOT_UTF8], capsys)
     assert code == 2
@@ -329,38 +317,6 @@ def test_max_memory_that_overflows(budget, reason, word, capsys, no_load):
 
 # damaged weights files: (loader, damage) -> the file; every one must be `param=PATH could not be read`
 
-@pytest.fixture(scope="module")
-def weights(lm, tmp_path_factory) -> dict[str, Path]:
-    """A good weights file of each drafter kind for the word model."""
-    from decoding.drafters.feature_net import FeatureNet, FeatureShape, save_feature
-    from decoding.drafters.shallow import build_shallow, save_shallow
-
-    tmp = tmp_path_factory.mktemp("weights")
-    files = {"shallow": tmp / "shallow.safetensors", "feature": tmp / "feature.safetensors",
-             "parallel": tmp / "parallel.safetensors"}
-    save_shallow(build_shallow(lm, 1, 1), files["shallow"])
-    hidden = int(lm.model.config.hidden_size)
-    save_feature(FeatureNet(FeatureShape(hidden, width=16, mlp=32, blocks=1), range(lm.vocab_size)), files["feature"])
-    random_drafter(lm, gamma_max=4).save(files["parallel"])
-    return files
-
-
-def rewrite(src: Path, dst: Path, drop: str | None = None, header: dict | None = None) -> None:
-    """`src` re-saved as `dst` without tensor `drop`, with header entries replaced by `header`."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    with safe_open(str(src), "pt") as fh:
-        meta, tensors = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys() if k != drop}
-    save_file(tensors, str(dst), metadata={**meta, **(header or {})})
-
-
-DROPPED = {"shallow": "head.vocab_ids", "feature": "vocab_ids", "parallel": "vocab_ids"}
-OTHER_TENSOR = {"shallow": "norm.weight", "feature": "out.weight", "parallel": "w2"}
-BAD_HEADER = {"shallow": {"layers": "x"}, "feature": {"shape": "{not json"},
-              "parallel": {"shape": json.dumps({"hidden_size": 32, "vocab_size": 64, "gamma_max": 999})}}
-
-
 def damaged(kind: str, damage: str, good: Path, tmp: Path) -> Path:
     path = tmp / f"{kind}-{damage}.safetensors"
     if damage == "text":
@@ -376,18 +332,6 @@ def damaged(kind: str, damage: str, good: Path, tmp: Path) -> Path:
     else:
         rewrite(good, path, header=BAD_HEADER[kind])
     return path
-
-
-def load_weights(kind: str, path: Path, lm: LM):
-    from decoding.drafters.factory import load_draft
-    from decoding.drafters.parallel import load_drafter
-
-    return load_drafter(path, lm) if kind == "parallel" else load_draft(given(kind, path), lm)
-
-
-def given(kind: str, path: Path) -> str:
-    """How load_weights names the file of `kind` (and so how its errors name it): a draft as "kind:FILE"."""
-    return str(path) if kind == "parallel" else f"{kind}:{path}"
 
 
 @pytest.mark.parametrize("damage", ["text", "empty", "truncated", "missing-ids", "missing-weight", "bad-header"])

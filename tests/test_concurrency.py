@@ -10,22 +10,12 @@ import threading
 import pytest
 import torch
 from dspark_helpers import one_thread, random_drafter, varied_llama
+from lane_configs import CONFIGS, PROMPT, kwargs_for
 
 from decoding import runner
-from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
 from decoding.core.trace import from_json, to_json, without_timings
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
-
-PROMPT = [5, 9, 13, 5, 9, 13, 5, 9, 13, 5, 9]
-CONFIGS = {
-    "greedy": GreedyConfig(max_new_tokens=20),
-    "sample": SampleConfig(max_new_tokens=20, temperature=0.9, top_k=20, seed=3),
-    "beam": BeamConfig(max_new_tokens=12, num_beams=3),
-    "speculative": SpeculativeConfig(draft="lookup", max_new_tokens=20, gamma=3, temperature=0.8, seed=5),
-    "dspark": DSparkConfig(max_new_tokens=20, gamma=4, temperature=0.7, seed=7),
-}
-
 
 class CheckedLock:
     """An RLock that knows which thread holds it, to check where the engine takes the model's lock."""
@@ -60,10 +50,6 @@ def shared():
                                        else unlocked.append(threading.current_thread().name))
     drafter = random_drafter(lm, gamma_max=8)
     return lm, drafter, unlocked
-
-
-def kwargs_for(name: str, drafter) -> dict:
-    return {"drafter": drafter} if name == "dspark" else {}
 
 
 @pytest.fixture(scope="module")

@@ -10,6 +10,7 @@ import time
 import pytest
 import torch
 from conftest import make_tiny_llama
+from weights_support import half_the_weights, save_tiny
 
 from decoding import runner
 from decoding.core.config import BeamConfig, GreedyConfig, SpeculativeConfig
@@ -18,27 +19,7 @@ from decoding.core.trace import without_timings
 from decoding.runtime.models import LM, ModelSpec, Timer, load
 from decoding.runtime.placement import parse_max_memory
 
-WORDS = [f"w{i}" for i in range(64)]
 PROMPT = "w1 w2 w3 w1 w2 w3 w1"
-
-
-def save_tiny(path) -> str:
-    """A 4-layer random llama with a 64-word whitespace tokenizer, as a model directory."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    make_tiny_llama(vocab_size=64, hidden=32, layers=4, seed=2).save_pretrained(path)
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(WORDS)}, unk_token="w0"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="w0").save_pretrained(path)
-    return str(path)
-
-
-def half_the_weights(model_dir: str) -> str:
-    """A CPU budget of about half the model's bytes: some modules fit, the rest go to disk."""
-    plain = load(ModelSpec(name=model_dir, device="cpu"))
-    size = sum(p.numel() * p.element_size() for p in plain.model.parameters())
-    return f"cpu={size // 2}B"
 
 
 @pytest.fixture(scope="module")

@@ -13,14 +13,13 @@ import torch
 
 from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.core.errors import ConfigError
-from decoding.drafters.lattice_lookup import LookupInput
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter, build_lattice, load_drafter
 from decoding.runner import run
 from decoding.runtime.hooks import tap_head_input
 from decoding.strategies import dspark
 from decoding.train.data import DistillData, history_rows, training_chunks
 from decoding.train.parallel import draft_at, encode_rows
-from tests.dspark_helpers import one_thread, random_drafter, varied_llama
+from tests.dspark_helpers import Recorder, one_thread, random_drafter, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -86,27 +85,6 @@ def test_untrained_blocks_are_the_identity(lm):
     hidden, tokens = torch.randn(2, 6, shape["hidden_size"]), torch.randint(lm.vocab_size, (2, 6))
     with torch.no_grad():
         torch.testing.assert_close(deep(hidden, tokens).base, plain(hidden[:, -1], tokens[:, -1]).base)
-
-
-class Recorder:
-    """Wraps DSparkDecoder.round: keeps each round's history (hidden rows, tokens, position) and hands
-    the round an oracle lookup chain (the greedy continuation's next 3 tokens, strongly scored), so
-    rounds accept several drafts and the history is refilled from multi-token rounds."""
-
-    def __init__(self, real, prompt, greedy):
-        self.real, self.prompt, self.greedy, self.calls = real, prompt, greedy, []
-
-    def __call__(self, decoder, step):
-        self.calls.append((step.hidden.clone(), list(step.history), step.position))
-        done = step.position - len(self.prompt)
-        oracle = tuple(self.greedy[done:done + min(step.gamma, 3)])
-        lookup = LookupInput(oracle, None, (0.99, 0.99)) if step.gamma >= 1 and oracle else None
-        return self.real(decoder, dataclasses.replace(step, lookup=lookup))
-
-    def install(self, monkeypatch) -> Recorder:
-        """Every decoder's round() goes through this recorder until monkeypatch undoes it."""
-        monkeypatch.setattr(dspark.DSparkDecoder, "round", lambda decoder, step: self(decoder, step))
-        return self
 
 
 @pytest.mark.parametrize("select,k,budget", [("chain", 1, 1), ("tree", 3, 10)])

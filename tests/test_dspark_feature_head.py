@@ -15,26 +15,16 @@ import torch
 from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.core.errors import ConfigError
 from decoding.drafters import feature_lattice
-from decoding.drafters.feature_lattice import FeatureLatticeDrafter, HeadCalibration
-from decoding.drafters.feature_net import FeatureNet, FeatureShape
+from decoding.drafters.feature_lattice import HeadCalibration
 from decoding.drafters.parallel import LatticeRequest
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_tree
 from decoding.train.head_calibration import ece, fit_platt
-from tests.dspark_helpers import one_thread, varied_llama
-from tests.test_dspark_sampling import VOCAB, pvalues
+from tests.dspark_helpers import one_thread, random_head, varied_llama
+from tests.sampling_support import VOCAB, pvalues
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPTS = [[1, 2, 3, 4, 5], [9, 40, 17, 9, 40], [33]]
-
-
-def random_head(lm, seed: int = 0, vocab=None, **kw) -> FeatureLatticeDrafter:
-    torch.manual_seed(seed)
-    hidden = int(lm.model.config.hidden_size)
-    net = FeatureNet(FeatureShape(hidden, width=16, mlp=32, blocks=1), vocab or range(lm.vocab_size))
-    torch.nn.init.normal_(net.out.weight, std=0.5)
-    net.attach(lm).eval().requires_grad_(False)
-    return FeatureLatticeDrafter(net, **kw)
 
 
 @pytest.fixture(scope="module")

@@ -20,8 +20,7 @@ from decoding.runtime.hooks import tap_head_input
 from decoding.strategies import dspark
 from decoding.train.data import drafter_data, generate_distill, layer_features
 from decoding.train.parallel import TrainSettings, evaluate, slice_index, train_parallel
-from tests.dspark_helpers import one_thread, random_drafter, varied_llama
-from tests.test_dspark_backbone import Recorder
+from tests.dspark_helpers import Recorder, one_thread, random_drafter, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 

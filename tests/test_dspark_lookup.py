@@ -30,7 +30,7 @@ from decoding.lab.toy import MarkovTable, random_table, target_sequences
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_chain, best_tree, flat_tree
 from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
-from tests.test_tree_accept import retrospective_branches
+from tests.tree_support import retrospective_branches
 
 F = Fraction
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)

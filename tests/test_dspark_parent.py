@@ -17,8 +17,14 @@ from decoding.drafters.parallel import build_lattice, load_drafter
 from decoding.runner import run
 from decoding.train.data import DistillData
 from decoding.train.parallel import TrainSettings, build_parser, evaluate, slice_index, train_drafter, train_parallel
-from tests.dspark_helpers import module_cache, one_thread, random_drafter, varied_llama
-from tests.test_dspark_train import SETTINGS, prompts  # noqa: F401 - the module fixture
+from tests.dspark_helpers import (  # noqa: F401  (prompts: a fixture)
+    SETTINGS,
+    module_cache,
+    one_thread,
+    prompts,
+    random_drafter,
+    varied_llama,
+)
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)

@@ -4,8 +4,6 @@ cached, training fits its data, calibration is fitted, the weights and model car
 trained drafter stays token-identical to greedy at temperature 0 in chain and tree mode."""
 from __future__ import annotations
 
-import random
-
 import pytest
 import torch
 
@@ -15,22 +13,18 @@ from decoding.runner import run
 from decoding.runtime.hooks import tap_head_input
 from decoding.train.data import anchors, estimate_bytes, generate_distill
 from decoding.train.parallel import TrainSettings, evaluate, train_parallel
-from tests.dspark_helpers import module_cache, one_thread, varied_llama
+from tests.dspark_helpers import (  # noqa: F401  (prompts: a fixture)
+    SETTINGS,
+    module_cache,
+    one_thread,
+    prompts,
+    varied_llama,
+)
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
-SETTINGS = TrainSettings(gamma_max=6, rank=8, trunk=32, width=32, steps=120, batch_size=64, lr=1e-2,
-                         answer_tokens=20, gen_batch=8, heldout_every=4)
-
-
 @pytest.fixture(scope="module")
 def lm():
     return varied_llama(seed=1, init=0.1, eos_token_id=None)
-
-
-@pytest.fixture(scope="module")
-def prompts():
-    rng = random.Random(0)
-    return [[rng.randrange(64) for _ in range(rng.randint(1, 7))] for _ in range(16)]
 
 
 cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)

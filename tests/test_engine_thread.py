@@ -8,7 +8,7 @@ import threading
 import pytest
 import torch
 from dspark_helpers import one_thread, random_drafter, varied_llama
-from test_concurrency import CONFIGS, PROMPT, kwargs_for
+from lane_configs import CONFIGS, PROMPT, kwargs_for
 
 from decoding import runner
 from decoding.core.config import GreedyConfig

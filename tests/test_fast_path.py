@@ -24,9 +24,9 @@ from decoding.runtime.fast_path import EmulatedGraph, KVLease
 from decoding.runtime.hooks import tap_decoder_rows, tap_head_input
 from decoding.runtime.models import LM, ModelSpec, kv_memory
 from decoding.strategies.tree_verify import compact_cache, verify_tree
+from tests.app_support import assert_same
 from tests.conftest import TEST_DEVICE, logit_atol
 from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
-from tests.test_tour import assert_same
 
 TOL = logit_atol(1e-5)
 REL = 2e-6      # of the largest |value|: a static cache and a dynamic one run kernels of other shapes, whose
@@ -58,7 +58,7 @@ def fast(lm):
 
 def assert_same_run(base, fast, config, **kwargs):
     """The same trace apart from timings and the model's name (tokens, verdicts and counts identical, every
-    recorded number within test_tour's tolerance), and the recorded raw logits within TOL."""
+    recorded number within assert_same's tolerance), and the recorded raw logits within TOL."""
     a, b = run(base, PROMPT, config, **kwargs), run(fast, PROMPT, config, **kwargs)
     assert a.error is None and b.error is None and len(a.output_ids) > 0
     assert fast.fast.failure is None and any(slot.graphs for slot in fast.fast.slots)    # graphs did replay

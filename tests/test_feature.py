@@ -9,6 +9,7 @@ import random
 
 import pytest
 import torch
+from drafter_support import random_net
 from spec_helpers import divergence, peaked_lm
 
 from decoding import runner
@@ -33,16 +34,6 @@ cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)
 @pytest.fixture(scope="module")
 def lm() -> LM:
     return peaked_lm(0, vocab_size=32)
-
-
-def random_net(lm: LM, seed: int = 0, vocab=None, **shape) -> FeatureNet:
-    """An untrained net with a random (not zero) output map, so its drafts vary with the features."""
-    torch.manual_seed(seed)
-    hidden = int(lm.model.config.hidden_size)
-    net = FeatureNet(FeatureShape(hidden, **{"width": 16, "mlp": 32, "blocks": 1, **shape}),
-                     vocab or range(lm.vocab_size))
-    torch.nn.init.normal_(net.out.weight, std=0.5)
-    return net.attach(lm).eval().requires_grad_(False)
 
 
 class Recorder(FeatureDrafter):
@@ -230,9 +221,9 @@ def test_cost_policy_times_the_feature_drafter(lm):
 @pytest.mark.parametrize("autocast", ["none", "bfloat16"])
 @pytest.mark.slow
 def test_training_raises_tau_and_writes_the_card(tmp_path, autocast):
-    from test_shallow import _llama
+    from drafter_support import tiny4_lm
 
-    lm = _llama()          # a random tiny llama: its answers are far less repetitive than the peaked one's
+    lm = tiny4_lm()          # a random tiny llama: its answers are far less repetitive than the peaked one's
     rng = random.Random(0)
     prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(48)]
     settings = FeatureSettings(width=64, mlp=128, blocks=1, unroll=3, steps=300, batch_size=128, lr=3e-3,
@@ -297,14 +288,14 @@ def test_eval_feature_reports_each_kind_of_part_on_its_held_out_sequences(lm, tm
 
 def test_training_device_is_checked_and_the_card_names_the_machine(tmp_path):
     from conftest import TEST_DEVICE
-    from test_shallow import _llama
+    from drafter_support import tiny4_lm
 
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="^device='cuda' is invalid: must be cpu, or cuda on a machine"):
             FeatureSettings(device="cuda")
     with pytest.raises(ConfigError, match="^device='tpu'"):
         FeatureSettings(device="tpu")
-    lm = _llama()
+    lm = tiny4_lm()
     rng = random.Random(1)
     prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(16)]
     small = {"width": 32, "mlp": 64, "blocks": 1, "unroll": 2, "steps": 30, "batch_size": 64, "answer_tokens": 12,

@@ -15,8 +15,8 @@ import random
 
 import pytest
 import torch
+from drafter_support import random_net
 from spec_helpers import divergence, peaked_lm
-from test_feature import random_net
 
 from decoding import runner
 from decoding.core.config import GreedyConfig, SpeculativeConfig
@@ -177,9 +177,9 @@ def test_layout_and_prompt_rows(lm, tmp_path):
 
 @pytest.mark.slow
 def test_training_fits_and_the_card_says_it_attends(tmp_path):
-    from test_shallow import _llama
+    from drafter_support import tiny4_lm
 
-    lm = _llama()
+    lm = tiny4_lm()
     rng = random.Random(0)
     prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(48)]
     settings = FeatureSettings(width=64, mlp=128, blocks=1, unroll=3, steps=300, lr=3e-3, answer_tokens=24,
@@ -252,11 +252,11 @@ def test_init_from_a_plain_drafter_starts_where_it_ended(tmp_path):
     """--init: an attending net built from a trained plain drafter's file drafts exactly as that drafter
     before its first step (the new attention layer's output map is zero), so fine-tuning starts from it;
     a file of another shape is a one-line error naming `init`."""
-    from test_shallow import _llama
+    from drafter_support import tiny4_lm
 
     from decoding.train.feature import start_from
 
-    lm = _llama()
+    lm = tiny4_lm()
     rng = random.Random(1)
     prompts = [[rng.randrange(64) for _ in range(rng.randint(2, 6))] for _ in range(24)]
     common = {"width": 32, "mlp": 64, "blocks": 1, "unroll": 2, "lr": 3e-3, "answer_tokens": 16, "gen_batch": 12,

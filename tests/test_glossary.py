@@ -11,8 +11,7 @@ import json
 import pandas as pd
 import plotly.graph_objects as go
 import pytest
-from test_chart_words import chart_texts, page_charts
-from test_table_headers import app, golden, rich_step  # noqa: F401  (app: the AppTest fixture)
+from page_support import app, chart_texts, golden, page_charts, rich_step  # noqa: F401  (app: fixture)
 
 from ui.views import beam, dspark, glossary, headers, spec, tables
 from ui.widgets import keys

@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
+from app_support import assert_same
 from golden.cases import CASES, HERE, LOCKSTEP, record_case, record_lockstep
-from test_tour import assert_same
 
 from decoding import from_json, to_json, without_timings
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from batch_support import PROMPTS
 from conftest import make_tiny_llama
 
 from decoding.runtime.models import LM
 from decoding.train import data, greedy_batch
 from decoding.train.greedy_batch import greedy_answers
 
-PROMPTS = [[5, 9, 2, 7], [11, 3], [8, 8, 1, 4, 6, 2, 9], [2], [30, 31, 32], [7, 7], [40, 1, 2, 3, 4, 5],
-           [12, 13, 14, 15, 16], [60], [33, 3]]
 N = 14
 
 

@@ -9,6 +9,7 @@ import statistics
 
 import pytest
 import torch
+from batch_support import batches_up_to
 from conftest import TEST_DEVICE, on_test_device
 from torch.utils.flop_counter import FlopCounterMode
 
@@ -175,16 +176,6 @@ def test_points_beyond_the_context_are_refused_before_measuring(gqa_lm):
     with pytest.raises(ConfigError) as err:
         next(measure_throughput(gqa_lm, list(range(100)), ThroughputConfig(steps=40)))
     assert err.value.param == "steps"
-
-
-def batches_up_to(limit: int):
-    """A stand-in for forward_cost.batch_times that runs out of device memory from `limit` sequences on."""
-    def batch_times(lm, batches, repeats, prefix_tokens):
-        for b in batches:
-            if b >= limit:
-                raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
-            yield ForwardTime("batch", b, (1.0,))
-    return batch_times
 
 
 def test_out_of_memory_names_the_point_and_other_errors_pass(gqa_lm, monkeypatch):

@@ -6,24 +6,14 @@ import math
 from dataclasses import replace
 
 import pytest
+from page_support import RATES, SHAPE, report, results
 
 from decoding.core.errors import ConfigError
-from decoding.core.measures import BatchDecode, DeviceRates, ForwardTime
-from decoding.core.roofline import ModelShape
+from decoding.core.measures import ForwardTime
 from ui.views import lab
 
+
 # 100 MB of weights, 1 GB/s and 10 GFLOP/s: reading the weights takes 100 ms, a token's products 5 ms
-SHAPE = ModelShape(linear_params=25_000_000, weight_bytes=100_000_000, layers=4, q_dim=64, kv_dim=32,
-                   element_bytes=4)
-RATES = DeviceRates(bytes_per_s=1e9, flops_per_s=1e10, read_bytes=1 << 28, product="mlp (1×1) × 1 rows")
-
-
-def report(ms_by_n: dict[int, float], batch: dict[int, float] | None = None) -> lab.CostReport:
-    events = [ForwardTime("tokens", n, (ms, ms, ms)) for n, ms in ms_by_n.items()]
-    events += [ForwardTime("batch", b, (ms,)) for b, ms in (batch or {}).items()]
-    return lab.cost_report([RATES, *events, SHAPE], prefix_tokens=10)
-
-
 def test_cost_table_rows_follow_the_roofline():
     table = lab.cost_table(report({1: 120.0, 9: 150.0}, {4: 130.0}))
     one = table.iloc[0]
@@ -74,11 +64,6 @@ def test_cost_figure_draws_both_axes_the_roofline_and_the_floor():
     assert names[2].startswith("roofline")
     assert list(fig.data[0].x) == [1, 4] and list(fig.data[1].y) == [110.0]
     assert "100.0 ms" in fig.layout.annotations[0].text            # 100 MB at 1 GB/s
-
-
-def results():
-    return [BatchDecode(1, (100.0, 100.0), (1, 2)), BatchDecode(4, (120.0, 130.0), (1, 2)),
-            BatchDecode(16, (450.0, 470.0), (1, 2))]
 
 
 def test_throughput_table_and_tradeoff():

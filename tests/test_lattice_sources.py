@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from test_tree_accept import retrospective_branches, toy_pair
+from tree_support import retrospective_branches, toy_pair
 
 from decoding.core.acceptance import RoundOutcome, total_variation
 from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig

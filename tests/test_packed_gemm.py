@@ -14,26 +14,9 @@ from decoding.runtime import packed_gemm
 from decoding.runtime.cost_table import auto_cost_path
 from decoding.runtime.models import LM, ModelSpec
 from decoding.runtime.packed_gemm import PACK_MIN_ROWS, PackedLinear, pack_linears, packed_count, unpack_linears
-from tests.conftest import make_tiny_llama
-
-
-def cpu_llama(**kwargs):
-    """A tiny llama on the CPU in float32 whatever the test device: the packed GEMM is the CPU's."""
-    return make_tiny_llama(**kwargs).to("cpu", torch.float32)
+from tests.gemm_support import cpu_llama, linear, packed_copy
 
 pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL packed GEMM")
-
-
-def linear(in_features=48, out_features=40, bias=True, seed=0) -> nn.Linear:
-    torch.manual_seed(seed)
-    return nn.Linear(in_features, out_features, bias=bias)
-
-
-def packed_copy(module: nn.Linear) -> nn.Linear:
-    twin = linear(module.in_features, module.out_features, module.bias is not None)
-    twin.load_state_dict(module.state_dict())
-    assert pack_linears(twin) == 1 and type(twin) is PackedLinear
-    return twin
 
 
 def packed_path_calls(monkeypatch) -> list[int]:

@@ -10,6 +10,7 @@ import random
 
 import pytest
 import torch
+from drafter_support import tiny4_lm
 
 from decoding.core.config import GreedyConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
@@ -17,7 +18,6 @@ from decoding.drafters.draft_model import DraftModelDrafter, truncated_draft
 from decoding.drafters.factory import load_draft
 from decoding.drafters.shallow import build_shallow, load_shallow, save_shallow, trainable
 from decoding.runner import run
-from decoding.runtime.models import LM
 from decoding.train.data import generate_distill
 from decoding.train.shallow import DraftSettings, chain_metrics, train_shallow
 from tests.dspark_helpers import module_cache, one_thread
@@ -25,22 +25,9 @@ from tests.dspark_helpers import module_cache, one_thread
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
-def _llama(layers: int = 4, seed: int = 3) -> LM:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(seed)
-    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=layers,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None, initializer_range=0.3,
-                      tie_word_embeddings=False)
-    model = LlamaForCausalLM(cfg).eval()
-    model.generation_config.eos_token_id = None
-    return LM(model, tokenizer=None, name=f"tiny4-{seed}")
-
-
 @pytest.fixture(scope="module")
 def lm():
-    return _llama()
+    return tiny4_lm()
 
 
 cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)

@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from spec_helpers import divergence
-from test_speculative import PROMPTS, N, draft, target  # noqa: F401  (draft, target: fixtures)
+from spec_helpers import PROMPTS, N, divergence, draft, target  # noqa: F401  (draft, target: fixtures)
 
 from decoding import runner
 from decoding.core.config import GreedyConfig, SpeculativeConfig

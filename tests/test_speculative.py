@@ -7,8 +7,16 @@ import copy
 import pytest
 import torch
 from conftest import logit_atol, make_tiny_llama
-from spec_helpers import divergence, peaked_lm
-from test_speculative_real import constant_assistant, hf_generate
+from spec_helpers import (  # noqa: F401  (draft, target: fixtures)
+    PROMPTS,
+    N,
+    constant_assistant,
+    divergence,
+    draft,
+    hf_generate,
+    peaked_lm,
+    target,
+)
 
 from decoding import runner
 from decoding.core.config import GreedyConfig, SpeculativeConfig
@@ -21,20 +29,6 @@ from decoding.drafters.factory import load_draft
 from decoding.drafters.lookup import PromptLookupDrafter, find_lookup
 from decoding.runtime.models import LM
 from decoding.strategies.speculative import Speculator, heuristic_next, spec_stats
-
-PROMPTS = ([1, 2, 3, 4, 5, 1, 2, 3], [7, 7, 7, 7], [9, 3, 12, 5, 9, 3, 12, 5, 9, 3], [0, 15, 2])
-N = 24
-
-
-@pytest.fixture(scope="module")
-def target():
-    return peaked_lm(0, eos_token_id=None)
-
-
-@pytest.fixture(scope="module")
-def draft():
-    return peaked_lm(1, eos_token_id=None)
-
 
 # ---------------------------------------------------------------- temperature 0
 

@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from spec_helpers import divergence, peaked_lm
-from test_speculative import PROMPTS, N, draft, target  # noqa: F401  (draft, target: fixtures)
+from spec_helpers import PROMPTS, N, divergence, draft, peaked_lm, target  # noqa: F401  (draft, target: fixtures)
 
 from decoding import runner
 from decoding.core.config import GreedyConfig, SpeculativeConfig

@@ -4,8 +4,7 @@ prompt lookup in output ids AND number of target forwards."""
 from __future__ import annotations
 
 import pytest
-import torch
-from spec_helpers import divergence, heldout_prompts
+from spec_helpers import constant_assistant, divergence, heldout_prompts, hf_generate
 
 from decoding import runner
 from decoding.core.config import GreedyConfig, SpeculativeConfig
@@ -53,36 +52,6 @@ def test_draft_model_is_greedy(real_lm, greedy_runs, draft4, text):
     assert trace.error is None
     assert not divergence(real_lm, ids, expected, trace.output_ids), \
         divergence(real_lm, ids, expected, trace.output_ids)
-
-
-class ForwardCounter:
-    def __init__(self, model):
-        self.calls = 0
-        self.handle = model.register_forward_hook(self._hook)
-
-    def _hook(self, *_args):
-        self.calls += 1
-
-    def close(self):
-        self.handle.remove()
-
-
-def hf_generate(target_model, ids, **kwargs) -> tuple[list[int], int]:
-    """transformers' generate on a batch of one; returns (new ids, target forwards counted by a hook)."""
-    x = torch.tensor([ids], device=target_model.device)  # (1, T)
-    counter = ForwardCounter(target_model)
-    try:
-        out = target_model.generate(x, attention_mask=torch.ones_like(x), do_sample=False, **kwargs)
-    finally:
-        counter.close()
-    return out[0, len(ids):].tolist(), counter.calls
-
-
-def constant_assistant(draft_model, gamma: int):
-    gc = draft_model.generation_config
-    gc.num_assistant_tokens, gc.num_assistant_tokens_schedule = gamma, "constant"
-    gc.assistant_confidence_threshold = 0.0
-    return draft_model
 
 
 def parity_prompt(lm) -> list[int]:

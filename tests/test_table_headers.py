@@ -11,9 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from test_lab_views import report, results
+from page_support import app, golden, report, results, rich_step  # noqa: F401  (app: fixture)
 
-from decoding.core.trace import from_json
 from ui.views import headers, lab, lossless
 from ui.widgets import keys
 
@@ -25,10 +24,6 @@ NULL_TEXT = {"None", "nan", "NaN", "<NA>", "NaT", "null"}
 SERVER_PATH = re.compile(r"(^|[\s(])(/[\w.-]+){2,}")
 REPLAYED = ("greedy", "sample", "beam", "spec_lookup", "spec_lookup_sampled", "spec_cost", "dspark_chain",
             "dspark_lookup_cost", "dspark_tree_sampled")
-
-
-def golden(name: str):
-    return from_json((GOLDEN / f"{name}.json").read_text(encoding="utf-8"))
 
 
 def header_problems(frame: pd.DataFrame) -> list[str]:
@@ -68,13 +63,6 @@ def collect(at, where: str, seen: dict) -> None:
         seen.setdefault("tiny", []).extend(tiny_columns(element.value))
 
 
-def rich_step(steps) -> int:
-    """The step whose panel draws the most tables (a residual, finished hypotheses, a lattice, drafts)."""
-    def weight(e) -> tuple:
-        return tuple(bool(getattr(e, name, None)) for name in ("residual_top", "finished", "lattice", "drafts"))
-    return max(range(len(steps)), key=lambda i: weight(steps[i]))
-
-
 def with_an_unlikely_draft(trace):
     """The trace with its richest round's first draft at p_target 3.4e-05 (a draft the target found unlikely)."""
     i = rich_step(trace.steps)
@@ -83,17 +71,6 @@ def with_an_unlikely_draft(trace):
     steps = list(trace.steps)
     steps[i] = replace(event, drafts=(first, *event.drafts[1:]))
     return replace(trace, steps=type(trace.steps)(steps))
-
-
-@pytest.fixture(scope="module")
-def app(tmp_path_factory):
-    """AppTest without a model: the pages below draw recorded traces only."""
-    from streamlit.testing.v1 import AppTest
-
-    mp = pytest.MonkeyPatch()
-    mp.setenv("DECODESCOPE_MODEL", str(tmp_path_factory.mktemp("no_model") / "absent"))
-    yield lambda: AppTest.from_file(APP, default_timeout=60)
-    mp.undo()
 
 
 @pytest.mark.slow

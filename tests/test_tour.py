@@ -7,6 +7,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
+from app_support import assert_same, no_model, tour_app  # noqa: F401  (no_model: fixture)
 
 from decoding.core.trace import TraceFormatError, from_json, to_json, without_timings
 from decoding.runtime.paths import PARALLEL_WEIGHTS
@@ -135,7 +136,9 @@ def test_focus_step_rules():
 # ---------------------------------------------------------------- the recorder
 
 @pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
+def tour_model_dir(tmp_path_factory):
+    """The tiny app model's folder, for the tests that hand it to the recorder or the page themselves (unlike
+    conftest's `tiny_dir`, it leaves DECODESCOPE_MODEL alone)."""
     from bench.tiny_model import build_tiny_model_dir
 
     return build_tiny_model_dir(tmp_path_factory.mktemp("tiny_tour_model"))
@@ -159,13 +162,14 @@ def test_record_to_a_folder_name_over_the_limit_exits_2_without_loading(tmp_path
 
 
 @pytest.mark.slow
-def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tiny_dir, tmp_path, monkeypatch, capsys):
+def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tour_model_dir, tmp_path, monkeypatch, capsys):
     import decoding.runtime.models
 
     real_load = decoding.runtime.models.load
     specs = []
+    tiny = str(tour_model_dir)
     monkeypatch.setattr(decoding.runtime.models, "load",
-                        lambda spec: specs.append(spec) or real_load(dataclasses.replace(spec, name=str(tiny_dir))))
+                        lambda spec: specs.append(spec) or real_load(dataclasses.replace(spec, name=tiny)))
     # "auto" taken for the shipped feature head, which refuses the tiny model: the dspark stop fails
     monkeypatch.setattr("decoding.strategies.dspark.shipped_fits", lambda lm: True)
     assert tour.main(["record", "--only", "greedy", "--only", "dspark", "--out", str(tmp_path)]) == 1
@@ -177,30 +181,6 @@ def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tiny_dir, tmp_
 
 
 # ---------------------------------------------------------------- the page
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Any model load on the page fails the test (AppTest runs the app in this process)."""
-    import ui.widgets.session
-
-    calls = []
-
-    def refuse(*args, **kwargs):
-        calls.append(args)
-        raise AssertionError("the tour loaded a model")
-
-    monkeypatch.setattr(ui.widgets.session, "load_lm", refuse)
-    monkeypatch.setattr(ui.widgets.session, "load", refuse)
-    return calls
-
-
-def tour_app(query: dict | None = None):
-    from streamlit.testing.v1 import AppTest
-
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT)
-    at.query_params.update(query or {})
-    return at.switch_page("app_pages/tour.py").run()
-
 
 def ok(at) -> None:
     assert not at.exception, [e.value for e in at.exception]
@@ -285,14 +265,14 @@ def test_unreadable_trace_shows_an_error(no_model, monkeypatch, tmp_path):
 
 
 @pytest.mark.slow
-def test_live_rerun_uses_the_stops_config(tiny_dir, monkeypatch):
-    monkeypatch.setenv("DECODESCOPE_MODEL", str(tiny_dir))
+def test_live_rerun_uses_the_stops_config(tour_model_dir, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_MODEL", str(tour_model_dir))
     at = tour_app({"stop": "greedy"})
     at.button(key=keys.TOUR_RUN).click().run()
     ok(at)
     live = at.session_state[keys.TOUR_LIVE]["greedy"]
     recorded = tour.load_recorded(tour.stop_by_id("greedy"))
-    assert live.model["name"] == str(tiny_dir)
+    assert live.model["name"] == str(tour_model_dir)
     assert live.prompt_ids == recorded.prompt_ids           # same tokenizer, same chat template
     assert live.config == recorded.config and live.error is None
     assert at.segmented_control(key=keys.TOUR_SOURCE).value == "Live"
@@ -324,26 +304,6 @@ def test_a_stop_opens_in_the_playground_with_its_settings(no_model):
 
 
 # ---------------------------------------------------------------- reproducibility on the embedded model
-
-def assert_same(a, b, where="trace"):
-    """Equal plain values, floats up to 1e-4 relative or 1e-4 absolute: another CPU (its instruction set,
-    the GEMM kernels its plan picks) or thread count sums in another order; replayed on an AVX2 machine, the
-    recordings made on an AVX-512 one moved by up to 4.6e-5 on logits near 20 and 1e-5 on a log-probability
-    near 0 (which a relative bound alone misses). Every token, piece, status and count must be identical."""
-    assert type(a) is type(b) or {type(a), type(b)} <= {int, float}, where
-    if isinstance(a, dict):
-        assert list(a) == list(b), where
-        for k in a:
-            assert_same(a[k], b[k], f"{where}.{k}")
-    elif isinstance(a, list):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
-            assert_same(x, y, f"{where}[{i}]")
-    elif isinstance(a, float) or isinstance(b, float):
-        assert a == pytest.approx(b, rel=1e-4, abs=1e-4), where
-    else:
-        assert a == b, where
-
 
 def test_assert_same_bites():
     base = {"steps": [{"token_id": 3, "logit": 26.2943}], "text": "a"}

@@ -7,8 +7,9 @@ import os
 
 import pytest
 import torch
+from cli_support import cli_main, one_line
 from dspark_helpers import one_thread, varied_llama
-from test_cli_hardening import OTHER_TENSOR, cli_main, given, load_weights, one_line, weights  # noqa: F401 (fixture)
+from weights_support import OTHER_TENSOR, given, load_weights, nan_copy, weights  # noqa: F401  (weights: fixture)
 from word_models import build_word_model_dir
 
 import decoding.runtime.models as models
@@ -221,16 +222,6 @@ def test_a_drafter_with_nan_weights_is_not_saved(tmp_path):
     with pytest.raises(ConfigError, match=r"^out='.*p\.safetensors' is invalid: not written: "):
         drafter.save(out)
     assert not out.exists()
-
-
-def nan_copy(src, dst, name: str) -> None:
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    with safe_open(str(src), "pt") as fh:
-        meta, tensors = fh.metadata(), {k: fh.get_tensor(k) for k in fh.keys()}
-    tensors[name] = torch.full_like(tensors[name], float("nan"))
-    save_file(tensors, str(dst), metadata=meta)
 
 
 @pytest.mark.parametrize("kind", ["shallow", "feature", "parallel"])

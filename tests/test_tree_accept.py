@@ -10,6 +10,7 @@ from fractions import Fraction
 
 import pytest
 import torch
+from tree_support import retrospective_branches, toy_pair
 
 from decoding.core.acceptance import (
     Branch,
@@ -26,27 +27,12 @@ from decoding.strategies.dspark_select import best_chain, best_tree, flat_tree
 F = Fraction
 
 
-def toy_pair(seed: int, vocab: int = 3):
-    rng = random.Random(seed)
-    return random_table(rng, vocab), random_table(rng, vocab)
-
-
 def chain_plan(draft: MarkovTable, gamma: int, k: int):
     return lambda last: flat_tree(last, best_chain(draft_lattice(draft, last, gamma, k)))
 
 
 def tree_plan(draft: MarkovTable, gamma: int, k: int, budget: int):
     return lambda last: flat_tree(last, best_tree(draft_lattice(draft, last, gamma, k), budget))
-
-
-def retrospective_branches(p_target, children):
-    """WRONG on purpose: the plan admits a candidate only if its acceptance draw succeeds; when it
-    fails, the candidate was 'never admitted' and the target's own sample (not the residual) is used."""
-    branches, reach = [], F(1)
-    for j, token in enumerate(children):
-        branches.append(Branch(reach * p_target[token], j))
-        reach *= 1 - p_target[token]
-    return branches + [Branch(reach, None, p_target)]
 
 
 def unnormalized_branches(p_target, children):

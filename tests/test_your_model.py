@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_cli_hardening import cli_main, one_line, rewrite
+from cli_support import cli_main, one_line
+from weights_support import rewrite
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ["--prompt-pool", "templates", "--n-prompts", "32", "--answer-tokens", "16", "--batch-size", "8",
