@@ -201,6 +201,20 @@ def test_a_drop_hands_the_freed_heap_back(monkeypatch, fresh_caches):
     assert trims == ["heap", "cuda"]
 
 
+def test_a_target_dropped_with_its_draft_is_handed_back_once(monkeypatch, fresh_caches):
+    """The draft built on a dropped target goes with it, and the heap is handed back once for both."""
+    trims = []
+    monkeypatch.setattr(session.heap, "give_back", lambda: trims.append("heap"))
+    monkeypatch.setattr(session, "free_device_memory", lambda: None)
+    monkeypatch.setattr(session, "load", lambda spec: Weights())
+    first = session.target_key("m", "cpu", "float32", {})
+    session.load_lm("m", "cpu", "float32")
+    session.DRAFTS.get(("draft", first), Weights)
+    session.load_lm("m", "cpu", "bfloat16")
+    session.load_lm("m", "cpu", "float16")                          # drops the first target and its draft
+    assert session.DRAFTS.keys() == [] and trims == ["heap"]
+
+
 def test_give_back_asks_glibc_on_linux():
     import platform
     import sys

@@ -48,9 +48,11 @@ def dropped(_key: tuple | None = None) -> None:
 
 
 def drop_drafts_of(key: tuple) -> None:
-    """A dropped target's drafts go with it."""
+    """A dropped target's drafts go with it; `dropped` runs once (DRAFTS' own cue when a draft went)."""
+    before = len(DRAFTS.keys())
     DRAFTS.drop(keep=lambda draft_key: draft_key[-1] != key)
-    dropped(key)
+    if len(DRAFTS.keys()) == before:
+        dropped(key)
 
 
 DRAFTS: ModelCache = ModelCache(DRAFT_COPIES, on_drop=dropped)
