@@ -111,6 +111,9 @@ if traces:
     reference = tables.greedy_lane(traces)
     st.caption(f"speed vs greedy: tokens/s relative to lane {md_text(reference)}, time = the steps' measured timings."
                if reference else "speed vs greedy: no greedy lane to compare with — set one lane to greedy.")
+    spread = verdict.range_line(traces)
+    if spread:
+        st.caption(md_text(spread))
     for i, part in enumerate(tables.METRICS_PARTS):
         display.table(metrics[list(part)], f"cmp.metrics{i}", f"compare-metrics-{i + 1}", words=tables.METRICS_HEADERS)
     display.plot(figures.tokens_vs_time({label: t.steps for label, t in traces.items()}), "cmp.time",

@@ -4,7 +4,7 @@ import time
 
 import streamlit as st
 
-from ui.views import made_with, presets
+from ui.views import glossary, made_with, presets
 from ui.views.text import md_text
 from ui.widgets import display, keys, links, session, sidebar, step_panel, stepper
 
@@ -69,8 +69,7 @@ def step_through() -> None:
     if run.error:
         st.error(f"The run stopped with an error: {md_text(session.shown(run.error, settings))}")
     made = st.session_state.get(keys.RUN_MADE_WITH, {})
-    st.caption(f"{len(run.events)} step(s) recorded ({'finished' if run.done else 'in progress'}); viewing step "
-               f"{md_text(cursor if cursor >= 0 else '—')}. Made with: "
+    st.caption(f"{glossary.steps_recorded(len(run.events), run.done, cursor)}. Made with: "
                f"{md_text(made_with.line(made, ('strategy', 'seed', 'max new tokens', 'prompt')))}.")
     stepper.show_flash()
     if not run.events:

@@ -129,7 +129,9 @@ def test_dspark_with_prompt_lookup_candidates(tiny_dir, drafter_file):
     assert any("prompt lookup" in s for s in verdicts["source"])
     assert all(n.sources for n in event.nodes)
     summary = frame_with(at, "quantity").set_index("quantity")["value"]
-    assert summary["prompt lookup"].startswith("n-gram [") and "λ first" in summary["prompt lookup"]
+    n = len(event.lookup.ngram)
+    said = summary["prompt lookup"]
+    assert said.startswith(f"the last {n} token(s) '") and "λ first" in said and "ids" not in said
 
 
 @pytest.mark.slow

@@ -12,7 +12,7 @@ def test_parse_timing_reads_the_playground_caption():
 
 def test_parse_timing_refuses_other_text():
     with pytest.raises(ValueError, match="no timing caption"):
-        parse_timing("3 step(s) recorded (in progress); viewing step 2.")
+        parse_timing("3 steps recorded (in progress), numbered 0–2; viewing step 2.")
 
 
 def test_summarize_median_min_max():

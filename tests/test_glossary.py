@@ -281,3 +281,13 @@ def test_force_picker_labels_fit_and_use_glossary_words():
     assert len(picker_label_problems(old, forcing.LABEL_CHARS)) == 2
     assert picker_label_problems("0: ' the' (id 279, raw p 0.41)", 80) == \
         ["\"0: ' the' (id 279, raw p 0.41)\": 'raw p'"]
+
+
+def test_the_steps_line_shows_how_steps_are_numbered():
+    """Steps count from 0 (the glossary's "counting"); the Playground's line shows the range, so "viewing step
+    13" at the end of 14 steps reads as the last one, not the 13th."""
+    assert glossary.steps_recorded(14, True, 13) == \
+        "14 steps recorded (finished), numbered 0–13; viewing step 13"
+    assert glossary.steps_recorded(1, False, 0) == "1 step recorded (in progress), step 0; viewing step 0"
+    assert glossary.steps_recorded(0, False, -1) == "No step recorded yet (in progress)"
+    assert glossary.steps_recorded(3, False, 7).endswith("viewing step —")      # a cursor past the run

@@ -234,3 +234,26 @@ def test_whatif_cost_column_from_a_cost_policy_trace():
     assert ms[3] is None or ms[3] != ms[3]                            # γ 4 needs 5 tokens: beyond the table
     plain = _round(0, [_draft(0, 1, 0.5, "accepted")], 1)
     assert "expected_ms_per_token" not in whatif.with_cost(whatif.sweep([plain], [1]), [plain])
+
+
+def test_lookup_names_the_matched_tokens_in_words(tiny_lm):
+    """Prompt lookup's n-gram is the text's last n tokens: the round's line quotes their text, taken from the
+    emitted chips before the round; while they lie in the prompt (no chips), it gives their ids."""
+    import ui.widgets.strategy_panels  # noqa: F401  (registers each round kind's chips)
+    from ui.views.chips import ngram_words, visible
+    trace = run(tiny_lm, [3, 4, 5, 3, 4, 5, 3, 4], SpeculativeConfig(draft="lookup", max_new_tokens=24, gamma=3))
+    piece = {d.token_id: d.piece for r in trace.steps for d in r.drafts}
+    piece.update({r.final_id: r.final_piece for r in trace.steps if r.final_piece})
+    said = 0
+    for i, event in enumerate(trace.steps):
+        m = event.lookup
+        emitted = sum(len(r.emitted) for r in trace.steps[:i])
+        if m is None or emitted < len(m.ngram) or not all(t in piece for t in m.ngram):
+            continue
+        words = repr(visible("".join(piece[t] for t in m.ngram)))
+        assert ngram_words(m.ngram, trace.steps[:i]) == words
+        assert f"last {len(m.ngram)} token(s) {words} earlier" in spec.lookup_text(event, trace.steps[:i])
+        said += 1
+    assert said >= 2
+    first = next(e for e in trace.steps if e.lookup is not None)
+    assert ngram_words(first.lookup.ngram, ()) == "ids " + ", ".join(map(str, first.lookup.ngram))   # control

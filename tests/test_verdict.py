@@ -80,6 +80,31 @@ def test_a_slower_lane_says_what_a_round_cost_in_plain_tokens(lanes):
     assert verdict.slower_line("2: speculative", _timed(spec, 40.0 * per_step / 0.9), greedy)
 
 
+def _jittered(trace, ms: float, jitter: float):
+    """Each step `ms` × (1 ± jitter), alternating: a lane whose steps vary by that much."""
+    return dataclasses.replace(trace, steps=tuple(
+        dataclasses.replace(s, timings_ms={"forward": ms * (1 + (jitter if i % 2 else -jitter))})
+        for i, s in enumerate(trace.steps)))
+
+
+def test_a_speed_range_says_how_far_one_run_pins_the_ratio(lanes):
+    """The bootstrap over steps: steady steps give a range of one point (the table's ratio); steps that vary
+    give a range around it that widens with the variation; seeded, so every rerun shows the same range."""
+    greedy, sample = _timed(lanes["1: greedy"], 40.0), _timed(lanes["3: sample"], 40.0)
+    assert verdict.speed_range(sample, greedy) == pytest.approx((1.0, 1.0))
+    ratio = tables.metrics_table({"1: greedy": greedy, "3: sample": _jittered(sample, 40.0, 0.3)}).iloc[1]
+    low, high = verdict.speed_range(_jittered(sample, 40.0, 0.3), greedy)
+    assert low < ratio["speedup_vs_greedy"] < high and high - low > 0.1
+    narrow = verdict.speed_range(_jittered(sample, 40.0, 0.05), greedy)
+    assert narrow[1] - narrow[0] < (high - low) / 3                  # control: less variation, a narrower range
+    assert verdict.speed_range(_jittered(sample, 40.0, 0.3), greedy) == (low, high)
+    line = verdict.range_line({"1: greedy": greedy, "3: sample": _jittered(sample, 40.0, 0.3)})
+    assert f"3: sample {low:.2f}–{high:.2f}×" in line and "90% of 400 resamples" in line
+    assert verdict.range_line({"3: sample": sample}) is None                      # no greedy lane: no range
+    short = dataclasses.replace(sample, steps=sample.steps[:2])
+    assert verdict.speed_range(short, greedy) is None                              # too few steps to resample
+
+
 def test_emitted_text_drops_rejected_drafts_and_marks_but_keeps_forced():
     chips = [Chip("a", "accepted", "", 0), Chip("x", "rejected", "", 0, emitted=False), Chip("b", "residual", "", 0),
              Chip("f", "forced", "", 1), Chip("c", "bonus", "", 1)]

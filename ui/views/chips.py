@@ -64,6 +64,16 @@ def chips_for(events: Sequence) -> list[Chip]:
     return out
 
 
+def ngram_words(ngram: Sequence[int], before: Sequence) -> str:
+    """Prompt lookup's matched n-gram, which is always the text's last n tokens before the round: their text
+    from the emitted chips of the steps `before` it ("' three one'"), or the ids while they are in the prompt."""
+    n = len(ngram)
+    pieces = [chip.piece for chip in chips_for(before) if chip.emitted] if n and before else []
+    if n and len(pieces) >= n:
+        return repr(visible("".join(pieces[-n:])))
+    return "ids " + ", ".join(str(t) for t in ngram)
+
+
 def name_forced(chips: Sequence[Chip], stream: Sequence[int], piece_of: Callable[[int], str]) -> list[Chip]:
     """Forced chips drawn as ⟨id⟩ (events that carry no text for their forced tokens: beam search,
     DSpark, some speculative rounds) get `piece_of(id)`. The emitted chips are matched to `stream`,

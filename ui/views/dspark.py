@@ -16,7 +16,7 @@ from decoding.core import trace_totals
 from decoding.core.trace import DSparkRound, proposed_by
 from ui.views import palette
 from ui.views.beam import dot_escape
-from ui.views.chips import Chip, visible
+from ui.views.chips import Chip, ngram_words, visible
 from ui.views.figures import plot_text
 from ui.views.glossary import counted_from_1
 from ui.views.headers import header
@@ -213,8 +213,9 @@ def _add_lookup_cells(fig: go.Figure, event) -> None:
             fig.add_scatter(name=legend, x=xs, y=ys, mode="lines", hoverinfo="skip", line=style)
 
 
-def lookup_text(event) -> str:
-    """Where prompt lookup matched this round and the acceptance rates its chain was scored with."""
+def lookup_text(event, before: Sequence = ()) -> str:
+    """Where prompt lookup matched this round (the matched tokens in words from the steps `before` it) and
+    the acceptance rates its chain was scored with."""
     if not event.lattice:
         return "not used (no drafts this round)"
     if event.lookup_scores is None:
@@ -224,8 +225,9 @@ def lookup_text(event) -> str:
     m = event.lookup
     if m is None:
         return f"no match ({rates})"
-    return (f"n-gram {list(m.ngram)} at position {counted_from_1(m.match_position)} of the text, copied from "
-            f"{counted_from_1(m.continuation_start)}; {rates}")
+    return (f"the last {len(m.ngram)} token(s) {ngram_words(m.ngram, before)}, found at position "
+            f"{counted_from_1(m.match_position)} of the text, copied from {counted_from_1(m.continuation_start)}; "
+            f"{rates}")
 
 
 def _edges(event) -> tuple[list, list]:
@@ -343,7 +345,7 @@ def tree_dot(event) -> str:
 
 # ---------------------------------------------------------------- stage 1: selection
 
-DP_COLUMNS = ["k", "piece", "on_path", "score", "V", "back", "parent", "cand", "token_id"]   # the DP's numbers first
+DP_COLUMNS = ["k", "parent", "cand", "piece", "on_path", "score", "V", "back", "token_id"]   # a row's place first
 
 
 def dp_table(event) -> pd.DataFrame:
@@ -366,7 +368,7 @@ def dp_table(event) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=DP_COLUMNS).astype({"back": "Int64"})
 
 
-def selection_summary(event) -> dict:
+def selection_summary(event, before: Sequence = ()) -> dict:
     """Stage 1 in numbers: what was drafted, what was chosen and what it was expected to give."""
     width = max((len(col.cells) for col in event.lattice), default=0)
     info = event.size
@@ -379,13 +381,13 @@ def selection_summary(event) -> dict:
             "expected tokens this forward": round(1.0 + event.expected_accepted, 4),
             "accepted drafts (measured)": len(event.accepted_path), "tokens emitted": len(event.emitted),
             "tokens fed to the target": event.fed_tokens,
-            "prompt lookup": lookup_text(event),
+            "prompt lookup": lookup_text(event, before),
             "lattice sources": ", ".join(sorted({source_text(c) for col in event.lattice for c in col.cells})) or "—",
             "acceptance": "LOSSY (threshold shortcut)" if event.lossy else "exact"}
 
 
-def summary_table(event) -> pd.DataFrame:
-    return pd.DataFrame([{"quantity": k, "value": str(v)} for k, v in selection_summary(event).items()],
+def summary_table(event, before: Sequence = ()) -> pd.DataFrame:
+    return pd.DataFrame([{"quantity": k, "value": str(v)} for k, v in selection_summary(event, before).items()],
                         columns=["quantity", "value"])
 
 

@@ -278,10 +278,12 @@ def draw_cdf(step, tolerance: float = 1e-3) -> go.Figure | None:
     fig.add_scatter(name="cumulative p (vocabulary order)", x=xs, y=highs, mode="lines+markers",
                     line={"color": palette.BLACK, "shape": "hv"})
     fig.add_hline(y=step.draw * total, line={"color": palette.VERMILLION, "dash": "dash"},
-                  annotation_text=f"u = {step.draw:.4f}", annotation_position="top left")
+                  annotation_text=f"u = {step.draw:.4f}", annotation_position="top left",
+                  annotation_bgcolor="white")
     fig.update_layout(title="The draw: u against the CDF (chosen interval in vermillion)",
                       yaxis={"title": "cumulative p", "range": [0, 1.02]}, showlegend=False,
-                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=360)
+                      xaxis={"title": "kept tokens in vocabulary order (id: text), the order the draw sums in"},
+                      margin={"t": 50, "b": 10, "l": 10, "r": 10}, height=380)
     return fig
 
 

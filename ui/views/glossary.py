@@ -24,6 +24,17 @@ COUNTING = ("Every number that says where something is counts from 1: a draft po
             "first token (or DSpark's prefill).")
 
 
+def steps_recorded(count: int, done: bool, cursor: int) -> str:
+    """The Playground's run in one line, its numbering shown (steps count from 0, COUNTING):
+    "14 steps recorded (finished), numbered 0–13; viewing step 13"."""
+    state = "finished" if done else "in progress"
+    if count <= 0:
+        return f"No step recorded yet ({state})"
+    numbered = "step 0" if count == 1 else f"numbered 0–{count - 1}"
+    viewing = cursor if 0 <= cursor < count else "—"
+    return f"{count} step{'s' if count != 1 else ''} recorded ({state}), {numbered}; viewing step {viewing}"
+
+
 def counted_from_1(index: int | None) -> int | None:
     """A 0-based index of a trace (a candidate, a rank, a beam, a place in the text) as every page shows it:
     counted from 1 (COUNTING); None stays None (drawn "—")."""

@@ -13,7 +13,7 @@ from decoding.core import trace_totals
 from decoding.core.trace import SpecRound
 from ui.views import glossary, palette
 from ui.views.acceptance import MIN_ROUNDS
-from ui.views.chips import Chip, visible
+from ui.views.chips import Chip, ngram_words, visible
 from ui.views.figures import plot_text
 from ui.views.glossary import counted_from_1
 from ui.views.headers import header
@@ -115,13 +115,15 @@ def final_tooltip(event) -> str:
     return " · ".join(parts)
 
 
-def lookup_text(event) -> str:
-    """Where prompt lookup found the round's drafts (empty for another drafter), after "Drafter: …"."""
+def lookup_text(event, before: Sequence = ()) -> str:
+    """Where prompt lookup found the round's drafts (empty for another drafter), after "Drafter: …"; the
+    matched tokens in words from the steps `before` the round (chips.ngram_words)."""
     if event.lookup is None:
         return ""
     m = event.lookup
-    return (f" · matched n-gram {list(m.ngram)} earlier at position {counted_from_1(m.match_position)} of the "
-            f"text, continuation from {counted_from_1(m.continuation_start)}")
+    return (f" · matched the text's last {len(m.ngram)} token(s) {ngram_words(m.ngram, before)} earlier at "
+            f"position {counted_from_1(m.match_position)}; drafts copied from position "
+            f"{counted_from_1(m.continuation_start)}")
 
 
 # ---------------------------------------------------------------- tables

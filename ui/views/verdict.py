@@ -4,10 +4,12 @@
   chips.first_divergence, the one definition of where two outputs part; tokens are counted from 1.
 - Why a lane is slower than greedy, in plain-token units: a plain token is greedy's mean measured step
   (its first step, which holds the prompt's prefill, left out, and the same for every lane).
+- How far one run pins a lane's speed vs greedy: a seeded bootstrap over each lane's steps.
 - Why a speculative or DSpark round accepted nothing.
 """
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -126,6 +128,52 @@ def slower_line(label: str, trace, greedy_trace) -> str | None:
     return (f"{label} is slower than greedy ({ours / theirs:.2f}×): a {unit} cost {cost:.2f} plain tokens of "
             f"time and emitted {emitted:.2f} tokens on average ({len(steps)} {unit}s after the first; a plain "
             f"token = greedy's mean step, {plain:.0f} ms).")
+
+
+SPEED_DRAWS = 400         # resamples behind a speed range
+SPEED_LEVEL = 0.90        # the middle share of the resampled ratios a range covers
+
+
+def _resampled_rate(steps: Sequence, rng: random.Random) -> float:
+    """Tokens per ms of `steps` with its steady steps drawn again with replacement (the first, which holds
+    the prefill, kept as it was)."""
+    first, rest = steps[0], _steady(steps)
+    drawn = [first] + [rng.choice(rest) for _ in rest] if len(steps) > 1 else [first]
+    ms = sum(_step_ms(s) for s in drawn)
+    return sum(emitted_count(s) for s in drawn) / ms if ms > 0 else 0.0
+
+
+def speed_range(trace, greedy_trace, draws: int = SPEED_DRAWS, seed: int = 0) -> tuple[float, float] | None:
+    """How far one run pins down a lane's speed vs greedy: the middle SPEED_LEVEL of the ratio when each
+    lane's steps are resampled (a bootstrap, seeded, so a page shows the same range on every rerun). None
+    with fewer than 3 steps in either lane."""
+    if len(trace.steps) < 3 or len(greedy_trace.steps) < 3:
+        return None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(draws):
+        ours, theirs = _resampled_rate(trace.steps, rng), _resampled_rate(greedy_trace.steps, rng)
+        if theirs > 0:
+            ratios.append(ours / theirs)
+    if not ratios:
+        return None
+    ratios.sort()
+    cut = int(len(ratios) * (1 - SPEED_LEVEL) / 2)
+    return ratios[cut], ratios[len(ratios) - 1 - cut]
+
+
+def range_line(traces: Mapping[str, object]) -> str | None:
+    """Compare's speeds with their uncertainty, one run per lane, in one sentence; None without a greedy lane
+    or another lane to range."""
+    greedy = next((t for t in traces.values() if t.strategy == "greedy"), None)
+    if greedy is None:
+        return None
+    ranges = {label: speed_range(t, greedy) for label, t in traces.items() if t is not greedy}
+    parts = [f"{label} {band[0]:.2f}–{band[1]:.2f}×" for label, band in ranges.items() if band]
+    if not parts:
+        return None
+    return (f"One run per lane: resampling each lane's steps puts speed vs greedy at {', '.join(parts)} "
+            f"({SPEED_LEVEL:.0%} of {SPEED_DRAWS} resamples); a range that holds 1 shows no measured difference.")
 
 
 def slower_lines(traces: Mapping[str, object]) -> list[str]:

@@ -65,7 +65,7 @@ def spec_panel(event, ctx: ViewContext) -> None:
     cols[5].metric("KV rolled back (draft)", f"{event.kv_cropped_draft:d}")
     _nothing_accepted(event)
     st.text(f"γ = {event.gamma} — why: {event.gamma_reason}")
-    st.text(f"Drafter: {drafter_words(event.drafter)}" + spec.lookup_text(event))
+    st.text(f"Drafter: {drafter_words(event.drafter)}" + spec.lookup_text(event, ctx.events[:-1]))
     if event.drafting is not None:                # the first round: the run's sources and why
         st.text(drafting_text(event.drafting, speculative=True))
     if event.gamma_choice is not None:
@@ -209,7 +209,8 @@ def _dspark_header(event) -> None:
 
 def _dspark_stage1(event, ctx: ViewContext) -> None:
     st.subheader("Stage 1 — selection (draft side only)")
-    display.table(dspark.summary_table(event), f"{ctx.prefix}.ds_summary", f"round{event.index}-selection")
+    display.table(dspark.summary_table(event, ctx.events[:-1]), f"{ctx.prefix}.ds_summary",
+                  f"round{event.index}-selection")
     if event.dp is not None:
         st.caption("DP values V_k(x | parent) = ŝ_k(x | parent) · (1 + max_y V_{k+1}(y | x)); best next "
                    "candidate = the argmax y at k+1; candidates count from 1 (1 = the drafter's top), parent 0 = "
