@@ -190,7 +190,23 @@ def test_profile_verify_cost_on_tiny_model(tiny_lm):
     cache_before = tiny_lm.new_cache()
     table = profile_verify_cost(tiny_lm, max_tokens=4, repeats=2, prefix_tokens=8)
     assert table.max_tokens == 4 and all(v > 0 for v in table.verify_ms)
+    assert list(table.verify_ms) == sorted(table.verify_ms)            # noise never makes more tokens cheaper
     assert cache_before.get_seq_length() == 0
+
+
+def test_a_profiled_cost_is_pooled_where_noise_makes_more_tokens_cheaper():
+    """Pool adjacent violators: the least-squares non-decreasing fit (a busy moment's median pooled with its
+    neighbours), the total kept; an ordered table passes unchanged."""
+    from decoding.runtime.cost_table import non_decreasing
+    assert non_decreasing([160.0, 171.0, 138.0, 180.0]) == pytest.approx([469 / 3] * 3 + [180.0])   # 154.5 < 160
+    assert non_decreasing([5.0, 4.0, 3.0]) == [4.0, 4.0, 4.0]
+    assert non_decreasing([1.0, 2.0, 2.0, 9.0]) == [1.0, 2.0, 2.0, 9.0]
+    noisy = [100, 140, 120, 130, 90, 200, 210, 205]
+    fitted = non_decreasing(noisy)
+    assert fitted == sorted(fitted) and sum(fitted) == pytest.approx(sum(noisy))
+    # control: a running maximum is non-decreasing too, but not the least-squares fit (it only raises)
+    running = [max(noisy[:i + 1]) for i in range(len(noisy))]
+    assert sum((a - b) ** 2 for a, b in zip(fitted, noisy)) < sum((a - b) ** 2 for a, b in zip(running, noisy))
 
 
 @pytest.mark.parametrize("kwargs,param", [

@@ -8,7 +8,7 @@ import dataclasses
 import json
 import statistics
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from numbers import Real
 from pathlib import Path
@@ -105,9 +105,23 @@ def profile_verify_cost(lm, max_tokens: int, repeats: int = 5, prefix_tokens: in
     check(isinstance(max_tokens, int) and 1 <= max_tokens <= 256, "max_tokens", max_tokens,
           "must be an integer in [1, 256]")
     check(isinstance(repeats, int) and repeats >= 1, "repeats", repeats, "must be an integer >= 1")
-    table = [statistics.median(times) for _, times in forward_times(lm, range(1, max_tokens + 1), repeats,
-                                                                    prefix_tokens)]
-    return CostTable(verify_ms=tuple(table), source="profiled", device=str(lm.device), model=lm.name)
+    medians = [statistics.median(times) for _, times in forward_times(lm, range(1, max_tokens + 1), repeats,
+                                                                      prefix_tokens)]
+    return CostTable(verify_ms=tuple(non_decreasing(medians)), source="profiled", device=str(lm.device),
+                     model=lm.name)
+
+
+def non_decreasing(values: Sequence[float]) -> list[float]:
+    """The closest non-decreasing sequence in squared error (pool adjacent violators): a forward over more
+    tokens is not cheaper than one over fewer, so medians that say so (a busy moment of the machine) are
+    pooled into their mean instead of steering a size choice."""
+    blocks: list[list[float]] = []                 # [mean, count] of each pooled run
+    for value in values:
+        blocks.append([float(value), 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (mean_a, n_a), (mean_b, n_b) = blocks[-2], blocks.pop()
+            blocks[-1] = [(mean_a * n_a + mean_b * n_b) / (n_a + n_b), n_a + n_b]
+    return [mean for mean, count in blocks for _ in range(int(count))]
 
 
 def probe_ids(lm, n: int) -> list[int]:
