@@ -178,6 +178,16 @@ def test_auto_cost_table_is_profiled_once_and_cached(lm, drafter, tmp_path, monk
     assert overhead > 0 and len(sized) > 2 and all(s.overhead_ms == overhead for s in sized)
 
 
+def test_an_auto_table_cached_before_the_fit_is_read_non_decreasing(lm, tmp_path, monkeypatch):
+    """A table profiled by an older version (a busy moment: 4 tokens cheaper than 3) is pooled when read."""
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    noisy = (100.0, 160.0, 171.0, 138.0) + tuple(180.0 + n for n in range(14))
+    cost_module.save_auto(cost_module.CostTable(verify_ms=noisy), cost_module.auto_cost_path(lm))
+    read = cost_module.load_table(lm, "auto", 8)
+    assert read.verify_ms[:4] == pytest.approx((100.0, 469 / 3, 469 / 3, 469 / 3)) and read.verify_ms[4:] == noisy[4:]
+    assert cost_module.CostTable.load(cost_module.auto_cost_path(lm)).verify_ms == noisy   # control: the file as it was
+
+
 def test_round_overhead_prices_every_size_and_favours_larger_ones(lm, drafter, tmp_path):
     """With a round overhead every size costs verify(size + 1) + overhead, which makes larger sizes
     relatively cheaper: the chosen sizes grow, the output stays greedy's. A file without the field has

@@ -187,7 +187,8 @@ def load_table(lm, cost_table: str, need: int) -> CostTable:
             save_auto(cost, path)
         else:
             touch(path)
-        return dataclasses.replace(cost, source=AUTO_SOURCE + path.name)
+        return dataclasses.replace(cost, source=AUTO_SOURCE + path.name,    # a table cached before the fit too
+                                   verify_ms=tuple(non_decreasing(cost.verify_ms)))
     cost = CostTable.load(cost_table)
     check(cost.max_tokens >= need, "cost_table", cost_table,
           f"covers {cost.max_tokens} tokens; this run verifies up to {need}")
