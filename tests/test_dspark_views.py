@@ -281,6 +281,7 @@ def test_running_metrics_and_phase_breakdown(tree_trace):
     assert phases.loc[phases["phase"] == "drafter", "ms"].iloc[0] == pytest.approx(drafter_ms)
     fig = dspark.phase_bars(phases)
     assert list(fig.data[0].x) == list(phases["share"])
+    assert list(fig.data[0].y)[:2] == ["drafting", "DP selection"]                # the phases in words
 
 
 # ------------------------------------------------------------------ compare page

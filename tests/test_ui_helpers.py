@@ -146,7 +146,8 @@ def test_draw_cdf_refuses_when_candidates_miss_kept_mass(tiny_lm):
 def test_timing_waterfall_stacks_phases():
     fig = figures.timing_waterfall({"prefill": 40.0, "processing": 2.5, "sampling": 0.5, "other": 1.0})
     bar = fig.data[0]
-    assert list(bar.y) == ["prefill", "processing", "sampling", "other"]
+    assert list(bar.y) == ["prefill (the prompt)", "logit processing", "sampling", "other (Python, bookkeeping)"]
+    assert list(figures.timing_waterfall({"phase x": 1.0}).data[0].y) == ["phase x"]    # a name without words
     assert list(bar.base) == [0.0, 40.0, 42.5, 43.0] and list(bar.x) == [40.0, 2.5, 0.5, 1.0]
     assert "total 44.0 ms" in fig.layout.title.text
 

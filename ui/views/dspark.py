@@ -19,7 +19,7 @@ from ui.views.beam import dot_escape
 from ui.views.chips import Chip, ngram_words, visible
 from ui.views.figures import plot_text
 from ui.views.glossary import counted_from_1
-from ui.views.headers import header
+from ui.views.headers import header, value_word
 from ui.views.sources import source_text
 from ui.views.tables import table_short
 
@@ -498,7 +498,8 @@ def phase_table(events: Sequence) -> pd.DataFrame:
 
 def phase_bars(table: pd.DataFrame) -> go.Figure:
     colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(table))]
-    fig = go.Figure(go.Bar(x=list(table["share"]), y=[plot_text(str(p)) for p in table["phase"]], orientation="h",
+    fig = go.Figure(go.Bar(x=list(table["share"]), y=[plot_text(value_word("phase", str(p))) for p in table["phase"]],
+                           orientation="h",
                            marker_color=colors,
                            text=[f"{s:.0%} ({ms:.1f} ms)" for s, ms in zip(table["share"], table["ms"])],
                            textposition="outside", cliponaxis=False))

@@ -295,7 +295,8 @@ def timing_waterfall(timings_ms: Mapping[str, float], title: str = "Where the st
         starts.append(t)
         t += timings_ms[name]
     colors = [palette.PHASE_COLORS[i % len(palette.PHASE_COLORS)] for i in range(len(names))]
-    fig = go.Figure(go.Bar(x=[timings_ms[n] for n in names], y=[plot_text(n) for n in names], base=starts,
+    fig = go.Figure(go.Bar(x=[timings_ms[n] for n in names], y=[plot_text(value_word("phase", n)) for n in names],
+                           base=starts,
                            orientation="h", marker_color=colors, text=[f"{timings_ms[n]:.2f} ms" for n in names],
                            textposition="outside", cliponaxis=False,
                            hovertemplate="%{y}: %{x:.3f} ms<extra></extra>"))

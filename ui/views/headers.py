@@ -91,8 +91,14 @@ HEADERS: dict[str, str] = {
 FILTER_WORDS = {"top_k": "top-k", "top_p": "top-p", "min_p": "min-p"}
 STOP_WORDS = {"max_new_tokens": "token budget reached", "eos": "end of text (EOS)", "stopped": "stopped by you",
               "error": "error"}
+# A step's timed phases (the trace's `timings_ms` keys; each strategy names its own) in words.
+PHASE_WORDS = {"prefill": "prefill (the prompt)", "forward": "target forward", "processing": "logit processing",
+               "sampling": "sampling", "draft": "drafting", "drafter": "drafting", "dp": "DP selection",
+               "verify": "verification (target forward)", "verification": "verification (target forward)",
+               "accept": "acceptance", "acceptance": "acceptance", "rollback": "KV rollback",
+               "cache": "KV cache update", "other": "other (Python, bookkeeping)"}
 VALUE_WORDS: dict[str, dict[str, str]] = {
-    "verdict": {"not_reached": "not reached"}, "stop_reason": STOP_WORDS,
+    "verdict": {"not_reached": "not reached"}, "stop_reason": STOP_WORDS, "phase": PHASE_WORDS,
     "status": {status: style[-1] for status, style in STATUS_STYLE.items()},
     "removed_by": FILTER_WORDS, "filter": FILTER_WORDS,
 }
