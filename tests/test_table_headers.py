@@ -145,3 +145,6 @@ def test_shown_keeps_whole_numbers_whole_and_formats_tiny_values():
     assert str(view["token id"].dtype) == "Int64" and view["token id"].isna().tolist() == [False, True]
     assert list(view.columns) == ["token id", "p target", "round (ms)"]
     assert headers.number_formats(view) == {"p target": "%.4g"}
+    rates = headers.shown(pd.DataFrame({"acceptance_rate": [0.4, None], "expected_acceptance_rate": [0.5, 0.25],
+                                        "tokens_per_forward": [1.7, 1.2]}))
+    assert headers.number_formats(rates) == {"acceptance rate": "percent", "expected acceptance rate": "percent"}

@@ -135,12 +135,21 @@ def shown(table: pd.DataFrame, words: Mapping[str, str] | None = None) -> pd.Dat
     return out.astype(dict.fromkeys(whole, "Int64")) if whole else out
 
 
+# Shares shown as percentages in every table, as the pages' metrics show them ("acceptance rate 40.0%").
+PERCENT_FIELDS = ("acceptance_rate", "expected_acceptance_rate", "share", "hit_rate")
+PERCENT_FORMAT = "percent"    # Streamlit's NumberColumn: 0.4 shows as 40.00%
+
+
 def number_formats(table: pd.DataFrame) -> dict[str, str]:
-    """Column -> printf format for the float columns that hold a non-zero value below SMALL (a probability of
-    3.4e-05 shows as 0.000034, not 0.00003 or 0); the other columns keep Streamlit's own format."""
+    """Column -> format for a shown table: the shares of PERCENT_FIELDS as percentages, and printf for the
+    float columns that hold a non-zero value below SMALL (a probability of 3.4e-05 shows as 0.000034, not
+    0.00003 or 0); the other columns keep Streamlit's own format."""
+    percent = {header(f) for f in PERCENT_FIELDS}
     out = {}
     for column in table.columns:
         values = table[column]
-        if values.dtype.kind == "f" and ((values != 0) & (values.abs() < SMALL)).any():
+        if values.dtype.kind == "f" and column in percent:
+            out[column] = PERCENT_FORMAT
+        elif values.dtype.kind == "f" and ((values != 0) & (values.abs() < SMALL)).any():
             out[column] = SMALL_FORMAT
     return out
