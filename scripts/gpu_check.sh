@@ -3,7 +3,8 @@
 # 6 minutes; needs torch, transformers, accelerate, pytest and scipy, not the embedded model):
 #   1. the exactness tests on tiny models, on CUDA in float32 (the CPU suite's claims and tolerances);
 #   2. the logit-agreement tests in float16 and bfloat16 (tolerances in tests/conftest.py);
-#   3. the GPU-only tests: a model split between GPU and CPU by accelerate, CUDA-event timing, peak memory;
+#   3. the GPU-only tests: a model split between GPU and CPU by accelerate, CUDA-event timing, peak memory,
+#      a dropped model copy's GPU memory handed back to the driver;
 #   4. every strategy and transformers' generate timed on a random model of the embedded model's shapes
 #      (bench/shapes.py), each strategy's tokens checked against greedy's; then the one-sequence strategies
 #      again on the fast path (static KV caches, CUDA graphs: decoding/runtime/fast_path.py), and its

@@ -234,3 +234,33 @@ def test_timer_with_real_cuda_events_measures_gpu_work():
     timer.lap("forward")
     phases = timer.done()
     assert phases["forward"] > 0.05 and phases["forward"] > 10 * phases["other"]
+
+
+@needs_cuda
+def test_a_dropped_copy_gives_its_gpu_memory_back(model_dir):
+    """Issue 47 class 6 on a GPU: when the app's model cache drops a copy (session.dropped, as the server's
+    loaders do), PyTorch's cached blocks go back to the driver, not only to PyTorch's pool. Control: the same
+    drop without the hand-back leaves the copy's blocks reserved."""
+    import gc
+
+    from decoding.runtime.model_cache import ModelCache
+    from ui.widgets import session
+
+    def reserved_after_drop(on_drop) -> tuple[int, int]:
+        gc.collect()
+        torch.cuda.empty_cache()
+        base = torch.cuda.memory_reserved()
+        cache = ModelCache(cap=2, on_drop=on_drop)
+        lm = cache.get("copy", lambda: load(ModelSpec(name=model_dir, device="cuda", dtype="float32")))
+        runner.run(lm, [3, 4, 5], GreedyConfig(max_new_tokens=4))
+        held = torch.cuda.memory_reserved() - base
+        del lm
+        gc.collect()
+        cache.drop()
+        return held, torch.cuda.memory_reserved() - base
+
+    held, left = reserved_after_drop(lambda key: (gc.collect(), session.dropped(key)))
+    assert held > 4 * 2**20 and left <= held // 10, (held, left)
+    held, kept = reserved_after_drop(lambda key: gc.collect())                     # control: no hand-back
+    assert kept > held // 2, (held, kept)
+    torch.cuda.empty_cache()
