@@ -209,7 +209,7 @@ def test_stop_interrupts_a_long_run(long_server, page):
             continue
     page.wait_for_function(STOP_DISABLED, timeout=30_000)  # no run in progress
     idle(page)                # the rerun the Stop click started has finished drawing (status line and chips)
-    status = page.get_by_text(re.compile(r"step\(s\) recorded \(in progress\)"))
+    status = page.get_by_text(re.compile(r"steps? recorded \(in progress\)"))
     try:
         status.wait_for(timeout=30_000)
     except sync_api.TimeoutError:
@@ -235,7 +235,7 @@ def test_speculative_lookup_round_and_whatif(server, page):
              + urllib.request.quote(prompt))
     open_app(page, server, query)
     click(page, "Run to end")
-    page.get_by_text(re.compile(r"step\(s\) recorded \(finished\)")).wait_for(timeout=90_000)
+    page.get_by_text(re.compile(r"steps? recorded \(finished\)")).wait_for(timeout=90_000)
     settle(page)
     accepted = page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]")
     rejected = page.locator(".ds-chips span.ds-chip.ds-origin-rejected[data-step]")
@@ -255,7 +255,7 @@ def test_speculative_lookup_round_and_whatif(server, page):
 def test_beam_tree(server, page):
     open_app(page, server, "?strategy=beam&num_beams=3&max_new=6")
     click(page, "Run to end")
-    page.get_by_text(re.compile(r"step\(s\) recorded \(finished\)")).wait_for(timeout=90_000)
+    page.get_by_text(re.compile(r"steps? recorded \(finished\)")).wait_for(timeout=90_000)
     page.locator('[data-testid="stGraphVizChart"] svg').first.wait_for(timeout=30_000)
     assert page.locator('[data-testid="stGraphVizChart"] svg g.node').count() >= 6
     assert not page.locator('[data-testid="stException"]').count()

@@ -59,7 +59,7 @@ def check_both_sizes(page, name: str) -> None:
 
 def run_to_end(page) -> None:
     click(page, "Run to end")
-    page.get_by_text(re.compile(r"step\(s\) recorded \(finished\)")).wait_for(timeout=90_000)
+    page.get_by_text(re.compile(r"steps? recorded \(finished\)")).wait_for(timeout=90_000)
     idle(page)
 
 

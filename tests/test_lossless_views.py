@@ -53,6 +53,7 @@ def test_worked_example():
     assert table.loc["retrospective plan (two drafts, best ratio)", "tv_distance"] == "3/20"
     assert table.loc["speculative (ratio rule)", "tv_distance"] == "0"
     assert table.loc["DSpark lossy mode, threshold 0.2", "P(B)"] == "1"
+    assert table.index[0] == "p target (plain sampling)"          # the chart legend's words, not a field name
 
 
 def test_the_cut_off_is_stated_and_the_legend_agrees_with_the_verdict(result):

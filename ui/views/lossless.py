@@ -101,7 +101,7 @@ def worked_example() -> pd.DataFrame:
     """The design card's case, computed now by the same functions: p_target (0.7, 0.3), q_draft (0.5, 0.5),
     DSpark's candidate the second token, the lossy mode's threshold 0.2."""
     p, q = [Fraction(7, 10), Fraction(3, 10)], [Fraction(1, 2), Fraction(1, 2)]
-    rows = {"p_target": p, "speculative (ratio rule)": speculative_exact(p, q),
+    rows = {f"{header('p_target')} (plain sampling)": p, "speculative (ratio rule)": speculative_exact(p, q),
             "DSpark (tree rule), candidate B": tree_exact(p, [1]),
             "DSpark lossy mode, threshold 0.2": tree_exact(p, [1], Fraction(1, 5)),
             "retrospective plan (two drafts, best ratio)": retrospective_exact(p, q)}
