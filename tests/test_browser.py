@@ -313,7 +313,7 @@ def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
     rejected = page.locator(".ds-chips span.ds-chip.ds-origin-rejected[data-step]")
     for step in range(DSPARK_STEPS):
         click(page, "Step")
-        page.get_by_text(re.compile(rf"^{step + 1} step\(s\) recorded")).wait_for(timeout=90_000)
+        page.get_by_text(re.compile(rf"^{step + 1} steps? recorded")).wait_for(timeout=90_000)
         idle(page)
         if rejected.count():
             break

@@ -97,7 +97,7 @@ def test_playground_dspark_tree(server, page):
     open_app(page, server, dspark_link(page, server))
     for step in range(3):
         click(page, "Step")
-        page.get_by_text(re.compile(rf"^{step + 1} step\(s\) recorded")).wait_for(timeout=90_000)
+        page.get_by_text(re.compile(rf"^{step + 1} steps? recorded")).wait_for(timeout=90_000)
         idle(page)
     page.locator(".ds-chips span.ds-chip[data-step]").first.wait_for(timeout=30_000)
     check_both_sizes(page, "dspark")
@@ -232,7 +232,7 @@ def test_force_pickers_fit_at_1280(server, page):
     open_app(page, server, dspark_link(page, server))
     for step in range(2):
         click(page, "Step")
-        page.get_by_text(re.compile(rf"^{step + 1} step\(s\) recorded")).wait_for(timeout=90_000)
+        page.get_by_text(re.compile(rf"^{step + 1} steps? recorded")).wait_for(timeout=90_000)
         idle(page)
     page.get_by_text("Token to force there").wait_for(timeout=60_000)
     found["dspark depth"] = picker_problems(page, "Draft position k (depth)")
