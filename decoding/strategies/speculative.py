@@ -2,8 +2,8 @@
 an exact acceptance rule keeps a prefix, a residual (or bonus) token follows, and both KV caches are
 rolled back to the accepted length.
 
-The acceptance math is in small pure functions over probability vectors (Python sequences of exact
-fractions, or torch tensors) so tests can check it with exact arithmetic.
+The acceptance rules live in decoding/core/acceptance.py (their list forms, for exact enumeration, in
+decoding/core/exact_rules.py); the γ policies in decoding/strategies/adaptive_gamma.py.
 """
 from __future__ import annotations
 
@@ -13,9 +13,15 @@ from dataclasses import dataclass
 
 import torch
 
+from decoding.core.acceptance import (
+    accepted_mass,
+    greedy_accepts,
+    ratio_accepts,
+    residual_distribution,
+    target_argmax,
+)
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
 from decoding.core.config import AUTO_DRAFT, COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
-from decoding.core.exact_rules import acceptance_probability, ratio_residual  # the ratio rule, lists
 from decoding.core.formulas import cut_at_eos
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
@@ -41,27 +47,6 @@ from decoding.runtime.hooks import tap_decoder_rows
 from decoding.runtime.kv_rollback import check_architecture, roll_back
 from decoding.runtime.models import LM, Timer, kv_memory
 from decoding.strategies import adaptive_gamma as spec_cost
-
-# ---------------------------------------------------------------- pure acceptance math
-
-def accepted_mass(p_target, q_draft):
-    """sum_x min(p_target(x), q_draft(x)): the probability that a drafted position is accepted (row-wise
-    for (n, V) tensors)."""
-    if isinstance(p_target, torch.Tensor):
-        return torch.minimum(p_target, q_draft).sum(-1)
-    return sum(min(p, q) for p, q in zip(p_target, q_draft))
-
-
-def residual_distribution(p_target, q_draft):
-    """After a ratio-rule rejection: norm(max(0, p_target - q_draft)) (p_target if it has no mass)."""
-    if not isinstance(p_target, torch.Tensor):
-        return ratio_residual(p_target, q_draft)
-    weights = (p_target - q_draft).clamp_min(0)  # (V,)
-    total = weights.sum()
-    if total <= 0:
-        return p_target  # rejection had probability 0; only float round-off gets here
-    return weights / total
-
 
 # ---------------------------------------------------------------- adaptive gamma
 
@@ -222,11 +207,10 @@ class Speculator:
         for k in range(n_verify):
             token = proposal.tokens[k]
             if self.greedy:
-                ok, u = token == int(torch.argmax(raw[k])), None
+                ok, u = greedy_accepts(token, raw[k]), None
             else:
                 q_x = 1.0 if proposal.q_draft is None else float(proposal.q_draft[k, token])
-                u = float(torch.rand((), generator=self.generator, dtype=torch.float64))
-                ok = u < acceptance_probability(float(p_target[k, token]), q_x)
+                ok, u = ratio_accepts(float(p_target[k, token]), q_x, self.generator)
             us.append(u)
             if not ok:
                 return self._residual(raw[k], p_target[k], proposal, k, tuple(us))
@@ -234,7 +218,7 @@ class Speculator:
 
     def _residual(self, raw, p_row, proposal: Proposal, k: int, us) -> _Verdicts:
         if self.greedy:
-            return _Verdicts(k, us, int(torch.argmax(raw)), None, "residual", None)
+            return _Verdicts(k, us, target_argmax(raw), None, "residual", None)
         if proposal.q_draft is None:
             residual = point_mass_residual(p_row, proposal.tokens[k])  # (V,)
         else:
@@ -244,7 +228,7 @@ class Speculator:
 
     def _bonus(self, raw, p_row, n_verify: int, us) -> _Verdicts:
         if self.greedy:
-            return _Verdicts(n_verify, us, int(torch.argmax(raw)), None, "bonus", None)
+            return _Verdicts(n_verify, us, target_argmax(raw), None, "bonus", None)
         token, draw = sample_inverse_cdf(p_row, self.generator)
         return _Verdicts(n_verify, us, token, draw, "bonus", None)
 
