@@ -2,7 +2,8 @@
 on the last token), exact fractions over every random branch of the speculative procedure written
 against the engine's own acceptance functions (decoding.core.acceptance) and γ policies. The
 distribution of the first L emitted tokens must equal the target's exactly, for every gamma 1..8 and
-every gamma policy (heuristic and confidence change gamma between rounds). Deliberately wrong residuals must fail the same check."""
+every gamma policy (heuristic and confidence change gamma between rounds). Deliberately wrong residuals
+must fail the same check."""
 from __future__ import annotations
 
 import functools
@@ -10,14 +11,12 @@ from fractions import Fraction as F
 from itertools import product
 
 import pytest
-import torch
 
 from decoding.core.acceptance import acceptance_probability, accepted_mass, residual_distribution
 from decoding.core.acceptance import residual as point_mass_residual
 from decoding.drafters.lookup import lookup_continuation
 from decoding.runtime.cost_table import CostTable
-from decoding.strategies.adaptive_gamma import AcceptanceCounts, choose_gamma
-from decoding.strategies.speculative import confidence_cut, heuristic_next
+from decoding.strategies.adaptive_gamma import AcceptanceCounts, choose_gamma, confidence_cut, heuristic_next
 
 V = 3
 START = 0  # last token of the prompt

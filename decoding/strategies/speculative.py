@@ -21,7 +21,7 @@ from decoding.core.acceptance import (
     target_argmax,
 )
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
-from decoding.core.config import AUTO_DRAFT, COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
+from decoding.core.config import AUTO_DRAFT, LOOKUP, SpeculativeConfig
 from decoding.core.formulas import cut_at_eos
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
@@ -42,34 +42,10 @@ from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lattice_source import LatticeSource, Proposal
 from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
 from decoding.drafters.source_chain import SourceChainDrafter, composed
-from decoding.runtime.cost_table import AUTO, load_table
 from decoding.runtime.hooks import tap_decoder_rows
 from decoding.runtime.kv_rollback import check_architecture, roll_back
 from decoding.runtime.models import LM, Timer, kv_memory
-from decoding.strategies import adaptive_gamma as spec_cost
-
-# ---------------------------------------------------------------- adaptive gamma
-
-def heuristic_next(gamma: int, accepted: int, drafted: int) -> int:
-    """transformers' "heuristic" schedule: +2 after a fully accepted round, -1 otherwise (min 1)."""
-    return min(SPEC_MAX_GAMMA, gamma + 2) if accepted == drafted else max(1, gamma - 1)
-
-
-def confidence_cut(q_own: Sequence[float], threshold: float) -> int:
-    """Drafts kept by the confidence stop: up to and including the first token whose q_draft of its
-    own token is below `threshold` (as transformers' ConfidenceCriteria)."""
-    for i, q in enumerate(q_own):
-        if q < threshold:
-            return i + 1
-    return len(q_own)
-
-
-def cost_policy(lm: LM, config: SpeculativeConfig, drafter: SourceChainDrafter) -> spec_cost.CostPolicy:
-    """gamma_policy "cost": the verify table (config.cost_table; None = auto) and each draft model's
-    token cost (profiled once per device and cached; prompt lookup costs nothing)."""
-    cost = load_table(lm, config.cost_table or AUTO, config.cost_need())
-    return spec_cost.CostPolicy(cost, drafter.token_ms(lm), config.gamma)
-
+from decoding.strategies.adaptive_gamma import GammaPolicy, make_policy
 
 # ---------------------------------------------------------------- one round
 
@@ -97,15 +73,12 @@ class Speculator:
         self.cache = lm.sequence_cache(rollback=True)
         self.cached = 0                           # positions held by the target cache
         self.last_fed = 0                         # tokens in the latest target forward
-        self.gamma = config.gamma
-        self.reason = f"{config.gamma_policy}: start at gamma={config.gamma}"
-        self.cost_policy: spec_cost.CostPolicy | None = None      # gamma_policy "cost": set up by rounds()
+        self.policy: GammaPolicy | None = None                    # made by rounds(): "cost" profiles there
         self.head_rows: torch.Tensor | None = None               # (fed, H) LM-head inputs of the last verify
         self.cached_before = 0                                    # the first position the last verify fed
 
     def rounds(self, prompt_ids: list[int], forced: list[int]) -> Iterator[SpecRound]:
-        if self.config.gamma_policy == COST_POLICY:     # here, so that profiling runs where the steps run
-            self.cost_policy = cost_policy(self.lm, self.config, self.drafter)
+        self.policy = make_policy(self.config, self.lm, self.drafter)   # profiling runs where the steps run
         self.drafter.start(prompt_ids)
         context, produced, forced_now = list(prompt_ids) + forced, 0, tuple(forced)
         index = 0
@@ -126,11 +99,11 @@ class Speculator:
     def round(self, index: int, context: list[int], forced_now: tuple[int, ...], budget: int) -> SpecRound:
         """draft -> verify (one target forward) -> accept -> roll back both caches -> the event."""
         timer = Timer(self.lm)
-        gamma, reason, choice = self._gamma_for(context)
+        pick = self.policy.pick(self.drafter.source_for(context))
         cap = max(0, min(budget - 1, self.lm.context_length - len(context) - 1))
-        proposal = self._draft(context, min(gamma, cap), cap)
+        proposal = self._draft(context, min(pick.gamma, cap), cap)
         timer.lap("draft")
-        n_verify, reason = self._verified_count(proposal, gamma, min(gamma, cap), reason)
+        n_verify, reason = self._verified_count(proposal, pick.gamma, min(pick.gamma, cap), pick.reason)
         raw = self._verify(context, proposal)                     # (n+1, V)
         timer.lap("verify")
         peak = kv_memory(self.cache).bytes
@@ -142,49 +115,36 @@ class Speculator:
         cropped = self._roll_back_caches(context + list(new))
         timer.lap("rollback")
         drafter = proposal.source or self.drafter.name
-        self._update_gamma(verdicts.accepted, n_verify, drafter)
+        self.policy.update(drafter, n_verify, verdicts.accepted)
         return spec_event(self.lm, self.config, SpecResult(
             index=index, position=len(context) - len(forced_now), forced=tuple(forced_now), drafter=drafter,
-            reason=reason, choice=choice, proposal=proposal, n_verify=n_verify, processed=processed,
+            reason=reason, choice=pick.choice, proposal=proposal, n_verify=n_verify, processed=processed,
             p_target=p_target, verdicts=verdicts, new=new, cropped=cropped, fed=self.last_fed, timer=timer,
             kv=kv_memory(self.cache, peak_bytes=peak), raw=raw))
-
-    def _gamma_for(self, context: list[int]):
-        """(γ, why, cost-aware choice or None) for the round after `context`."""
-        if self.cost_policy is None:
-            return self.gamma, self.reason, None
-        choice = self.cost_policy.choose(self.drafter.source_for(context))
-        return choice.gamma, spec_cost.reason(choice), choice
 
     # -- drafting
     def _draft(self, context: list[int], n_verify: int, cap: int) -> Proposal:
         n_total = max(n_verify, min(self.config.gamma_max, cap))
         if n_total == 0:
             return Proposal(())
-        stop = self.config.confidence_threshold if self._stops_early(n_total, n_verify) else None
+        stop = self.policy.threshold if n_total == n_verify else None      # the confidence stop, if any
         request = DraftRequest(n_total, self.pipeline, self.greedy, self.generator, stop)
         return self.drafter.propose(context, request)
 
-    def _stops_early(self, n_total: int, n_verify: int) -> bool:
-        return self.config.gamma_policy == "confidence" and n_total == n_verify
-
     def _verified_count(self, proposal: Proposal, gamma: int, n_verify: int, reason: str) -> tuple[int, str]:
-        """Drafts to verify after the budget cap, what the drafter had, and the confidence stop."""
+        """Drafts to verify after the budget cap, what the drafter had, and the policy's cut (confidence)."""
         if n_verify < gamma:
             reason += f"; capped to {n_verify} by the token budget/context"
         if len(proposal) < n_verify:
             reason += f"; the drafter proposed {len(proposal)}" + (" (no n-gram match)" if (
                 self.drafter.name == LOOKUP and not proposal.tokens) else "")
         n_verify = min(n_verify, len(proposal))
-        if self.config.gamma_policy != "confidence" or proposal.q_draft is None or n_verify == 0:
+        if self.policy.threshold is None or proposal.q_draft is None or n_verify == 0:
             return n_verify, reason
         rows = torch.arange(n_verify, device=proposal.q_draft.device)
         q_own = proposal.q_draft[rows, torch.tensor(proposal.tokens[:n_verify], device=rows.device)]  # (n,)
-        cut = confidence_cut(q_own.tolist(), self.config.confidence_threshold)
-        if cut < n_verify or float(q_own[cut - 1]) < self.config.confidence_threshold:
-            reason += (f"; stopped after {cut} (q_draft={float(q_own[cut - 1]):.3f} < "
-                       f"{self.config.confidence_threshold})")
-        return cut, reason
+        cut, why = self.policy.cut(q_own.tolist())
+        return cut, reason + why
 
     # -- verification: one target forward over the pending tokens and every drafted token
     def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
@@ -253,21 +213,6 @@ class Speculator:
         roll_back(self.cache, self.cached - removed)      # also trims sliding-window layers to their window
         self.cached -= removed
         return removed
-
-    def _update_gamma(self, accepted: int, drafted: int, source: str) -> None:
-        policy, gamma = self.config.gamma_policy, self.gamma
-        if self.cost_policy is not None:
-            self.cost_policy.update(source, drafted, accepted)
-        elif policy == "heuristic":
-            self.gamma = heuristic_next(gamma, accepted, drafted)
-            how = f"all {drafted} drafts accepted: {gamma}+2" if accepted == drafted \
-                else f"{accepted}/{drafted} accepted: {gamma}-1"
-            self.reason = f"heuristic: last round {how} -> {self.gamma}"
-        elif policy == "confidence":
-            self.reason = (f"confidence: up to {gamma}, stop below q_draft "
-                           f"{self.config.confidence_threshold}")
-        else:
-            self.reason = f"fixed: gamma={gamma}"
 
 
 # ---------------------------------------------------------------- the round's result and its event
