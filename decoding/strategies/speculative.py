@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -150,18 +151,16 @@ class Speculator:
     def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
         feed = context[self.cached:] + list(proposal.tokens)
         self.cached_before = self.cached
-        if self.drafter.reads_target:
-            with tap_decoder_rows(self.lm) as tap:
-                logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
-            self.head_rows = tap.rows[0]                                                     # (fed, H)
-        else:
+        with tap_decoder_rows(self.lm) if self.drafter.reads_target else nullcontext() as tap:
             logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
+        if tap is not None:
+            self.head_rows = tap.rows[0]                                                 # (fed, H)
         self.cached += len(feed)
         self.last_fed = len(feed)
         self.drafter.observe_logits(feed[len(feed) - len(logits):], logits)
         return logits
 
-    # -- acceptance
+    # -- acceptance (decoding/core/acceptance.py)
     def _accept(self, raw: torch.Tensor, p_target: torch.Tensor, proposal: Proposal, n_verify: int) -> _Verdicts:
         us: list[float | None] = []
         for k in range(n_verify):
@@ -173,24 +172,23 @@ class Speculator:
                 ok, u = ratio_accepts(float(p_target[k, token]), q_x, self.generator)
             us.append(u)
             if not ok:
-                return self._residual(raw[k], p_target[k], proposal, k, tuple(us))
-        return self._bonus(raw[n_verify], p_target[n_verify], n_verify, tuple(us))
+                return self._final(k, us, raw[k], self._residual(p_target[k], proposal, k), "residual")
+        return self._final(n_verify, us, raw[n_verify], p_target[n_verify], "bonus")
 
-    def _residual(self, raw, p_row, proposal: Proposal, k: int, us) -> _Verdicts:
+    def _residual(self, p_row: torch.Tensor, proposal: Proposal, k: int) -> torch.Tensor | None:
+        """(V,) what to draw from after draft k was rejected (None at temperature 0)."""
         if self.greedy:
-            return _Verdicts(k, us, target_argmax(raw), None, "residual", None)
+            return None
         if proposal.q_draft is None:
-            residual = point_mass_residual(p_row, proposal.tokens[k])  # (V,)
-        else:
-            residual = residual_distribution(p_row, proposal.q_draft[k])  # (V,)
-        token, draw = sample_inverse_cdf(residual, self.generator)
-        return _Verdicts(k, us, token, draw, "residual", residual)
+            return point_mass_residual(p_row, proposal.tokens[k])
+        return residual_distribution(p_row, proposal.q_draft[k])
 
-    def _bonus(self, raw, p_row, n_verify: int, us) -> _Verdicts:
+    def _final(self, accepted: int, us: list, raw_row: torch.Tensor, dist, kind: str) -> _Verdicts:
+        """The token after the accepted drafts: the target's argmax at temperature 0, else a draw from `dist`."""
         if self.greedy:
-            return _Verdicts(n_verify, us, target_argmax(raw), None, "bonus", None)
-        token, draw = sample_inverse_cdf(p_row, self.generator)
-        return _Verdicts(n_verify, us, token, draw, "bonus", None)
+            return _Verdicts(accepted, tuple(us), target_argmax(raw_row), None, kind, None)
+        token, draw = sample_inverse_cdf(dist, self.generator)
+        return _Verdicts(accepted, tuple(us), token, draw, kind, dist if kind == "residual" else None)
 
     def _new_tokens(self, proposal: Proposal, verdicts: _Verdicts, budget: int) -> tuple[int, ...]:
         """Accepted drafts + the final token, cut after an EOS and at the token budget."""
