@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 from bench.memory import peak_memory
+from decoding.core.formulas import speed_vs
 
 REFERENCE = "greedy (ours)"
 
@@ -40,5 +41,5 @@ def interleaved(runs: Mapping[str, Callable], encoded: Sequence[Sequence[int]], 
                     results[name] = runs[name](ids)
                 peaks[name] = mem.above_mib
             base = results[reference][0] / results[reference][1]
-            yield {name: Timed(tokens, wall, extra, peaks[name], tokens / wall / base)
+            yield {name: Timed(tokens, wall, extra, peaks[name], speed_vs(tokens / wall, base))
                    for name, (tokens, wall, extra) in results.items()}

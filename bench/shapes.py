@@ -24,6 +24,7 @@ import torch
 from bench.dspark import parallel_config
 from decoding import runner
 from decoding.core.config import BeamConfig, GreedyConfig, SampleConfig, SpeculativeConfig
+from decoding.core.formulas import speed_vs
 from decoding.drafters.draft_model import truncated_draft
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 from decoding.drafters.shallow import build_shallow
@@ -205,7 +206,7 @@ def header(lm: LM, n: int) -> list[str]:
 
 
 def row_line(r: Row, greedy_tokens_per_s: float) -> str:
-    speed = r.tokens_per_s / greedy_tokens_per_s
+    speed = speed_vs(r.tokens_per_s, greedy_tokens_per_s)
     tau = f"{r.tau:.2f}" if r.tau is not None else "–"
     cost = f"{r.tau / speed:.2f}" if r.tau is not None else "–"
     peak = f"{r.peak_mib:.0f}" if r.peak_mib is not None else "–"

@@ -12,7 +12,7 @@ from decoding.drafters.parallel import load_drafter
 from decoding.runner import run
 from decoding.runtime.hooks import tap_head_input
 from decoding.train.data import anchors, estimate_bytes, generate_distill
-from decoding.train.parallel import TrainSettings, evaluate, train_parallel
+from decoding.train.parallel import TrainSettings, conditioned, evaluate, report_metrics, train_parallel
 from tests.dspark_helpers import (  # noqa: F401  (prompts: a fixture)
     SETTINGS,
     module_cache,
@@ -248,3 +248,40 @@ def test_dropout_acts_in_training_only_and_is_checked():
         with pytest.raises(ConfigError) as err:
             TrainSettings(**{field: bad})
         assert err.value.param == field
+
+
+def old_ece(probs: torch.Tensor, hits: torch.Tensor, bins: int = 10) -> float:
+    """train/parallel.py's own calibration error before it used the shared one (decoding.train.common.ece)."""
+    idx = (probs * bins).long().clamp(max=bins - 1)
+    err = 0.0
+    for b in range(bins):
+        sel = idx == b
+        if sel.any():
+            err += float(sel.float().mean()) * abs(float(probs[sel].mean()) - float(hits[sel].float().mean()))
+    return err
+
+
+def test_report_metrics_use_the_shared_tau_and_calibration_error():
+    """The parallel trainer's held-out τ per γ and ECE are the shared definitions (lead_metrics, ece), equal to
+    the loops they replaced up to float32 rounding. Negative control: τ from mean hits (no survival) differs."""
+    gen = torch.Generator().manual_seed(0)
+    hits = torch.rand(200, 4, generator=gen) < 0.6
+    valid = torch.ones(200, 4, dtype=torch.bool)
+    valid[-30:, 2:] = False
+    ev = {"hits": hits, "valid": valid, "conf": torch.randn(200, 4, generator=gen)}
+
+    class Drafter:
+        def calibrated(self, k, logits):
+            return torch.sigmoid(0.5 * logits + 0.1)
+
+    got = report_metrics(Drafter(), ev)
+    lead = torch.cumprod(hits[valid.all(1)].int(), 1)
+    old_tau = {g: 1 + float(lead[:, :g].sum(1).float().mean()) for g in range(1, 5)}
+    assert got["tau_chain"] == pytest.approx(old_tau, abs=1e-6) and len(got["tau_chain"]) == 4
+    for k, row in enumerate(got["per_position"]):
+        sel = conditioned(ev)[:, k]
+        assert row["ece_raw"] == pytest.approx(old_ece(torch.sigmoid(ev["conf"][sel, k]), hits[sel, k]), abs=1e-6)
+        assert row["ece_calibrated"] == pytest.approx(
+            old_ece(Drafter().calibrated(k, ev["conf"][sel, k]), hits[sel, k]), abs=1e-6)
+    mean_hits = {g: 1 + float(hits[valid.all(1)][:, :g].float().sum(1).mean()) for g in range(1, 5)}
+    assert got["tau_chain"][4] != pytest.approx(mean_hits[4], abs=1e-3)

@@ -26,10 +26,14 @@ from decoding.core.formulas import (
     cut_at_eos,
     expected_accepted,
     expected_accepted_by_size,
+    needed_acceptance,
     plan_expected_accepted,
     round_metrics,
     round_ms,
+    speed_vs,
     survival,
+    tokens_per_round,
+    uniform_chain_tokens,
 )
 from decoding.core.lattice import Lattice
 from decoding.core.trace import DSparkRound, SpecRound, from_json
@@ -172,6 +176,41 @@ def test_cost_choice_reproduces_the_recorded_gamma_choices():
         assert tuple(expected) == c.expected_tokens
         ms = [round_ms(c.verify_ms[g], g, c.draft_ms) for g in range(1, len(expected) + 1)]
         assert tuple(m / e for m, e in zip(ms, expected)) == c.ms_per_token
+
+
+def test_tokens_per_round_and_the_uniform_chain():
+    """1 + E[accepted]; for one α at every position 1 + α + … + α^γ, which enumeration confirms and
+    needed_acceptance inverts. Negative control: 1 + γ·α forgets that a rejection ends the round."""
+    assert tokens_per_round(F(13, 12)) == F(25, 12) and tokens_per_round(0.5) == 1.5
+    assert uniform_chain_tokens(F(1, 2), 3) == F(15, 8)
+    assert uniform_chain_tokens(F(1), 4) == 5 and uniform_chain_tokens(F(0), 4) == 1
+    for alpha in (F(1, 3), F(3, 4), F(7, 8)):
+        for gamma in range(1, 6):
+            assert uniform_chain_tokens(alpha, gamma) == 1 + enumerated_accepted([alpha] * gamma)
+    assert uniform_chain_tokens(F(1, 2), 3) != 1 + 3 * F(1, 2)
+    assert uniform_chain_tokens(needed_acceptance(2.5, 4), 4) == pytest.approx(2.5, abs=1e-8)
+
+
+def test_speed_vs():
+    """tokens/s ÷ the reference's tokens/s (the speed vs greedy of Compare, the verdict and the benchmarks);
+    None without a reference speed. Negative control: the ratio the other way round."""
+    assert speed_vs(30.0, 20.0) == 1.5 and speed_vs(0.0, 20.0) == 0.0
+    assert speed_vs(30.0, 0.0) is None and speed_vs(30.0, -1.0) is None
+    assert speed_vs(30.0, 20.0) != 20.0 / 30.0
+
+
+@pytest.mark.parametrize("name", SPEC_CASES)
+def test_whatif_measures_the_recorded_tau(name):
+    """The what-if page's measured tokens per forward and acceptance rate are the trace's τ and rate (vLLM's
+    definitions), bit for bit the loop they replaced."""
+    from ui.views import whatif
+
+    steps = golden(name).steps
+    rounds = [e for e in steps if isinstance(e, SpecRound)]
+    got = whatif.measured(steps)
+    assert got["tokens_per_forward"] == sum(len(r.emitted) - len(r.forced_ids) for r in rounds) / len(rounds)
+    assert got["tokens_per_forward"] == golden(name).stats.mean_accepted_length
+    assert got["acceptance_rate"] == golden(name).stats.acceptance_rate
 
 
 def test_break_even_tau():

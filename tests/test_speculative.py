@@ -28,7 +28,8 @@ from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.drafters.factory import load_draft
 from decoding.drafters.lookup import PromptLookupDrafter, find_lookup
 from decoding.runtime.models import LM
-from decoding.strategies.speculative import Speculator, heuristic_next, spec_stats
+from decoding.strategies.adaptive_gamma import heuristic_next
+from decoding.strategies.speculative import Speculator, spec_stats
 
 # ---------------------------------------------------------------- temperature 0
 

@@ -1,8 +1,9 @@
 """Exactness by enumeration: a tabular toy target and draft (3 tokens, next-token tables that depend
 on the last token), exact fractions over every random branch of the speculative procedure written
-against decoding.strategies.speculative's pure acceptance functions. The distribution of the first L emitted
-tokens must equal the target's exactly, for every gamma 1..8 and every gamma policy (heuristic and
-confidence change gamma between rounds). Deliberately wrong residuals must fail the same check."""
+against the engine's own acceptance functions (decoding.core.acceptance) and γ policies. The
+distribution of the first L emitted tokens must equal the target's exactly, for every gamma 1..8 and
+every gamma policy (heuristic and confidence change gamma between rounds). Deliberately wrong residuals
+must fail the same check."""
 from __future__ import annotations
 
 import functools
@@ -10,19 +11,12 @@ from fractions import Fraction as F
 from itertools import product
 
 import pytest
-import torch
 
+from decoding.core.acceptance import acceptance_probability, accepted_mass, residual_distribution
+from decoding.core.acceptance import residual as point_mass_residual
 from decoding.drafters.lookup import lookup_continuation
 from decoding.runtime.cost_table import CostTable
-from decoding.strategies.adaptive_gamma import AcceptanceCounts, choose_gamma
-from decoding.strategies.speculative import (
-    acceptance_probability,
-    accepted_mass,
-    confidence_cut,
-    heuristic_next,
-    point_mass_residual,
-    residual_distribution,
-)
+from decoding.strategies.adaptive_gamma import AcceptanceCounts, choose_gamma, confidence_cut, heuristic_next
 
 V = 3
 START = 0  # last token of the prompt
@@ -190,25 +184,6 @@ def test_pure_functions_on_fractions():
     assert point_mass_residual(p_target, 0) == [F(0), F(2, 3), F(1, 3)]
     assert confidence_cut([0.9, 0.3, 0.8], 0.4) == 2 and confidence_cut([0.9, 0.8], 0.4) == 2
     assert heuristic_next(5, 5, 5) == 7 and heuristic_next(5, 2, 5) == 4 and heuristic_next(1, 0, 1) == 1
-
-
-def test_torch_branch_matches_exact_branch():
-    """The engine calls the same functions on float tensors: they must agree with the exact ones."""
-    gen = torch.Generator().manual_seed(0)
-    for _ in range(20):
-        p_target = torch.rand(7, generator=gen, dtype=torch.float64)
-        q_draft = torch.rand(7, generator=gen, dtype=torch.float64)
-        p_target[torch.rand(7, generator=gen) < 0.3] = 0
-        p_target, q_draft = p_target / p_target.sum(), q_draft / q_draft.sum()
-        exact_p = [F(x) for x in p_target.tolist()]
-        exact_q = [F(x) for x in q_draft.tolist()]
-        res = residual_distribution(p_target, q_draft)
-        assert torch.allclose(res, torch.tensor([float(x) for x in residual_distribution(exact_p, exact_q)],
-                                                dtype=torch.float64), atol=1e-12)
-        pm = point_mass_residual(p_target, 3)
-        assert torch.allclose(pm, torch.tensor([float(x) for x in point_mass_residual(exact_p, 3)],
-                                               dtype=torch.float64), atol=1e-12)
-        assert abs(float(accepted_mass(p_target, q_draft)) - float(accepted_mass(exact_p, exact_q))) < 1e-12
 
 
 # ---------------------------------------------------------------- prompt lookup, else the draft model

@@ -1,5 +1,12 @@
-"""Stage 2 acceptance over a draft tree of deterministic distinct candidates (exact), its
-temperature-0 form, and a labelled lossy mode.
+"""The acceptance rules' one home, in the engine's tensor forms (their list forms, for exact enumeration
+and the torch-free UI, are decoding/core/exact_rules.py, to which list inputs are handed):
+
+- the chain rules of speculative decoding: at temperature 0 accept while the draft token is the target's
+  argmax (`greedy_accepts`); above it accept a draft x with min(1, p_target(x) / q_draft(x))
+  (`ratio_accepts`), after a rejection draw from norm(max(0, p_target − q_draft)) (`residual_distribution`),
+  or for a point-mass draft (q_draft(x) = 1, prompt lookup) from p_target with x zeroed (`residual`);
+- stage 2 acceptance over a draft tree of deterministic distinct candidates (exact), its
+  temperature-0 form, and a labelled lossy mode.
 
 Tree convention (shared with decoding/strategies/tree_verify.py): node 0 is the root, the last emitted token (not yet
 in the cache); nodes 1.. are drafts; parents[i] < i, parents[0] = −1. `p_target_at(i)` (or row i of
@@ -24,8 +31,46 @@ import torch
 
 from decoding.core import exact_rules
 from decoding.core.errors import check
-from decoding.core.exact_rules import Branch
+from decoding.core.exact_rules import Branch, acceptance_probability
 from decoding.core.token_step import sample_inverse_cdf
+
+
+# ------------------------------------------------------------------------------ the chain rules
+def target_argmax(logits) -> int:
+    """The token plain greedy decoding picks from a (V,) row: the argmax, the first index on ties."""
+    return int(torch.argmax(logits))
+
+
+def greedy_accepts(token: int, logits) -> bool:
+    """Temperature 0: a draft token is accepted exactly when it is the target's argmax."""
+    return token == target_argmax(logits)
+
+
+def ratio_accepts(p_target_x: float, q_draft_x: float, generator: torch.Generator) -> tuple[bool, float]:
+    """The ratio rule for one draft token: draw u ~ U[0, 1) (float64, from `generator`) and accept when
+    u < min(1, p_target_x / q_draft_x) (decoding.core.exact_rules.acceptance_probability). -> (accepted, u)."""
+    u = float(torch.rand((), generator=generator, dtype=torch.float64))
+    return u < acceptance_probability(p_target_x, q_draft_x), u
+
+
+def accepted_mass(p_target, q_draft):
+    """sum_x min(p_target(x), q_draft(x)): the probability that a drafted position is accepted (row-wise
+    for (n, V) tensors)."""
+    if isinstance(p_target, torch.Tensor):
+        return torch.minimum(p_target, q_draft).sum(-1)
+    return exact_rules.accepted_mass(p_target, q_draft)
+
+
+def residual_distribution(p_target, q_draft):
+    """After a ratio-rule rejection: norm(max(0, p_target - q_draft)) (p_target if it has no mass); lists
+    go to decoding.core.exact_rules.ratio_residual."""
+    if not isinstance(p_target, torch.Tensor):
+        return exact_rules.ratio_residual(p_target, q_draft)
+    weights = (p_target - q_draft).clamp_min(0)  # (V,)
+    total = weights.sum()
+    if total <= 0:
+        return p_target  # rejection had probability 0; only float round-off gets here
+    return weights / total
 
 
 def children_of(parents: Sequence[int]) -> list[list[int]]:
@@ -184,7 +229,7 @@ def greedy_round(tokens: Sequence[int], parents: Sequence[int], logits: torch.Te
     kids = children_of(parents)
     node, accepted, checks = 0, [], []
     while True:
-        best = int(torch.argmax(logits[node]))
+        best = target_argmax(logits[node])
         p_node = torch.softmax(logits[node].double(), -1)  # (V,) shown in the trace only
         match = None
         for child in kids[node]:

@@ -1,7 +1,7 @@
 """The acceptance rules by exact enumeration over plain sequences (lists or tuples of fractions.Fraction or
 floats; Fractions stay exact), torch-free so a view can show them without loading a model's code. The
-engine's tensor forms (decoding/core/acceptance.py, decoding/strategies/speculative.py) hand their list
-inputs to these same functions.
+engine's tensor forms of the same rules (decoding/core/acceptance.py) hand their list inputs to these
+same functions; tests/test_acceptance_forms.py checks that the two forms agree on random inputs.
 
 - the ratio rule (speculative decoding): accept a draft x ~ q_draft with min(1, p_target(x) / q_draft(x)),
   else draw from norm(max(0, p_target − q_draft));
@@ -24,6 +24,11 @@ def acceptance_probability(p_target_x, q_draft_x):
     """Ratio rule: accept a token drafted with probability q_draft_x with min(1, p_target_x / q_draft_x).
     A point-mass drafter has q_draft_x = 1, so this is p_target_x."""
     return min(1, p_target_x / q_draft_x)
+
+
+def accepted_mass(p_target: Sequence, q_draft: Sequence):
+    """Σ_x min(p_target(x), q_draft(x)): the probability that a token drawn from q_draft is accepted."""
+    return sum(min(p, q) for p, q in zip(p_target, q_draft))
 
 
 def ratio_residual(p_target: Sequence, q_draft: Sequence) -> list:

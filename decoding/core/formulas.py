@@ -52,6 +52,18 @@ def expected_accepted(acceptance_probs: Sequence, length: int | None = None):
     return plan_expected_accepted(survival(acceptance_probs[:length]))
 
 
+def tokens_per_round(expected_accepted_drafts):
+    """Expected tokens one verification round emits: its accepted drafts, then one residual or bonus token
+    (1 + E[accepted]; τ, when averaged over measured rounds)."""
+    return 1 + expected_accepted_drafts
+
+
+def uniform_chain_tokens(alpha, gamma: int):
+    """1 + α + α² + … + α^γ: the expected tokens per round of a chain of γ drafts, each accepted with α
+    given that those before it were."""
+    return tokens_per_round(expected_accepted([alpha] * gamma))
+
+
 # ------------------------------------------------------------------------ cost of a speculative round
 def round_ms(verify_ms: float, drafts: int, draft_token_ms: float) -> float:
     """What a speculative round costs: one target forward over drafts + 1 tokens (`verify_ms`, read
@@ -76,8 +88,14 @@ def needed_acceptance(tau: float, gamma: int, tol: float = 1e-9) -> float | None
     lo, hi = 0.0, 1.0
     while hi - lo > tol:
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if 1 + expected_accepted([mid] * gamma) < tau else (lo, mid)
+        lo, hi = (mid, hi) if uniform_chain_tokens(mid, gamma) < tau else (lo, mid)
     return hi
+
+
+def speed_vs(rate: float, reference_rate: float) -> float | None:
+    """Speed against a reference (plain greedy): tokens/s ÷ the reference's tokens/s, both measured the same
+    way; None when the reference measured no speed."""
+    return rate / reference_rate if reference_rate > 0 else None
 
 
 # ------------------------------------------------------------------------ metrics (vLLM's definitions)

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.core.acceptance import sample_round
+from decoding.core.acceptance import ratio_accepts, residual_distribution, sample_round
 from decoding.core.exact_rules import (  # the exact side, torch-free (the view imports it from there)
     RETROSPECTIVE_DRAWS,
     retrospective_exact,
@@ -35,7 +35,6 @@ from decoding.core.formulas import chi_square
 from decoding.core.measures import LOSSLESS_RULES, LosslessConfig, LosslessResult, RuleOutcome
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import sample_inverse_cdf
-from decoding.strategies.speculative import acceptance_probability, residual_distribution
 
 
 # ---------------------------------------------------------------- exact distributions: decoding.core.exact_rules
@@ -48,8 +47,7 @@ def _sample_speculative(p: torch.Tensor, q: torch.Tensor, gen: torch.Generator, 
     """One round of the ratio rule; draws > 1: the retrospective plan (keep the best ratio)."""
     xs = [sample_inverse_cdf(q, gen)[0] for _ in range(draws)]
     x = max(xs, key=lambda t: float(p[t] / q[t]))
-    u = float(torch.rand((), generator=gen, dtype=torch.float64))
-    if u < acceptance_probability(float(p[x]), float(q[x])):
+    if ratio_accepts(float(p[x]), float(q[x]), gen)[0]:
         return x
     return sample_inverse_cdf(residual_distribution(p, q), gen)[0]
 

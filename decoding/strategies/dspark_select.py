@@ -23,7 +23,12 @@ from numbers import Real
 
 from decoding.core.config import DSPARK_MAX_BUDGET
 from decoding.core.errors import check
-from decoding.core.formulas import expected_accepted, expected_accepted_by_size, plan_expected_accepted
+from decoding.core.formulas import (
+    expected_accepted,
+    expected_accepted_by_size,
+    plan_expected_accepted,
+    tokens_per_round,
+)
 from decoding.core.lattice import Lattice, is_real
 from decoding.runtime.cost_table import CostTable
 
@@ -153,7 +158,7 @@ class SizeChoice:
 def _choose(expected: list, cost: CostTable, overhead_ms: float) -> SizeChoice:
     check(is_real(overhead_ms) and overhead_ms >= 0, "overhead_ms", overhead_ms, "must be a number >= 0")
     costs = [cost.ms(size + 1) + float(overhead_ms) for size in range(1, len(expected) + 1)]
-    rates = [1000.0 * (1.0 + float(e)) / c for e, c in zip(expected, costs)]
+    rates = [1000.0 * tokens_per_round(float(e)) / c for e, c in zip(expected, costs)]
     return SizeChoice(size=_argmax(rates) + 1, expected_accepted=tuple(float(e) for e in expected),
                       cost_ms=tuple(costs), tokens_per_s=tuple(rates))
 

@@ -2,20 +2,27 @@
 an exact acceptance rule keeps a prefix, a residual (or bonus) token follows, and both KV caches are
 rolled back to the accepted length.
 
-The acceptance math is in small pure functions over probability vectors (Python sequences of exact
-fractions, or torch tensors) so tests can check it with exact arithmetic.
+The acceptance rules live in decoding/core/acceptance.py (their list forms, for exact enumeration, in
+decoding/core/exact_rules.py); the γ policies in decoding/strategies/adaptive_gamma.py.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
 
+from decoding.core.acceptance import (
+    accepted_mass,
+    greedy_accepts,
+    ratio_accepts,
+    residual_distribution,
+    target_argmax,
+)
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
-from decoding.core.config import AUTO_DRAFT, COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
-from decoding.core.exact_rules import acceptance_probability, ratio_residual  # the ratio rule, lists
+from decoding.core.config import AUTO_DRAFT, LOOKUP, SpeculativeConfig
 from decoding.core.formulas import cut_at_eos
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
@@ -36,55 +43,10 @@ from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lattice_source import LatticeSource, Proposal
 from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
 from decoding.drafters.source_chain import SourceChainDrafter, composed
-from decoding.runtime.cost_table import AUTO, load_table
 from decoding.runtime.hooks import tap_decoder_rows
 from decoding.runtime.kv_rollback import check_architecture, roll_back
 from decoding.runtime.models import LM, Timer, kv_memory
-from decoding.strategies import adaptive_gamma as spec_cost
-
-# ---------------------------------------------------------------- pure acceptance math
-
-def accepted_mass(p_target, q_draft):
-    """sum_x min(p_target(x), q_draft(x)): the probability that a drafted position is accepted (row-wise
-    for (n, V) tensors)."""
-    if isinstance(p_target, torch.Tensor):
-        return torch.minimum(p_target, q_draft).sum(-1)
-    return sum(min(p, q) for p, q in zip(p_target, q_draft))
-
-
-def residual_distribution(p_target, q_draft):
-    """After a ratio-rule rejection: norm(max(0, p_target - q_draft)) (p_target if it has no mass)."""
-    if not isinstance(p_target, torch.Tensor):
-        return ratio_residual(p_target, q_draft)
-    weights = (p_target - q_draft).clamp_min(0)  # (V,)
-    total = weights.sum()
-    if total <= 0:
-        return p_target  # rejection had probability 0; only float round-off gets here
-    return weights / total
-
-
-# ---------------------------------------------------------------- adaptive gamma
-
-def heuristic_next(gamma: int, accepted: int, drafted: int) -> int:
-    """transformers' "heuristic" schedule: +2 after a fully accepted round, -1 otherwise (min 1)."""
-    return min(SPEC_MAX_GAMMA, gamma + 2) if accepted == drafted else max(1, gamma - 1)
-
-
-def confidence_cut(q_own: Sequence[float], threshold: float) -> int:
-    """Drafts kept by the confidence stop: up to and including the first token whose q_draft of its
-    own token is below `threshold` (as transformers' ConfidenceCriteria)."""
-    for i, q in enumerate(q_own):
-        if q < threshold:
-            return i + 1
-    return len(q_own)
-
-
-def cost_policy(lm: LM, config: SpeculativeConfig, drafter: SourceChainDrafter) -> spec_cost.CostPolicy:
-    """gamma_policy "cost": the verify table (config.cost_table; None = auto) and each draft model's
-    token cost (profiled once per device and cached; prompt lookup costs nothing)."""
-    cost = load_table(lm, config.cost_table or AUTO, config.cost_need())
-    return spec_cost.CostPolicy(cost, drafter.token_ms(lm), config.gamma)
-
+from decoding.strategies.adaptive_gamma import GammaPolicy, make_policy
 
 # ---------------------------------------------------------------- one round
 
@@ -112,15 +74,12 @@ class Speculator:
         self.cache = lm.sequence_cache(rollback=True)
         self.cached = 0                           # positions held by the target cache
         self.last_fed = 0                         # tokens in the latest target forward
-        self.gamma = config.gamma
-        self.reason = f"{config.gamma_policy}: start at gamma={config.gamma}"
-        self.cost_policy: spec_cost.CostPolicy | None = None      # gamma_policy "cost": set up by rounds()
+        self.policy: GammaPolicy | None = None                    # made by rounds(): "cost" profiles there
         self.head_rows: torch.Tensor | None = None               # (fed, H) LM-head inputs of the last verify
         self.cached_before = 0                                    # the first position the last verify fed
 
     def rounds(self, prompt_ids: list[int], forced: list[int]) -> Iterator[SpecRound]:
-        if self.config.gamma_policy == COST_POLICY:     # here, so that profiling runs where the steps run
-            self.cost_policy = cost_policy(self.lm, self.config, self.drafter)
+        self.policy = make_policy(self.config, self.lm, self.drafter)   # profiling runs where the steps run
         self.drafter.start(prompt_ids)
         context, produced, forced_now = list(prompt_ids) + forced, 0, tuple(forced)
         index = 0
@@ -141,11 +100,11 @@ class Speculator:
     def round(self, index: int, context: list[int], forced_now: tuple[int, ...], budget: int) -> SpecRound:
         """draft -> verify (one target forward) -> accept -> roll back both caches -> the event."""
         timer = Timer(self.lm)
-        gamma, reason, choice = self._gamma_for(context)
+        pick = self.policy.pick(self.drafter.source_for(context))
         cap = max(0, min(budget - 1, self.lm.context_length - len(context) - 1))
-        proposal = self._draft(context, min(gamma, cap), cap)
+        proposal = self._draft(context, min(pick.gamma, cap), cap)
         timer.lap("draft")
-        n_verify, reason = self._verified_count(proposal, gamma, min(gamma, cap), reason)
+        n_verify, reason = self._verified_count(proposal, pick.gamma, min(pick.gamma, cap), pick.reason)
         raw = self._verify(context, proposal)                     # (n+1, V)
         timer.lap("verify")
         peak = kv_memory(self.cache).bytes
@@ -157,96 +116,79 @@ class Speculator:
         cropped = self._roll_back_caches(context + list(new))
         timer.lap("rollback")
         drafter = proposal.source or self.drafter.name
-        self._update_gamma(verdicts.accepted, n_verify, drafter)
+        self.policy.update(drafter, n_verify, verdicts.accepted)
         return spec_event(self.lm, self.config, SpecResult(
             index=index, position=len(context) - len(forced_now), forced=tuple(forced_now), drafter=drafter,
-            reason=reason, choice=choice, proposal=proposal, n_verify=n_verify, processed=processed,
+            reason=reason, choice=pick.choice, proposal=proposal, n_verify=n_verify, processed=processed,
             p_target=p_target, verdicts=verdicts, new=new, cropped=cropped, fed=self.last_fed, timer=timer,
             kv=kv_memory(self.cache, peak_bytes=peak), raw=raw))
-
-    def _gamma_for(self, context: list[int]):
-        """(γ, why, cost-aware choice or None) for the round after `context`."""
-        if self.cost_policy is None:
-            return self.gamma, self.reason, None
-        choice = self.cost_policy.choose(self.drafter.source_for(context))
-        return choice.gamma, spec_cost.reason(choice), choice
 
     # -- drafting
     def _draft(self, context: list[int], n_verify: int, cap: int) -> Proposal:
         n_total = max(n_verify, min(self.config.gamma_max, cap))
         if n_total == 0:
             return Proposal(())
-        stop = self.config.confidence_threshold if self._stops_early(n_total, n_verify) else None
+        stop = self.policy.threshold if n_total == n_verify else None      # the confidence stop, if any
         request = DraftRequest(n_total, self.pipeline, self.greedy, self.generator, stop)
         return self.drafter.propose(context, request)
 
-    def _stops_early(self, n_total: int, n_verify: int) -> bool:
-        return self.config.gamma_policy == "confidence" and n_total == n_verify
-
     def _verified_count(self, proposal: Proposal, gamma: int, n_verify: int, reason: str) -> tuple[int, str]:
-        """Drafts to verify after the budget cap, what the drafter had, and the confidence stop."""
+        """Drafts to verify after the budget cap, what the drafter had, and the policy's cut (confidence)."""
         if n_verify < gamma:
             reason += f"; capped to {n_verify} by the token budget/context"
         if len(proposal) < n_verify:
             reason += f"; the drafter proposed {len(proposal)}" + (" (no n-gram match)" if (
                 self.drafter.name == LOOKUP and not proposal.tokens) else "")
         n_verify = min(n_verify, len(proposal))
-        if self.config.gamma_policy != "confidence" or proposal.q_draft is None or n_verify == 0:
+        if self.policy.threshold is None or proposal.q_draft is None or n_verify == 0:
             return n_verify, reason
         rows = torch.arange(n_verify, device=proposal.q_draft.device)
         q_own = proposal.q_draft[rows, torch.tensor(proposal.tokens[:n_verify], device=rows.device)]  # (n,)
-        cut = confidence_cut(q_own.tolist(), self.config.confidence_threshold)
-        if cut < n_verify or float(q_own[cut - 1]) < self.config.confidence_threshold:
-            reason += (f"; stopped after {cut} (q_draft={float(q_own[cut - 1]):.3f} < "
-                       f"{self.config.confidence_threshold})")
-        return cut, reason
+        cut, why = self.policy.cut(q_own.tolist())
+        return cut, reason + why
 
     # -- verification: one target forward over the pending tokens and every drafted token
     def _verify(self, context: list[int], proposal: Proposal) -> torch.Tensor:
         feed = context[self.cached:] + list(proposal.tokens)
         self.cached_before = self.cached
-        if self.drafter.reads_target:
-            with tap_decoder_rows(self.lm) as tap:
-                logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
-            self.head_rows = tap.rows[0]                                                     # (fed, H)
-        else:
+        with tap_decoder_rows(self.lm) if self.drafter.reads_target else nullcontext() as tap:
             logits = self.lm.forward(feed, self.cache, logits_to_keep=len(proposal) + 1)  # (n+1, V)
+        if tap is not None:
+            self.head_rows = tap.rows[0]                                                 # (fed, H)
         self.cached += len(feed)
         self.last_fed = len(feed)
         self.drafter.observe_logits(feed[len(feed) - len(logits):], logits)
         return logits
 
-    # -- acceptance
+    # -- acceptance (decoding/core/acceptance.py)
     def _accept(self, raw: torch.Tensor, p_target: torch.Tensor, proposal: Proposal, n_verify: int) -> _Verdicts:
         us: list[float | None] = []
         for k in range(n_verify):
             token = proposal.tokens[k]
             if self.greedy:
-                ok, u = token == int(torch.argmax(raw[k])), None
+                ok, u = greedy_accepts(token, raw[k]), None
             else:
                 q_x = 1.0 if proposal.q_draft is None else float(proposal.q_draft[k, token])
-                u = float(torch.rand((), generator=self.generator, dtype=torch.float64))
-                ok = u < acceptance_probability(float(p_target[k, token]), q_x)
+                ok, u = ratio_accepts(float(p_target[k, token]), q_x, self.generator)
             us.append(u)
             if not ok:
-                return self._residual(raw[k], p_target[k], proposal, k, tuple(us))
-        return self._bonus(raw[n_verify], p_target[n_verify], n_verify, tuple(us))
+                return self._final(k, us, raw[k], self._residual(p_target[k], proposal, k), "residual")
+        return self._final(n_verify, us, raw[n_verify], p_target[n_verify], "bonus")
 
-    def _residual(self, raw, p_row, proposal: Proposal, k: int, us) -> _Verdicts:
+    def _residual(self, p_row: torch.Tensor, proposal: Proposal, k: int) -> torch.Tensor | None:
+        """(V,) what to draw from after draft k was rejected (None at temperature 0)."""
         if self.greedy:
-            return _Verdicts(k, us, int(torch.argmax(raw)), None, "residual", None)
+            return None
         if proposal.q_draft is None:
-            residual = point_mass_residual(p_row, proposal.tokens[k])  # (V,)
-        else:
-            residual = residual_distribution(p_row, proposal.q_draft[k])  # (V,)
-        token, draw = sample_inverse_cdf(residual, self.generator)
-        return _Verdicts(k, us, token, draw, "residual", residual)
+            return point_mass_residual(p_row, proposal.tokens[k])
+        return residual_distribution(p_row, proposal.q_draft[k])
 
-    def _bonus(self, raw, p_row, n_verify: int, us) -> _Verdicts:
+    def _final(self, accepted: int, us: list, raw_row: torch.Tensor, dist, kind: str) -> _Verdicts:
+        """The token after the accepted drafts: the target's argmax at temperature 0, else a draw from `dist`."""
         if self.greedy:
-            return _Verdicts(n_verify, us, int(torch.argmax(raw)), None, "bonus", None)
-        token, draw = sample_inverse_cdf(p_row, self.generator)
-        return _Verdicts(n_verify, us, token, draw, "bonus", None)
+            return _Verdicts(accepted, tuple(us), target_argmax(raw_row), None, kind, None)
+        token, draw = sample_inverse_cdf(dist, self.generator)
+        return _Verdicts(accepted, tuple(us), token, draw, kind, dist if kind == "residual" else None)
 
     def _new_tokens(self, proposal: Proposal, verdicts: _Verdicts, budget: int) -> tuple[int, ...]:
         """Accepted drafts + the final token, cut after an EOS and at the token budget."""
@@ -269,21 +211,6 @@ class Speculator:
         roll_back(self.cache, self.cached - removed)      # also trims sliding-window layers to their window
         self.cached -= removed
         return removed
-
-    def _update_gamma(self, accepted: int, drafted: int, source: str) -> None:
-        policy, gamma = self.config.gamma_policy, self.gamma
-        if self.cost_policy is not None:
-            self.cost_policy.update(source, drafted, accepted)
-        elif policy == "heuristic":
-            self.gamma = heuristic_next(gamma, accepted, drafted)
-            how = f"all {drafted} drafts accepted: {gamma}+2" if accepted == drafted \
-                else f"{accepted}/{drafted} accepted: {gamma}-1"
-            self.reason = f"heuristic: last round {how} -> {self.gamma}"
-        elif policy == "confidence":
-            self.reason = (f"confidence: up to {gamma}, stop below q_draft "
-                           f"{self.config.confidence_threshold}")
-        else:
-            self.reason = f"fixed: gamma={gamma}"
 
 
 # ---------------------------------------------------------------- the round's result and its event

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 import torch
 
 from decoding.drafters.feature_net import FeatureNet, unrolled
+from decoding.train.common import lead_metrics
 from decoding.train.data import DistillData
 from decoding.train.feature_loss import position_loss
-from decoding.train.shallow import lead_metrics
 
 
 @dataclass(frozen=True)

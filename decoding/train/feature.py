@@ -10,7 +10,7 @@ per step k: cross-entropy to x_{t+k} + `soft_weight` × cross-entropy to the tar
 
 Evaluation on held-out prompts: from every anchor the drafter drafts greedily (its own tokens and
 features, as at run time) and counts the leading drafts equal to the target's answer; τ and per-position
-acceptance follow the shallow draft's definitions (decoding.train.shallow.lead_metrics).
+acceptance follow the shallow draft's definitions (decoding.train.common.lead_metrics).
 
 With `--heads N` the net attends over the context (decoding.drafters.feature_net); it trains on whole sequences,
 prompt rows included (decoding.train.context_rows, decoding.train.attending), `--seqs` of them per step.
@@ -31,10 +31,18 @@ import torch
 
 from decoding.core.errors import ConfigError, check, check_number
 from decoding.drafters.feature_net import DEFAULT_FEATURE, FeatureNet, FeatureShape, save_feature
-from decoding.train.common import display_name, finish, run_trainer, settings_parser, target_meta, tau_summary
+from decoding.train.common import (
+    display_name,
+    finish,
+    lead_metrics,
+    run_trainer,
+    settings_parser,
+    target_meta,
+    tau_summary,
+)
 from decoding.train.data import DataSettings, DistillData, anchors, data_split, distill_set, sequence_ends, vocab_slice
 from decoding.train.feature_loss import position_loss
-from decoding.train.shallow import budget_note, changed_flags, lead_metrics
+from decoding.train.shallow import budget_note, changed_flags
 
 GAMMAS = (1, 2, 3, 4, 5, 6, 8)
 

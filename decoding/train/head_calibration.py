@@ -31,10 +31,10 @@ import torch
 
 from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import ConfigError, check
-from decoding.core.formulas import calibration_error
 from decoding.drafters.feature_lattice import CALIBRATION_FORMAT, HeadCalibration, logit
 from decoding.runtime.files import check_writable, write_text_atomic
 from decoding.runtime.paths import calibration_path
+from decoding.train.common import ece
 
 
 @dataclass(frozen=True)
@@ -119,12 +119,6 @@ def fit_platt(q: torch.Tensor, hit: torch.Tensor, steps: int = 200) -> tuple[flo
     with torch.enable_grad():
         opt.step(closure)
     return float(ab[0].detach()), float(ab[1].detach())
-
-
-def ece(score: torch.Tensor, hit: torch.Tensor) -> float:
-    """decoding.core.formulas.calibration_error over tensors (hits: bools or chances; nan without samples)."""
-    value = calibration_error(score.double().tolist(), hit.double().tolist())
-    return float("nan") if value is None else value
 
 
 def platt(q: torch.Tensor, ab: tuple[float, float]) -> torch.Tensor:

@@ -31,7 +31,16 @@ import torch.nn.functional as F
 from decoding.core.errors import check, check_number
 from decoding.drafters.parallel import DrafterShape, DraftOut, ParallelDrafter
 from decoding.runtime.hooks import check_feature_layers, decoder_layers
-from decoding.train.common import display_name, finish, run_trainer, settings_parser, target_meta, tau_summary
+from decoding.train.common import (
+    display_name,
+    ece,
+    finish,
+    lead_metrics,
+    run_trainer,
+    settings_parser,
+    target_meta,
+    tau_summary,
+)
 from decoding.train.data import (
     Batch,
     DataSettings,
@@ -226,18 +235,6 @@ def fit_platt(drafter: ParallelDrafter, ev: dict) -> None:
         drafter.platt_a[k], drafter.platt_b[k] = float(a.detach()), float(b.detach())
 
 
-def expected_calibration_error(probs: torch.Tensor, hits: torch.Tensor, bins: int = 10) -> float:
-    if len(probs) == 0:
-        return float("nan")
-    idx = (probs * bins).long().clamp(max=bins - 1)
-    err = 0.0
-    for b in range(bins):
-        sel = idx == b
-        if sel.any():
-            err += float(sel.float().mean()) * abs(float(probs[sel].mean()) - float(hits[sel].float().mean()))
-    return err
-
-
 def report_metrics(drafter: ParallelDrafter, ev: dict) -> dict:
     """Per-position top-1 accuracy (teacher forced), conditional acceptance and ECE before/after
     calibration, and the greedy chain's τ for each γ (leading hits + 1, full windows only)."""
@@ -252,11 +249,10 @@ def report_metrics(drafter: ParallelDrafter, ev: dict) -> dict:
                         "top1": float(ev["hits"][ev["valid"][:, k], k].float().mean()),
                         "accept_given_prefix": float(ev["hits"][sel, k].float().mean()) if sel.any() else float("nan"),
                         "mean_confidence": float(cal.mean()) if sel.any() else float("nan"),
-                        "ece_raw": expected_calibration_error(raw, ev["hits"][sel, k]),
-                        "ece_calibrated": expected_calibration_error(cal, ev["hits"][sel, k])})
+                        "ece_raw": ece(raw, ev["hits"][sel, k]), "ece_calibrated": ece(cal, ev["hits"][sel, k])})
     full = ev["valid"].all(1)
-    lead = torch.cumprod(ev["hits"][full].int(), 1)                          # (B', γ)
-    tau = {g: 1 + float(lead[:, :g].sum(1).float().mean()) for g in range(1, gamma + 1)} if full.any() else {}
+    leads = torch.cumprod(ev["hits"][full].int(), 1).sum(1)                  # (B',) leading hits of γ
+    tau = lead_metrics(leads, range(1, gamma + 1), math.nan, int(full.sum()))["tau_chain"] if full.any() else {}
     return {"per_position": per_pos, "tau_chain": tau, "heldout_anchors": int(len(ev["hits"]))}
 
 

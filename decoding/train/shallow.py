@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from decoding.core.errors import check, check_number
 from decoding.drafters.shallow import DEFAULT_SHALLOW, build_shallow, check_shape, save_shallow, trainable
-from decoding.train.common import display_name, finish, run_trainer, settings_parser, tau_summary
+from decoding.train.common import display_name, finish, lead_metrics, run_trainer, settings_parser, tau_summary
 from decoding.train.data import DataSettings, DistillData, data_split, distill_set
 
 
@@ -147,23 +147,6 @@ def chain_metrics(hit_rows: Sequence[torch.Tensor], gammas: Sequence[int]) -> di
              for row in hit_rows for start in range(0, max(len(row) - g_max, 0))]
     top1 = float(allhits.float().mean()) if len(allhits) else math.nan
     return lead_metrics(torch.tensor(leads, dtype=torch.long), gammas, top1, int(len(allhits)))
-
-
-def lead_metrics(leads: torch.Tensor, gammas: Sequence[int], top1: float, positions: int) -> dict:
-    """From each start position's leading hits (of max(gammas) drafts): τ = 1 + mean min(leads, γ) for
-    each γ, and per-position acceptance (accepted at k / rounds that drafted k)."""
-    g_max = max(gammas)
-    lead_counts = torch.bincount(leads.clamp(max=g_max), minlength=g_max + 1).double()   # (g_max + 1,)
-    out = {"top1": top1, "positions": positions, "tau_chain": {}, "per_position": []}
-    total = float(lead_counts.sum())
-    for g in gammas:
-        capped = torch.arange(g_max + 1).clamp(max=g).double()
-        out["tau_chain"][g] = 1 + float((lead_counts * capped).sum()) / total if total else math.nan
-    for k in range(1, g_max + 1):
-        reached = float(lead_counts[k - 1:].sum())       # rounds whose first k−1 drafts were accepted
-        accepted = float(lead_counts[k:].sum())
-        out["per_position"].append({"position": k, "accept_given_prefix": accepted / reached if reached else math.nan})
-    return out
 
 
 @dataclass

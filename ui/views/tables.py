@@ -7,6 +7,7 @@ from pathlib import PurePath
 
 import pandas as pd
 
+from decoding.core.formulas import speed_vs
 from decoding.core.trace_totals import emitted_count
 from decoding.runtime.cost_table import AUTO_SOURCE
 from ui.views.chips import first_divergence, visible
@@ -131,7 +132,7 @@ def metrics_table(traces: Mapping[str, object]) -> pd.DataFrame:
                      "tokens_per_forward": metrics["tokens_per_forward"],
                      "wall_s": trace.stats.wall_s, "tokens_per_s": trace.stats.tokens_per_s,
                      "step_tokens_per_s": metrics["tokens_per_s"],
-                     "speedup_vs_greedy": metrics["tokens_per_s"] / ref_rate if ref_rate > 0 else None,
+                     "speedup_vs_greedy": speed_vs(metrics["tokens_per_s"], ref_rate),
                      "tau": trace.stats.mean_accepted_length, "acceptance_rate": trace.stats.acceptance_rate,
                      "first_divergence": counted_from_1(first_divergence(base, trace.output_ids)),
                      "stop_reason": trace.stop_reason})

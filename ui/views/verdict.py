@@ -13,6 +13,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from decoding.core.formulas import speed_vs
 from decoding.core.trace_totals import emitted_count
 from ui.views import spec
 from ui.views.chips import chips_for, first_divergence, visible
@@ -125,7 +126,7 @@ def slower_line(label: str, trace, greedy_trace) -> str | None:
     unit = "round" if trace.strategy in ("speculative", "dspark") else "step"
     cost = sum(_step_ms(s) for s in steps) / len(steps) / plain
     emitted = sum(emitted_count(s) for s in steps) / len(steps)
-    return (f"{label} is slower than greedy ({ours / theirs:.2f}×): a {unit} cost {cost:.2f} plain tokens of "
+    return (f"{label} is slower than greedy ({speed_vs(ours, theirs):.2f}×): a {unit} cost {cost:.2f} plain tokens of "
             f"time and emitted {emitted:.2f} tokens on average ({len(steps)} {unit}s after the first; a plain "
             f"token = greedy's mean step, {plain:.0f} ms).")
 

@@ -15,11 +15,12 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from decoding.core.formulas import acceptance_rate, expected_accepted, round_ms
+from decoding.core.formulas import acceptance_rate, expected_accepted, round_ms, tokens_per_round
+from decoding.core.trace_totals import spec_metrics
 
 
 def tokens_per_verification(accept_probs: Sequence[float], gamma: int) -> float:
-    return 1.0 + expected_accepted(accept_probs, gamma)
+    return tokens_per_round(expected_accepted(accept_probs, gamma))
 
 
 def greedy_verified(events: Sequence) -> bool:
@@ -51,8 +52,8 @@ def sweep(events: Sequence, gammas: Sequence[int]) -> pd.DataFrame:
     for gamma in gammas:
         accepted = [expected_accepted(a, gamma) for a in rounds]
         drafted = sum(min(gamma, len(a)) for a in rounds)
-        rows.append({"gamma": gamma, "expected_accepted": sum(accepted) / len(rounds) if rounds else 0.0,
-                     "expected_tokens_per_forward": 1.0 + (sum(accepted) / len(rounds) if rounds else 0.0),
+        mean = sum(accepted) / len(rounds) if rounds else 0.0
+        rows.append({"gamma": gamma, "expected_accepted": mean, "expected_tokens_per_forward": tokens_per_round(mean),
                      "expected_acceptance_rate": acceptance_rate(sum(accepted), drafted),
                      "short_rounds": sum(len(a) < gamma for a in rounds), "rounds": len(rounds)})
     return pd.DataFrame(rows, columns=["gamma", "expected_accepted", "expected_tokens_per_forward",
@@ -65,11 +66,9 @@ def measured(events: Sequence) -> dict:
     rounds = spec_rounds(events)
     if not rounds:
         return {"rounds": 0, "tokens_per_forward": None, "acceptance_rate": None, "gammas": ()}
-    emitted = sum(len(r.emitted) - len(r.forced_ids) for r in rounds)
-    drafted = sum(r.gamma for r in rounds)
-    return {"rounds": len(rounds), "tokens_per_forward": emitted / len(rounds),
-            "mean_accepted": sum(r.accepted for r in rounds) / len(rounds),
-            "acceptance_rate": acceptance_rate(sum(r.accepted for r in rounds), drafted),
+    stats = spec_metrics(rounds)
+    return {"rounds": len(rounds), "tokens_per_forward": stats["mean_accepted_length"],
+            "mean_accepted": sum(r.accepted for r in rounds) / len(rounds), "acceptance_rate": stats["acceptance_rate"],
             "gammas": tuple(sorted({r.gamma for r in rounds})), "gamma": max(r.gamma for r in rounds)}
 
 

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from decoding.core.formulas import tokens_per_round
 from decoding.core.lattice import Lattice
 from decoding.strategies.dspark_select import best_chain, best_tree
 
@@ -93,8 +94,8 @@ def sweep(events: Sequence, gammas: Sequence[int], budgets: Sequence[int]) -> pd
                 replayed += acc
                 lower += not exact
         rows.append({"plan": mode, "size": size, "rounds": n, "short_rounds": short,
-                     "forecast_tokens_per_forward": 1 + forecast / n if n else None,
-                     "replayed_tokens_per_forward": (1 + replayed / n) if greedy and n else None,
+                     "forecast_tokens_per_forward": tokens_per_round(forecast / n) if n else None,
+                     "replayed_tokens_per_forward": tokens_per_round(replayed / n) if greedy and n else None,
                      "lower_bound_rounds": lower if greedy else None})
     return pd.DataFrame(rows, columns=["plan", "size", "rounds", "forecast_tokens_per_forward",
                                        "replayed_tokens_per_forward", "lower_bound_rounds", "short_rounds"])
