@@ -300,7 +300,7 @@ def test_speculative_residual_and_draft_model(server, page):
     shot(page, "playground-speculative-draft-model")
 
 
-DSPARK_STEPS = 8      # steps (the prefill first) the DSpark screenshot may take to reach a round that rejects
+DSPARK_STEPS = 12     # steps (the prefill first) the DSpark screenshot may take to reach a round that accepts and rejects
 
 
 def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
@@ -311,11 +311,12 @@ def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
 
     open_app(page, server, dspark_link(page, server))
     rejected = page.locator(".ds-chips span.ds-chip.ds-origin-rejected[data-step]")
-    for step in range(DSPARK_STEPS):
+    for step in range(DSPARK_STEPS):        # on to a round that both accepts and rejects (the one on view)
         click(page, "Step")
         page.get_by_text(re.compile(rf"^{step + 1} steps? recorded")).wait_for(timeout=90_000)
         idle(page)
-        if rejected.count():
+        here = f'.ds-chips span.ds-chip[data-step="{step}"]'
+        if page.locator(f"{here}.ds-origin-rejected").count() and page.locator(f"{here}.ds-origin-accepted").count():
             break
     page.locator(".ds-chips span.ds-chip.ds-origin-accepted[data-step]").first.wait_for(timeout=30_000)
     rejected.first.wait_for(timeout=30_000)
