@@ -115,5 +115,5 @@ class Worker:
             job.timeline.ended = time.perf_counter()
             with self._lock:
                 self.running -= 1
+        self._record(job, trace)          # before the reply: a client that reads /metrics next finds its request
         job.outbox.put(("done", trace))
-        self._record(job, trace)
