@@ -119,3 +119,128 @@ def test_concurrent_requests_are_served_first_come_one_at_a_time(live, client, g
                    for r in records)
     assert len(spans) == len(PROMPTS)
     assert all(end <= start + 0.002 for (_, end), (start, _) in zip(spans, spans[1:]))
+
+
+def _body(**fields) -> dict:
+    return {"model": "MODEL", "prompt": "Hello", "max_tokens": 4, **fields}
+
+
+HOSTILE = [   # (what, path, raw body or fields, status, the parameter the line names)
+    ("huge", "/v1/completions", b'{"prompt": "' + b"a" * (2 << 20) + b'"}', 413, "body"),
+    ("malformed JSON", "/v1/completions", b'{"model": ', 400, "body"),
+    ("not an object", "/v1/completions", b"[1, 2]", 400, "body"),
+    ("not UTF-8", "/v1/completions", b'{"prompt": "\xff\xfe"}', 400, "body"),
+    ("NaN", "/v1/completions", b'{"model": "MODEL", "prompt": "a", "top_p": NaN}', 400, "body"),
+    ("nested too deep", "/v1/completions", b"[" * 100000 + b"]" * 100000, 400, "body"),
+    ("max_tokens as text", "/v1/completions", _body(max_tokens="5"), 400, "max_tokens"),
+    ("negative max_tokens", "/v1/completions", _body(max_tokens=-1), 400, "max_tokens"),
+    ("max_tokens past the context", "/v1/completions", _body(max_tokens=10**9), 400, "max_tokens"),
+    ("infinite max_tokens", "/v1/completions", b'{"model": "MODEL", "prompt": "a", "max_tokens": 1e400}', 400,
+     "max_tokens"),
+    ("stream as text", "/v1/completions", _body(stream="yes"), 400, "stream"),
+    ("prompt a number", "/v1/completions", _body(prompt=5), 400, "prompt"),
+    ("prompt a lone surrogate", "/v1/completions", b'{"model": "MODEL", "prompt": "a\\udcff"}', 400, "prompt"),
+    ("messages as text", "/v1/chat/completions", {"model": "MODEL", "messages": "hi"}, 400, "messages"),
+    ("a made-up role", "/v1/chat/completions", {"model": "MODEL", "messages": [{"role": "root", "content": "x"}]},
+     400, "messages[0].role"),
+    ("an unknown field", "/v1/completions", _body(shell="rm -rf /"), 400, "shell"),
+    ("n of two", "/v1/completions", _body(n=2), 400, "n"),
+    ("decodescope not an object", "/v1/completions", _body(decodescope="greedy"), 400, "decodescope"),
+    ("an unknown strategy", "/v1/completions", _body(decodescope={"strategy": "nope"}), 400, "strategy"),
+    ("a strategy as a path", "/v1/completions", _body(decodescope={"strategy": "../greedy"}), 400, "strategy"),
+    ("an unknown setting", "/v1/completions", _body(decodescope={"model": "/etc"}), 400, "decodescope.model"),
+    ("gamma as text", "/v1/completions", _body(decodescope={"strategy": "speculative", "gamma": "4"}), 400, "gamma"),
+    ("a draft path", "/v1/completions", _body(decodescope={"strategy": "speculative", "draft": "/etc/passwd"}),
+     400, "draft"),
+    ("a drafter file", "/v1/completions", _body(decodescope={"strategy": "dspark", "drafter": "feature:../x.bin"}),
+     400, "drafter"),
+    ("a cost table file", "/v1/completions",
+     _body(decodescope={"strategy": "dspark", "cost_table": "../../costs.json"}), 400, "cost_table"),
+    ("a setting of another strategy", "/v1/completions", _body(decodescope={"num_beams": 3}), 400, "num_beams"),
+    ("temperature twice", "/v1/completions",
+     _body(temperature=0.5, decodescope={"strategy": "sample", "temperature": 0.5}), 400, "decodescope.temperature"),
+    ("another model", "/v1/completions", _body(model="gpt-4"), 404, "model"),
+]
+
+
+def _server_folders(live) -> list[str]:
+    import sysconfig
+    from pathlib import Path
+
+    from decoding.runtime.paths import ASSETS, cache_root
+
+    return [str(live.server.log.folder), str(cache_root()), str(ASSETS), sysconfig.get_paths()["purelib"],
+            str(Path(__file__).resolve().parents[1]), live.server.lm.name]
+
+
+@pytest.mark.parametrize("what, path, payload, status, param", HOSTILE, ids=[h[0] for h in HOSTILE])
+def test_a_hostile_body_is_one_line_naming_the_field(live, what, path, payload, status, param):
+    name = live.server.served_name
+    raw = (payload.replace(b"MODEL", name.encode()) if isinstance(payload, bytes)
+           else json.dumps({k: (name if v == "MODEL" else v) for k, v in payload.items()}).encode())
+    code, text = request(live, "POST", path, raw)
+    error = json.loads(text)["error"]
+    assert code == status, text
+    assert error["message"].startswith(f"{param}=") and "\n" not in error["message"], error
+    assert "Traceback" not in text and not [f for f in _server_folders(live) if f in text]
+
+
+@pytest.mark.parametrize("method, path, status", [("GET", "/v1/completions", 405), ("GET", "/etc/passwd", 404),
+                                                  ("POST", "/v1/models", 405)])
+def test_a_wrong_route_or_method_is_one_line(live, method, path, status):
+    code, text = request(live, method, path)
+    assert code == status and len(json.loads(text)["error"]["message"].splitlines()) == 1
+
+
+def test_models_and_health(live):
+    code, text = request(live, "GET", "/v1/models")
+    assert code == 200 and [m["id"] for m in json.loads(text)["data"]] == [live.server.served_name]
+    code, text = request(live, "GET", "/health")
+    health = json.loads(text)
+    assert code == 200 and health["status"] == "ok" and health["chat_template"] is True
+    assert live.server.served_name == live.server.lm.name.rstrip("/").rsplit("/", 1)[-1]   # no folder of ours
+
+
+def _samples(live) -> dict:
+    """(sample name, sorted label items) -> value, from /metrics read by prometheus_client's own parser."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    code, text = request(live, "GET", "/metrics")
+    assert code == 200
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _total(samples: dict, name: str, **labels) -> float:
+    return sum(v for (n, items), v in samples.items() if n == name and set(labels.items()) <= set(items))
+
+
+def test_metrics_count_what_was_served(live, client):
+    before, name = _samples(live), live.server.served_name
+    client.completions.create(model=name, prompt=PROMPTS[0], max_tokens=TOKENS)
+    spec = {"strategy": "speculative", "draft": "lookup", "gamma": 4}
+    client.completions.create(model=name, prompt="one two one two one two one", max_tokens=TOKENS,
+                              extra_body={"decodescope": spec})
+    after = _samples(live)
+    delta = {key: after[key] - before.get(key, 0.0) for key in after}
+    for hist in ("request_queue_time_seconds", "time_to_first_token_seconds", "e2e_request_latency_seconds"):
+        assert _total(delta, f"vllm:{hist}_count") == 2
+    assert _total(delta, "vllm:inter_token_latency_seconds_count", strategy="greedy") == TOKENS - 1
+    assert _total(delta, "vllm:generation_tokens_total") == 2 * TOKENS
+    assert _total(delta, "vllm:request_success_total", finished_reason="length") == 2
+    steps = json.loads(live.server.log.files()[-1].read_text())["trace"]["steps"]
+    rounds = [s for s in steps if s["kind"] == "spec_round" and s["gamma"] > 0]
+    assert rounds and _total(delta, "vllm:spec_decode_num_drafts_total", strategy="speculative") == len(rounds)
+    drafted, accepted = sum(r["gamma"] for r in rounds), sum(r["accepted"] for r in rounds)
+    assert _total(delta, "vllm:spec_decode_num_draft_tokens_total") == drafted
+    assert _total(delta, "vllm:spec_decode_num_accepted_tokens_total") == accepted
+    assert _total(delta, "vllm:spec_decode_num_accepted_tokens_per_pos_total") == accepted
+    assert _total(delta, "vllm:spec_decode_num_drafts_total", strategy="greedy") == 0     # negative control
+
+
+def test_each_request_leaves_its_trace_and_timing_in_the_log(live, client):
+    reply = client.completions.create(model=live.server.served_name, prompt=PROMPTS[1], max_tokens=TOKENS)
+    record = json.loads(live.server.log.files()[-1].read_text())
+    assert record["id"] == reply.id and record["trace"]["text"].endswith(reply.choices[0].text)
+    timing = record["timing"]
+    assert len(timing["itl_s"]) == TOKENS - 1 and 0 <= timing["queue_s"] <= timing["ttft_s"] <= timing["e2e_s"]
