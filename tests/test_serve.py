@@ -244,3 +244,21 @@ def test_each_request_leaves_its_trace_and_timing_in_the_log(live, client):
     assert record["id"] == reply.id and record["trace"]["text"].endswith(reply.choices[0].text)
     timing = record["timing"]
     assert len(timing["itl_s"]) == TOKENS - 1 and 0 <= timing["queue_s"] <= timing["ttft_s"] <= timing["e2e_s"]
+
+
+def test_a_client_that_leaves_mid_stream_stops_its_request(live):
+    import http.client
+    import time
+
+    before = len(live.server.log.files())
+    body = {"model": live.server.served_name, "prompt": PROMPTS[0], "max_tokens": 1000, "stream": True}
+    conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=30)
+    conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"content-type": "application/json"})
+    reply = conn.getresponse()
+    assert reply.status == 200 and reply.read1(256).startswith(b"data: ")
+    conn.close()
+    deadline = time.monotonic() + 20
+    while len(live.server.log.files()) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    record = json.loads(live.server.log.files()[-1].read_text())
+    assert record["finish_reason"] == "abort" and record["completion_tokens"] < 1000

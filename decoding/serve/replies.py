@@ -7,7 +7,7 @@ import time
 
 from decoding.serve.body import CHAT
 
-FINISH = {"eos": "stop", "max_new_tokens": "length", "context": "length", "stopped": "stop", "error": "error"}
+FINISH = {"eos": "stop", "max_new_tokens": "length", "context": "length", "stopped": "abort", "error": "error"}
 
 
 def finish_reason(stop_reason: str) -> str:
