@@ -5,6 +5,7 @@ differ from one another, so a reply given to the wrong request, or the wrong pro
 from __future__ import annotations
 
 import json
+import re
 import threading
 
 import pytest
@@ -262,3 +263,31 @@ def test_a_client_that_leaves_mid_stream_stops_its_request(live):
         time.sleep(0.05)
     record = json.loads(live.server.log.files()[-1].read_text())
     assert record["finish_reason"] == "abort" and record["completion_tokens"] < 1000
+
+
+def _refusals(live) -> dict[str, tuple[str, str]]:
+    """Each hostile case's (status, message) as the server gives them, the served model's id as MODEL."""
+    name, out = live.server.served_name, {}
+    for what, path, payload, _, _ in HOSTILE:
+        raw = (payload.replace(b"MODEL", name.encode()) if isinstance(payload, bytes)
+               else json.dumps({k: (name if v == "MODEL" else v) for k, v in payload.items()}).encode())
+        code, text = request(live, "POST", path, raw)
+        out[what] = (str(code), json.loads(text)["error"]["message"].replace(name, "MODEL"))
+    return out
+
+
+def errors_md_serve_rows() -> dict[str, tuple[str, str]]:
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "errors.md").read_text(encoding="utf-8")
+    section = text.split("\n## Serve\n", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([^|`]+?) \| (\d{3}) \| `(.+)` \|$", section, re.MULTILINE)
+    return {what: (status, message) for what, status, message in rows}
+
+
+def test_errors_md_quotes_every_serve_refusal(live):
+    """docs/errors.md's Serve table holds exactly the status and message of every hostile case above.
+    Negative control: a changed message would not match (the comparison is exact)."""
+    given, quoted = _refusals(live), errors_md_serve_rows()
+    assert quoted == given
+    assert len(quoted) == len(HOSTILE)

@@ -4,6 +4,7 @@ line's parser, the ranges from the strategy's config: one definition of each rul
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import re
 from collections.abc import Callable, Mapping
@@ -31,7 +32,7 @@ class Rules:
 
 def overridable(rules: Rules) -> tuple[str, ...]:
     """The settings a request may override: the strategy, and every flag that is a strategy's setting."""
-    fields = set().union(*(set(s.config_cls.__dataclass_fields__) for s in STRATEGIES.values()))
+    fields = set().union(*({f.name for f in dataclasses.fields(s.config_cls)} for s in STRATEGIES.values()))
     return ("strategy", *sorted(name for name in rules.flags if name in fields))
 
 
@@ -86,6 +87,6 @@ def with_openai(base: argparse.Namespace, openai: Mapping[str, object], own: Map
     for name in sorted(set(openai) & set(own)):
         raise ConfigError(f"decodescope.{name}", own[name], "is given twice: as an OpenAI field and here")
     strategy = STRATEGIES.get(own.get("strategy", base.strategy))
-    fields = strategy.config_cls.__dataclass_fields__ if strategy is not None else {}
+    fields = {f.name for f in dataclasses.fields(strategy.config_cls)} if strategy is not None else set()
     kept = {k: v for k, v in openai.items() if not (k in NEUTRAL and k not in fields and v == NEUTRAL[k])}
     return {**kept, **own}
