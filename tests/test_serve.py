@@ -291,3 +291,19 @@ def test_errors_md_quotes_every_serve_refusal(live):
     given, quoted = _refusals(live), errors_md_serve_rows()
     assert quoted == given
     assert len(quoted) == len(HOSTILE)
+
+
+def test_the_benchmarks_clients_get_greedys_answers_under_every_strategy(live):
+    """python -m bench serve's clients (bench/serve.py) against this server: two at once, greedy and speculative,
+    no failure, and no answer that differs from greedy's (its negative control: tests/test_bench_serve.py)."""
+    from openai import OpenAI
+
+    from bench import serve as bench_serve
+
+    client = OpenAI(base_url=live.base_url, api_key="unused", max_retries=0, timeout=60)
+    names, results = ["gears", "tea", "sunset"], []
+    for strategy in ("greedy", "speculative"):
+        work = bench_serve.plan(3, 2, names, think_s=0.0, seed=0)
+        results += bench_serve.level(client, live.server.served_name, strategy, 2, work, 6)
+    assert len(results) == 6 and not [r.error for r in results if r.error]
+    assert bench_serve.differing(results) == 0 and all(r.tokens == 6 and r.ttft_s is not None for r in results)
