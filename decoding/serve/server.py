@@ -4,6 +4,7 @@ recorded."""
 from __future__ import annotations
 
 import argparse
+import threading
 import time
 import uuid
 import warnings
@@ -58,6 +59,9 @@ class Server:
     worker: Worker = field(init=False)
     metrics: ServeMetrics = field(init=False)
     _loaded: dict = field(default_factory=dict)      # what a strategy needs loaded, by draft model
+    # One encoding at a time: a fast tokenizer's settings change on each call, and two threads doing that at
+    # once can fail ("Already borrowed").
+    _encoding: threading.Lock = field(default_factory=threading.Lock)
     started: int = field(default_factory=lambda: int(time.time()))
 
     def __post_init__(self):
@@ -71,8 +75,9 @@ class Server:
         try:
             overrides = settings.with_openai(self.args, asked.openai, asked.own)
             config = settings.request_config(self.args, self.rules, overrides)
-            ids = (chat_ids(self.lm, asked.messages) if asked.kind == CHAT
-                   else self.lm.encode(asked.prompt, chat_template=False))
+            with self._encoding:
+                ids = (chat_ids(self.lm, asked.messages) if asked.kind == CHAT
+                       else self.lm.encode(asked.prompt, chat_template=False))
             check_inputs(self.lm, ids, config.max_new_tokens)
         except ConfigError as err:
             raise _named(err, dict(asked.named)) from None
