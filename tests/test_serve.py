@@ -307,3 +307,18 @@ def test_the_benchmarks_clients_get_greedys_answers_under_every_strategy(live):
         results += bench_serve.level(client, live.server.served_name, strategy, 2, work, 6)
     assert len(results) == 6 and not [r.error for r in results if r.error]
     assert bench_serve.differing(results) == 0 and all(r.tokens == 6 and r.ttft_s is not None for r in results)
+
+
+def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(live):
+    import http.client
+
+    conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=30)
+    try:
+        conn.request("POST", "/v1/completions", body=iter([b"x" * 600_000] * 3), encode_chunked=True,
+                     headers={"content-type": "application/json"})
+        reply = conn.getresponse()
+        message = json.loads(reply.read())["error"]["message"]
+    finally:
+        conn.close()
+    read = re.fullmatch(r"body='<(\d+) bytes>' is invalid: is larger than 1048576 bytes", message)
+    assert reply.status == 413 and read and 1048576 < int(read.group(1)) <= 1800000, message   # cut off as it came

@@ -137,3 +137,24 @@ def test_the_queue_refuses_past_its_limit_and_serves_one_at_a_time():
 def test_serve_refuses_a_bad_flag_in_one_line_before_loading(capsys, flags, start):
     code, out, err = cli_main(["serve", *flags], capsys)
     assert code == 2 and one_line(err).startswith(start), err
+
+
+def _fake_server(chat_template):
+    from types import SimpleNamespace
+
+    tok = SimpleNamespace(chat_template=chat_template)
+    lm = SimpleNamespace(tokenizer=tok, encode=lambda text, chat_template: ("encoded", text, chat_template))
+    args = SimpleNamespace(strategy="greedy", host="127.0.0.1", port=8000)
+    return SimpleNamespace(lm=lm, args=args, served_name="m", log=SimpleNamespace(folder="F"))
+
+
+def test_without_a_chat_template_the_messages_are_joined_and_the_server_says_so():
+    from decoding.serve.cli import start_lines
+    from decoding.serve.server import chat_ids
+
+    plain = _fake_server(None)
+    assert chat_ids(plain.lm, (("system", "Be brief."), ("user", "Hi"))) == ("encoded", "Be brief.\n\nHi", False)
+    lines = start_lines(plain)
+    assert len(lines) == 2 and lines[1] == "note: the model has no chat template: a chat's messages are joined by " \
+                                           "blank lines"
+    assert len(start_lines(_fake_server("{{ messages }}"))) == 1           # negative control: a template, no note

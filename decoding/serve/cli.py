@@ -15,7 +15,7 @@ from decoding.serve.settings import Rules
 from decoding.serve.trace_log import Bounds, TraceLog, default_folder
 
 EMBEDDED_NAME = "SmolLM2-135M-Instruct"
-__all__ = ["Rules", "serve", "build_server", "served_name"]
+__all__ = ["Rules", "serve", "build_server", "served_name", "start_lines"]
 
 
 def served_name(args: argparse.Namespace) -> str:
@@ -46,14 +46,23 @@ def serve(args: argparse.Namespace, rules: Rules, spec: ModelSpec) -> int:
     import uvicorn
 
     from decoding.serve.app import build_app
-    from decoding.serve.server import has_chat_template
 
     check_flags(args)
     ENGINE.enable()                       # loading and every request's steps run on the engine thread
     server = build_server(args, rules, load(spec))
-    print(f"serving {server.served_name} ({args.strategy}) at http://{args.host}:{args.port}/v1; request traces "
-          f"in {server.log.folder}", file=sys.stderr)
-    if not has_chat_template(server.lm):
-        print("note: the model has no chat template: a chat's messages are joined by blank lines", file=sys.stderr)
+    for line in start_lines(server):
+        print(line, file=sys.stderr)
     uvicorn.run(build_app(server), host=args.host, port=args.port, log_level="warning")
     return 0
+
+
+def start_lines(server) -> list[str]:
+    """What the server says at start: what it serves and where; a line when the model has no chat template."""
+    from decoding.serve.server import has_chat_template
+
+    args = server.args
+    lines = [f"serving {server.served_name} ({args.strategy}) at http://{args.host}:{args.port}/v1; "
+             f"request traces in {server.log.folder}"]
+    if not has_chat_template(server.lm):
+        lines.append("note: the model has no chat template: a chat's messages are joined by blank lines")
+    return lines
