@@ -322,3 +322,35 @@ def test_a_chunked_body_is_cut_off_once_it_passes_the_limit(live):
         conn.close()
     read = re.fullmatch(r"body='<(\d+) bytes>' is invalid: is larger than 1048576 bytes", message)
     assert reply.status == 413 and read and 1048576 < int(read.group(1)) <= 1800000, message   # cut off as it came
+
+
+def test_a_request_whose_client_leaves_while_it_waits_is_dropped_from_the_queue(live):
+    """A long streamed request holds the engine; a second client gives up while queued: the queue lets it go at
+    once, without decoding it (the log gets no record of it)."""
+    import http.client
+    import socket
+    import time
+
+    def post(body, timeout):
+        conn = http.client.HTTPConnection("127.0.0.1", live.port, timeout=timeout)
+        conn.request("POST", "/v1/completions", body=json.dumps(body), headers={"content-type": "application/json"})
+        return conn
+
+    base = {"model": live.server.served_name, "prompt": PROMPTS[1]}
+    long_run = post({**base, "max_tokens": 1000, "stream": True}, 30)
+    assert long_run.getresponse().read1(64).startswith(b"data: ")
+    before = len(live.server.log.files())
+    waiting = post({**base, "max_tokens": 4}, 0.5)
+    with pytest.raises(socket.timeout):
+        waiting.getresponse()
+    assert live.server.worker.waiting == 1
+    waiting.close()
+    deadline = time.monotonic() + 5
+    while live.server.worker.waiting and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live.server.worker.waiting == 0 and live.server.worker.running == 1     # the long one still decodes
+    long_run.close()
+    while live.server.worker.running and time.monotonic() < deadline + 10:
+        time.sleep(0.05)
+    time.sleep(0.2)
+    assert len(live.server.log.files()) == before + 1                            # the long one alone

@@ -60,17 +60,32 @@ async def _answer(request: Request, kind: str) -> Response:
         return refusal(next(code for cls, code in STATUS if isinstance(err, cls)), str(err), err.param)
     except Busy as err:
         return refusal(429, str(err), kind="rate_limit_error")
-    first = await job.outbox.queue.get()
+    first = await _next(request, server, job)
+    if first is None:                         # the client left while its request waited
+        return Response(status_code=499)
     if first[0] in ("refused", "failed"):
         return refusal(400 if first[0] == "refused" else 500, first[1])
     if asked.stream:
         return StreamingResponse(_events(server, job, asked, first), media_type="text/event-stream")
-    return await _whole(server, job, asked, first)
+    return await _whole(request, server, job, asked, first)
 
 
-async def _whole(server: Server, job: Job, asked: body.Asked, item: tuple) -> Response:
-    while item[0] == "tokens":
-        item = await job.outbox.queue.get()
+async def _next(request: Request, server: Server, job: Job, poll_s: float = 0.25) -> tuple | None:
+    """The job's next item; None once the client has disconnected (its job is then stopped or dropped)."""
+    waiting = asyncio.ensure_future(job.outbox.queue.get())
+    while not (await asyncio.wait({waiting}, timeout=poll_s))[0]:
+        if await request.is_disconnected():
+            waiting.cancel()
+            server.worker.cancel(job)
+            return None
+    return waiting.result()
+
+
+async def _whole(request: Request, server: Server, job: Job, asked: body.Asked, item: tuple | None) -> Response:
+    while item is not None and item[0] == "tokens":
+        item = await _next(request, server, job)
+    if item is None:
+        return Response(status_code=499)
     if item[0] != "done":
         return refusal(500, item[1], kind="server_error")
     trace = item[1]
