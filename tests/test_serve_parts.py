@@ -158,3 +158,8 @@ def test_without_a_chat_template_the_messages_are_joined_and_the_server_says_so(
     assert len(lines) == 2 and lines[1] == "note: the model has no chat template: a chat's messages are joined by " \
                                            "blank lines"
     assert len(start_lines(_fake_server("{{ messages }}"))) == 1           # negative control: a template, no note
+
+
+def test_serve_listens_on_loopback_unless_told_otherwise():
+    assert serve_args("default").host == "127.0.0.1"
+    assert serve_args("default", "--host", "0.0.0.0").host == "0.0.0.0"
