@@ -39,6 +39,8 @@ MAX_REQUESTS = 200
 STRATEGIES = ("greedy", "speculative", "dspark")
 REQUEST_TIMEOUT_S = 600
 START_TIMEOUT_S = 600
+BUSY = ("**The machine was busy with other work** (its load average passed its core count): every time here is "
+        "inflated by it, so compare rows with one another, not with other sections, and rerun on an idle machine.")
 
 
 # ------------------------------------------------------------------------------ prompts
@@ -224,6 +226,7 @@ def render(results: list[Result], walls: dict, args, command: str, loads: tuple)
         "Times as the clients see them; queue time as the server records it. Requests decode one at a time: "
         "at C clients a request waits for up to C − 1 others.",
         "",
+        *([BUSY, ""] if max(loads[0][0], loads[1][0]) > (os.cpu_count() or 1) else []),
         header, *rows, "",
         f"Answers that differ from greedy's answer to the same prompt: {differing(results)} (0 expected: "
         "every strategy is lossless at temperature 0).",

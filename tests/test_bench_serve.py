@@ -55,3 +55,16 @@ def test_a_bad_flag_is_one_line(argv, line, capsys):
     with pytest.raises(SystemExit) as exit_info:
         bench_serve.checked(argv)
     assert line in (str(exit_info.value.code) + capsys.readouterr().err)
+
+
+def test_the_table_says_when_the_machine_was_busy():
+    import argparse
+    import os
+
+    args = argparse.Namespace(strategies=("greedy",), concurrency=(1,), think=0.0, max_tokens=8)
+    results, walls = [_result("greedy", "p", "x")], {("greedy", 1): 1.0}
+    cores = os.cpu_count() or 1
+    busy = bench_serve.render(results, walls, args, "cmd", ((cores + 1.0,) * 3, (0.1,) * 3))
+    idle = bench_serve.render(results, walls, args, "cmd", ((0.1,) * 3, (0.1,) * 3))
+    assert bench_serve.BUSY in busy and bench_serve.BUSY not in idle
+    assert "| greedy | 1 | 1 | 0 |" in idle
