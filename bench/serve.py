@@ -165,9 +165,18 @@ def wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
     sys.exit(f"the server did not answer /health within {START_TIMEOUT_S} s")
 
 
+def resident_mib(pid: int) -> float | None:
+    """A process's resident set size in MiB (None where /proc is missing or it has ended)."""
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
 @contextlib.contextmanager
-def served(model: str, max_tokens: int, concurrency: int) -> Iterator[tuple[str, Path]]:
-    """`python -m decoding serve` on a free loopback port; (its base URL, its log file); stopped after."""
+def served(model: str, max_tokens: int, concurrency: int) -> Iterator[tuple[str, int]]:
+    """`python -m decoding serve` on a free loopback port; (its base URL, its process id); stopped after."""
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="bench_serve_")) / "server.log"
     cmd = [sys.executable, "-m", "decoding", "serve", "--model", model, "--port", str(port),
@@ -176,7 +185,7 @@ def served(model: str, max_tokens: int, concurrency: int) -> Iterator[tuple[str,
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
         wait_healthy(f"http://127.0.0.1:{port}", proc, log)
-        yield f"http://127.0.0.1:{port}/v1", log
+        yield f"http://127.0.0.1:{port}/v1", proc.pid
     finally:
         proc.terminate()
         try:
@@ -232,6 +241,14 @@ def render(results: list[Result], walls: dict, args, command: str, loads: tuple)
         "every strategy is lossless at temperature 0).",
         *([f"Failures: {'; '.join(errors)}."] if errors else []),
     ])
+
+
+def memory_line(mib: list[float | None]) -> str:
+    """The server's resident memory once started and after the last request ("" where it was not read)."""
+    if None in mib:
+        return ""
+    return (f"\nThe server's resident memory: {mib[0]:.0f} MiB once started, {mib[1]:.0f} MiB after the last "
+            "request (the request log is on disk).")
 
 
 # ------------------------------------------------------------------------------ main
@@ -294,12 +311,14 @@ def run_levels(args, base_url: str, model: str) -> tuple[list[Result], dict]:
 def main(argv=None) -> None:
     args = checked(argv)
     before = os.getloadavg()
-    with served(args.model, args.max_tokens, max(args.concurrency)) as (base_url, _log):
+    with served(args.model, args.max_tokens, max(args.concurrency)) as (base_url, pid):
         with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
             model = json.load(reply)["data"][0]["id"]
+        memory = [resident_mib(pid)]
         results, walls = run_levels(args, base_url, model)
+        memory.append(resident_mib(pid))
     command = "python -m bench serve " + " ".join(sys.argv[2:] if argv is None else argv)
-    body = render(results, walls, args, command.strip(), (before, os.getloadavg()))
+    body = render(results, walls, args, command.strip(), (before, os.getloadavg())) + memory_line(memory)
     print(body)
     if not args.no_write:
         write_section("serve", body)

@@ -68,3 +68,13 @@ def test_the_table_says_when_the_machine_was_busy():
     idle = bench_serve.render(results, walls, args, "cmd", ((0.1,) * 3, (0.1,) * 3))
     assert bench_serve.BUSY in busy and bench_serve.BUSY not in idle
     assert "| greedy | 1 | 1 | 0 |" in idle
+
+
+def test_the_servers_memory_is_read_from_proc():
+    import os
+
+    mine = bench_serve.resident_mib(os.getpid())
+    assert mine is None or mine > 10
+    assert bench_serve.memory_line([100.4, 130.6]).endswith("100 MiB once started, 131 MiB after the last request "
+                                                            "(the request log is on disk).")
+    assert bench_serve.memory_line([None, 3.0]) == ""
