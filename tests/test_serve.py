@@ -354,3 +354,20 @@ def test_a_request_whose_client_leaves_while_it_waits_is_dropped_from_the_queue(
         time.sleep(0.05)
     time.sleep(0.2)
     assert len(live.server.log.files()) == before + 1                            # the long one alone
+
+
+def test_beam_search_answers_at_its_end_whole_and_streamed_as_the_engine_does(live):
+    """Beam search knows its answer only when the search ends: the stream carries it then, equal to the whole
+    reply and to run() with the same config. Negative control: greedy's answer to the prompt differs."""
+    from decoding.core.config import BeamConfig, GreedyConfig
+    from decoding.runner import run
+
+    lm, prompt = live.server.lm, PROMPTS[3]
+    oracle = run(lm, lm.encode(prompt, chat_template=False), BeamConfig(num_beams=2, max_new_tokens=6)).text
+    body = {"model": live.server.served_name, "prompt": prompt, "max_tokens": 6,
+            "decodescope": {"strategy": "beam", "num_beams": 2}}
+    status, whole = request(live, "POST", "/v1/completions", body)
+    status_s, streamed = request(live, "POST", "/v1/completions", {**body, "stream": True})
+    assert status == status_s == 200
+    assert json.loads(whole)["choices"][0]["text"] == streamed_text(streamed) == oracle
+    assert run(lm, lm.encode(prompt, chat_template=False), GreedyConfig(max_new_tokens=6)).text != oracle
