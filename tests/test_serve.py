@@ -371,3 +371,21 @@ def test_beam_search_answers_at_its_end_whole_and_streamed_as_the_engine_does(li
     assert status == status_s == 200
     assert json.loads(whole)["choices"][0]["text"] == streamed_text(streamed) == oracle
     assert run(lm, lm.encode(prompt, chat_template=False), GreedyConfig(max_new_tokens=6)).text != oracle
+
+
+def test_seeded_sampling_through_openais_fields_repeats_the_engines_draw(live, client):
+    """temperature, top_p and seed as OpenAI fields reach the sampler: the reply equals run() with the same
+    SampleConfig. Negative control: another seed draws another answer."""
+    from decoding.core.config import SampleConfig
+    from decoding.runner import run
+
+    lm, prompt = live.server.lm, PROMPTS[2]
+    ids = lm.encode(prompt, chat_template=False)
+
+    def engine(seed):
+        return run(lm, ids, SampleConfig(temperature=0.9, top_p=0.95, seed=seed, max_new_tokens=TOKENS)).text
+
+    reply = client.completions.create(model=live.server.served_name, prompt=prompt, max_tokens=TOKENS,
+                                      temperature=0.9, top_p=0.95, seed=7,
+                                      extra_body={"decodescope": {"strategy": "sample"}})
+    assert reply.choices[0].text == engine(7) and engine(8) != engine(7)
