@@ -71,7 +71,7 @@ if trace is not None:
     cols[3].metric("γ in the trace", md_text(", ".join(str(g) for g in measured["gammas"])))
     if recorded < int(top):
         st.caption(f"Rounds recorded at most {recorded:d} drafts; for larger γ the rows count only those "
-                   "(see rounds with fewer drafts). Record more with the gamma_max parameter.")
+                   "(see rounds with fewer drafts). Record more with the sidebar's gamma max.")
     if "expected_ms_per_token" in table:
         whatif_panel.cost_caption(table, trace.steps)
     display.plot(whatif.sweep_figure(table, measured), "wi.sweep", "whatif-sweep")

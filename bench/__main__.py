@@ -1,5 +1,5 @@
 """python -m bench {engine,speculative,matmul,dspark,dspark-head,dspark-sources,lattice,lossy,app,load,
-trace_load,distill-gen,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+trace_load,distill-gen,serve,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
 from bench import (
@@ -13,6 +13,7 @@ from bench import (
     load,
     lossy,
     matmul,
+    serve,
     speculative,
     trace_load,
 )
@@ -20,7 +21,8 @@ from bench import (
 BENCHES = {"engine": engine.main, "speculative": speculative.main, "matmul": matmul.main, "dspark": dspark.main,
            "dspark-head": dspark_head.main, "dspark-sources": dspark_sources.main,
            "lattice": lattice.main, "lossy": lossy.main, "app": app.main, "load": load.main,
-           "trace_load": trace_load.main, "distill-gen": distill_gen.main}
+           "trace_load": trace_load.main, "distill-gen": distill_gen.main,
+           "serve": serve.main}
 
 
 def main(argv: list[str]) -> None:

@@ -1,4 +1,4 @@
-"""Command line: python -m decoding {run,compare,train} ... (see docs/cli.md for the flag table).
+"""Command line: python -m decoding {run,compare,serve,train} ... (see docs/cli.md for the flag table).
 
 Bad input prints one line naming the parameter and the bad value, and exits with status 2; a run that
 stops mid-way (NaN logits, out of memory) prints its text so far, writes its trace, and exits with 2 too.
@@ -28,7 +28,8 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"error: {message}\n")
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _common(p: argparse.ArgumentParser, prompt: bool = True) -> None:
+    """The model and strategy flags; with `prompt`, the prompt's too (serve takes its prompts from requests)."""
     p.add_argument("--model", default="default", help="'default' (embedded SmolLM2-135M), an HF id or a path")
     p.add_argument("--gguf-file", default=None, help="GGUF file inside --model")
     p.add_argument("--device", default="auto", choices=DEVICES)
@@ -42,8 +43,9 @@ def _common(p: argparse.ArgumentParser) -> None:
                    "forward (default: the GEMM kernel per row count profiled once for this machine and model)")
     p.add_argument("--fast-path", action="store_true", help="CUDA: decode on static KV caches and replay each "
                    "short forward as a CUDA graph (one launch per step instead of hundreds)")
-    p.add_argument("--prompt", required=True)
-    p.add_argument("--no-chat-template", action="store_true")
+    if prompt:
+        p.add_argument("--prompt", required=True)
+        p.add_argument("--no-chat-template", action="store_true")
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--top-n", type=int, default=10, help="candidates recorded per step")
@@ -92,6 +94,12 @@ def build_parser() -> argparse.ArgumentParser:
     _common(cmp_p)
     cmp_p.add_argument("--strategy", action="append", required=True, choices=sorted(STRATEGIES))
     cmp_p.add_argument("--out", default=None, help="write the traces as a JSON list here")
+    serve_p = sub.add_parser("serve", help="an OpenAI-compatible HTTP endpoint (docs/serve.md)")
+    _common(serve_p, prompt=False)
+    serve_p.add_argument("--strategy", default="greedy", choices=sorted(STRATEGIES))
+    from decoding.serve.flags import add_serve_flags
+
+    add_serve_flags(serve_p)
     return parser
 
 
@@ -147,11 +155,15 @@ def _strategy_kwargs(config, args, lm) -> dict:
                                    fast_path=args.fast_path)}
 
 
+def model_spec(args) -> ModelSpec:
+    return ModelSpec(args.model, args.gguf_file, args.device, args.dtype, args.trust_remote_code,
+                     device_map=args.device_map, max_memory=args.max_memory, offload_folder=args.offload_folder,
+                     pack_gemm=not args.no_pack_gemm, fast_path=args.fast_path)
+
+
 def _prepare(args):
     check(args.prompt.strip() != "", "prompt", args.prompt, "must not be empty")
-    lm = load(ModelSpec(args.model, args.gguf_file, args.device, args.dtype, args.trust_remote_code,
-                        device_map=args.device_map, max_memory=args.max_memory, offload_folder=args.offload_folder,
-                        pack_gemm=not args.no_pack_gemm, fast_path=args.fast_path))
+    lm = load(model_spec(args))
     ids = lm.encode(args.prompt, chat_template=not args.no_chat_template)
     return lm, ids
 
@@ -230,6 +242,26 @@ def cmd_compare(args) -> int:
     return _finish(traces, interrupted, out, labelled=True)
 
 
+def cmd_serve(args) -> int:
+    """Check the strategy and its settings as `run` does, then serve (decoding/serve)."""
+    check_applicable([args.strategy], args)
+    make_config(args.strategy, args)
+    from decoding.serve.cli import Rules, serve
+
+    rules = Rules(flags=_flags("serve"), make_config=make_config, check_applicable=check_applicable,
+                  strategy_kwargs=_strategy_kwargs)
+    return serve(args, rules, model_spec(args))
+
+
+def _flags(command: str) -> dict[str, argparse.Action]:
+    """The flags of `command` by their names (dest)."""
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: a for a in sub.choices[command]._actions}
+
+
+COMMANDS = {"run": cmd_run, "compare": cmd_compare, "serve": cmd_serve}
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None, _default=warnings.showwarning):
     """A CacheWarning as one line, "warning: ..."; any other warning as Python shows it."""
     if issubclass(category, CacheWarning):
@@ -247,7 +279,7 @@ def main(argv=None) -> int:
 
             return main_cli(argv[1:])
         args = build_parser().parse_args(argv)
-        return cmd_run(args) if args.command == "run" else cmd_compare(args)
+        return COMMANDS[args.command](args)
     except ConfigError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

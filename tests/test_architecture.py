@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LAYERS = {"core": 0, "runtime": 1, "drafters": 2, "strategies": 3, "lab": 4}
+LAYERS = {"core": 0, "runtime": 1, "drafters": 2, "strategies": 3, "lab": 4, "serve": 4}
 TOP = 4                                    # decoding/__init__, __main__, runner (and lab, beside them)
 UI_FORBIDDEN = ("torch", "transformers")
 ENGINE_FORBIDDEN = ("streamlit", "plotly", "pandas", "ui", "app_pages", "bench")

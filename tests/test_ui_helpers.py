@@ -197,6 +197,11 @@ def test_tables_columns_and_rows(tiny_lm):
     assert (cands["removed_by"] == "top_k").sum() == 2
     filt = tables.filters_table(trace.steps[0])
     assert list(filt["filter"]) == ["temperature", "top_k"]
+    cut = trace.steps[0].filters[1]
+    assert filt["cut_at"].isna().iloc[0] and filt["cut_at"].iloc[1] == f"logit ≥ {cut.threshold:.4g} (the k-th largest)"
+    assert list(filt["threshold"])[1] == cut.threshold                # the raw value stays, last (and in the CSV)
+    assert tables.cut_words("top_p", 0.97421) == "kept mass 0.9742 (the first ≥ top-p)"
+    assert tables.cut_words("min_p", 0.0123) == "p ≥ 0.0123 (min-p × the top p)"
     metrics = tables.running_metrics(trace.steps)
     assert metrics["tokens"] == 4 and metrics["target_forwards"] == 4 and metrics["tokens_per_s"] > 0
     table = tables.metrics_table({"a": trace, "b": trace})

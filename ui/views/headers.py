@@ -28,7 +28,8 @@ HEADERS: dict[str, str] = {
     "raw_rank": "raw rank", "entropy_raw": "entropy raw (nats)", "entropy_processed": "entropy processed (nats)",
     "removed_by": "removed by",
     # filters
-    "filter": "filter", "value": "value", "threshold": "threshold", "removed_mass": "mass removed",
+    "filter": "filter", "value": "value", "threshold": "threshold",
+    "cut_at": "where it cut", "removed_mass": "mass removed",
     "removed_count": "tokens removed", "kept_count": "tokens kept",
     # Compare's metrics
     "lane": "lane", "strategy": "strategy", "tokens": "tokens", "target_forwards": "target forwards",

@@ -84,11 +84,23 @@ def candidates_table(step) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=CANDIDATE_COLUMNS)
 
 
+# Where each filter cut, in words: its recorded threshold means something else per filter (trace.FilterCut).
+CUT_WORDS = {"top_k": "logit ≥ {t:.4g} (the k-th largest)", "top_p": "kept mass {t:.4f} (the first ≥ top-p)",
+             "min_p": "p ≥ {t:.4g} (min-p × the top p)"}
+
+
+def cut_words(name: str, threshold: float | None) -> str | None:
+    """A filter's cut in words ("logit ≥ 29.65 (the k-th largest)"); None where it has none (temperature)."""
+    form = CUT_WORDS.get(name)
+    return form.format(t=threshold) if form and threshold is not None else None
+
+
 def filters_table(step) -> pd.DataFrame:
-    rows = [{"filter": c.name, "value": c.value, "threshold": c.threshold, "removed_mass": c.removed_mass,
-             "removed_count": c.removed_count, "kept_count": c.kept_count} for c in step.filters]
-    return pd.DataFrame(rows, columns=["filter", "value", "threshold", "removed_mass", "removed_count",
-                                       "kept_count"])
+    rows = [{"filter": c.name, "value": c.value, "cut_at": cut_words(c.name, c.threshold),
+             "removed_mass": c.removed_mass, "removed_count": c.removed_count, "kept_count": c.kept_count,
+             "threshold": c.threshold} for c in step.filters]
+    return pd.DataFrame(rows, columns=["filter", "value", "cut_at", "removed_mass", "removed_count", "kept_count",
+                                       "threshold"])
 
 
 def running_metrics(events: Sequence) -> dict:

@@ -1,0 +1,65 @@
+"""Every served request's record on disk: its timing and its whole trace, one JSON file per request
+under the cache folder, bounded in count and bytes (the oldest dropped first). File names begin with the
+time of writing in nanoseconds, so that their order is the order the requests ended."""
+from __future__ import annotations
+
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from decoding.core.errors import check
+from decoding.runtime.files import write_text_atomic
+from decoding.runtime.paths import cache_root, safe_name
+
+SUFFIX = ".json"
+
+
+def default_folder() -> Path:
+    return cache_root() / "serve" / "requests"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    max_count: int
+    max_bytes: int
+
+    def __post_init__(self):
+        check(isinstance(self.max_count, int) and self.max_count >= 1, "log_count", self.max_count,
+              "must be an integer >= 1")
+        check(isinstance(self.max_bytes, int) and self.max_bytes >= 1, "log_mb", self.max_bytes / 1e6,
+              "must be > 0")
+
+
+class TraceLog:
+    def __init__(self, folder: Path, bounds: Bounds):
+        self.folder, self.bounds = Path(folder), bounds
+        self._lock = threading.Lock()
+        self._last_ns = 0
+
+    def add(self, request_id: str, record: dict) -> Path:
+        """Write `record` as the newest file, then drop the oldest until the folder is within its bounds."""
+        with self._lock:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            path = self.folder / f"{self._stamp():020d}-{safe_name(request_id)}{SUFFIX}"
+            write_text_atomic(path, json.dumps(record, ensure_ascii=False))
+            self._prune()
+            return path
+
+    def _stamp(self) -> int:
+        """Now in nanoseconds, strictly after the last stamp (two writes in one clock tick keep their order)."""
+        self._last_ns = max(time.time_ns(), self._last_ns + 1)
+        return self._last_ns
+
+    def files(self) -> list[Path]:
+        """The records, oldest first."""
+        return sorted(self.folder.glob(f"*{SUFFIX}")) if self.folder.is_dir() else []
+
+    def _prune(self) -> None:
+        files = self.files()
+        sizes = [f.stat().st_size for f in files]
+        total = sum(sizes)
+        while files and (len(files) > self.bounds.max_count or total > self.bounds.max_bytes):
+            files.pop(0).unlink(missing_ok=True)
+            total -= sizes.pop(0)
