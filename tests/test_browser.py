@@ -300,7 +300,7 @@ def test_speculative_residual_and_draft_model(server, page):
     shot(page, "playground-speculative-draft-model")
 
 
-DSPARK_STEPS = 12     # steps (the prefill first) the DSpark screenshot may take to reach a round that accepts and rejects
+DSPARK_STEPS = 12     # steps (the prefill first) the DSpark screenshot may take to a round that accepts and rejects
 
 
 def test_dspark_round_lattice_and_svg_download(server, page, tmp_path):
