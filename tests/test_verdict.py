@@ -208,3 +208,14 @@ def test_a_links_step_is_a_whole_number_below_max_new_tokens():
         step, refusal = linked_step(bad, settings)
         assert step is None and refusal.startswith("step=") and "[0, 6)" in refusal, bad
         assert len(refusal) < 120
+
+
+def test_a_branch_names_its_forced_token_by_its_text(lanes):
+    """The flash after Force & branch quotes the forced token (the emitted chip at its place) with its id;
+    past the emitted text (a control) it falls back to the id alone."""
+    greedy = lanes["1: greedy"]
+    forced = list(greedy.output_ids[:4])
+    piece = greedy.steps[3].chosen_piece
+    assert verdict.branched_line(3, forced, greedy.steps) == \
+        f"Branched at step 3: {piece!r} (id {forced[-1]}) forced there, the text before it kept as it was."
+    assert verdict.branched_line(3, forced, greedy.steps[:2]).startswith(f"Branched at step 3: id {forced[-1]} ")

@@ -223,3 +223,12 @@ def nothing_accepted(event) -> str | None:
     if kind == "dspark_round":
         return _dspark_nothing(event)
     return None
+
+
+def branched_line(index: int, forced: Sequence[int], events: Sequence) -> str:
+    """The flash after "Force & branch": the forced token by its text (from the branch's emitted chips; `forced`
+    is every token after the prompt, the chosen one last) and its id."""
+    pieces = [chip.piece for chip in chips_for(events) if chip.emitted]
+    at = len(forced) - 1
+    token = f"{visible(pieces[at])!r} (id {forced[-1]})" if 0 <= at < len(pieces) else f"id {forced[-1]}"
+    return f"Branched at step {index}: {token} forced there, the text before it kept as it was."

@@ -13,6 +13,7 @@ from streamlit.errors import StreamlitAPIException
 
 from decoding.core.errors import ConfigError
 from decoding.runtime.engine_thread import ENGINE
+from ui.views import verdict
 from ui.views.text import md_text
 from ui.widgets import keys
 from ui.widgets.display import show_streams
@@ -125,8 +126,7 @@ def force(index: int, forced: Sequence[int]) -> None:
         return
     st.session_state[keys.BRANCH] = branch
     st.session_state[keys.VIEW] = "Branch"
-    st.session_state[keys.FLASH] = ("success", f"Branched at step {index} with token id {forced[-1]} "
-                                               f"({len(forced)} forced token(s) in all, the chosen one last).")
+    st.session_state[keys.FLASH] = ("success", verdict.branched_line(index, forced, branch.events))
 
 
 def adopt_branch() -> None:
@@ -153,7 +153,7 @@ def branch_view(run) -> None:
 def show_flash() -> None:
     flash = st.session_state.pop(keys.FLASH, None)
     if flash:
-        getattr(st, flash[0])(flash[1])
+        getattr(st, flash[0])(md_text(flash[1]))          # a piece, a prompt or a refusal: text, never markdown
 
 
 def chosen_view() -> str:
