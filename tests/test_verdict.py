@@ -217,5 +217,6 @@ def test_a_branch_names_its_forced_token_by_its_text(lanes):
     forced = list(greedy.output_ids[:4])
     piece = greedy.steps[3].chosen_piece
     assert verdict.branched_line(3, forced, greedy.steps) == \
-        f"Branched at step 3: {piece!r} (id {forced[-1]}) forced there, the text before it kept as it was."
+        f"Branched at step 3: {piece!r} (id {forced[-1]}) forced as token 4 of the text (tokens count from 1), " \
+        "the text before it kept as it was."
     assert verdict.branched_line(3, forced, greedy.steps[:2]).startswith(f"Branched at step 3: id {forced[-1]} ")

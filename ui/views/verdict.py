@@ -231,4 +231,5 @@ def branched_line(index: int, forced: Sequence[int], events: Sequence) -> str:
     pieces = [chip.piece for chip in chips_for(events) if chip.emitted]
     at = len(forced) - 1
     token = f"{visible(pieces[at])!r} (id {forced[-1]})" if 0 <= at < len(pieces) else f"id {forced[-1]}"
-    return f"Branched at step {index}: {token} forced there, the text before it kept as it was."
+    return (f"Branched at step {index}: {token} forced as token {len(forced)} of the text (tokens count from 1), "
+            "the text before it kept as it was.")
