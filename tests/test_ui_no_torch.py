@@ -156,8 +156,8 @@ def test_the_static_reading_matches_a_fresh_interpreter():
     widgets = set().union(*(decoding_imports(ROOT, p.relative_to(ROOT).as_posix())
                             for p in ui_files(ROOT) if p.relative_to(ROOT).as_posix() != FACADE)) & engine
     assert len(widgets) >= 8 and not widgets & reaching
-    assert torch_importers(sorted(widgets)) == []
-    assert torch_importers(["decoding.runtime.placement"]) == ["decoding.runtime.placement"]
+    assert "decoding.runtime.placement" in reaching           # torch-side: the one import that loads torch here
+    assert torch_importers([*sorted(widgets), "decoding.runtime.placement"]) == ["decoding.runtime.placement"]
 
 
 def test_an_import_around_the_facade_is_caught(tmp_path):
