@@ -1,13 +1,13 @@
 """DecodeScope: page config, the shared sidebar, and the router over the pages."""
 import streamlit as st
 
-from decoding.runtime.engine_thread import ENGINE, threads_beside_ui
 from ui.widgets import (
     guard,
     keys,
     sidebar,
     strategy_panels,  # noqa: F401  (registers the beam, speculative and dspark views)
 )
+from ui.widgets.engine import ENGINE, threads_beside_ui
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
 # Projector first (1280×800, issue 46): less padding around the main column; text that Streamlit cuts

@@ -3,11 +3,12 @@ diverges, and why a lane is slower), then each lane's text (its drafting one tog
 speedup vs greedy, tokens vs time, tokens per target forward, per-position acceptance."""
 import streamlit as st
 
+from decoding.core.config import CONFIGS
 from decoding.core.errors import ConfigError
-from decoding.runner import STRATEGIES, run_lockstep
 from ui.views import acceptance, figures, made_with, memory, tables, verdict
 from ui.views.text import md_text
 from ui.widgets import display, keys, session, sidebar
+from ui.widgets.engine import run_lockstep
 from ui.widgets.params import build_config
 from ui.widgets.waiting import with_waiting
 
@@ -37,7 +38,7 @@ def keep_lanes() -> None:
 restore_lanes()
 st.session_state.setdefault(keys.LANES, 2)
 n_lanes = st.columns(4)[0].number_input("Lanes", min_value=2, max_value=4, step=1, key=keys.LANES)
-names = list(STRATEGIES)
+names = list(CONFIGS)
 lanes, errors = {}, []
 cols = st.columns(int(n_lanes))
 for i, col in enumerate(cols):

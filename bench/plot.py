@@ -6,7 +6,9 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-PLOTS = Path(__file__).resolve().parents[1] / "assets" / "bench"
+from decoding.runtime.paths import ASSETS
+
+PLOTS = ASSETS / "bench"
 
 
 def speedup_figure(points: dict[str, tuple[list[int], list[float]]], title: str):

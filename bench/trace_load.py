@@ -8,12 +8,11 @@ import dataclasses
 import json
 import statistics
 import time
-from pathlib import Path
 
 from bench.report import machine, write_section
 from decoding.core.trace import from_json, recounted, to_json
+from decoding.runtime.paths import TOUR_DIR as TOUR
 
-TOUR = Path(__file__).resolve().parents[1] / "assets" / "tour"
 SOURCES = ("sampling", "beam", "speculative", "dspark")
 
 

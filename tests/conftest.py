@@ -55,6 +55,15 @@ def tiny_lm():
     return LM(make_tiny_llama(), tokenizer=None, name="tiny")
 
 
+@pytest.fixture(scope="module")
+def lm():
+    """The usual tiny model of a module's tests: tests/dspark_helpers.py's varied_llama(seed=0), a fresh one per
+    module (a test may change it). A module that needs another model defines its own `lm`."""
+    from dspark_helpers import varied_llama
+
+    return varied_llama(seed=0)
+
+
 @pytest.fixture(scope="session")
 def real_lm():
     """The embedded SmolLM2-135M-Instruct (first load converts the GGUF, later loads are fast)."""

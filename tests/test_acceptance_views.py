@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from dspark_helpers import one_thread, varied_llama
+from dspark_helpers import one_thread
 
 from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.core.trace import PlanNode
@@ -15,11 +15,6 @@ from decoding.runner import run
 from ui.views import acceptance
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return varied_llama(seed=0)
 
 
 @pytest.fixture(scope="module")

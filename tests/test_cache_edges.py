@@ -1,9 +1,12 @@
 """The per-user cache (DECODESCOPE_CACHE) at its edges: an empty variable means the default folder; a cache
 that cannot be written leaves everything working, with one warning; damaged cache files (a converted
 model, an auto cost table, distillation data) are made again instead of failing, and never blamed on a
-parameter the user did not give; errors name server-side files by their name alone."""
+parameter the user did not give; errors name server-side files by their name alone. Every cache folder and
+asset path is built in decoding/runtime/paths.py alone (read from the source; negative control: a planted
+`cache_root() / "distill"` and an `"assets"` folder name are caught)."""
 from __future__ import annotations
 
+import ast
 import json
 import os
 import threading
@@ -17,7 +20,7 @@ from word_models import build_word_model_dir
 from decoding.core.errors import ConfigError
 from decoding.runtime import cost_table as cost_module
 from decoding.runtime import files, models
-from decoding.runtime.paths import ASSETS, cache_root, shown_path
+from decoding.runtime.paths import ASSETS, cache_dir, cache_root, shown_path
 from decoding.train.data import generate_distill
 from tests.dspark_helpers import one_thread, varied_llama
 
@@ -54,6 +57,51 @@ def test_empty_cache_variable_means_the_default_folder(value, monkeypatch):
 def test_cache_variable_expands_the_home_folder(monkeypatch):
     monkeypatch.setenv("DECODESCOPE_CACHE", "~/elsewhere")
     assert cache_root() == Path.home() / "elsewhere"
+
+
+def test_each_cache_folder_is_named_once(tmp_path, monkeypatch):
+    monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
+    assert cache_dir("distill") == tmp_path / "distill"
+    assert cache_dir("cost/uploads") == tmp_path / "cost" / "uploads"
+    with pytest.raises(ValueError, match="'weights'"):
+        cache_dir("weights")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+PATHS = "decoding/runtime/paths.py"
+
+
+def path_builders(sources: dict[str, str]) -> list[str]:
+    """Where a module other than paths.py calls cache_root() or names the assets folder."""
+    bad = []
+    for rel, text in sorted(sources.items()):
+        for node in ast.walk(ast.parse(text)) if rel != PATHS else ():
+            called = getattr(node, "func", None)
+            name = getattr(called, "id", None) or getattr(called, "attr", None)
+            if isinstance(node, ast.Call) and name == "cache_root":
+                bad.append(f"{rel}:{node.lineno} calls cache_root()")
+            elif isinstance(node, ast.Constant) and node.value == "assets":
+                bad.append(f"{rel}:{node.lineno} names the assets folder")
+    return bad
+
+
+def product_sources() -> dict[str, str]:
+    files = [ROOT / "app.py", *(p for d in ("decoding", "ui", "app_pages", "bench") for p in (ROOT / d).rglob("*.py"))]
+    return {p.relative_to(ROOT).as_posix(): p.read_text(encoding="utf-8") for p in files}
+
+
+def test_only_paths_builds_cache_and_asset_paths():
+    sources = product_sources()
+    assert PATHS in sources and len(sources) > 100
+    assert path_builders(sources) == []
+
+
+def test_a_path_built_elsewhere_is_caught():
+    planted = {PATHS: "x = cache_root() / 'distill'\n",
+               "decoding/train/x.py": "from decoding.runtime import paths\n\n\ny = paths.cache_root() / 'distill'\n",
+               "bench/y.py": "from pathlib import Path\nZ = Path(__file__).parents[1] / 'assets' / 'tour'\n"}
+    assert path_builders(planted) == ["bench/y.py:2 names the assets folder",
+                                      "decoding/train/x.py:4 calls cache_root()"]
 
 
 def test_unwritable_cache_works_without_it_and_warns_once(small, tmp_path, monkeypatch, fresh_warning):

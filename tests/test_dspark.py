@@ -27,11 +27,6 @@ _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return varied_llama(seed=0)
-
-
-@pytest.fixture(scope="module")
 def drafter(lm):
     return random_drafter(lm, gamma_max=16)
 

@@ -28,11 +28,6 @@ PROMPTS = [[1, 2, 3, 4, 5], [9, 40, 17, 9, 40], [33]]
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return varied_llama(seed=0)
-
-
-@pytest.fixture(scope="module")
 def head(lm):
     return random_head(lm, floor=0.02)     # the floor of its recorded runs: a random head survives poorly
 

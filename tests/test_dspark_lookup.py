@@ -100,11 +100,6 @@ def test_lookup_nodes_follow_the_chain_from_the_root():
     assert lookup_nodes([0, 0], [-1, 0], ()) == (False, False)
 
 
-@pytest.fixture(scope="module")
-def lm():
-    return varied_llama(seed=0)
-
-
 def test_build_lattice_adds_extra_tokens_inside_and_outside_the_slice(lm):
     slice_ids = list(range(0, 40))
     drafter = random_drafter(lm, gamma_max=8, seed=3, vocab_ids=slice_ids)

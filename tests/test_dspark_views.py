@@ -12,7 +12,7 @@ import pytest
 from decoding.core.config import GreedyConfig, SampleConfig
 from decoding.runner import run
 from decoding.runtime.cost_table import CostTable
-from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
+from tests.dspark_helpers import chain_config, one_thread, random_drafter
 from ui.views import dspark, figures, tables
 from ui.views.chips import chips_html, visible
 from ui.views.figures import plot_text
@@ -20,11 +20,6 @@ from ui.views.figures import plot_text
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPT = [1, 2, 3, 4, 5]
 HOSTILE = "<script>alert(1)</script>"
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return varied_llama(seed=0)
 
 
 @pytest.fixture(scope="module")

@@ -47,11 +47,6 @@ def fast_twin(lm: LM, graph=GRAPH, capacity: int = 128) -> LM:
 
 
 @pytest.fixture(scope="module")
-def lm():
-    return varied_llama(seed=0)
-
-
-@pytest.fixture(scope="module")
 def fast(lm):
     return fast_twin(lm)
 

@@ -8,7 +8,7 @@ import dataclasses
 import json
 
 import pytest
-from dspark_helpers import one_thread, varied_llama
+from dspark_helpers import one_thread
 
 from decoding import from_json, to_json
 from decoding.core.config import BeamConfig, DSparkConfig, GreedyConfig, SpeculativeConfig
@@ -18,11 +18,6 @@ from decoding.runner import run
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPT = [9, 40, 17, 9, 40, 17, 9, 40]
-
-
-@pytest.fixture(scope="module")
-def lm():
-    return varied_llama(seed=0)
 
 
 @pytest.fixture(scope="module")

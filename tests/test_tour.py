@@ -1,4 +1,4 @@
-"""The guided tour: its stops, the traces shipped in assets/tour/, the recorder, and the page (AppTest),
+"""The guided tour: its stops, the traces shipped in assets/tour/, the recorder (bench/tour.py), and the page (AppTest),
 which shows every stop from the recordings without loading a model."""
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from app_support import assert_same, no_model, tour_app  # noqa: F401  (no_model: fixture)
 
+from bench import tour as recorder
 from decoding.core.trace import TraceFormatError, from_json, to_json, without_timings
 from decoding.runtime.paths import PARALLEL_WEIGHTS
 from ui.views import tour
@@ -148,7 +149,7 @@ def test_record_unknown_stop_exits_2_without_loading(monkeypatch, capsys):
     import decoding.runtime.models
 
     monkeypatch.setattr(decoding.runtime.models, "load", lambda spec: pytest.fail("no model for a bad --only"))
-    assert tour.main(["record", "--only", "nope"]) == 2
+    assert recorder.main(["record", "--only", "nope"]) == 2
     assert "stop='nope' is invalid" in capsys.readouterr().err
 
 
@@ -156,7 +157,7 @@ def test_record_to_a_folder_name_over_the_limit_exits_2_without_loading(tmp_path
     import decoding.runtime.models
 
     monkeypatch.setattr(decoding.runtime.models, "load", lambda spec: pytest.fail("no model for a bad --out"))
-    assert tour.main(["record", "--only", "greedy", "--out", str(tmp_path / ("x" * 300))]) == 2
+    assert recorder.main(["record", "--only", "greedy", "--out", str(tmp_path / ("x" * 300))]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: out=") and "is 300 bytes long; the limit here is" in err and err.count("\n") == 1
 
@@ -172,7 +173,7 @@ def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tour_model_dir
                         lambda spec: specs.append(spec) or real_load(dataclasses.replace(spec, name=tiny)))
     # "auto" taken for the shipped feature head, which refuses the tiny model: the dspark stop fails
     monkeypatch.setattr("decoding.strategies.dspark.shipped_fits", lambda lm: True)
-    assert tour.main(["record", "--only", "greedy", "--only", "dspark", "--out", str(tmp_path)]) == 1
+    assert recorder.main(["record", "--only", "greedy", "--only", "dspark", "--out", str(tmp_path)]) == 1
     assert [s.name for s in specs] == ["default"]
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["greedy.json"]
     trace = from_json((tmp_path / "greedy.json").read_bytes())
@@ -335,7 +336,7 @@ def replay_recorded_costs(lm, stop, tmp_path):
 
     sizes = [s.size for s in tour.load_recorded(stop).steps if getattr(s, "size", None) is not None]
     if not sizes:
-        return tour.record_stop(lm, stop)
+        return recorder.record_stop(lm, stop)
     table = tmp_path / "recorded-cost.json"
     CostTable(sizes[0].verify_ms, overhead_ms=sizes[0].overhead_ms).save(table)
     config = dataclasses.replace(stop.config(), cost_table=str(table))

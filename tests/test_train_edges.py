@@ -130,6 +130,23 @@ def test_answers_out_before_the_model_loads(word, tmp_path, capsys, no_load):
 
 # ------------------------------------------------------------------------------ checks that need the model
 
+def test_each_train_command_reaches_its_own_parser(capsys):
+    """decoding/train/cli.py's table: each row's module parses that command's flags (its --help names it), and
+    `train` alone lists every command; an unknown name is refused with the list (status 2)."""
+    from decoding.train.cli import COMMANDS, main_cli
+
+    names = [c.name for c in COMMANDS]
+    assert names == ["parallel", "draft", "feature", "eval-feature", "head-calibration", "answers"]
+    for name in names:
+        with pytest.raises(SystemExit) as done:
+            main_cli([name, "--help"])
+        assert done.value.code == 0
+        assert capsys.readouterr().out.startswith(f"usage: python -m decoding train {name} ")
+    assert main_cli(["nope"]) == 2
+    listed = capsys.readouterr().err.splitlines()
+    assert [line.split()[0] for line in listed[1:]] == names
+
+
 def test_parallel_shape_is_checked_before_the_data(monkeypatch, tmp_path):
     from decoding.train import parallel
 

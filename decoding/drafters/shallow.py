@@ -22,7 +22,7 @@ from torch import nn
 from decoding.core.errors import check
 from decoding.runtime import packed_gemm
 from decoding.runtime.models import LM
-from decoding.runtime.paths import ASSETS
+from decoding.runtime.paths import SHALLOW_WEIGHTS
 from decoding.runtime.weights_file import (
     check_finite,
     read_header,
@@ -33,7 +33,7 @@ from decoding.runtime.weights_file import (
 )
 
 WEIGHTS_FORMAT = "decodescope-shallow-draft/1"
-DEFAULT_SHALLOW = ASSETS / "shallow-draft-smollm2-135m.safetensors"
+DEFAULT_SHALLOW = SHALLOW_WEIGHTS
 SHALLOW = "shallow"
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from decoding.core.errors import ConfigError, check
 from decoding.runtime.files import keep_recent, load_from_cache, save_to_cache, touch, write_text_atomic
-from decoding.runtime.paths import cache_root, model_key, safe_name, shown_path
+from decoding.runtime.paths import cache_dir, model_key, safe_name, shown_path
 
 COST_TABLE_VERSION = 1
 MAX_COST_BYTES = 1 << 20        # a cost-table file (or upload) larger than this is refused before parsing
@@ -171,7 +171,7 @@ def auto_cost_path(lm) -> Path:
 
         packed += f"-pack{PACK_ROWS_HINT}"                              # the pack's layout sets its times too
     fast = "-fast-path" if getattr(lm, "fast", None) is not None else ""   # graphs: other step times
-    return cache_root() / "cost" / f"{safe_name(f'{model_key(lm.name)}-{lm.device}-{dtype}{packed}{fast}')}.json"
+    return cache_dir("cost") / f"{safe_name(f'{model_key(lm.name)}-{lm.device}-{dtype}{packed}{fast}')}.json"
 
 
 def load_table(lm, cost_table: str, need: int) -> CostTable:

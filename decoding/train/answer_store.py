@@ -15,10 +15,10 @@ import numpy as np
 
 from decoding.core.errors import check
 from decoding.runtime.files import atomic_path, load_from_cache
-from decoding.runtime.paths import ASSETS, cache_root, shown_path
+from decoding.runtime.paths import SHIPPED_ANSWERS, cache_dir, shown_path
 
 ANSWERS_VERSION = 1
-SHIPPED = ASSETS / "distill"
+SHIPPED = SHIPPED_ANSWERS
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,7 @@ def file_name(key: str) -> str:
 
 def find(key: str) -> Path | None:
     """The answers file for a distillation key: the shipped one first, then the user cache's."""
-    for folder in (SHIPPED, cache_root() / "distill"):
+    for folder in (SHIPPED, cache_dir("distill")):
         path = folder / file_name(key)
         if path.is_file():
             return path

@@ -7,7 +7,7 @@ import sys
 
 from decoding.core.errors import ConfigError
 from decoding.runtime.files import check_folder
-from decoding.runtime.paths import cache_root
+from decoding.runtime.paths import cache_dir
 from decoding.train import answer_store
 from decoding.train.common import settings_parser, target_spec
 from decoding.train.data import DataSettings, distill_set
@@ -30,7 +30,7 @@ def main_answers(argv) -> int:
     copied = []
     for key in data.info.get("keys") or [data.info["key"]]:
         name = answer_store.file_name(key)
-        source_file = answer_store.find(key) or cache_root() / "distill" / name
+        source_file = answer_store.find(key) or cache_dir("distill") / name
         if not source_file.is_file():          # generated, but the cache could not keep it
             print(f"error: out={args.out!r} is invalid: the answers file {name} was not kept (the cache cannot be "
                   "written); set DECODESCOPE_CACHE to a writable folder", file=sys.stderr)

@@ -1,44 +1,48 @@
-"""python -m decoding train {parallel,draft,feature,eval-feature,head-calibration,answers} [flags]: dispatch to
-one trainer (answers: generate the distillation set's answers and copy their compact files to ship; eval-feature:
-held-out acceptance of feature-drafter files on one set)."""
+"""python -m decoding train {parallel,draft,feature,eval-feature,head-calibration,answers} [flags]: one row per
+trainer (its name, what it does, the module that builds its flags and runs it); the module is imported only when
+its command runs."""
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    module: str          # under decoding.train: parses the command's flags and runs it
+    entry: str           # its function of argv -> exit status
+
+
+COMMANDS = (
+    Command("parallel", "the DSpark parallel drafter", "parallel", "main_train_parallel"),
+    Command("draft", "the shallow self-draft for speculative decoding", "shallow", "main_train_draft"),
+    Command("feature", "the feature drafter for speculative decoding", "feature", "main_train_feature"),
+    Command("eval-feature", "held-out acceptance of feature-drafter files on one set", "feature_eval",
+            "main_eval_feature"),
+    Command("head-calibration", "the feature drafter's confidences as DSpark's head", "head_calibration",
+            "main_head_calibration"),
+    Command("answers", "generate the distillation answers and copy their files to ship", "answers_cli",
+            "main_answers"),
+)
+
+
+def usage() -> str:
+    names = ",".join(c.name for c in COMMANDS)
+    rows = "\n".join(f"  {c.name:<18}{c.help}" for c in COMMANDS)
+    return f"usage: python -m decoding train {{{names}}} [flags]  (--help for the flags)\n{rows}"
 
 
 def main_cli(argv: Sequence[str]) -> int:
-    """`train parallel [flags]` (the dspark drafter), `train draft [flags]` (the shallow self-draft) or
-    `train feature [flags]` (the feature drafter) or `train head-calibration [flags]` (its confidences
-    as DSpark's sequential head)."""
-    if argv and argv[0] == "parallel":
-        from decoding.train.parallel import main_train_parallel
-
-        return main_train_parallel(argv[1:])
-    if argv and argv[0] == "draft":
-        from decoding.train.shallow import main_train_draft
-
-        return main_train_draft(argv[1:])
-    if argv and argv[0] == "feature":
-        from decoding.train.feature import main_train_feature
-
-        return main_train_feature(argv[1:])
-    if argv and argv[0] == "eval-feature":
-        from decoding.train.feature_eval import main_eval_feature
-
-        return main_eval_feature(argv[1:])
-    if argv and argv[0] == "answers":
-        from decoding.train.answers_cli import main_answers
-
-        return main_answers(argv[1:])
-    if argv and argv[0] == "head-calibration":
-        from decoding.train.head_calibration import main_head_calibration
-
-        return main_head_calibration(argv[1:])
-    print("usage: python -m decoding train {parallel,draft,feature,eval-feature,head-calibration,answers} [flags]  "
-          "(--help for the flags)",
-          file=sys.stderr)
-    return 2
+    """Run the trainer `argv[0]` names with the rest of `argv`; the usage and status 2 for any other name."""
+    command = next((c for c in COMMANDS if argv and c.name == argv[0]), None)
+    if command is None:
+        print(usage(), file=sys.stderr)
+        return 2
+    return getattr(importlib.import_module(f"decoding.train.{command.module}"), command.entry)(argv[1:])
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import torch
 
 from decoding.runtime.files import load_from_cache, save_to_cache
-from decoding.runtime.paths import cache_root
+from decoding.runtime.paths import cache_dir
 from decoding.train.data import DISTILL_VERSION, save_tensors
 from decoding.train.greedy_batch import left_pad, pad_id, positions_of
 
@@ -25,7 +25,7 @@ ROWS_VERSION = 1
 def prompt_rows_path(lm, prompts: Sequence[Sequence[int]]):
     key = hashlib.sha1(json.dumps({"v": DISTILL_VERSION, "rows": ROWS_VERSION, "model": lm.name,
                                    "prompts": [list(p) for p in prompts]}).encode()).hexdigest()[:16]
-    return cache_root() / "distill" / f"prompt-rows-{key}.pt"
+    return cache_dir("distill") / f"prompt-rows-{key}.pt"
 
 
 @torch.inference_mode()

@@ -17,7 +17,7 @@ import torch
 from decoding.core.errors import check, check_number
 from decoding.runtime.files import atomic_path, load_from_cache, save_to_cache
 from decoding.runtime.hooks import check_feature_layers, decoder_layers, tap_head_input
-from decoding.runtime.paths import cache_root
+from decoding.runtime.paths import cache_dir
 from decoding.train import answer_store
 from decoding.train.greedy_batch import Answer, greedy_rows, left_pad, pad_id, positions_of, stacked
 
@@ -246,7 +246,7 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
     check(len(prompts) >= 1 and all(len(p) >= 1 for p in prompts), "prompts", len(prompts),
           "need at least one non-empty prompt")
     key = distill_key(lm, prompts, answer_tokens, temperature, soft_k, seed)
-    path = cache_root() / "distill" / f"{key}.pt"
+    path = cache_dir("distill") / f"{key}.pt"
     cached = load_from_cache(DistillData.load, path) if use_cache else None
     if cached is not None:
         return cached
@@ -271,7 +271,7 @@ def generate_distill(lm, prompts: Sequence[Sequence[int]], *, answer_tokens: int
                                                 tuple(tuple(a) for a in answers_all),
                                                 {"model": lm.name, "key": key, "answer_tokens": answer_tokens,
                                                  "temperature": temperature, "seed": seed, "seconds": seconds})
-            save_to_cache(answer_set.save, cache_root() / "distill" / answer_store.file_name(key))
+            save_to_cache(answer_set.save, cache_dir("distill") / answer_store.file_name(key))
     return data
 
 
@@ -304,7 +304,7 @@ def layer_features_path(lm, prompts: Sequence[Sequence[int]], data: DistillData,
     rows = hashlib.sha1(data.tokens.numpy().tobytes() + data.offsets.numpy().tobytes()).hexdigest()
     key = hashlib.sha1(json.dumps({"v": DISTILL_VERSION, "model": lm.name, "layers": list(layers), "rows": rows,
                                    "prompts": [list(p) for p in prompts]}).encode()).hexdigest()[:16]
-    return cache_root() / "distill" / f"layers-{key}.pt"
+    return cache_dir("distill") / f"layers-{key}.pt"
 
 
 def layer_features(lm, prompts: Sequence[Sequence[int]], data: DistillData, layers: Sequence[int], *,

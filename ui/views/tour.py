@@ -1,13 +1,7 @@
-"""The guided tour: its stops (text, prompt and decoding config), the pre-recorded traces shipped in
-assets/tour/, and the recorder that writes them. No streamlit here (ui/widgets/tour_page.py draws the page).
-
-    python -m ui.views.tour record                 # every stop, on the embedded model
-    python -m ui.views.tour record --only dspark   # one stop (repeat --only for more)
-"""
+"""The guided tour: its stops (text, prompt and decoding config) and the pre-recorded traces shipped in
+assets/tour/ (bench/tour.py records them). No streamlit here (ui/widgets/tour_page.py draws the page)."""
 from __future__ import annotations
 
-import argparse
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,13 +9,12 @@ from typing import Any
 
 from decoding.core.config import CONFIGS, BaseConfig
 from decoding.core.errors import ConfigError, check
-from decoding.core.trace import Trace, from_json, to_json
+from decoding.core.trace import Trace, from_json
 from decoding.core.trace_totals import emitted_count
-from decoding.runtime.files import check_folder
+from decoding.runtime.paths import TOUR_DIR
 from ui.views.headers import value_word
 from ui.views.made_with import settings_words
 
-TOUR_DIR = Path(__file__).resolve().parents[2] / "assets" / "tour"
 MAX_SHIPPED_BYTES = 300_000          # a shipped trace stays small (lower top_n or max_new_tokens if not)
 MODEL = "default"                    # the traces are recorded on the embedded SmolLM2-135M-Instruct
 
@@ -329,60 +322,3 @@ def config_line(stop: Stop) -> str:
     own = settings_words(stop.params)
     shared = settings_words((("max_new_tokens", stop.max_new_tokens), ("seed", stop.seed), ("top_n", stop.top_n)))
     return f"{stop.strategy}" + (f" with {own}" if own else "") + f"; {shared}; the rest at their defaults"
-
-
-# ---------------------------------------------------------------- recording
-
-def record_stop(lm, stop: Stop) -> Trace:
-    from decoding.runner import run  # the recorder runs a model: torch loads here, not when a page imports
-
-    return run(lm, lm.encode(stop.prompt, chat_template=True), stop.config(), prompt_text=stop.prompt)
-
-
-def record(stops: Sequence[Stop], root: Path, *, device: str = "auto", dtype: str = "auto",
-           out=None) -> int:
-    """Record each stop on the embedded model and write its trace; returns the number of failures
-    (a run that ends with an error is reported and not written)."""
-    from decoding.runtime.models import ModelSpec, load
-
-    out = sys.stdout if out is None else out
-    lm = load(ModelSpec(MODEL, device=device, dtype=dtype))
-    root.mkdir(parents=True, exist_ok=True)
-    failures = 0
-    for stop in stops:
-        trace = record_stop(lm, stop)
-        if trace.error:
-            print(f"{stop.id}: not recorded: {trace.error}", file=out)
-            failures += 1
-            continue
-        text = to_json(trace)
-        trace_path(stop, root).write_text(text, encoding="utf-8")
-        size = len(text.encode("utf-8"))
-        note = f"  (over {MAX_SHIPPED_BYTES} bytes: lower top_n)" if size > MAX_SHIPPED_BYTES else ""
-        print(f"{stop.id}: {trace.stats.new_tokens} tokens, {size} bytes -> {trace_path(stop, root)}{note}",
-              file=out)
-    return failures
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m ui.views.tour", description="Record the tour's traces.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    rec = sub.add_parser("record", help="run each stop on the embedded model and write assets/tour/<stop>.json")
-    rec.add_argument("--only", action="append", default=None, metavar="STOP",
-                     help=f"record only this stop (repeatable): {', '.join(stop_ids())}")
-    rec.add_argument("--out", type=Path, default=TOUR_DIR, help="folder for the traces")
-    rec.add_argument("--device", default="auto")
-    rec.add_argument("--dtype", default="auto")
-    args = parser.parse_args(argv)
-    try:
-        stops = [stop_by_id(s) for s in args.only] if args.only else list(STOPS)
-        check(bool(stops), "only", args.only, "name at least one stop")
-        root = check_folder(args.out, "out")       # before the model loads: a bad folder is one line
-        return 1 if record(stops, root, device=args.device, dtype=args.dtype) else 0
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -13,13 +13,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from decoding.core.config import AUTO_COST
+from decoding.core.config import AUTO_COST, CONFIGS
 from decoding.core.errors import ConfigError, check
-from decoding.runner import STRATEGIES
 from decoding.runtime.cost_table import MAX_COST_BYTES, MAX_COST_ENTRIES, CostTable
 from decoding.runtime.files import keep_recent, save_to_cache, touch
-from decoding.runtime.paths import cache_root
-from decoding.runtime.placement import DEVICE_MAPS
+from decoding.runtime.paths import cache_dir
+from ui.widgets.engine import DEVICE_MAPS
 
 COST_FIELD = "cost_table"              # a file, not a text field: its own widget (none / auto / upload)
 OPTIONAL_TYPES = (int, float, str)
@@ -38,7 +37,7 @@ class OptionalField:
 def optional_fields(strategy: str) -> list[OptionalField]:
     """The strategy's config fields typed `X | None` with a default (None: off), e.g. DSpark's
     cost_table and lossy_threshold. These are what the Advanced expander edits."""
-    config_cls = STRATEGIES[strategy].config_cls
+    config_cls = CONFIGS[strategy]
     hints = typing.get_type_hints(config_cls)
     out = []
     for f in dataclasses.fields(config_cls):
@@ -52,7 +51,7 @@ def optional_fields(strategy: str) -> list[OptionalField]:
 
 def default_cost_mode(strategy: str) -> str:
     """The cost-table mode a strategy's config starts in: 'auto' for DSpark, 'none' where the default is None."""
-    field = next(f for f in dataclasses.fields(STRATEGIES[strategy].config_cls) if f.name == COST_FIELD)
+    field = next(f for f in dataclasses.fields(CONFIGS[strategy]) if f.name == COST_FIELD)
     return "none" if field.default is None else link_mode(field.default)
 
 
@@ -120,7 +119,7 @@ def store_cost(table: CostTable, name: str) -> str:
     digest = hashlib.sha256(cost_to_link(table).encode()).hexdigest()[:12]
     safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", Path(name).name).strip("._")[:60] or "cost"
     safe = safe if safe.endswith(".json") else safe + ".json"
-    for root in (cache_root() / "cost" / "uploads", Path(tempfile.gettempdir()) / UPLOADS_FALLBACK):
+    for root in (cache_dir("cost/uploads"), Path(tempfile.gettempdir()) / UPLOADS_FALLBACK):
         path = root / digest / safe
         if path.is_file():
             touch(path.parent)                 # recently used: the last to be pruned

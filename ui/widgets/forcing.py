@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from decoding.core.errors import ConfigError, check
-from decoding.runner import emitted_ids
+from decoding.core.trace_totals import emitted_ids
 from ui.views.chips import visible
 from ui.views.glossary import counted_from_1
 from ui.views.headers import value_word

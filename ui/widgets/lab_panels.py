@@ -20,13 +20,10 @@ from decoding.core.measures import (
     LosslessConfig,
     ThroughputConfig,
 )
-from decoding.lab.forward_cost import measure_cost
-from decoding.lab.lossless import measure_lossless
-from decoding.lab.throughput import measure_throughput
-from decoding.runtime.engine_thread import ENGINE
 from ui.views import acceptance, lab, lossless, made_with, memory
 from ui.views.text import md_text
 from ui.widgets import display, keys, session
+from ui.widgets.engine import ENGINE, measure_cost, measure_lossless, measure_throughput
 from ui.widgets.params import Settings
 from ui.widgets.waiting import with_waiting
 

@@ -24,7 +24,8 @@ from collections.abc import Callable, Sequence
 from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.core.trace import Trace
-from decoding.runner import RUN_ERRORS, RunEnd, assemble, emitted_ids, error_line, iterate, strategy_for
+from decoding.core.trace_totals import emitted_ids
+from ui.widgets.engine import RUN_ERRORS, RunEnd, assemble, error_line, iterate, strategy_for
 
 ENGINE_ERRORS = RUN_ERRORS
 PER_TOKEN = ("greedy", "sample")   # one event per token, a forced prefix included

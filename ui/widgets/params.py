@@ -9,9 +9,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from decoding.core.config import BaseConfig
+from decoding.core.config import CONFIGS, BaseConfig
 from decoding.core.errors import ConfigError
-from decoding.runner import STRATEGIES
 from ui.widgets.advanced import (
     COST_FIELD,
     LINK_MODEL_OPTIONS,
@@ -34,7 +33,7 @@ class ParamField:
 
 def param_fields(strategy: str) -> list[ParamField]:
     """The strategy's own parameters (beyond the shared ones) that a simple widget can edit."""
-    config_cls = STRATEGIES[strategy].config_cls
+    config_cls = CONFIGS[strategy]
     hints = typing.get_type_hints(config_cls)
     out = []
     for f in dataclasses.fields(config_cls):
@@ -50,13 +49,13 @@ def build_config(strategy: str, params: Mapping[str, Any], *, seed: Any, max_new
     """A validated config; raises ConfigError naming the parameter (also for an unknown strategy).
     A cost table picked in the sidebar (advanced.CostPick) becomes its config value and must cover
     the config's largest verification."""
-    if strategy not in STRATEGIES:
-        raise ConfigError("strategy", strategy, f"choose one of {', '.join(STRATEGIES)}")
+    if strategy not in CONFIGS:
+        raise ConfigError("strategy", strategy, f"choose one of {', '.join(CONFIGS)}")
     kwargs = dict(params)
     pick = kwargs.get(COST_FIELD)
     if isinstance(pick, CostPick):
         kwargs[COST_FIELD] = pick.config_value()
-    config = STRATEGIES[strategy].config_cls(max_new_tokens=max_new_tokens, seed=seed, top_n=top_n, **kwargs)
+    config = CONFIGS[strategy](max_new_tokens=max_new_tokens, seed=seed, top_n=top_n, **kwargs)
     if isinstance(pick, CostPick):
         pick.check_covers(config)
     return config
@@ -138,7 +137,7 @@ def from_query(query: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]
             except ValueError:
                 bad.append(name)
     strategy = shared.get("strategy")
-    if strategy in STRATEGIES:
+    if strategy in CONFIGS:
         for f in param_fields(strategy):
             if f.name in query:
                 try:

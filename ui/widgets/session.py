@@ -7,14 +7,12 @@ from concurrent import futures
 import streamlit as st
 
 from decoding.core.errors import ConfigError
-from decoding.drafters.factory import load_draft
-from decoding.runner import check_inputs
 from decoding.runtime import heap, load_progress
 from decoding.runtime.model_cache import ModelCache
-from decoding.runtime.models import ModelSpec, free_device_memory, load
 from ui.views import made_with
 from ui.views.text import md_text
 from ui.widgets import keys
+from ui.widgets.engine import ModelSpec, check_inputs, free_device_memory, load, load_draft
 from ui.widgets.live import LiveRun, release_idle, release_where
 from ui.widgets.params import Settings, current_paths, link_safe
 

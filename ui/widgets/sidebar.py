@@ -6,11 +6,8 @@ import os
 
 import streamlit as st
 
-from decoding.core.config import DSPARK_SELECT, GAMMA_POLICIES
+from decoding.core.config import CONFIGS, DSPARK_SELECT, GAMMA_POLICIES
 from decoding.core.errors import ConfigError
-from decoding.runner import STRATEGIES, planned_drafting
-from decoding.runtime.engine_thread import ENGINE
-from decoding.runtime.models import DEVICES, DTYPES, ModelSpec
 from ui.views import made_with
 from ui.views.sources import drafting_text
 from ui.views.text import md_text
@@ -31,6 +28,7 @@ from ui.widgets.advanced import (
     optional_value,
     pick_cost,
 )
+from ui.widgets.engine import DEVICES, DTYPES, ENGINE, ModelSpec, planned_drafting
 from ui.widgets.params import (
     ParamField,
     Settings,
@@ -104,7 +102,7 @@ def _load_query_params_once() -> None:
     st.session_state[keys.QP_PATHS] = path_values(shared, params)
     link_errors = []
     for name, value in shared.items():
-        choices = {"device": DEVICES, "dtype": DTYPES, "strategy": STRATEGIES}.get(name)
+        choices = {"device": DEVICES, "dtype": DTYPES, "strategy": CONFIGS}.get(name)
         if choices is not None and value not in choices:
             bad.append(name)
             continue
@@ -278,7 +276,7 @@ def render() -> Settings:
         options = model_option_widgets()
         prompt = st.text_area("Prompt", key=_key(keys.PROMPT, Settings.prompt), height=90)
         chat = st.checkbox("Use the chat template", key=_key(keys.CHAT, True))
-        strategy = st.selectbox("Strategy", list(STRATEGIES), key=_key(keys.STRATEGY, "greedy"))
+        strategy = st.selectbox("Strategy", list(CONFIGS), key=_key(keys.STRATEGY, "greedy"))
         model = model.strip() or "default"
         params = strategy_params("w", strategy, model_key(model, device, dtype, options))
         c3, c4 = st.columns(2)

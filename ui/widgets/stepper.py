@@ -12,11 +12,11 @@ import streamlit as st
 from streamlit.errors import StreamlitAPIException
 
 from decoding.core.errors import ConfigError
-from decoding.runtime.engine_thread import ENGINE
 from ui.views import verdict
 from ui.views.text import md_text
 from ui.widgets import keys
 from ui.widgets.display import show_streams
+from ui.widgets.engine import ENGINE
 from ui.widgets.waiting import waiting_line
 
 VIEWS = ["This step", "All steps", "Branch"]

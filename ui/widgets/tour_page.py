@@ -10,12 +10,12 @@ import streamlit as st
 
 from decoding.core.errors import ConfigError
 from decoding.core.trace import Trace, TraceFormatError
-from decoding.runner import run
 from ui.views import tour
 from ui.views.chips import first_divergence
 from ui.views.text import md_text
 from ui.widgets import keys, session, sidebar
 from ui.widgets.display import show_chips, show_metrics
+from ui.widgets.engine import run
 from ui.widgets.step_panel import ViewContext, show_step
 from ui.widgets.waiting import with_waiting
 
@@ -94,7 +94,7 @@ def trace_section(stop: tour.Stop) -> None:
     trace = live if source == "Live" else recorded
     if trace is None:
         st.info("The trace of this stop is not recorded yet. Press **Re-run live** to run it now, or record it "
-                f"with `python -m ui.views.tour record --only {stop.id}`.")
+                f"with `python -m bench.tour record --only {stop.id}`.")
         return
     show_trace(stop, trace, source)
 
@@ -152,7 +152,7 @@ def show_trace(stop: tour.Stop, trace: Trace, source: str) -> None:
     stale = tour.stale_fields(stop, trace)
     if stale:
         st.warning(f"This trace was recorded with other settings than the stop's ({md_text(', '.join(stale))}); "
-                   f"record it again with `python -m ui.views.tour record --only {stop.id}`.")
+                   f"record it again with `python -m bench.tour record --only {stop.id}`.")
     if not trace.steps:
         st.info("This trace has no steps.")
         return

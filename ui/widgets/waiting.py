@@ -4,7 +4,7 @@ shown by the Playground's steps, Compare's lanes, the Tour's live runs and the L
 by model loading, which runs alone)."""
 from __future__ import annotations
 
-from decoding.runtime.engine_thread import ENGINE
+from ui.widgets.engine import ENGINE
 
 
 def waiting_line(others: int) -> str | None:
