@@ -17,7 +17,7 @@ DRAFTER_TARGETS = ASSETS / "drafter-targets.json"   # the fingerprint of the mod
 TOUR_DIR = ASSETS / "tour"                          # the Tour's recorded traces (bench/tour.py writes them)
 
 
-CACHE_KINDS = ("distill", "cost", "offload", "gemm")
+CACHE_KINDS = ("distill", "cost", "offload", "gemm", "serve")
 
 
 def calibration_path(weights: Path) -> Path:
@@ -33,7 +33,8 @@ def cache_root() -> Path:
 
 def cache_dir(kind: str) -> Path:
     """One kind of cached file's folder under cache_root(): "distill" (distillation data), "cost" (verify-cost
-    tables; "cost/uploads" the app's uploads), "offload" (weights accelerate puts on disk), "gemm" (GEMM plans)."""
+    tables; "cost/uploads" the app's uploads), "offload" (weights accelerate puts on disk), "gemm" (GEMM plans),
+    "serve" ("serve/requests": the endpoint's request log)."""
     if kind.split("/")[0] not in CACHE_KINDS:
         raise ValueError(f"cache folder {kind!r}: not one of {', '.join(CACHE_KINDS)}")
     return cache_root() / kind

@@ -11,13 +11,13 @@ from pathlib import Path
 
 from decoding.core.errors import check
 from decoding.runtime.files import write_text_atomic
-from decoding.runtime.paths import cache_root, safe_name
+from decoding.runtime.paths import cache_dir, safe_name
 
 SUFFIX = ".json"
 
 
 def default_folder() -> Path:
-    return cache_root() / "serve" / "requests"
+    return cache_dir("serve/requests")
 
 
 @dataclass(frozen=True)
