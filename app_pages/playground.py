@@ -69,7 +69,7 @@ def step_through() -> None:
     if run.error:
         st.error(f"The run stopped with an error: {md_text(session.shown(run.error, settings))}")
     made = st.session_state.get(keys.RUN_MADE_WITH, {})
-    st.caption(f"{glossary.steps_recorded(len(run.events), run.done, cursor)}. Made with: "
+    st.caption(f"{md_text(glossary.steps_recorded(len(run.events), run.done, cursor))}. Made with: "
                f"{md_text(made_with.line(made, ('strategy', 'seed', 'max new tokens', 'prompt')))}.")
     stepper.show_flash()
     if not run.events:
