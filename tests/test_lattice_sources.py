@@ -17,20 +17,10 @@ from tree_support import retrospective_branches, toy_pair
 from decoding.core.acceptance import RoundOutcome, total_variation
 from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
-from decoding.core.lattice import Lattice
-from decoding.drafters.lattice_source import (
-    ROOT,
-    OnlineCalibration,
-    SourceNode,
-    SourceRequest,
-    SourceTree,
-    compose,
-    labelled,
-    tried,
-)
+from decoding.core.lattice import ROOT, Lattice, LatticeDraft, SourceNode, SourceRequest, SourceTree
+from decoding.drafters.lattice_source import OnlineCalibration, compose, labelled, tried
 from decoding.drafters.memory import SourceMemory
 from decoding.drafters.model_source import DraftModelSource
-from decoding.drafters.parallel import LatticeDraft
 from decoding.drafters.recycling import RecyclingSource, RecyclingTable
 from decoding.drafters.suffix import SuffixSource, SuffixStore
 from decoding.lab.toy import speculative_sequences, target_sequences

@@ -9,11 +9,12 @@ from __future__ import annotations
 import torch
 from spec_helpers import peaked_lm
 
+from decoding.core.lattice import SourceRequest
 from decoding.core.processors import Pipeline
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.drafters.factory import make_drafter
-from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet, chain_groups
+from decoding.drafters.lattice_source import LatticeSource, SourceSet, chain_groups
 from decoding.drafters.lookup import PromptLookupDrafter
 from decoding.drafters.recycling import RecyclingSource, RecyclingTable
 from decoding.drafters.source_chain import SourceChainDrafter, composed

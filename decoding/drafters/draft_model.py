@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import torch
 
 from decoding.core.errors import check
+from decoding.core.lattice import Proposal, SourceRequest
 from decoding.drafters.base import draft_probs, pick
-from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource
 from decoding.runtime.kv_rollback import architecture, roll_back, rollback_problem
 from decoding.runtime.models import LM
 

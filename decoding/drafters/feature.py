@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 import torch
 
+from decoding.core.lattice import ChainDraw, Proposal, SourceRequest
 from decoding.drafters.base import draft_probs, pick
-from decoding.drafters.lattice_source import ChainDraw, LatticeSource, Proposal, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.shallow import full_vocabulary
 from decoding.runtime.models import LM
 

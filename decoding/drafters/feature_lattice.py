@@ -28,8 +28,8 @@ import torch
 
 from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import ConfigError, check
-from decoding.core.lattice import Lattice
-from decoding.drafters.parallel import LatticeDraft, LatticeRequest, with_extra
+from decoding.core.lattice import Lattice, LatticeDraft, LatticeRequest
+from decoding.drafters.parallel import with_extra
 from decoding.runtime.paths import calibration_path, shown_path
 
 CALIBRATION_FORMAT = "decodescope-head-calibration/1"

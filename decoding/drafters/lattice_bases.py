@@ -8,10 +8,11 @@ import dataclasses
 from collections.abc import Sequence
 
 from decoding.core.config import LOOKUP
+from decoding.core.lattice import LatticeDraft, LatticeRequest, SourceRequest
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter
 from decoding.drafters.lattice_lookup import boost_chain, lookup_lattice
-from decoding.drafters.lattice_source import LatticeSource, SourceRequest, labelled
-from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter
+from decoding.drafters.lattice_source import LatticeSource, labelled
+from decoding.drafters.parallel import ParallelDrafter
 
 TrainedDrafter = ParallelDrafter | FeatureLatticeDrafter
 

@@ -33,94 +33,11 @@ import torch
 
 from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
-from decoding.core.lattice import Lattice
-from decoding.core.trace import LookupMatch
+from decoding.core.lattice import ROOT, Lattice, LatticeDraft, Proposal, SourceNode, SourceRequest, SourceTree
 from decoding.core.trace_check import MAX_LATTICE_CANDIDATES
-from decoding.drafters.parallel import LatticeDraft
 
 if TYPE_CHECKING:
-    from decoding.core.processors import Pipeline
     from decoding.runtime.models import LM
-
-ROOT = -1
-
-
-@dataclass(frozen=True)
-class SourceNode:
-    token: int
-    parent: int                 # index of the parent node in the tree's nodes; ROOT: the round's root
-    prior: float                # ŝ⁰ in [0, 1]: the source's guess that it is accepted once its parent is
-    q_draft: float = 0.0        # the source's probability of the token, for display (0: it has none)
-
-
-@dataclass(frozen=True)
-class SourceTree:
-    """One source's proposal for one round, parents before children."""
-
-    source: str
-    nodes: tuple[SourceNode, ...] = ()
-
-    def depths(self) -> list[int]:
-        out: list[int] = []
-        for node in self.nodes:
-            out.append(1 if node.parent == ROOT else out[node.parent] + 1)
-        return out
-
-
-@dataclass(frozen=True)
-class LookupInput:
-    """One round's prompt lookup (decoding.drafters.lattice_lookup): the proposed tokens, where they matched,
-    and (λ_first, λ_continuation)."""
-
-    tokens: tuple[int, ...]
-    match: LookupMatch | None
-    scores: tuple[float, float]
-
-
-@dataclass(frozen=True)
-class ChainDraw:
-    """How a chain request wants its tokens drawn: like the target, through its `pipeline` (the argmax when
-    `greedy`) with the run's `generator`; stop after a token whose q_draft is below `stop_below`."""
-
-    pipeline: Pipeline
-    greedy: bool
-    generator: torch.Generator
-    stop_below: float | None = None
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A source's answer to a chain request: up to `gamma` tokens, with the q_draft rows they were drawn
-    from (processed by the request's pipeline) where the source has a distribution."""
-
-    tokens: tuple[int, ...]
-    q_draft: torch.Tensor | None = None        # (n, V) processed draft probabilities; None: point mass
-    draft_draws: tuple[float | None, ...] = ()  # u that sampled each token (None for argmax)
-    lookup: LookupMatch | None = None
-    source: str = ""                            # which source proposed it ("" = the run's drafter)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-@dataclass(frozen=True)
-class SourceRequest:
-    """What a round asks of its sources: at most `max_nodes` tree nodes, at most `gamma` deep; for a
-    lattice source, `top_k` candidates per position at `temperature` (a tree `budget`: the most nodes the
-    plan may take, None: a chain), the round's `history` (the last emitted tokens, the root last) with the
-    target's `hidden` rows that produced them (len(history), F), and prompt lookup's chain (`lookup`); for
-    speculative decoding, `chain`: a chain of at most `gamma` tokens drawn as it says."""
-
-    gamma: int
-    max_nodes: int
-    top_k: int = 1
-    temperature: float = 0.0
-    budget: int | None = None
-    history: Sequence[int] = ()
-    hidden: torch.Tensor | None = None
-    lookup: LookupInput | None = None
-    chain: ChainDraw | None = None
-
 
 class LatticeSource(ABC):
     """A training-free or trained source of draft tokens, for DSpark's lattice and speculative decoding's

@@ -10,10 +10,11 @@ from collections.abc import Sequence
 import torch
 
 from decoding.core.config import DRAFT_MODEL_SOURCE
+from decoding.core.lattice import ROOT, SourceNode, SourceRequest, SourceTree
 from decoding.core.processors import Pipeline
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.draft_model import DraftModelDrafter
-from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, SourceRequest, SourceTree
+from decoding.drafters.lattice_source import LatticeSource
 
 MODEL_PREFIX = DRAFT_MODEL_SOURCE       # drafter "model:ID": the draft model ID (a path, a local hub id)
 MODEL_SOURCE = MODEL_PREFIX.rstrip(":")

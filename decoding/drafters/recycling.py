@@ -18,7 +18,8 @@ from collections.abc import Sequence
 import torch
 
 from decoding.core.config import RECYCLING
-from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, SourceRequest, SourceTree
+from decoding.core.lattice import ROOT, SourceNode, SourceRequest, SourceTree
+from decoding.drafters.lattice_source import LatticeSource
 
 TABLE_K = 8                 # next tokens kept per token id
 CHILDREN = 4                # of those, the most a node proposes

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest, SourceSet
+from decoding.core.lattice import Proposal, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource, SourceSet
 from decoding.runtime.models import LM
 
 

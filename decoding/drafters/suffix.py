@@ -19,7 +19,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from decoding.core.config import SUFFIX
-from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, SourceRequest, SourceTree
+from decoding.core.lattice import ROOT, SourceNode, SourceRequest, SourceTree
+from decoding.drafters.lattice_source import LatticeSource
 
 MAX_NGRAM = 4               # longest suffix matched
 MIN_NGRAM = 2               # shortest (a single token predicts little)

@@ -27,6 +27,7 @@ from decoding.core.config import (
 )
 from decoding.core.errors import check
 from decoding.core.formulas import cut_at_eos, survival
+from decoding.core.lattice import LatticeDraft, LookupInput, SourceRequest
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import (
@@ -51,10 +52,10 @@ from decoding.drafters.factory import (
     tree_source_name,
 )
 from decoding.drafters.lattice_bases import TrainedDrafter, trained_name
-from decoding.drafters.lattice_lookup import LookupInput, LookupRate, continuation, hits, lookup_nodes
-from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet
+from decoding.drafters.lattice_lookup import LookupRate, continuation, hits, lookup_nodes
+from decoding.drafters.lattice_source import LatticeSource, SourceSet
 from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
-from decoding.drafters.parallel import LatticeDraft, ParallelDrafter
+from decoding.drafters.parallel import ParallelDrafter
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
 from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.hooks import tap_head_input

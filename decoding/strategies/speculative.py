@@ -17,6 +17,7 @@ from decoding.core.acceptance import residual as point_mass_residual  # the one 
 from decoding.core.config import AUTO_DRAFT, COST_POLICY, LOOKUP, SPEC_MAX_GAMMA, SpeculativeConfig
 from decoding.core.exact_rules import acceptance_probability, ratio_residual  # the ratio rule, lists
 from decoding.core.formulas import cut_at_eos
+from decoding.core.lattice import Proposal
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import (
@@ -33,7 +34,7 @@ from decoding.core.trace_totals import spec_metrics
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.factory import auto_draft_lm, given_drafting, make_drafter, speculative_drafting
 from decoding.drafters.feature_net import FeatureNet
-from decoding.drafters.lattice_source import LatticeSource, Proposal
+from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
 from decoding.drafters.source_chain import SourceChainDrafter, composed
 from decoding.runtime.cost_table import AUTO, load_table
