@@ -37,7 +37,16 @@ def test_every_speculative_drafter_is_a_source():
     for name in ("lookup", "recycling", "recycling+suffix", "lookup+recycling", "lookup+d", "auto"):
         drafter = composed(make_drafter(name, target, draft_lm=draft if name == "lookup+d" else None))
         assert drafter.name == {"lookup+d": f"lookup+{draft.name}", "auto": "lookup+recycling"}.get(name, name)
-        assert drafter.sources.sources and all(isinstance(s, LatticeSource) for s in drafter.sources.sources)
+        assert drafter.parts and all(isinstance(s, LatticeSource) for s in drafter.parts)
+
+
+def test_the_composer_is_itself_a_source_made_of_its_parts():
+    """The chain drafter is a LatticeSource (callers type one interface), its parts the sources it composes;
+    a single source's parts are itself."""
+    rec, lookup = recycling(), PromptLookupDrafter(2)
+    both = SourceChainDrafter([lookup, rec])
+    assert isinstance(both, LatticeSource) and both.parts == (lookup, rec) and rec.parts == (rec,)
+    assert composed(both) is both and composed(rec).parts == (rec,)
 
 
 def test_groups_keep_the_order_and_join_tree_sources():

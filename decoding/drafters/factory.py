@@ -94,7 +94,7 @@ def draft_model_source(target: LM, name: str) -> DraftModelSource:
 
 
 def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2,
-                 memory: SourceMemory | None = None) -> LatticeSource | SourceChainDrafter:
+                 memory: SourceMemory | None = None) -> LatticeSource:
     """The drafter a config names: 'lookup', 'recycling' (token recycling's chain, any model, from the run's
     `memory`; None: a new, empty one), the draft model the caller loaded (`draft_lm`: an LM, or a FeatureNet from
     load_draft('feature')), 'lookup+X' (prompt lookup, else X), or 'auto': 'lookup+feature' with the shipped
@@ -162,10 +162,9 @@ def speculative_drafting(draft: str, target: LM) -> tuple[str, DraftingInfo]:
     return resolved, drafting_info(draft_sources(resolved), reason)
 
 
-def given_drafting(drafter: LatticeSource | SourceChainDrafter) -> DraftingInfo:
+def given_drafting(drafter: LatticeSource) -> DraftingInfo:
     """What a trace records of a drafter passed in ready-made: its sources' names."""
-    sources = drafter.sources.sources if isinstance(drafter, SourceChainDrafter) else (drafter,)
-    return drafting_info([source.name for source in sources], "the drafter passed in")
+    return drafting_info([source.name for source in drafter.parts], "the drafter passed in")
 
 
 # ------------------------------------------------------------------------------ DSpark's sources

@@ -51,6 +51,11 @@ class LatticeSource(ABC):
     draws_chains: bool = False      # answers a chain request with its own chain (else a tree the composer walks)
     reads_target: bool = False      # wants the target's LM-head inputs of each verification (`observe_rows`)
 
+    @property
+    def parts(self) -> tuple[LatticeSource, ...]:
+        """The single sources it is made of, in order (itself; a composer's: decoding.drafters.source_chain)."""
+        return (self,)
+
     def start(self, prompt_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
         """A run begins with this prompt."""
 

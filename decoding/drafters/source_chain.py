@@ -42,9 +42,11 @@ def greedy_walk(lattice, length: int) -> list[int]:
     return path
 
 
-class SourceChainDrafter:
-    """What speculative decoding talks to (see the module): `start`, `propose` a chain, `rollback` after
-    the round, and the verification forward handed to the sources."""
+class SourceChainDrafter(LatticeSource):
+    """Several sources as one (see the module), what speculative decoding talks to: `start`, `propose` a
+    chain, `rollback` after the round, and the verification forward handed to the sources."""
+
+    draws_chains = True
 
     def __init__(self, sources: Sequence[LatticeSource]):
         self.sources = SourceSet(sources)
@@ -52,9 +54,13 @@ class SourceChainDrafter:
         self._walked: int | None = None         # the context length a walked proposal was made after
 
     @property
+    def parts(self) -> tuple[LatticeSource, ...]:
+        return self.sources.sources
+
+    @property
     def reads_target(self) -> bool:
         """Some source wants the target's LM-head inputs after each round (`observe_rows`)."""
-        return any(source.reads_target for source in self.sources.sources)
+        return any(source.reads_target for source in self.parts)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.sources.start(prompt_ids)
@@ -85,21 +91,21 @@ class SourceChainDrafter:
             self.sources.learn(context[self._walked:])
             self._walked = None
         self.sources.observe_context(context)
-        return sum(source.rollback(context) for source in self.sources.sources)
+        return sum(source.rollback(context) for source in self.parts)
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         self.sources.observe_logits(tokens, logits)
 
     def observe_rows(self, rows: torch.Tensor, first_position: int) -> None:
-        for source in self.sources.sources:
+        for source in self.parts:
             if source.reads_target:
                 source.observe_rows(rows, first_position)
 
     def token_ms(self, target: LM) -> dict[str, float]:
         """ms per drafted token, by source name (the cost-aware γ policy's draft cost; lookup is free)."""
-        return {name: ms for source in self.sources.sources for name, ms in source.token_ms(target).items()}
+        return {name: ms for source in self.parts for name, ms in source.token_ms(target).items()}
 
 
-def composed(drafter: LatticeSource | SourceChainDrafter) -> SourceChainDrafter:
+def composed(drafter: LatticeSource) -> SourceChainDrafter:
     """A drafter as the composer: one source alone, or the composer as given."""
     return drafter if isinstance(drafter, SourceChainDrafter) else SourceChainDrafter([drafter])

@@ -103,7 +103,7 @@ class Speculator:
     """Runs speculative rounds for one trace; owns the target KV cache and talks to the drafter's sources
     through their composer."""
 
-    def __init__(self, lm: LM, config: SpeculativeConfig, drafter: LatticeSource | SourceChainDrafter,
+    def __init__(self, lm: LM, config: SpeculativeConfig, drafter: LatticeSource,
                  generator: torch.Generator, info: DraftingInfo | None = None):
         self.lm, self.config, self.drafter, self.generator = lm, config, composed(drafter), generator
         self.info = info                          # which sources run and why: on the first round's event
