@@ -17,7 +17,7 @@ from tree_support import retrospective_branches, toy_pair
 from decoding.core.acceptance import RoundOutcome, total_variation
 from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
-from decoding.core.lattice import ROOT, Lattice, LatticeDraft, SourceNode, SourceRequest, SourceTree
+from decoding.core.lattice import ROOT, Lattice, LatticeDraft, Proposal, SourceNode, SourceRequest
 from decoding.drafters.lattice_source import OnlineCalibration, compose, labelled, tried
 from decoding.drafters.memory import SourceMemory
 from decoding.drafters.model_source import DraftModelSource
@@ -34,7 +34,7 @@ _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
 def tree(source, *nodes):
-    return SourceTree(source, tuple(SourceNode(*n) for n in nodes))
+    return Proposal(source=source, nodes=tuple(SourceNode(*n) for n in nodes))
 
 
 # ------------------------------------------------------------------------------ composer
@@ -269,7 +269,7 @@ def suffix_plan(draft, gamma: int, budget: int, proposed: dict):
     return plan
 
 
-def branched(tree: SourceTree) -> bool:
+def branched(tree: Proposal) -> bool:
     """Some node of the tree has a sibling (several continuations were matched)."""
     parents = [n.parent for n in tree.nodes]
     return len(set(parents)) < len(parents)

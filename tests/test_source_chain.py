@@ -55,7 +55,7 @@ def test_groups_keep_the_order_and_join_tree_sources():
     assert chain_groups([lookup, rec, suf]) == ((lookup,), (rec, suf))
     assert chain_groups([lookup, model]) == ((lookup,), (model,))
     assert chain_groups([rec, model, suf]) == ((rec,), (model,), (suf,))
-    assert SourceSet([]).draft([1, 2], SourceRequest(3, 4)) is None          # DSpark with no source
+    assert SourceSet([]).draft([1, 2], SourceRequest(3, 4)).empty          # DSpark with no source
 
 
 def test_lookup_in_front_declines_and_hands_the_round_on():
@@ -85,6 +85,25 @@ def test_the_last_source_drafts_even_without_a_match():
 def test_a_chain_source_answers_a_tree_request_with_nothing():
     model = DraftModelDrafter(peaked_lm(1))
     model.start([1, 2])
-    assert model.propose([1, 2], SourceRequest(3, 4)) is None
+    assert model.propose([1, 2], SourceRequest(3, 4)).empty
     chain = model.propose([1, 2], GREEDY)
     assert len(chain.tokens) == 3 and chain.q_draft.shape == (3, 16) and chain.draft_draws == (None,) * 3
+
+
+def test_every_source_answers_with_one_type():
+    """propose returns a Proposal whatever the source and the request: a chain, a tree (maybe empty), a
+    lattice, or nothing (Proposal().empty), never None or another type."""
+    from decoding.core.lattice import LookupInput, Proposal
+    from decoding.drafters.lattice_bases import LookupChainSource
+    from decoding.drafters.model_source import DraftModelSource
+
+    draft = peaked_lm(1)
+    sources = [PromptLookupDrafter(2), recycling(), SuffixSource(SuffixStore()), DraftModelDrafter(draft),
+               DraftModelSource(DraftModelDrafter(draft)), LookupChainSource()]
+    tree = SourceRequest(3, 4, lookup=LookupInput((7, 3), None, (0.5, 0.5)))
+    for source in sources:
+        source.start([5, 9, 7, 3, 5, 9])
+        for request in (GREEDY, tree):
+            assert isinstance(source.propose([5, 9, 7, 3, 5, 9], request), Proposal), (source.name, request)
+    assert recycling().propose([5], tree).nodes and LookupChainSource().propose([5], tree).lattice is not None
+    assert LookupChainSource().propose([5], SourceRequest(3, 4)).empty

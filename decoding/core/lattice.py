@@ -2,8 +2,8 @@
 K_k candidates with a token id, the drafter's probability q_draft and a score ŝ_k(x | parent); and the types
 of the draft-source interface (decoding.drafters.lattice_source.LatticeSource): what a round asks of a
 source (`SourceRequest`, with `ChainDraw` for a chain and `LookupInput` for prompt lookup's chain, and
-`LatticeRequest` for a trained drafter's lattice) and what a source answers (`Proposal`: a chain, a
-`SourceTree` of `SourceNode`s, or a `LatticeDraft`)."""
+`LatticeRequest` for a trained drafter's lattice) and what a source answers, one type (`Proposal`): a chain,
+a tree of `SourceNode`s, or a `LatticeDraft` it scored itself."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -127,20 +127,6 @@ class SourceNode:
 
 
 @dataclass(frozen=True)
-class SourceTree:
-    """One source's proposal for one round, parents before children."""
-
-    source: str
-    nodes: tuple[SourceNode, ...] = ()
-
-    def depths(self) -> list[int]:
-        out: list[int] = []
-        for node in self.nodes:
-            out.append(1 if node.parent == ROOT else out[node.parent] + 1)
-        return out
-
-
-@dataclass(frozen=True)
 class LookupInput:
     """One round's prompt lookup (decoding.drafters.lattice_lookup): the proposed tokens, where they matched,
     and (λ_first, λ_continuation)."""
@@ -163,17 +149,36 @@ class ChainDraw:
 
 @dataclass(frozen=True)
 class Proposal:
-    """A source's answer to a chain request: up to `gamma` tokens, with the q_draft rows they were drawn
-    from (processed by the request's pipeline) where the source has a distribution."""
+    """A source's answer to one round (`LatticeSource.propose`), in one of three forms:
+    - a chain, to a chain request: up to `gamma` `tokens`, with the q_draft rows they were drawn from
+      (processed by the request's pipeline) where the source has a distribution (None: point mass);
+    - a tree (`nodes` not None, maybe empty): candidates after the round's root, parents before children,
+      each with a prior ŝ⁰ the run's calibration turns into a score;
+    - a `lattice` the source scored itself, per parent (a trained drafter's, or prompt lookup's chain).
+    `Proposal()`: nothing this round. `source` names who proposed it ("" = the run's drafter)."""
 
-    tokens: tuple[int, ...]
+    tokens: tuple[int, ...] = ()
     q_draft: torch.Tensor | None = None        # (n, V) processed draft probabilities; None: point mass
     draft_draws: tuple[float | None, ...] = ()  # u that sampled each token (None for argmax)
     lookup: LookupMatch | None = None
-    source: str = ""                            # which source proposed it ("" = the run's drafter)
+    source: str = ""
+    nodes: tuple[SourceNode, ...] | None = None     # a tree; None: not one
+    lattice: LatticeDraft | None = None             # a lattice the source scored itself
 
     def __len__(self) -> int:
         return len(self.tokens)
+
+    @property
+    def empty(self) -> bool:
+        """Nothing proposed: no chain, no tree node, no lattice."""
+        return not self.tokens and not self.nodes and self.lattice is None
+
+    def depths(self) -> list[int]:
+        """A tree's node depths (1: a child of the root)."""
+        out: list[int] = []
+        for node in self.nodes or ():
+            out.append(1 if node.parent == ROOT else out[node.parent] + 1)
+        return out
 
 
 @dataclass(frozen=True)

@@ -46,10 +46,10 @@ class DraftModelDrafter(LatticeSource):
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.cache, self.fed = self.lm.sequence_cache(rollback=True), []
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal | None:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         chain = request.chain
         if chain is None:
-            return None
+            return Proposal()
         if self.cache is None:
             self.start(context)
         logits = self._catch_up(list(context))  # (V,)

@@ -54,10 +54,10 @@ class FeatureDrafter(LatticeSource):
         return self.net.step(feature, torch.tensor(token, device=feature.device))
 
     @torch.inference_mode()
-    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal | None:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         chain = request.chain
         if chain is None:
-            return None
+            return Proposal()
         if request.gamma < 1 or not self._ready(context):
             return Proposal((), source=self.name)
         feature = self._first(context)

@@ -8,7 +8,7 @@ import dataclasses
 from collections.abc import Sequence
 
 from decoding.core.config import LOOKUP
-from decoding.core.lattice import LatticeDraft, LatticeRequest, SourceRequest
+from decoding.core.lattice import LatticeRequest, Proposal, SourceRequest
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter
 from decoding.drafters.lattice_lookup import boost_chain, lookup_lattice
 from decoding.drafters.lattice_source import LatticeSource, labelled
@@ -33,14 +33,14 @@ class TrainedSource(LatticeSource):
         self.feature_layers = tuple(drafter.shape.feature_layers)
         self.span = int(drafter.span)
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         lookup = request.lookup
         ask = LatticeRequest(request.gamma, request.top_k, request.temperature,
                              tuple(lookup.tokens) if lookup else (), request.budget)
         draft = self.drafter.lattice(request.hidden, request.history, ask)
         if draft.extra:
             draft = dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
-        return labelled(draft, self.name)
+        return Proposal(source=self.name, lattice=labelled(draft, self.name))
 
 
 class LookupChainSource(LatticeSource):
@@ -49,5 +49,5 @@ class LookupChainSource(LatticeSource):
 
     name = LOOKUP
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft | None:
-        return lookup_lattice(request.lookup)
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
+        return Proposal(source=self.name, lattice=lookup_lattice(request.lookup))

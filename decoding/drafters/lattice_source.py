@@ -5,14 +5,15 @@ Every source implements one interface (`LatticeSource`): started with the prompt
 forward the strategy runs anyway (`observe_logits`), and asked once per round (`propose`) for its candidates
 after the round's root (the last emitted token), given a `SourceRequest` that holds everything the round knows
 before its target forward (γ, the node budget, the trained drafters' hidden rows, prompt lookup's chain; for
-speculative decoding, `chain`: how to draw a chain like the target). A source answers in one of three forms:
-- a tree (`SourceTree`): each node a token, its parent node (or the root) and a prior ŝ⁰ in [0, 1], the
+speculative decoding, `chain`: how to draw a chain like the target). The request's and the answer's types
+are in decoding.core.lattice. A source answers with one type, `Proposal`, in one of three forms:
+- a tree (`nodes`): each node a token, its parent node (or the root) and a prior ŝ⁰ in [0, 1], the
   source's own guess that the node is accepted once its parent is; the run's `OnlineCalibration` turns
   priors into scores ŝ (token recycling, suffix matching, a draft model);
-- a whole lattice (`LatticeDraft`) whose scores the source calibrated itself, per parent: the trained
-  drafters (decoding.drafters.lattice_bases: the feature head, the parallel drafter, with prompt lookup's
-  chain inside), or prompt lookup's chain alone. At most one such source runs; its lattice is the base;
-- to a chain request, a chain (`Proposal`) drawn as the request says, with its q_draft rows where it has a
+- a whole lattice (`lattice`, a LatticeDraft) whose scores the source calibrated itself, per parent: the
+  trained drafters (decoding.drafters.lattice_bases: the feature head, the parallel drafter, with prompt
+  lookup's chain inside), or prompt lookup's chain alone. At most one such source runs; its lattice is the base;
+- to a chain request, a chain (`tokens`) drawn as the request says, with its q_draft rows where it has a
   distribution (a draft model, the feature drafter; `draws_chains`), or point-mass (prompt lookup). A source
   without distributions answers a chain request with its tree, and speculative decoding's composer
   (decoding.drafters.source_chain) walks the composed lattice into a point-mass chain.
@@ -33,7 +34,7 @@ import torch
 
 from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
-from decoding.core.lattice import ROOT, Lattice, LatticeDraft, Proposal, SourceNode, SourceRequest, SourceTree
+from decoding.core.lattice import ROOT, Lattice, LatticeDraft, Proposal, SourceNode, SourceRequest
 from decoding.core.trace_check import MAX_LATTICE_CANDIDATES
 
 if TYPE_CHECKING:
@@ -60,9 +61,9 @@ class LatticeSource(ABC):
         """A run begins with this prompt."""
 
     @abstractmethod
-    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree | LatticeDraft | Proposal | None:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         """Candidates after context[-1] (the round's root): a tree, a lattice it scored itself (the base), or
-        to a chain request (`request.chain`) a chain; None: nothing this round. Draft side only."""
+        to a chain request (`request.chain`) a chain; `Proposal()`: nothing this round. Draft side only."""
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:  # noqa: B027 - optional hook
         """logits (n, V): the target's logits after each of the n tokens fed (in their tree's context)."""
@@ -116,10 +117,10 @@ class OnlineCalibration:
         tries, hits = self.counts.get(self.key(source, depth, prior), (0, 0))
         return (hits + PRIOR_WEIGHT * prior) / (tries + PRIOR_WEIGHT)
 
-    def scores(self, tree: SourceTree) -> list[float]:
+    def scores(self, tree: Proposal) -> list[float]:
         return [self.score(tree.source, d, n.prior) for n, d in zip(tree.nodes, tree.depths())]
 
-    def update(self, tree: SourceTree, emitted: Sequence[int]) -> None:
+    def update(self, tree: Proposal, emitted: Sequence[int]) -> None:
         """Count the tree's nodes against the tokens the round emitted (see the class)."""
         for node, depth, hit in tried(tree, emitted):
             self.count(tree.source, depth, node.prior, hit)
@@ -130,7 +131,7 @@ class OnlineCalibration:
         self.counts[key] = (tries + 1, hits + hit)
 
 
-def tried(tree: SourceTree, emitted: Sequence[int]) -> list[tuple[SourceNode, int, bool]]:
+def tried(tree: Proposal, emitted: Sequence[int]) -> list[tuple[SourceNode, int, bool]]:
     """(node, depth, hit) for every node whose parent path equals emitted[:depth − 1]."""
     matched = {ROOT}
     out = []
@@ -211,7 +212,7 @@ def labelled(draft: LatticeDraft, name: str) -> LatticeDraft:
     return dataclasses.replace(draft, own=own, sources=tuple(sources))
 
 
-def compose(base: LatticeDraft | None, trees: Sequence[SourceTree], scores: Sequence[Sequence[float]],
+def compose(base: LatticeDraft | None, trees: Sequence[Proposal], scores: Sequence[Sequence[float]],
             gamma: int) -> LatticeDraft | None:
     """The base lattice (labelled, or none) with every tree's nodes added at their depth (at most gamma),
     each under its parent's cell with its calibrated score (`scores[i]` for trees[i], node by node);
@@ -253,7 +254,7 @@ class SourceSet:
         self.name = "+".join(source.name for source in self.sources)
         self.groups = chain_groups(self.sources)
         self.calibration = OnlineCalibration.empty()
-        self.pending: tuple[SourceTree, ...] = ()       # this round's trees, until `learn`
+        self.pending: tuple[Proposal, ...] = ()       # this round's trees, until `learn`
 
     @property
     def prompt_rows(self) -> int:
@@ -284,22 +285,24 @@ class SourceSet:
         return next((g for g in self.groups[:-1] if not (g[0].draws_chains and g[0].declines(context))),
                     self.groups[-1] if self.groups else ())
 
-    def draft(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft | Proposal | None:
-        """The drafting group's proposal after context[-1]: a chain source's answer, or every source's, the
-        trees composed onto the base lattice and scored by the run; None when nothing was proposed."""
+    def draft(self, context: Sequence[int], request: SourceRequest) -> Proposal:
+        """The drafting group's proposal after context[-1]: a chain source's answer, or the lattice of every
+        source's, the trees composed onto the base lattice and scored by the run (no lattice when nothing was
+        proposed), named by the group."""
         group = self.drafting(context)
         if group and group[0].draws_chains:
             self.pending = ()
             return group[0].propose(context, request)
         proposals = [source.propose(context, request) for source in group]
-        bases = [p for p in proposals if isinstance(p, LatticeDraft)]
+        bases = [p.lattice for p in proposals if p.lattice is not None]
         check(len(bases) <= 1, "drafter", self.name,
               "may hold at most one source that scores its own lattice (a trained drafter)")
-        self.pending = tuple(p for p in proposals if isinstance(p, SourceTree))
-        base = bases[0] if bases else None
-        if not self.pending:
-            return base
-        return compose(base, self.pending, [self.calibration.scores(tree) for tree in self.pending], request.gamma)
+        self.pending = tuple(p for p in proposals if p.nodes is not None)
+        lattice = bases[0] if bases else None
+        if self.pending:
+            lattice = compose(lattice, self.pending, [self.calibration.scores(tree) for tree in self.pending],
+                              request.gamma)
+        return Proposal(source="+".join(source.name for source in group), lattice=lattice)
 
     def learn(self, emitted: Sequence[int]) -> None:
         """Count the round's trees against the tokens it emitted (OnlineCalibration)."""

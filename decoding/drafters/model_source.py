@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import torch
 
 from decoding.core.config import DRAFT_MODEL_SOURCE
-from decoding.core.lattice import ROOT, SourceNode, SourceRequest, SourceTree
+from decoding.core.lattice import ROOT, Proposal, SourceNode, SourceRequest
 from decoding.core.processors import Pipeline
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.draft_model import DraftModelDrafter
@@ -30,7 +30,7 @@ class DraftModelSource(LatticeSource):
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.drafter.start(prompt_ids)
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         """The draft model's greedy path; at each depth its top-K under the path's previous token."""
         greedy = DraftRequest(request.gamma, Pipeline(()), True, torch.Generator())
         proposal = self.drafter.propose(context, greedy)
@@ -45,7 +45,7 @@ class DraftModelSource(LatticeSource):
             for cand in cands:
                 prob = float(proposal.q_draft[k, cand])
                 if len(nodes) == request.max_nodes:
-                    return SourceTree(self.name, tuple(nodes))
+                    return Proposal(source=self.name, nodes=tuple(nodes))
                 nodes.append(SourceNode(int(cand), parent, min(1.0, max(0.0, prob)), prob))
             parent = first + [n.token for n in nodes[first:]].index(int(token))
-        return SourceTree(self.name, tuple(nodes))
+        return Proposal(source=self.name, nodes=tuple(nodes))

@@ -73,16 +73,16 @@ class SourceChainDrafter(LatticeSource):
     def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         """Up to request.gamma tokens to follow `context`, drawn as request.chain says where the drafting
         source has a distribution, else the composed lattice walked greedily."""
-        name = self.source_for(context)
+        group = self.sources.drafting(context)
         answer = self.sources.draft(context, request)
-        if isinstance(answer, Proposal):
+        if group and group[0].draws_chains:
             return answer
         self._walked = len(context)
-        if answer is None:
-            return Proposal((), source=name)
-        path = greedy_walk(answer.lattice, request.gamma)
-        tokens = tuple(answer.lattice.token_ids[k][j] for k, j in enumerate(path))
-        return Proposal(tokens, None, (None,) * len(tokens), source=name)
+        if answer.lattice is None:
+            return Proposal(source=answer.source)
+        path = greedy_walk(answer.lattice.lattice, request.gamma)
+        tokens = tuple(answer.lattice.lattice.token_ids[k][j] for k, j in enumerate(path))
+        return Proposal(tokens, None, (None,) * len(tokens), source=answer.source)
 
     def rollback(self, context: Sequence[int]) -> int:
         """After a round: a walked proposal counted against the tokens it kept; each source rolled back to

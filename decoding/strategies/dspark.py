@@ -368,7 +368,7 @@ class DSparkDecoder:
         request = SourceRequest(step.gamma, source_nodes(config), config.top_k_candidates, config.temperature,
                                 config.budget if config.select == "tree" else None, step.history, step.hidden,
                                 step.lookup)
-        return self.sources.draft(self.context, request)
+        return self.sources.draft(self.context, request).lattice
 
     def _verify(self, tokens, parents) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (q, V) of one target forward over the tree, and the drafter's input rows (q, F)."""
