@@ -22,6 +22,7 @@ from decoding.drafters.lattice_source import OnlineCalibration, compose, labelle
 from decoding.drafters.memory import SourceMemory
 from decoding.drafters.model_source import DraftModelSource
 from decoding.drafters.recycling import RecyclingSource, RecyclingTable
+from decoding.drafters.resolve import resolve
 from decoding.drafters.suffix import SuffixSource, SuffixStore
 from decoding.lab.toy import speculative_sequences, target_sequences
 from decoding.runner import run
@@ -509,7 +510,7 @@ def test_long_and_repeated_drafter_names(lm, tmp_path):
     with pytest.raises(ConfigError, match="more than one draft model"):
         DSparkConfig(drafter="model:a+model:b")
     long_path = str(tmp_path / ("d" * 200) / ("e" * 200) / "x.safetensors")
-    info = dspark.resolve_drafter(lm, DSparkConfig(drafter=long_path + "+recycling"), random_head(lm)).info
+    info = resolve(lm, DSparkConfig(drafter=long_path + "+recycling"), random_head(lm)).info
     assert len(info.reason) <= 300 and info.reason.endswith("+recycling' as set")
 
 

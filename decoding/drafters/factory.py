@@ -1,4 +1,6 @@
-"""The drafter a speculative config names, and the draft model or net it needs loaded."""
+"""What the drafter names stand for, part by part: the draft models and trained nets they load, the sources
+they build, how a trace names them, and what "auto" means on a model (`auto_fits`). Which of them a run
+uses is decoding.drafters.resolve's."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,7 +22,6 @@ from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
 from decoding.drafters.feature_lattice import load_feature_lattice
 from decoding.drafters.feature_net import FeatureNet
-from decoding.drafters.lattice_bases import LookupChainSource, TrainedSource
 from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
 from decoding.drafters.memory import SourceMemory
@@ -45,7 +46,7 @@ def load_draft(name: str, target: LM, **spec):
     from decoding.runtime.models import ModelSpec, load
 
     if name == AUTO_DRAFT:          # the shipped feature drafter where it was trained for this model, else none
-        return ENGINE.call(load_feature, target, None) if shipped_fits(target) else None
+        return ENGINE.call(load_feature, target, None) if auto_fits(target)[0] else None
     for kind, loader in ((SHALLOW, load_shallow), (FEATURE, load_feature)):
         if name == kind or name.startswith(kind + ":"):
             try:
@@ -69,15 +70,6 @@ def training_free_sources(target: LM, names, memory: SourceMemory) -> list:
     made = {RECYCLING: lambda: RecyclingSource(memory.recycling_table(target.vocab_size)),
             SUFFIX: lambda: SuffixSource(memory.suffix_store())}
     return [made[name]() if name in made else draft_model_source(target, name[len(MODEL_PREFIX):]) for name in names]
-
-
-def auto_draft_lm(target: LM):
-    """The shipped feature drafter where it was trained for this model (asked each time: the answer is
-    never cached), loaded once per model and version of its file; None elsewhere."""
-    if not shipped_fits(target):
-        return None
-    return target.loaded(("speculative draft", AUTO_DRAFT), file_stamp(FEATURE_WEIGHTS),
-                         lambda: load_draft(AUTO_DRAFT, target))
 
 
 def draft_model_source(target: LM, name: str) -> DraftModelSource:
@@ -123,6 +115,15 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2,
 # ------------------------------------------------------------------------------ which sources run, and why
 AUTO_FITS = "auto: the shipped feature drafter was trained for this model"
 AUTO_FREE = "auto: no shipped drafter was trained for this model, so training-free sources only"
+
+
+def auto_fits(target: LM) -> tuple[bool, str]:
+    """What "auto" means on `target`, and why: whether the shipped feature drafter was trained for it (its
+    fingerprint; asked each time, the answer never cached)."""
+    fits = shipped_fits(target)
+    return fits, AUTO_FITS if fits else AUTO_FREE
+
+
 MODEL_KINDS = (FEATURE_HEAD, "shallow")        # trained drafters a speculative draft name may start with
 
 
@@ -136,14 +137,6 @@ def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
 
 
-def auto_draft(target: LM) -> tuple[str, str]:
-    """What speculative 'auto' drafts with on this model, and why: prompt lookup, then the shipped feature
-    drafter where it was trained for the model (its fingerprint), else token recycling."""
-    if shipped_fits(target):
-        return LOOKUP_THEN + FEATURE_HEAD, AUTO_FITS
-    return LOOKUP_THEN + TRAINING_FREE[0], AUTO_FREE
-
-
 def draft_sources(draft: str) -> tuple[str, ...]:
     """The sources a speculative draft name runs, as the trace names them: 'lookup+feature' -> (lookup,
     feature); a draft model id or path -> (model,)."""
@@ -155,28 +148,7 @@ def draft_sources(draft: str) -> tuple[str, ...]:
     return training_free_names(draft) or (kind,)
 
 
-def speculative_drafting(draft: str, target: LM) -> tuple[str, DraftingInfo]:
-    """The draft name a speculative run uses on `target` ('auto' resolved: auto_draft) and what its trace
-    records of it. Needs no drafter loaded."""
-    resolved, reason = auto_draft(target) if draft == AUTO_DRAFT else (draft, f"draft {draft!r} as set")
-    return resolved, drafting_info(draft_sources(resolved), reason)
-
-
-def given_drafting(drafter: LatticeSource) -> DraftingInfo:
-    """What a trace records of a drafter passed in ready-made: its sources' names."""
-    return drafting_info([source.name for source in drafter.parts], "the drafter passed in")
-
-
 # ------------------------------------------------------------------------------ DSpark's sources
-def dspark_base(trained, lookup: bool) -> list:
-    """A DSpark run's base source, if any: the trained drafter (loaded by load_lattice_drafter) with prompt
-    lookup inside its lattice, else lookup's chain alone when `lookup`. Its tree sources come from
-    training_free_sources."""
-    if trained is not None:
-        return [TrainedSource(trained)]
-    return [LookupChainSource()] if lookup else []
-
-
 def load_lattice_drafter(lm: LM, name: str):
     """DSpark's trained drafter `name` stands for (the feature head or a parallel drafter), loaded once per
     model and version of its files (a retrained file at the same path loads anew); errors name `drafter`.
@@ -195,7 +167,7 @@ def load_lattice_drafter(lm: LM, name: str):
 
 
 def trained_kind(name: str) -> str:
-    """How the cells of DSpark's trained drafter `name` are labelled (lattice_bases.trained_name of it):
+    """How the cells of DSpark's trained drafter `name` are labelled (its `kind`):
     "feature" for the feature head ("feature", "feature:FILE"), else "parallel"."""
     return FEATURE_HEAD if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":") else PARALLEL_DRAFTER
 

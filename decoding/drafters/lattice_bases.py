@@ -9,27 +9,22 @@ from collections.abc import Sequence
 
 from decoding.core.config import LOOKUP
 from decoding.core.lattice import LatticeRequest, Proposal, SourceRequest
-from decoding.drafters.feature_lattice import FeatureLatticeDrafter
 from decoding.drafters.lattice_lookup import boost_chain, lookup_lattice
 from decoding.drafters.lattice_source import LatticeSource, labelled
-from decoding.drafters.parallel import ParallelDrafter
-
-TrainedDrafter = ParallelDrafter | FeatureLatticeDrafter
-
-
-def trained_name(drafter: TrainedDrafter) -> str:
-    """How cells a trained drafter proposed are labelled: "feature" or "parallel"."""
-    return "feature" if isinstance(drafter, FeatureLatticeDrafter) else "parallel"
 
 
 class TrainedSource(LatticeSource):
     """A trained drafter's lattice over the target's hidden rows at the round's history, with prompt
     lookup's chain among its candidates, scored by the drafter's calibration and, along the chain, by
-    lookup's measured rate (decoding.drafters.lattice_lookup)."""
+    lookup's measured rate (decoding.drafters.lattice_lookup). The drafter: a ParallelDrafter or a
+    FeatureLatticeDrafter (its `kind` labels the cells it proposed: "parallel" or "feature"); the strategies
+    reach it only through this source."""
 
-    def __init__(self, drafter: TrainedDrafter):
+    takes_lookup = True
+
+    def __init__(self, drafter):
         self.drafter = drafter
-        self.name = trained_name(drafter)
+        self.name = drafter.kind
         self.feature_layers = tuple(drafter.shape.feature_layers)
         self.span = int(drafter.span)
 

@@ -51,6 +51,7 @@ class LatticeSource(ABC):
     span: int = 1                   # how many of the last emitted tokens' hidden rows it reads
     draws_chains: bool = False      # answers a chain request with its own chain (else a tree the composer walks)
     reads_target: bool = False      # wants the target's LM-head inputs of each verification (`observe_rows`)
+    takes_lookup: bool = False      # scores its own lattice with prompt lookup's chain inside (DSpark's base)
 
     @property
     def parts(self) -> tuple[LatticeSource, ...]:

@@ -39,7 +39,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decoding.core.config import DSPARK_MAX_GAMMA
+from decoding.core.config import DSPARK_MAX_GAMMA, PARALLEL_DRAFTER
 from decoding.core.errors import ConfigError, check
 from decoding.core.lattice import Lattice, LatticeDraft, LatticeRequest
 from decoding.runtime import packed_gemm
@@ -136,6 +136,8 @@ class ContextBlock(nn.Module):
 
 
 class ParallelDrafter(nn.Module):
+    kind = PARALLEL_DRAFTER     # how the cells it proposes are labelled
+
     def __init__(self, shape: DrafterShape, vocab_ids: Sequence[int] | None = None, seed: int = 0):
         super().__init__()
         self.shape = shape
