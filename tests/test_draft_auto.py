@@ -9,9 +9,9 @@ import json
 import pytest
 
 from decoding import __main__ as cli
-from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
+from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig, draft_sources
 from decoding.core.trace import DraftingInfo, TraceFormatError, from_json, to_json
-from decoding.drafters.factory import AUTO_FITS, AUTO_FREE, draft_sources, make_drafter
+from decoding.drafters.factory import AUTO_FITS, AUTO_FREE, make_drafter
 from decoding.runner import planned_drafting, run
 from tests.dspark_helpers import varied_llama
 

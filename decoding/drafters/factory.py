@@ -12,7 +12,10 @@ from decoding.core.config import (
     LOOKUP_THEN,
     PARALLEL_ALIASES,
     PARALLEL_DRAFTER,
+    SHALLOW_DRAFT,
     TRAINING_FREE,
+    names_kind,
+    trained_kind,
     training_free_names,
 )
 from decoding.core.errors import ConfigError, check
@@ -25,7 +28,7 @@ from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
 from decoding.drafters.memory import SourceMemory
-from decoding.drafters.model_source import MODEL_PREFIX, MODEL_SOURCE, DraftModelSource
+from decoding.drafters.model_source import MODEL_PREFIX, DraftModelSource
 from decoding.drafters.parallel import load_drafter
 from decoding.drafters.recycling import RECYCLING, RecyclingSource
 from decoding.drafters.source_chain import SourceChainDrafter
@@ -41,14 +44,14 @@ def load_draft(name: str, target: LM, **spec):
     ("shallow": the shipped weights; "shallow:PATH": a weights file) on the target, or load the feature
     drafter ("feature", "feature:PATH"; a decoding.drafters.feature_net.FeatureNet, not an LM); errors name `draft`
     and the name as given ("feature:PATH", not the file alone)."""
-    from decoding.drafters.feature_net import FEATURE, load_feature
-    from decoding.drafters.shallow import SHALLOW, load_shallow
+    from decoding.drafters.feature_net import load_feature
+    from decoding.drafters.shallow import load_shallow
     from decoding.runtime.models import ModelSpec, load
 
     if name == AUTO_DRAFT:          # the shipped feature drafter where it was trained for this model, else none
         return ENGINE.call(load_feature, target, None) if auto_fits(target)[0] else None
-    for kind, loader in ((SHALLOW, load_shallow), (FEATURE, load_feature)):
-        if name == kind or name.startswith(kind + ":"):
+    for kind, loader in ((SHALLOW_DRAFT, load_shallow), (FEATURE_HEAD, load_feature)):
+        if names_kind(name, kind):
             try:
                 return ENGINE.call(loader, target, name[len(kind) + 1:] or None)
             except ConfigError as err:       # about its file: named as the user gave it ("feature:FILE")
@@ -124,9 +127,6 @@ def auto_fits(target: LM) -> tuple[bool, str]:
     return fits, AUTO_FITS if fits else AUTO_FREE
 
 
-MODEL_KINDS = (FEATURE_HEAD, "shallow")        # trained drafters a speculative draft name may start with
-
-
 def drafting_info(names, reason: str) -> DraftingInfo:
     """What a trace records of a run's sources: their names and why; a long name or reason (a file path)
     keeps its end, within the trace's limits."""
@@ -135,17 +135,6 @@ def drafting_info(names, reason: str) -> DraftingInfo:
 
 def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
-
-
-def draft_sources(draft: str) -> tuple[str, ...]:
-    """The sources a speculative draft name runs, as the trace names them: 'lookup+feature' -> (lookup,
-    feature); a draft model id or path -> (model,)."""
-    if draft == LOOKUP:
-        return (LOOKUP,)
-    if draft.startswith(LOOKUP_THEN):
-        return (LOOKUP, *draft_sources(draft[len(LOOKUP_THEN):]))
-    kind = next((k for k in MODEL_KINDS if draft == k or draft.startswith(k + ":")), MODEL_SOURCE)
-    return training_free_names(draft) or (kind,)
 
 
 # ------------------------------------------------------------------------------ DSpark's sources
@@ -164,17 +153,6 @@ def load_lattice_drafter(lm: LM, name: str):
         if err.param == "draft" or (err.param == "drafter" and err.value != name):   # name the drafter as given
             raise ConfigError("drafter", name, err.expected) from None
         raise
-
-
-def trained_kind(name: str) -> str:
-    """How the cells of DSpark's trained drafter `name` are labelled (its `kind`):
-    "feature" for the feature head ("feature", "feature:FILE"), else "parallel"."""
-    return FEATURE_HEAD if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":") else PARALLEL_DRAFTER
-
-
-def tree_source_name(part: str) -> str:
-    """How the cells of a DSpark tree source part are labelled: its name, "model" for "model:ID"."""
-    return part if part in TRAINING_FREE else MODEL_SOURCE
 
 
 def named_weights(name: str) -> Path:

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.core.config import DRAFT_MODEL_SOURCE
+from decoding.core.config import DRAFT_MODEL, DRAFT_MODEL_SOURCE
 from decoding.core.lattice import ROOT, Proposal, SourceNode, SourceRequest
 from decoding.core.processors import Pipeline
 from decoding.drafters.base import DraftRequest
@@ -17,7 +17,7 @@ from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.drafters.lattice_source import LatticeSource
 
 MODEL_PREFIX = DRAFT_MODEL_SOURCE       # drafter "model:ID": the draft model ID (a path, a local hub id)
-MODEL_SOURCE = MODEL_PREFIX.rstrip(":")
+MODEL_SOURCE = DRAFT_MODEL
 TOP_K = 3                               # candidates per depth
 
 

@@ -29,21 +29,21 @@ from decoding.core.config import (
     TRAINING_FREE,
     BaseConfig,
     DSparkConfig,
+    draft_sources,
     drafter_parts,
+    trained_kind,
+    tree_source_name,
 )
 from decoding.core.errors import check
 from decoding.core.trace import DraftingInfo
 from decoding.drafters.factory import (
     auto_fits,
-    draft_sources,
     drafting_info,
     file_stamp,
     load_draft,
     load_lattice_drafter,
     make_drafter,
-    trained_kind,
     training_free_sources,
-    tree_source_name,
 )
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter
 from decoding.drafters.feature_net import FeatureNet

@@ -34,7 +34,6 @@ from decoding.runtime.weights_file import (
 
 WEIGHTS_FORMAT = "decodescope-shallow-draft/1"
 DEFAULT_SHALLOW = ASSETS / "shallow-draft-smollm2-135m.safetensors"
-SHALLOW = "shallow"
 
 
 class SliceHead(nn.Module):
