@@ -123,6 +123,28 @@ def test_drafter_of_the_wrong_kind_is_one_line_naming_it(lm):
         "a draft model or a feature drafter")
     assert error(DSparkConfig(max_new_tokens=4, cost_table=None), lm) == (
         "drafter='LM' is invalid: is not a DSpark drafter: give a source, a parallel drafter or a feature head")
+    from decoding.drafters.lattice_bases import TrainedSource
+    from decoding.drafters.lookup import PromptLookupDrafter
+
+    assert error(SpeculativeConfig(max_new_tokens=4), TrainedSource(random_head(lm))).startswith(
+        "drafter='feature' is invalid: scores a DSpark lattice from the target's hidden rows")
+    assert error(DSparkConfig(max_new_tokens=4, cost_table=None), PromptLookupDrafter()).startswith(
+        "drafter='lookup' is invalid: draws speculative decoding's chains")
+
+
+def test_a_trained_net_and_its_source_draft_alike_in_dspark(lm):
+    """DSpark handed a trained net fills the name's trained part; handed the net's source, it drafts with that
+    source as given: the same lattices and tokens, each trace saying which it was."""
+    from decoding.drafters.lattice_bases import TrainedSource
+    from tests.dspark_helpers import random_head
+
+    config = DSparkConfig(max_new_tokens=8, cost_table=None, gamma=3)
+    net = run(lm, PROMPT, config, drafter=random_head(lm))
+    source = run(lm, PROMPT, config, drafter=TrainedSource(random_head(lm)))
+    assert net.steps[0].drafting == DraftingInfo(("feature", "lookup"), "auto: the drafter passed in")
+    assert source.steps[0].drafting == DraftingInfo(("feature", "lookup"), "the drafter passed in")
+    assert [s.lattice for s in net.steps] == [s.lattice for s in source.steps] and net.steps[1].lattice
+    assert net.output_ids == source.output_ids
 
 
 def test_planned_drafting_is_none_without_drafting(lm):

@@ -105,6 +105,8 @@ def chain_choice(lm: LM, draft: str) -> tuple[str, DraftingInfo]:
 
 def _chain_sources(lm: LM, config, drafter, memory: SourceMemory | None) -> Drafting:
     if isinstance(drafter, LatticeSource):
+        check(not any(part.takes_lookup for part in drafter.parts), "drafter", drafter.name,
+              "scores a DSpark lattice from the target's hidden rows: speculative decoding cannot draft with it")
         return Drafting((drafter,), drafting_info([source.name for source in drafter.parts], GIVEN))
     check(drafter is None or isinstance(drafter, (LM, FeatureNet)), "drafter", type(drafter).__name__,
           "cannot draft speculative decoding's chain: give a source, a draft model or a feature drafter")
@@ -145,9 +147,8 @@ def lattice_info(trained: tuple[str, ...], lookup: bool, free: Sequence[str], re
 
 
 def _lattice_sources(lm: LM, config: DSparkConfig, drafter, memory: SourceMemory | None) -> Drafting:
-    lookup = config.lookup_max_ngram > 0
     if isinstance(drafter, LatticeSource):
-        return _given_lattice(drafter, lookup)
+        return _given_lattice(lm, config, drafter)
     check(drafter is None or isinstance(drafter, TRAINED_NETS), "drafter", type(drafter).__name__,
           "is not a DSpark drafter: give a source, a parallel drafter or a feature head")
     trained, free, reason = lattice_choice(lm, config.drafter, drafter)
@@ -155,22 +156,27 @@ def _lattice_sources(lm: LM, config: DSparkConfig, drafter, memory: SourceMemory
     if drafter is None and trained is not None:
         drafter = load_lattice_drafter(lm, trained)
     base = [trained_source(lm, drafter, config.gamma, whose)] if drafter is not None else []
+    lookup = config.lookup_max_ngram > 0
     memory, info = run_memory(memory, lm, lattice_info(tuple(s.name for s in base), lookup, free, reason))
     base = base or ([LookupChainSource()] if lookup else [])
     return Drafting(tuple(base + training_free_sources(lm, free, memory)), info, drafter)
 
 
-def _given_lattice(drafter: LatticeSource, lookup: bool) -> Drafting:
-    """A source passed in as the whole drafter, with prompt lookup's chain: inside the source that scores its
-    own lattice, else as the base."""
+def _given_lattice(lm: LM, config: DSparkConfig, drafter: LatticeSource) -> Drafting:
+    """A source passed in as the whole drafter, with prompt lookup's chain (lookup_max_ngram > 0): inside the
+    source that scores its own lattice, else as the base."""
     parts = drafter.parts
-    inside = any(part.takes_lookup for part in parts)
+    check(not any(part.draws_chains for part in parts), "drafter", drafter.name,
+          "draws speculative decoding's chains: DSpark drafts with tree and lattice sources")
+    trained = [part.drafter for part in parts if isinstance(part, TrainedSource)]
+    for net in trained:
+        trained_source(lm, net, config.gamma, GIVEN)
     names = [part.name for part in parts]
-    if lookup:
-        names.insert(next((i + 1 for i, part in enumerate(parts) if part.takes_lookup), 0), LOOKUP)
-    base = (LookupChainSource(),) if lookup and not inside else ()
-    timing = next((part.drafter for part in parts if isinstance(part, TrainedSource)), None)
-    return Drafting(base + parts, drafting_info(names, GIVEN), timing)
+    inside = next((i + 1 for i, part in enumerate(parts) if part.takes_lookup), None)
+    if config.lookup_max_ngram > 0:
+        names.insert(inside or 0, LOOKUP)
+    base = (LookupChainSource(),) if config.lookup_max_ngram > 0 and inside is None else ()
+    return Drafting(base + parts, drafting_info(names, GIVEN), trained[0] if trained else None)
 
 
 def trained_source(lm: LM, drafter, gamma: int, whose: str) -> TrainedSource:
