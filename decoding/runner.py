@@ -21,6 +21,7 @@ from decoding.core.errors import ConfigError, StepError, check
 from decoding.core.formulas import cut_at_eos
 from decoding.core.trace import SCHEMA_VERSION, DraftingInfo, Stats, Trace
 from decoding.core.trace_totals import emitted_ids, target_forwards
+from decoding.drafters.resolve import planned_drafting as planned_sources
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.models import LM, free_device_memory, is_out_of_memory
 from decoding.strategies import beam, dspark, greedy, sampling, speculative
@@ -47,13 +48,14 @@ register(Strategy("greedy", GreedyConfig, greedy.decode, emitted_ids))
 register(Strategy("sample", SampleConfig, sampling.decode, emitted_ids))
 register(Strategy("beam", BeamConfig, beam.decode, beam.output_ids))
 register(Strategy("speculative", SpeculativeConfig, speculative.decode, emitted_ids, speculative.spec_stats,
-                  speculative.planned_drafting))
-register(Strategy("dspark", DSparkConfig, dspark.decode, emitted_ids, dspark.dspark_stats, dspark.planned_drafting))
+                  planned_sources))
+register(Strategy("dspark", DSparkConfig, dspark.decode, emitted_ids, dspark.dspark_stats, planned_sources))
 
 
 def planned_drafting(lm: LM, config: BaseConfig) -> DraftingInfo | None:
     """Which sources a run of `config` on `lm` will use and why, as its trace will record them (`drafting`),
-    without loading a drafter or running the model; None for a strategy without drafting."""
+    without loading a drafter or running the model (decoding.drafters.resolve, the resolver both strategies
+    run with); None for a strategy without drafting."""
     drafting = strategy_for(config).drafting
     return drafting(lm, config) if drafting is not None else None
 

@@ -9,9 +9,9 @@ import torch
 from conftest import on_test_device
 
 from bench.dspark import PARALLEL
+from decoding.core.lattice import LookupInput
 from decoding.drafters.feature_lattice import FeatureLatticeDrafter
 from decoding.drafters.feature_net import FeatureNet, FeatureShape
-from decoding.drafters.lattice_lookup import LookupInput
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 from decoding.runtime.models import LM
 from decoding.strategies import dspark

@@ -407,6 +407,9 @@ CASES = [
     Case("draft-lm-and-drafter", r"draft_lm='<given>' is invalid: give the draft as drafter= or draft_lm=, not both$",
          engine=lambda e: run(e.lm, [1, 2, 3], SpeculativeConfig(draft="word", max_new_tokens=2), draft_lm=e.lm,
                               drafter=e.lm)),
+    Case("drafter-wrong-kind", r"drafter='LM' is invalid: is not a DSpark drafter: give a source, a parallel "
+         r"drafter or a feature head$",
+         engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(max_new_tokens=2), drafter=e.lm)),
     Case("drafter-missing", r"drafter='[^']*no-drafter\.safetensors' is invalid: no drafter weights there",
          cli=DSPARK + ["--drafter", "{tmp}/no-drafter.safetensors"],
          app={"strategy": "dspark", "drafter": "{tmp}/no-drafter.safetensors"}, action="step",

@@ -9,9 +9,9 @@ import json
 import pytest
 
 from decoding import __main__ as cli
-from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
+from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig, draft_sources
 from decoding.core.trace import DraftingInfo, TraceFormatError, from_json, to_json
-from decoding.drafters.factory import AUTO_FITS, AUTO_FREE, draft_sources, make_drafter
+from decoding.drafters.factory import AUTO_FITS, AUTO_FREE, make_drafter
 from decoding.runner import planned_drafting, run
 from tests.dspark_helpers import varied_llama
 
@@ -62,6 +62,89 @@ def test_a_drafter_passed_in_is_named_by_its_sources(lm):
                          ids=["spec-auto", "spec-recycling", "dspark-auto", "dspark-suffix"])
 def test_planned_drafting_is_what_the_run_records(lm, config):
     assert planned_drafting(lm, config) == run(lm, PROMPT, config).steps[0].drafting
+
+
+def test_one_resolver_serves_both_strategies_and_the_caption():
+    """speculative's and DSpark's decode and runner.planned_drafting (the sidebar's "resolves to") read names
+    through one resolver (decoding.drafters.resolve)."""
+    from decoding.drafters import resolve
+    from decoding.runner import STRATEGIES
+    from decoding.strategies import dspark, speculative
+
+    assert speculative.resolve is dspark.resolve is resolve.resolve
+    assert STRATEGIES["speculative"].drafting is STRATEGIES["dspark"].drafting is resolve.planned_drafting
+
+
+@pytest.mark.parametrize("config", [SpeculativeConfig(), SpeculativeConfig(draft="recycling+suffix"),
+                                    SpeculativeConfig(draft="lookup+recycling"), DSparkConfig(),
+                                    DSparkConfig(drafter="recycling+suffix"), DSparkConfig(drafter="suffix",
+                                                                                         lookup_max_ngram=0)],
+                         ids=["spec-auto", "spec-free", "spec-lookup", "dspark-auto", "dspark-free", "dspark-suffix"])
+def test_the_caption_names_the_sources_the_resolver_builds(lm, config):
+    """The plan (nothing loaded) and the resolved sources agree, source by source, on the same name."""
+    from decoding.drafters.resolve import resolve
+
+    drafting = resolve(lm, config)
+    assert planned_drafting(lm, config) == drafting.info
+    names = [part.name for source in drafting.sources for part in source.parts]
+    if isinstance(config, DSparkConfig) and config.lookup_max_ngram:
+        assert names[0] == "lookup"              # prompt lookup's chain as the base (no trained drafter here)
+    assert tuple(names) == drafting.info.sources
+
+
+def test_drafter_means_a_source_in_both_strategies(lm):
+    """drafter= takes a source in both decode()s: the run drafts with it as given and says so."""
+    from decoding.drafters.recycling import RecyclingSource, RecyclingTable
+
+    greedy = run(lm, PROMPT, GreedyConfig(max_new_tokens=8)).output_ids
+    spec = run(lm, PROMPT, SpeculativeConfig(max_new_tokens=8), drafter=RecyclingSource(RecyclingTable(lm.vocab_size)))
+    dspark = run(lm, PROMPT, DSparkConfig(max_new_tokens=8, cost_table=None, lookup_max_ngram=0),
+                 drafter=RecyclingSource(RecyclingTable(lm.vocab_size)))
+    with_lookup = run(lm, PROMPT, DSparkConfig(max_new_tokens=8, cost_table=None),
+                      drafter=RecyclingSource(RecyclingTable(lm.vocab_size)))
+    assert spec.steps[0].drafting == dspark.steps[0].drafting == DraftingInfo(("recycling",), "the drafter passed in")
+    assert with_lookup.steps[0].drafting == DraftingInfo(("lookup", "recycling"), "the drafter passed in")
+    assert spec.output_ids == dspark.output_ids == with_lookup.output_ids == greedy      # exact at T = 0
+    assert any(cell.sources == ("recycling",) for step in dspark.steps for col in step.lattice for cell in col.cells)
+
+
+def test_drafter_of_the_wrong_kind_is_one_line_naming_it(lm):
+    from decoding.core.errors import ConfigError
+    from tests.dspark_helpers import random_head
+
+    def error(config, drafter) -> str:
+        try:
+            return run(lm, PROMPT, config, drafter=drafter).error
+        except ConfigError as err:
+            return str(err)
+
+    assert error(SpeculativeConfig(max_new_tokens=4), random_head(lm)) == (
+        "drafter='FeatureLatticeDrafter' is invalid: cannot draft speculative decoding's chain: give a source, "
+        "a draft model or a feature drafter")
+    assert error(DSparkConfig(max_new_tokens=4, cost_table=None), lm) == (
+        "drafter='LM' is invalid: is not a DSpark drafter: give a source, a parallel drafter or a feature head")
+    from decoding.drafters.lattice_bases import TrainedSource
+    from decoding.drafters.lookup import PromptLookupDrafter
+
+    assert error(SpeculativeConfig(max_new_tokens=4), TrainedSource(random_head(lm))).startswith(
+        "drafter='feature' is invalid: scores a DSpark lattice from the target's hidden rows")
+    assert error(DSparkConfig(max_new_tokens=4, cost_table=None), PromptLookupDrafter()).startswith(
+        "drafter='lookup' is invalid: draws speculative decoding's chains")
+
+
+def test_a_trained_net_and_its_source_draft_alike_in_dspark(lm):
+    """DSpark handed a trained net fills the name's trained part; handed the net's source, it drafts with that
+    source as given: the same lattices and tokens, each trace saying which it was."""
+    from decoding.drafters.lattice_bases import TrainedSource
+    from tests.dspark_helpers import random_head
+
+    config = DSparkConfig(max_new_tokens=8, cost_table=None, gamma=3)
+    net = run(lm, PROMPT, config, drafter=random_head(lm))
+    source = run(lm, PROMPT, config, drafter=TrainedSource(random_head(lm)))
+    assert net.steps[0].drafting == DraftingInfo(("feature", "lookup"), "auto: the drafter passed in")
+    assert source.steps[0].drafting == DraftingInfo(("feature", "lookup"), "the drafter passed in")
+    assert [s.lattice for s in net.steps] == [s.lattice for s in source.steps] and net.steps[1].lattice
+    assert net.output_ids == source.output_ids
 
 
 def test_planned_drafting_is_none_without_drafting(lm):

@@ -14,9 +14,9 @@ import torch
 
 from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.core.errors import ConfigError
+from decoding.core.lattice import LatticeRequest
 from decoding.drafters import feature_lattice
 from decoding.drafters.feature_lattice import HeadCalibration
-from decoding.drafters.parallel import LatticeRequest
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_tree
 from decoding.train.head_calibration import ece, fit_platt

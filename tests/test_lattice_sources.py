@@ -17,21 +17,12 @@ from tree_support import retrospective_branches, toy_pair
 from decoding.core.acceptance import RoundOutcome, total_variation
 from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
-from decoding.core.lattice import Lattice
-from decoding.drafters.lattice_source import (
-    ROOT,
-    OnlineCalibration,
-    SourceNode,
-    SourceRequest,
-    SourceTree,
-    compose,
-    labelled,
-    tried,
-)
+from decoding.core.lattice import ROOT, Lattice, LatticeDraft, Proposal, SourceNode, SourceRequest
+from decoding.drafters.lattice_source import OnlineCalibration, compose, labelled, tried
 from decoding.drafters.memory import SourceMemory
 from decoding.drafters.model_source import DraftModelSource
-from decoding.drafters.parallel import LatticeDraft
 from decoding.drafters.recycling import RecyclingSource, RecyclingTable
+from decoding.drafters.resolve import resolve
 from decoding.drafters.suffix import SuffixSource, SuffixStore
 from decoding.lab.toy import speculative_sequences, target_sequences
 from decoding.runner import run
@@ -44,7 +35,7 @@ _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 
 def tree(source, *nodes):
-    return SourceTree(source, tuple(SourceNode(*n) for n in nodes))
+    return Proposal(source=source, nodes=tuple(SourceNode(*n) for n in nodes))
 
 
 # ------------------------------------------------------------------------------ composer
@@ -279,7 +270,7 @@ def suffix_plan(draft, gamma: int, budget: int, proposed: dict):
     return plan
 
 
-def branched(tree: SourceTree) -> bool:
+def branched(tree: Proposal) -> bool:
     """Some node of the tree has a sibling (several continuations were matched)."""
     parents = [n.parent for n in tree.nodes]
     return len(set(parents)) < len(parents)
@@ -519,7 +510,7 @@ def test_long_and_repeated_drafter_names(lm, tmp_path):
     with pytest.raises(ConfigError, match="more than one draft model"):
         DSparkConfig(drafter="model:a+model:b")
     long_path = str(tmp_path / ("d" * 200) / ("e" * 200) / "x.safetensors")
-    info = dspark.resolve_drafter(lm, DSparkConfig(drafter=long_path + "+recycling"), random_head(lm)).info
+    info = resolve(lm, DSparkConfig(drafter=long_path + "+recycling"), random_head(lm)).info
     assert len(info.reason) <= 300 and info.reason.endswith("+recycling' as set")
 
 

@@ -172,7 +172,7 @@ def test_record_writes_only_the_named_stop_and_skips_a_failed_run(tour_model_dir
     monkeypatch.setattr(decoding.runtime.models, "load",
                         lambda spec: specs.append(spec) or real_load(dataclasses.replace(spec, name=tiny)))
     # "auto" taken for the shipped feature head, which refuses the tiny model: the dspark stop fails
-    monkeypatch.setattr("decoding.strategies.dspark.shipped_fits", lambda lm: True)
+    monkeypatch.setattr("decoding.drafters.factory.shipped_fits", lambda lm: True)
     assert recorder.main(["record", "--only", "greedy", "--only", "dspark", "--out", str(tmp_path)]) == 1
     assert [s.name for s in specs] == ["default"]
     assert sorted(p.name for p in tmp_path.glob("*.json")) == ["greedy.json"]

@@ -110,6 +110,26 @@ TRAINING_FREE = (RECYCLING, SUFFIX)    # sources that need no files and learn as
 DRAFT_MODEL_SOURCE = "model:"          # DSpark "model:ID": a draft model with the target's vocabulary as a source
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")
 COST_POLICY = "cost"                   # γ per round maximizing expected tokens per ms (a verify-cost table)
+FEATURE_HEAD = "feature"               # the shipped feature drafter (speculative), as a sequential head (DSpark)
+SHALLOW_DRAFT = "shallow"              # speculative: the trained shallow self-draft ("shallow:FILE": trained weights)
+DRAFT_MODEL = DRAFT_MODEL_SOURCE.rstrip(":")   # how a trace names a draft model source
+MODEL_KINDS = (FEATURE_HEAD, SHALLOW_DRAFT)    # trained drafters a speculative draft name may start with
+
+
+def names_kind(name: str, kind: str) -> bool:
+    """`name` is `kind` or `kind:FILE` ("feature", "feature:FILE")."""
+    return name == kind or name.startswith(kind + ":")
+
+
+def draft_sources(draft: str) -> tuple[str, ...]:
+    """The sources a speculative draft name runs, as the trace names them: 'lookup+feature' -> (lookup,
+    feature); a draft model id or path -> (model,)."""
+    if draft == LOOKUP:
+        return (LOOKUP,)
+    if draft.startswith(LOOKUP_THEN):
+        return (LOOKUP, *draft_sources(draft[len(LOOKUP_THEN):]))
+    kind = next((k for k in MODEL_KINDS if names_kind(draft, k)), DRAFT_MODEL)
+    return training_free_names(draft) or (kind,)
 
 
 def is_source_part(part: str) -> bool:
@@ -192,7 +212,6 @@ AUTO_COST = "auto"                     # profile the verify cost on this device 
 FIXED_SIZE = "none"                    # DSpark without a cost table: the chain length / tree budget as set
 PARALLEL_DRAFTER = "parallel"          # assets/dspark-smollm2-135m.safetensors for the embedded model
 PARALLEL_ALIASES = (PARALLEL_DRAFTER, "default")   # "default" named it while it was DSpark's default
-FEATURE_HEAD = "feature"               # the shipped feature drafter as a sequential head (drafters/feature_lattice.py)
 AUTO_DRAFTER = "auto"                  # the shipped trained drafter where it fits the model, else training-free
 DEFAULT_DRAFTER = AUTO_DRAFTER
 
@@ -211,6 +230,17 @@ def drafter_parts(name: str) -> tuple[str | None, tuple[str, ...]]:
     check(sum(part.startswith(DRAFT_MODEL_SOURCE) for part in free) <= 1, "drafter", name,
           "names more than one draft model (model:ID)")
     return trained, tuple(free)
+
+
+def trained_kind(name: str) -> str:
+    """How the cells of DSpark's trained drafter `name` are labelled (the net's `kind`): "feature" for the
+    feature head ("feature", "feature:FILE"), else "parallel"."""
+    return FEATURE_HEAD if names_kind(name, FEATURE_HEAD) else PARALLEL_DRAFTER
+
+
+def tree_source_name(part: str) -> str:
+    """How the cells of a DSpark tree source part are labelled: its name, "model" for "model:ID"."""
+    return part if part in TRAINING_FREE else DRAFT_MODEL
 
 
 def _model_parts_whole(parts: list[str]) -> list[str]:

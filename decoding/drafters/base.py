@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from decoding.core.lattice import ChainDraw, SourceRequest
 from decoding.core.processors import Pipeline
 from decoding.core.token_step import sample_inverse_cdf
-from decoding.drafters.lattice_source import ChainDraw, SourceRequest
 
 CHAIN_NODES = 24            # tree nodes the sources propose per chain request before the composer's walk
 

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 import torch
 
 from decoding.core.errors import check
+from decoding.core.lattice import Proposal, SourceRequest
 from decoding.drafters.base import draft_probs, pick
-from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource
 from decoding.runtime.kv_rollback import architecture, roll_back, rollback_problem
 from decoding.runtime.models import LM
 
@@ -45,10 +46,10 @@ class DraftModelDrafter(LatticeSource):
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.cache, self.fed = self.lm.sequence_cache(rollback=True), []
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal | None:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         chain = request.chain
         if chain is None:
-            return None
+            return Proposal()
         if self.cache is None:
             self.start(context)
         logits = self._catch_up(list(context))  # (V,)

@@ -1,4 +1,6 @@
-"""The drafter a speculative config names, and the draft model or net it needs loaded."""
+"""What the drafter names stand for, part by part: the draft models and trained nets they load, the sources
+they build, how a trace names them, and what "auto" means on a model (`auto_fits`). Which of them a run
+uses is decoding.drafters.resolve's."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -10,7 +12,10 @@ from decoding.core.config import (
     LOOKUP_THEN,
     PARALLEL_ALIASES,
     PARALLEL_DRAFTER,
+    SHALLOW_DRAFT,
     TRAINING_FREE,
+    names_kind,
+    trained_kind,
     training_free_names,
 )
 from decoding.core.errors import ConfigError, check
@@ -20,11 +25,10 @@ from decoding.drafters.draft_model import DraftModelDrafter, check_compatible
 from decoding.drafters.feature import AttendingDrafter, FeatureDrafter
 from decoding.drafters.feature_lattice import load_feature_lattice
 from decoding.drafters.feature_net import FeatureNet
-from decoding.drafters.lattice_bases import LookupChainSource, TrainedSource
 from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
 from decoding.drafters.memory import SourceMemory
-from decoding.drafters.model_source import MODEL_PREFIX, MODEL_SOURCE, DraftModelSource
+from decoding.drafters.model_source import MODEL_PREFIX, DraftModelSource
 from decoding.drafters.parallel import load_drafter
 from decoding.drafters.recycling import RECYCLING, RecyclingSource
 from decoding.drafters.source_chain import SourceChainDrafter
@@ -40,14 +44,14 @@ def load_draft(name: str, target: LM, **spec):
     ("shallow": the shipped weights; "shallow:PATH": a weights file) on the target, or load the feature
     drafter ("feature", "feature:PATH"; a decoding.drafters.feature_net.FeatureNet, not an LM); errors name `draft`
     and the name as given ("feature:PATH", not the file alone)."""
-    from decoding.drafters.feature_net import FEATURE, load_feature
-    from decoding.drafters.shallow import SHALLOW, load_shallow
+    from decoding.drafters.feature_net import load_feature
+    from decoding.drafters.shallow import load_shallow
     from decoding.runtime.models import ModelSpec, load
 
     if name == AUTO_DRAFT:          # the shipped feature drafter where it was trained for this model, else none
-        return ENGINE.call(load_feature, target, None) if shipped_fits(target) else None
-    for kind, loader in ((SHALLOW, load_shallow), (FEATURE, load_feature)):
-        if name == kind or name.startswith(kind + ":"):
+        return ENGINE.call(load_feature, target, None) if auto_fits(target)[0] else None
+    for kind, loader in ((SHALLOW_DRAFT, load_shallow), (FEATURE_HEAD, load_feature)):
+        if names_kind(name, kind):
             try:
                 return ENGINE.call(loader, target, name[len(kind) + 1:] or None)
             except ConfigError as err:       # about its file: named as the user gave it ("feature:FILE")
@@ -71,15 +75,6 @@ def training_free_sources(target: LM, names, memory: SourceMemory) -> list:
     return [made[name]() if name in made else draft_model_source(target, name[len(MODEL_PREFIX):]) for name in names]
 
 
-def auto_draft_lm(target: LM):
-    """The shipped feature drafter where it was trained for this model (asked each time: the answer is
-    never cached), loaded once per model and version of its file; None elsewhere."""
-    if not shipped_fits(target):
-        return None
-    return target.loaded(("speculative draft", AUTO_DRAFT), file_stamp(FEATURE_WEIGHTS),
-                         lambda: load_draft(AUTO_DRAFT, target))
-
-
 def draft_model_source(target: LM, name: str) -> DraftModelSource:
     """The draft model `name` as a lattice source; errors name `drafter`. A target keeps one such draft model,
     the last one named (a config names at most one; another name replaces it, so that links naming many
@@ -94,7 +89,7 @@ def draft_model_source(target: LM, name: str) -> DraftModelSource:
 
 
 def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2,
-                 memory: SourceMemory | None = None) -> LatticeSource | SourceChainDrafter:
+                 memory: SourceMemory | None = None) -> LatticeSource:
     """The drafter a config names: 'lookup', 'recycling' (token recycling's chain, any model, from the run's
     `memory`; None: a new, empty one), the draft model the caller loaded (`draft_lm`: an LM, or a FeatureNet from
     load_draft('feature')), 'lookup+X' (prompt lookup, else X), or 'auto': 'lookup+feature' with the shipped
@@ -123,7 +118,13 @@ def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2,
 # ------------------------------------------------------------------------------ which sources run, and why
 AUTO_FITS = "auto: the shipped feature drafter was trained for this model"
 AUTO_FREE = "auto: no shipped drafter was trained for this model, so training-free sources only"
-MODEL_KINDS = (FEATURE_HEAD, "shallow")        # trained drafters a speculative draft name may start with
+
+
+def auto_fits(target: LM) -> tuple[bool, str]:
+    """What "auto" means on `target`, and why: whether the shipped feature drafter was trained for it (its
+    fingerprint; asked each time, the answer never cached)."""
+    fits = shipped_fits(target)
+    return fits, AUTO_FITS if fits else AUTO_FREE
 
 
 def drafting_info(names, reason: str) -> DraftingInfo:
@@ -136,48 +137,7 @@ def _tail(text: str, limit: int) -> str:
     return text if len(text) <= limit else "…" + text[len(text) - limit + 1:]
 
 
-def auto_draft(target: LM) -> tuple[str, str]:
-    """What speculative 'auto' drafts with on this model, and why: prompt lookup, then the shipped feature
-    drafter where it was trained for the model (its fingerprint), else token recycling."""
-    if shipped_fits(target):
-        return LOOKUP_THEN + FEATURE_HEAD, AUTO_FITS
-    return LOOKUP_THEN + TRAINING_FREE[0], AUTO_FREE
-
-
-def draft_sources(draft: str) -> tuple[str, ...]:
-    """The sources a speculative draft name runs, as the trace names them: 'lookup+feature' -> (lookup,
-    feature); a draft model id or path -> (model,)."""
-    if draft == LOOKUP:
-        return (LOOKUP,)
-    if draft.startswith(LOOKUP_THEN):
-        return (LOOKUP, *draft_sources(draft[len(LOOKUP_THEN):]))
-    kind = next((k for k in MODEL_KINDS if draft == k or draft.startswith(k + ":")), MODEL_SOURCE)
-    return training_free_names(draft) or (kind,)
-
-
-def speculative_drafting(draft: str, target: LM) -> tuple[str, DraftingInfo]:
-    """The draft name a speculative run uses on `target` ('auto' resolved: auto_draft) and what its trace
-    records of it. Needs no drafter loaded."""
-    resolved, reason = auto_draft(target) if draft == AUTO_DRAFT else (draft, f"draft {draft!r} as set")
-    return resolved, drafting_info(draft_sources(resolved), reason)
-
-
-def given_drafting(drafter: LatticeSource | SourceChainDrafter) -> DraftingInfo:
-    """What a trace records of a drafter passed in ready-made: its sources' names."""
-    sources = drafter.sources.sources if isinstance(drafter, SourceChainDrafter) else (drafter,)
-    return drafting_info([source.name for source in sources], "the drafter passed in")
-
-
 # ------------------------------------------------------------------------------ DSpark's sources
-def dspark_base(trained, lookup: bool) -> list:
-    """A DSpark run's base source, if any: the trained drafter (loaded by load_lattice_drafter) with prompt
-    lookup inside its lattice, else lookup's chain alone when `lookup`. Its tree sources come from
-    training_free_sources."""
-    if trained is not None:
-        return [TrainedSource(trained)]
-    return [LookupChainSource()] if lookup else []
-
-
 def load_lattice_drafter(lm: LM, name: str):
     """DSpark's trained drafter `name` stands for (the feature head or a parallel drafter), loaded once per
     model and version of its files (a retrained file at the same path loads anew); errors name `drafter`.
@@ -193,17 +153,6 @@ def load_lattice_drafter(lm: LM, name: str):
         if err.param == "draft" or (err.param == "drafter" and err.value != name):   # name the drafter as given
             raise ConfigError("drafter", name, err.expected) from None
         raise
-
-
-def trained_kind(name: str) -> str:
-    """How the cells of DSpark's trained drafter `name` are labelled (lattice_bases.trained_name of it):
-    "feature" for the feature head ("feature", "feature:FILE"), else "parallel"."""
-    return FEATURE_HEAD if name == FEATURE_HEAD or name.startswith(FEATURE_HEAD + ":") else PARALLEL_DRAFTER
-
-
-def tree_source_name(part: str) -> str:
-    """How the cells of a DSpark tree source part are labelled: its name, "model" for "model:ID"."""
-    return part if part in TRAINING_FREE else MODEL_SOURCE
 
 
 def named_weights(name: str) -> Path:

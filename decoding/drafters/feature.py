@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 import torch
 
+from decoding.core.lattice import ChainDraw, Proposal, SourceRequest
 from decoding.drafters.base import draft_probs, pick
-from decoding.drafters.lattice_source import ChainDraw, LatticeSource, Proposal, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.shallow import full_vocabulary
 from decoding.runtime.models import LM
 
@@ -53,10 +54,10 @@ class FeatureDrafter(LatticeSource):
         return self.net.step(feature, torch.tensor(token, device=feature.device))
 
     @torch.inference_mode()
-    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal | None:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         chain = request.chain
         if chain is None:
-            return None
+            return Proposal()
         if request.gamma < 1 or not self._ready(context):
             return Proposal((), source=self.name)
         feature = self._first(context)

@@ -26,10 +26,10 @@ from pathlib import Path
 
 import torch
 
-from decoding.core.config import DSPARK_MAX_GAMMA
+from decoding.core.config import DSPARK_MAX_GAMMA, FEATURE_HEAD
 from decoding.core.errors import ConfigError, check
-from decoding.core.lattice import Lattice
-from decoding.drafters.parallel import LatticeDraft, LatticeRequest, with_extra
+from decoding.core.lattice import Lattice, LatticeDraft, LatticeRequest
+from decoding.drafters.parallel import with_extra
 from decoding.runtime.paths import calibration_path, shown_path
 
 CALIBRATION_FORMAT = "decodescope-head-calibration/1"
@@ -102,6 +102,7 @@ class FeatureLatticeDrafter:
     """A DSpark drafter over a plain (non-attending) FeatureNet; it reads only the anchor's row."""
 
     span = 1
+    kind = FEATURE_HEAD         # how the cells it proposes are labelled
 
     def __init__(self, net, calibration: HeadCalibration | None = None, expand: int = DEFAULT_EXPAND,
                  floor: float = DEFAULT_FLOOR):

@@ -55,7 +55,6 @@ from decoding.runtime.weights_file import (
 
 WEIGHTS_FORMAT = "decodescope-feature-draft/1"
 DEFAULT_FEATURE = FEATURE_WEIGHTS
-FEATURE = "feature"
 
 
 @dataclass(frozen=True)

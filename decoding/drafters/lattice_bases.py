@@ -8,38 +8,34 @@ import dataclasses
 from collections.abc import Sequence
 
 from decoding.core.config import LOOKUP
-from decoding.drafters.feature_lattice import FeatureLatticeDrafter
+from decoding.core.lattice import LatticeRequest, Proposal, SourceRequest
 from decoding.drafters.lattice_lookup import boost_chain, lookup_lattice
-from decoding.drafters.lattice_source import LatticeSource, SourceRequest, labelled
-from decoding.drafters.parallel import LatticeDraft, LatticeRequest, ParallelDrafter
-
-TrainedDrafter = ParallelDrafter | FeatureLatticeDrafter
-
-
-def trained_name(drafter: TrainedDrafter) -> str:
-    """How cells a trained drafter proposed are labelled: "feature" or "parallel"."""
-    return "feature" if isinstance(drafter, FeatureLatticeDrafter) else "parallel"
+from decoding.drafters.lattice_source import LatticeSource, labelled
 
 
 class TrainedSource(LatticeSource):
     """A trained drafter's lattice over the target's hidden rows at the round's history, with prompt
     lookup's chain among its candidates, scored by the drafter's calibration and, along the chain, by
-    lookup's measured rate (decoding.drafters.lattice_lookup)."""
+    lookup's measured rate (decoding.drafters.lattice_lookup). The drafter: a ParallelDrafter or a
+    FeatureLatticeDrafter (its `kind` labels the cells it proposed: "parallel" or "feature"); the strategies
+    reach it only through this source."""
 
-    def __init__(self, drafter: TrainedDrafter):
+    takes_lookup = True
+
+    def __init__(self, drafter):
         self.drafter = drafter
-        self.name = trained_name(drafter)
+        self.name = drafter.kind
         self.feature_layers = tuple(drafter.shape.feature_layers)
         self.span = int(drafter.span)
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         lookup = request.lookup
         ask = LatticeRequest(request.gamma, request.top_k, request.temperature,
                              tuple(lookup.tokens) if lookup else (), request.budget)
         draft = self.drafter.lattice(request.hidden, request.history, ask)
         if draft.extra:
             draft = dataclasses.replace(draft, lattice=boost_chain(draft.lattice, draft.extra, *lookup.scores))
-        return labelled(draft, self.name)
+        return Proposal(source=self.name, lattice=labelled(draft, self.name))
 
 
 class LookupChainSource(LatticeSource):
@@ -48,5 +44,5 @@ class LookupChainSource(LatticeSource):
 
     name = LOOKUP
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft | None:
-        return lookup_lattice(request.lookup)
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
+        return Proposal(source=self.name, lattice=lookup_lattice(request.lookup))

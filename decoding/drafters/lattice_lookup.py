@@ -21,11 +21,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
-from decoding.core.lattice import Lattice
+from decoding.core.lattice import Lattice, LatticeDraft, LookupInput
 from decoding.core.trace import LookupMatch
-from decoding.drafters.lattice_source import LookupInput
 from decoding.drafters.lookup import lookup_continuation
-from decoding.drafters.parallel import LatticeDraft
 
 
 @dataclass(frozen=True)

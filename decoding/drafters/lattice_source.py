@@ -5,14 +5,15 @@ Every source implements one interface (`LatticeSource`): started with the prompt
 forward the strategy runs anyway (`observe_logits`), and asked once per round (`propose`) for its candidates
 after the round's root (the last emitted token), given a `SourceRequest` that holds everything the round knows
 before its target forward (γ, the node budget, the trained drafters' hidden rows, prompt lookup's chain; for
-speculative decoding, `chain`: how to draw a chain like the target). A source answers in one of three forms:
-- a tree (`SourceTree`): each node a token, its parent node (or the root) and a prior ŝ⁰ in [0, 1], the
+speculative decoding, `chain`: how to draw a chain like the target). The request's and the answer's types
+are in decoding.core.lattice. A source answers with one type, `Proposal`, in one of three forms:
+- a tree (`nodes`): each node a token, its parent node (or the root) and a prior ŝ⁰ in [0, 1], the
   source's own guess that the node is accepted once its parent is; the run's `OnlineCalibration` turns
   priors into scores ŝ (token recycling, suffix matching, a draft model);
-- a whole lattice (`LatticeDraft`) whose scores the source calibrated itself, per parent: the trained
-  drafters (decoding.drafters.lattice_bases: the feature head, the parallel drafter, with prompt lookup's
-  chain inside), or prompt lookup's chain alone. At most one such source runs; its lattice is the base;
-- to a chain request, a chain (`Proposal`) drawn as the request says, with its q_draft rows where it has a
+- a whole lattice (`lattice`, a LatticeDraft) whose scores the source calibrated itself, per parent: the
+  trained drafters (decoding.drafters.lattice_bases: the feature head, the parallel drafter, with prompt
+  lookup's chain inside), or prompt lookup's chain alone. At most one such source runs; its lattice is the base;
+- to a chain request, a chain (`tokens`) drawn as the request says, with its q_draft rows where it has a
   distribution (a draft model, the feature drafter; `draws_chains`), or point-mass (prompt lookup). A source
   without distributions answers a chain request with its tree, and speculative decoding's composer
   (decoding.drafters.source_chain) walks the composed lattice into a point-mass chain.
@@ -33,94 +34,11 @@ import torch
 
 from decoding.core.config import DSPARK_MAX_GAMMA
 from decoding.core.errors import check
-from decoding.core.lattice import Lattice
-from decoding.core.trace import LookupMatch
+from decoding.core.lattice import ROOT, Lattice, LatticeDraft, Proposal, SourceNode, SourceRequest
 from decoding.core.trace_check import MAX_LATTICE_CANDIDATES
-from decoding.drafters.parallel import LatticeDraft
 
 if TYPE_CHECKING:
-    from decoding.core.processors import Pipeline
     from decoding.runtime.models import LM
-
-ROOT = -1
-
-
-@dataclass(frozen=True)
-class SourceNode:
-    token: int
-    parent: int                 # index of the parent node in the tree's nodes; ROOT: the round's root
-    prior: float                # ŝ⁰ in [0, 1]: the source's guess that it is accepted once its parent is
-    q_draft: float = 0.0        # the source's probability of the token, for display (0: it has none)
-
-
-@dataclass(frozen=True)
-class SourceTree:
-    """One source's proposal for one round, parents before children."""
-
-    source: str
-    nodes: tuple[SourceNode, ...] = ()
-
-    def depths(self) -> list[int]:
-        out: list[int] = []
-        for node in self.nodes:
-            out.append(1 if node.parent == ROOT else out[node.parent] + 1)
-        return out
-
-
-@dataclass(frozen=True)
-class LookupInput:
-    """One round's prompt lookup (decoding.drafters.lattice_lookup): the proposed tokens, where they matched,
-    and (λ_first, λ_continuation)."""
-
-    tokens: tuple[int, ...]
-    match: LookupMatch | None
-    scores: tuple[float, float]
-
-
-@dataclass(frozen=True)
-class ChainDraw:
-    """How a chain request wants its tokens drawn: like the target, through its `pipeline` (the argmax when
-    `greedy`) with the run's `generator`; stop after a token whose q_draft is below `stop_below`."""
-
-    pipeline: Pipeline
-    greedy: bool
-    generator: torch.Generator
-    stop_below: float | None = None
-
-
-@dataclass(frozen=True)
-class Proposal:
-    """A source's answer to a chain request: up to `gamma` tokens, with the q_draft rows they were drawn
-    from (processed by the request's pipeline) where the source has a distribution."""
-
-    tokens: tuple[int, ...]
-    q_draft: torch.Tensor | None = None        # (n, V) processed draft probabilities; None: point mass
-    draft_draws: tuple[float | None, ...] = ()  # u that sampled each token (None for argmax)
-    lookup: LookupMatch | None = None
-    source: str = ""                            # which source proposed it ("" = the run's drafter)
-
-    def __len__(self) -> int:
-        return len(self.tokens)
-
-
-@dataclass(frozen=True)
-class SourceRequest:
-    """What a round asks of its sources: at most `max_nodes` tree nodes, at most `gamma` deep; for a
-    lattice source, `top_k` candidates per position at `temperature` (a tree `budget`: the most nodes the
-    plan may take, None: a chain), the round's `history` (the last emitted tokens, the root last) with the
-    target's `hidden` rows that produced them (len(history), F), and prompt lookup's chain (`lookup`); for
-    speculative decoding, `chain`: a chain of at most `gamma` tokens drawn as it says."""
-
-    gamma: int
-    max_nodes: int
-    top_k: int = 1
-    temperature: float = 0.0
-    budget: int | None = None
-    history: Sequence[int] = ()
-    hidden: torch.Tensor | None = None
-    lookup: LookupInput | None = None
-    chain: ChainDraw | None = None
-
 
 class LatticeSource(ABC):
     """A training-free or trained source of draft tokens, for DSpark's lattice and speculative decoding's
@@ -133,14 +51,20 @@ class LatticeSource(ABC):
     span: int = 1                   # how many of the last emitted tokens' hidden rows it reads
     draws_chains: bool = False      # answers a chain request with its own chain (else a tree the composer walks)
     reads_target: bool = False      # wants the target's LM-head inputs of each verification (`observe_rows`)
+    takes_lookup: bool = False      # scores its own lattice with prompt lookup's chain inside (DSpark's base)
+
+    @property
+    def parts(self) -> tuple[LatticeSource, ...]:
+        """The single sources it is made of, in order (itself; a composer's: decoding.drafters.source_chain)."""
+        return (self,)
 
     def start(self, prompt_ids: Sequence[int]) -> None:  # noqa: B027 - optional hook
         """A run begins with this prompt."""
 
     @abstractmethod
-    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree | LatticeDraft | Proposal | None:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         """Candidates after context[-1] (the round's root): a tree, a lattice it scored itself (the base), or
-        to a chain request (`request.chain`) a chain; None: nothing this round. Draft side only."""
+        to a chain request (`request.chain`) a chain; `Proposal()`: nothing this round. Draft side only."""
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:  # noqa: B027 - optional hook
         """logits (n, V): the target's logits after each of the n tokens fed (in their tree's context)."""
@@ -194,10 +118,10 @@ class OnlineCalibration:
         tries, hits = self.counts.get(self.key(source, depth, prior), (0, 0))
         return (hits + PRIOR_WEIGHT * prior) / (tries + PRIOR_WEIGHT)
 
-    def scores(self, tree: SourceTree) -> list[float]:
+    def scores(self, tree: Proposal) -> list[float]:
         return [self.score(tree.source, d, n.prior) for n, d in zip(tree.nodes, tree.depths())]
 
-    def update(self, tree: SourceTree, emitted: Sequence[int]) -> None:
+    def update(self, tree: Proposal, emitted: Sequence[int]) -> None:
         """Count the tree's nodes against the tokens the round emitted (see the class)."""
         for node, depth, hit in tried(tree, emitted):
             self.count(tree.source, depth, node.prior, hit)
@@ -208,7 +132,7 @@ class OnlineCalibration:
         self.counts[key] = (tries + 1, hits + hit)
 
 
-def tried(tree: SourceTree, emitted: Sequence[int]) -> list[tuple[SourceNode, int, bool]]:
+def tried(tree: Proposal, emitted: Sequence[int]) -> list[tuple[SourceNode, int, bool]]:
     """(node, depth, hit) for every node whose parent path equals emitted[:depth − 1]."""
     matched = {ROOT}
     out = []
@@ -289,7 +213,7 @@ def labelled(draft: LatticeDraft, name: str) -> LatticeDraft:
     return dataclasses.replace(draft, own=own, sources=tuple(sources))
 
 
-def compose(base: LatticeDraft | None, trees: Sequence[SourceTree], scores: Sequence[Sequence[float]],
+def compose(base: LatticeDraft | None, trees: Sequence[Proposal], scores: Sequence[Sequence[float]],
             gamma: int) -> LatticeDraft | None:
     """The base lattice (labelled, or none) with every tree's nodes added at their depth (at most gamma),
     each under its parent's cell with its calibrated score (`scores[i]` for trees[i], node by node);
@@ -331,7 +255,7 @@ class SourceSet:
         self.name = "+".join(source.name for source in self.sources)
         self.groups = chain_groups(self.sources)
         self.calibration = OnlineCalibration.empty()
-        self.pending: tuple[SourceTree, ...] = ()       # this round's trees, until `learn`
+        self.pending: tuple[Proposal, ...] = ()       # this round's trees, until `learn`
 
     @property
     def prompt_rows(self) -> int:
@@ -362,22 +286,24 @@ class SourceSet:
         return next((g for g in self.groups[:-1] if not (g[0].draws_chains and g[0].declines(context))),
                     self.groups[-1] if self.groups else ())
 
-    def draft(self, context: Sequence[int], request: SourceRequest) -> LatticeDraft | Proposal | None:
-        """The drafting group's proposal after context[-1]: a chain source's answer, or every source's, the
-        trees composed onto the base lattice and scored by the run; None when nothing was proposed."""
+    def draft(self, context: Sequence[int], request: SourceRequest) -> Proposal:
+        """The drafting group's proposal after context[-1]: a chain source's answer, or the lattice of every
+        source's, the trees composed onto the base lattice and scored by the run (no lattice when nothing was
+        proposed), named by the group."""
         group = self.drafting(context)
         if group and group[0].draws_chains:
             self.pending = ()
             return group[0].propose(context, request)
         proposals = [source.propose(context, request) for source in group]
-        bases = [p for p in proposals if isinstance(p, LatticeDraft)]
+        bases = [p.lattice for p in proposals if p.lattice is not None]
         check(len(bases) <= 1, "drafter", self.name,
               "may hold at most one source that scores its own lattice (a trained drafter)")
-        self.pending = tuple(p for p in proposals if isinstance(p, SourceTree))
-        base = bases[0] if bases else None
-        if not self.pending:
-            return base
-        return compose(base, self.pending, [self.calibration.scores(tree) for tree in self.pending], request.gamma)
+        self.pending = tuple(p for p in proposals if p.nodes is not None)
+        lattice = bases[0] if bases else None
+        if self.pending:
+            lattice = compose(lattice, self.pending, [self.calibration.scores(tree) for tree in self.pending],
+                              request.gamma)
+        return Proposal(source="+".join(source.name for source in group), lattice=lattice)
 
     def learn(self, emitted: Sequence[int]) -> None:
         """Count the round's trees against the tokens it emitted (OnlineCalibration)."""

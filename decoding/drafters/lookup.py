@@ -5,8 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from decoding.core.errors import check
+from decoding.core.lattice import Proposal, SourceRequest
 from decoding.core.trace import LookupMatch
-from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.source_chain import SourceChainDrafter
 
 

@@ -9,14 +9,15 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.core.config import DRAFT_MODEL_SOURCE
+from decoding.core.config import DRAFT_MODEL, DRAFT_MODEL_SOURCE
+from decoding.core.lattice import ROOT, Proposal, SourceNode, SourceRequest
 from decoding.core.processors import Pipeline
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.draft_model import DraftModelDrafter
-from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, SourceRequest, SourceTree
+from decoding.drafters.lattice_source import LatticeSource
 
 MODEL_PREFIX = DRAFT_MODEL_SOURCE       # drafter "model:ID": the draft model ID (a path, a local hub id)
-MODEL_SOURCE = MODEL_PREFIX.rstrip(":")
+MODEL_SOURCE = DRAFT_MODEL
 TOP_K = 3                               # candidates per depth
 
 
@@ -29,7 +30,7 @@ class DraftModelSource(LatticeSource):
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.drafter.start(prompt_ids)
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         """The draft model's greedy path; at each depth its top-K under the path's previous token."""
         greedy = DraftRequest(request.gamma, Pipeline(()), True, torch.Generator())
         proposal = self.drafter.propose(context, greedy)
@@ -44,7 +45,7 @@ class DraftModelSource(LatticeSource):
             for cand in cands:
                 prob = float(proposal.q_draft[k, cand])
                 if len(nodes) == request.max_nodes:
-                    return SourceTree(self.name, tuple(nodes))
+                    return Proposal(source=self.name, nodes=tuple(nodes))
                 nodes.append(SourceNode(int(cand), parent, min(1.0, max(0.0, prob)), prob))
             parent = first + [n.token for n in nodes[first:]].index(int(token))
-        return SourceTree(self.name, tuple(nodes))
+        return Proposal(source=self.name, nodes=tuple(nodes))

@@ -39,9 +39,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decoding.core.config import DSPARK_MAX_GAMMA
+from decoding.core.config import DSPARK_MAX_GAMMA, PARALLEL_DRAFTER
 from decoding.core.errors import ConfigError, check
-from decoding.core.lattice import Lattice
+from decoding.core.lattice import Lattice, LatticeDraft, LatticeRequest
 from decoding.runtime import packed_gemm
 from decoding.runtime.fingerprint import check_trained_for
 from decoding.runtime.hooks import check_feature_layers
@@ -136,6 +136,8 @@ class ContextBlock(nn.Module):
 
 
 class ParallelDrafter(nn.Module):
+    kind = PARALLEL_DRAFTER     # how the cells it proposes are labelled
+
     def __init__(self, shape: DrafterShape, vocab_ids: Sequence[int] | None = None, seed: int = 0):
         super().__init__()
         self.shape = shape
@@ -379,33 +381,6 @@ def drafter_meta(path: str | Path) -> dict:
 
 
 # ---------------------------------------------------------------------- lattice
-@dataclass(frozen=True)
-class LatticeRequest:
-    """What a DSpark round asks its drafter for: γ positions of top-K candidates at `temperature`, with
-    `extra` (prompt lookup's chain) among them; `budget`: the most tree nodes the plan may take (None: a
-    chain), which lets a drafter stop once deeper positions cannot enter the plan."""
-
-    gamma: int
-    top_k: int
-    temperature: float = 0.0
-    extra: tuple[int, ...] = ()
-    budget: int | None = None
-
-
-@dataclass(frozen=True)
-class LatticeDraft:
-    """The lattice plus what the trace shows: per position and parent, the confidence c_k(parent);
-    per position given an extra token (prompt lookup's), that token's candidate index."""
-
-    lattice: Lattice
-    confidence: tuple[tuple[float, ...], ...]     # (γ, K_{k-1} or 1)
-    extra: tuple[int, ...] = ()                   # candidate index of extra[k] at position k+1
-    own: tuple[int, ...] = ()                     # per position, how many of the first cells the drafter
-    #                                               proposed itself (the rest: extra's); () = all of them
-    sources: tuple[tuple[tuple[str, ...], ...], ...] = ()   # per position and cell, who proposed it
-    #                                               (decoding.drafters.lattice_source; () = not labelled)
-
-
 def _slice_column(drafter, token: int) -> int | None:
     """Index of `token` in the drafter's vocabulary slice (None: the drafter cannot propose it)."""
     hit = (drafter.vocab_ids == int(token)).nonzero()

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 import torch
 
 from decoding.core.config import RECYCLING
-from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, SourceRequest, SourceTree
+from decoding.core.lattice import ROOT, Proposal, SourceNode, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource
 
 TABLE_K = 8                 # next tokens kept per token id
 CHILDREN = 4                # of those, the most a node proposes
@@ -87,14 +88,14 @@ class RecyclingSource(LatticeSource):
     def __init__(self, table: RecyclingTable, children: int = CHILDREN):
         self.table, self.most = table, children
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         """Best-first from the root through the table: the `max_nodes` paths of highest probability
         product, at most `gamma` deep; each node's prior is its own recorded probability."""
         nodes: list[SourceNode] = []
         heap: list = []
         order = 0
         if not context:
-            return SourceTree(self.name)
+            return Proposal(source=self.name, nodes=())
 
         def push(parent: int, token: int, depth: int, survival: float) -> None:
             nonlocal order
@@ -109,7 +110,7 @@ class RecyclingSource(LatticeSource):
             neg, _, parent, token, prob, depth = heapq.heappop(heap)
             nodes.append(SourceNode(token, parent, min(1.0, max(0.0, prob)), prob))
             push(len(nodes) - 1, token, depth + 1, -neg)
-        return SourceTree(self.name, tuple(nodes))
+        return Proposal(source=self.name, nodes=tuple(nodes))
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         self.table.update(tokens, logits)

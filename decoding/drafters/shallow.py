@@ -34,7 +34,6 @@ from decoding.runtime.weights_file import (
 
 WEIGHTS_FORMAT = "decodescope-shallow-draft/1"
 DEFAULT_SHALLOW = SHALLOW_WEIGHTS
-SHALLOW = "shallow"
 
 
 class SliceHead(nn.Module):

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.drafters.lattice_source import LatticeSource, Proposal, SourceRequest, SourceSet
+from decoding.core.lattice import Proposal, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource, SourceSet
 from decoding.runtime.models import LM
 
 
@@ -41,9 +42,11 @@ def greedy_walk(lattice, length: int) -> list[int]:
     return path
 
 
-class SourceChainDrafter:
-    """What speculative decoding talks to (see the module): `start`, `propose` a chain, `rollback` after
-    the round, and the verification forward handed to the sources."""
+class SourceChainDrafter(LatticeSource):
+    """Several sources as one (see the module), what speculative decoding talks to: `start`, `propose` a
+    chain, `rollback` after the round, and the verification forward handed to the sources."""
+
+    draws_chains = True
 
     def __init__(self, sources: Sequence[LatticeSource]):
         self.sources = SourceSet(sources)
@@ -51,9 +54,13 @@ class SourceChainDrafter:
         self._walked: int | None = None         # the context length a walked proposal was made after
 
     @property
+    def parts(self) -> tuple[LatticeSource, ...]:
+        return self.sources.sources
+
+    @property
     def reads_target(self) -> bool:
         """Some source wants the target's LM-head inputs after each round (`observe_rows`)."""
-        return any(source.reads_target for source in self.sources.sources)
+        return any(source.reads_target for source in self.parts)
 
     def start(self, prompt_ids: Sequence[int]) -> None:
         self.sources.start(prompt_ids)
@@ -66,16 +73,16 @@ class SourceChainDrafter:
     def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         """Up to request.gamma tokens to follow `context`, drawn as request.chain says where the drafting
         source has a distribution, else the composed lattice walked greedily."""
-        name = self.source_for(context)
+        group = self.sources.drafting(context)
         answer = self.sources.draft(context, request)
-        if isinstance(answer, Proposal):
+        if group and group[0].draws_chains:
             return answer
         self._walked = len(context)
-        if answer is None:
-            return Proposal((), source=name)
-        path = greedy_walk(answer.lattice, request.gamma)
-        tokens = tuple(answer.lattice.token_ids[k][j] for k, j in enumerate(path))
-        return Proposal(tokens, None, (None,) * len(tokens), source=name)
+        if answer.lattice is None:
+            return Proposal(source=answer.source)
+        path = greedy_walk(answer.lattice.lattice, request.gamma)
+        tokens = tuple(answer.lattice.lattice.token_ids[k][j] for k, j in enumerate(path))
+        return Proposal(tokens, None, (None,) * len(tokens), source=answer.source)
 
     def rollback(self, context: Sequence[int]) -> int:
         """After a round: a walked proposal counted against the tokens it kept; each source rolled back to
@@ -84,21 +91,21 @@ class SourceChainDrafter:
             self.sources.learn(context[self._walked:])
             self._walked = None
         self.sources.observe_context(context)
-        return sum(source.rollback(context) for source in self.sources.sources)
+        return sum(source.rollback(context) for source in self.parts)
 
     def observe_logits(self, tokens: Sequence[int], logits: torch.Tensor) -> None:
         self.sources.observe_logits(tokens, logits)
 
     def observe_rows(self, rows: torch.Tensor, first_position: int) -> None:
-        for source in self.sources.sources:
+        for source in self.parts:
             if source.reads_target:
                 source.observe_rows(rows, first_position)
 
     def token_ms(self, target: LM) -> dict[str, float]:
         """ms per drafted token, by source name (the cost-aware γ policy's draft cost; lookup is free)."""
-        return {name: ms for source in self.sources.sources for name, ms in source.token_ms(target).items()}
+        return {name: ms for source in self.parts for name, ms in source.token_ms(target).items()}
 
 
-def composed(drafter: LatticeSource | SourceChainDrafter) -> SourceChainDrafter:
+def composed(drafter: LatticeSource) -> SourceChainDrafter:
     """A drafter as the composer: one source alone, or the composer as given."""
     return drafter if isinstance(drafter, SourceChainDrafter) else SourceChainDrafter([drafter])

@@ -19,7 +19,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from decoding.core.config import SUFFIX
-from decoding.drafters.lattice_source import ROOT, LatticeSource, SourceNode, SourceRequest, SourceTree
+from decoding.core.lattice import ROOT, Proposal, SourceNode, SourceRequest
+from decoding.drafters.lattice_source import LatticeSource
 
 MAX_NGRAM = 4               # longest suffix matched
 MIN_NGRAM = 2               # shortest (a single token predicts little)
@@ -140,12 +141,12 @@ class SuffixSource(LatticeSource):
         self.sid = self.store.open()
         self.store.extend(self.sid, prompt_ids)
 
-    def propose(self, context: Sequence[int], request: SourceRequest) -> SourceTree:
+    def propose(self, context: Sequence[int], request: SourceRequest) -> Proposal:
         if self.sid is None:
             self.start(())
         conts = self.store.continuations(context, request.gamma)
         self.store.extend(self.sid, context)          # after matching: the context's own end is no match
-        return SourceTree(self.name, continuation_tree(conts, request.max_nodes))
+        return Proposal(source=self.name, nodes=continuation_tree(conts, request.max_nodes))
 
     def observe_context(self, context: Sequence[int]) -> None:
         """The run's text so far into the store, its last round's tokens included (else each run's ending

@@ -16,22 +16,13 @@ from dataclasses import dataclass
 import torch
 
 from decoding.core.acceptance import RoundOutcome, greedy_round, sample_round
-from decoding.core.config import (
-    AUTO_COST,
-    AUTO_DRAFTER,
-    FEATURE_HEAD,
-    LOOKUP,
-    RECYCLING,
-    DSparkConfig,
-    drafter_parts,
-)
-from decoding.core.errors import check
+from decoding.core.config import AUTO_COST, DSparkConfig
 from decoding.core.formulas import cut_at_eos, survival
+from decoding.core.lattice import LatticeDraft, LookupInput, SourceRequest
 from decoding.core.processors import build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import (
     ChainDP,
-    DraftingInfo,
     DSparkRound,
     KVMemory,
     LatticeCell,
@@ -40,23 +31,11 @@ from decoding.core.trace import (
     SizeChoiceInfo,
 )
 from decoding.core.trace_totals import dspark_metrics
-from decoding.drafters.factory import (
-    AUTO_FITS,
-    AUTO_FREE,
-    drafting_info,
-    dspark_base,
-    load_lattice_drafter,
-    trained_kind,
-    training_free_sources,
-    tree_source_name,
-)
-from decoding.drafters.lattice_bases import TrainedDrafter, trained_name
-from decoding.drafters.lattice_lookup import LookupInput, LookupRate, continuation, hits, lookup_nodes
-from decoding.drafters.lattice_source import LatticeSource, SourceRequest, SourceSet
-from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
-from decoding.drafters.parallel import LatticeDraft, ParallelDrafter
+from decoding.drafters.lattice_lookup import LookupRate, continuation, hits, lookup_nodes
+from decoding.drafters.lattice_source import SourceSet
+from decoding.drafters.memory import SourceMemory
+from decoding.drafters.resolve import Drafting, resolve
 from decoding.runtime.cost_table import CostTable, load_table, probe_ids
-from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.kv_rollback import check_architecture
 from decoding.runtime.models import LM, Timer, kv_memory
@@ -72,77 +51,8 @@ from decoding.strategies.dspark_select import (
 )
 from decoding.strategies.tree_verify import compact_cache, depths, verify_tree
 
+
 # ------------------------------------------------------------------------------ set-up
-Drafter = TrainedDrafter
-
-
-@dataclass(frozen=True)
-class Drafting:
-    """A run's lattice sources (decoding.drafters.lattice_source): the base (the trained drafter with prompt
-    lookup inside its lattice, or lookup's chain alone) and the tree sources composed onto it; the trained
-    drafter itself (None: none; its round overhead is timed once per drafter) and what the trace says."""
-
-    model: Drafter | None
-    sources: tuple[LatticeSource, ...]
-    info: DraftingInfo
-
-
-def resolve_drafter(lm: LM, config: DSparkConfig, drafter: Drafter | None,
-                    memory: SourceMemory | None = None) -> Drafting:
-    """The sources config.drafter names ("auto" chooses by the model: auto_parts), with the drafter passed
-    in (attached to lm if needed) as the trained one when given; token recycling and suffix matching draft
-    from `memory` (None: an empty one of this run's own)."""
-    trained, free, reason = drafter_choice(lm, config, drafter is not None)
-    whose = "the drafter passed in" if drafter is not None else f"drafter {config.drafter!r}"   # as given
-    if drafter is None and trained is not None:
-        drafter = load_lattice_drafter(lm, trained)
-    elif isinstance(drafter, ParallelDrafter) and drafter.head is None:
-        drafter.attach(lm)
-    if drafter is not None:
-        check(drafter.shape.vocab_size == lm.vocab_size, "drafter", f"<vocab {drafter.shape.vocab_size}>",
-              f"was trained for another model (this one has vocab {lm.vocab_size})")
-        check(config.gamma <= drafter.shape.gamma_max, "gamma", config.gamma,
-              f"must be <= the gamma_max ({drafter.shape.gamma_max}) of {whose}")
-    lookup = config.lookup_max_ngram > 0
-    trained_names = (trained_name(drafter),) if drafter is not None else ()
-    memory, info = run_memory(memory, lm, run_drafting(trained_names, lookup, free, reason))
-    sources = tuple(dspark_base(drafter, lookup) + training_free_sources(lm, free, memory))
-    return Drafting(drafter, sources, info)
-
-
-def planned_drafting(lm: LM, config: DSparkConfig) -> DraftingInfo:
-    """What a run of `config` on `lm` given no memory will record of its sources (resolve_drafter), without
-    loading any."""
-    trained, free, reason = drafter_choice(lm, config, False)
-    return planned_memory(run_drafting((trained_kind(trained),) if trained else (), config.lookup_max_ngram > 0,
-                                       free, reason))
-
-
-def drafter_choice(lm: LM, config: DSparkConfig, given: bool) -> tuple[str | None, tuple[str, ...], str]:
-    """(the trained drafter's name, the training-free sources, why) config.drafter stands for on `lm`."""
-    trained, free = drafter_parts(config.drafter)
-    if trained == AUTO_DRAFTER:
-        return auto_parts(lm, given)
-    return trained, free, f"drafter {config.drafter!r} as set"
-
-
-def run_drafting(trained: tuple[str, ...], lookup: bool, free: tuple[str, ...], reason: str) -> DraftingInfo:
-    """The trace's `drafting`: the trained drafter, prompt lookup, then the tree sources, in lattice order."""
-    return drafting_info(trained + ((LOOKUP,) if lookup else ()) + tuple(map(tree_source_name, free)), reason)
-
-
-AUTO_WITH_TRAINED: tuple[str, ...] = ()       # training-free sources "auto" adds to the shipped head
-
-
-def auto_parts(lm: LM, given: bool) -> tuple[str | None, tuple[str, ...], str]:
-    """What "auto" means on this model: (trained drafter, training-free sources, why)."""
-    if given:
-        return None, AUTO_WITH_TRAINED, "auto: the drafter passed in"
-    if shipped_fits(lm):
-        return FEATURE_HEAD, AUTO_WITH_TRAINED, AUTO_FITS
-    return None, (RECYCLING,), AUTO_FREE
-
-
 def load_cost(lm: LM, config: DSparkConfig, drafter: Drafting) -> CostTable | None:
     """None (fixed size), the table in config.cost_table, or for "auto" the table profiled on this
     device on first use and cached (profiled again when it covers too few tokens), with this drafter's
@@ -163,13 +73,13 @@ _overheads: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()   # drafter 
 def round_overhead_ms(lm: LM, config: DSparkConfig, drafter: Drafting, table: CostTable) -> float:
     """Milliseconds a round with this drafter spends outside its verification forward (drafting,
     selection, acceptance, cache compaction): the median over the drafting rounds of a short run of this
-    config (seed 0, sized without overhead) on a fixed prompt (`_probe_prompt`), timed once per drafter
-    object (the model, without one), model, device, fast path or not, sources and round shape (γ, K,
-    budget, lookup, greedy or not)."""
+    config (seed 0, sized without overhead) on a fixed prompt (`_probe_prompt`), timed once per trained
+    net the sources wrap (Drafting.timing_key; the model, without one), model, device, fast path or not,
+    sources and round shape (γ, K, budget, lookup, greedy or not)."""
     shape = (lm.name, str(lm.device), str(lm.dtype), lm.fast is not None, config.select, config.gamma,
              config.top_k_candidates, config.budget, config.lookup_max_ngram, config.is_greedy,
              drafter.info.sources)
-    known = _overheads.setdefault(drafter.model if drafter.model is not None else lm, {})
+    known = _overheads.setdefault(drafter.timing_key if drafter.timing_key is not None else lm, {})
     if shape not in known:
         probe = dataclasses.replace(config, max_new_tokens=OVERHEAD_TOKENS, cost_table=None)
         decoder = DSparkDecoder(lm, probe, drafter, torch.Generator().manual_seed(0),
@@ -367,7 +277,7 @@ class DSparkDecoder:
         request = SourceRequest(step.gamma, source_nodes(config), config.top_k_candidates, config.temperature,
                                 config.budget if config.select == "tree" else None, step.history, step.hidden,
                                 step.lookup)
-        return self.sources.draft(self.context, request)
+        return self.sources.draft(self.context, request).lattice
 
     def _verify(self, tokens, parents) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits (q, V) of one target forward over the tree, and the drafter's input rows (q, F)."""
@@ -382,18 +292,19 @@ class DSparkDecoder:
 
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator: torch.Generator,
-           forced: Sequence[int] = (), drafter: Drafter | None = None,
-           memory: SourceMemory | None = None) -> Iterator[DSparkRound]:
+           forced: Sequence[int] = (), drafter=None, memory: SourceMemory | None = None) -> Iterator[DSparkRound]:
     """The prefill event, then one DSparkRound per target forward until EOS, max_new_tokens or the
     context end. A model whose cache or attention cannot take the rounds is refused here, before the run.
-    Token recycling and suffix matching draft from `memory` (None: an empty one)."""
+    `drafter`: as in speculative decoding, a source (the run's drafter as given) or a loaded trained drafter
+    in the place of the name's (decoding.drafters.resolve). Token recycling and suffix matching draft from
+    `memory` (None: an empty one)."""
     check_architecture(lm, config.strategy, tree=config.select == "tree")
     return _events(lm, prompt_ids, config, generator, forced, drafter, memory)
 
 
 def _events(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, generator: torch.Generator,
-            forced: Sequence[int], drafter: Drafter | None, memory: SourceMemory | None) -> Iterator[DSparkRound]:
-    drafting = resolve_drafter(lm, config, drafter, memory)
+            forced: Sequence[int], drafter, memory: SourceMemory | None) -> Iterator[DSparkRound]:
+    drafting = resolve(lm, config, drafter, memory)
     decoder = DSparkDecoder(lm, config, drafting, generator, load_cost(lm, config, drafting))
     yield decoder.prefill(prompt_ids, forced)
     yield from decoder.rounds()

@@ -22,8 +22,9 @@ from decoding.core.acceptance import (
     target_argmax,
 )
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
-from decoding.core.config import AUTO_DRAFT, LOOKUP, SpeculativeConfig
+from decoding.core.config import LOOKUP, SpeculativeConfig
 from decoding.core.formulas import cut_at_eos
+from decoding.core.lattice import Proposal
 from decoding.core.processors import Pipeline, build_pipeline
 from decoding.core.token_step import row_entropies, sample_inverse_cdf
 from decoding.core.trace import (
@@ -38,11 +39,10 @@ from decoding.core.trace import (
 from decoding.core.trace_check import draft_verdict
 from decoding.core.trace_totals import spec_metrics
 from decoding.drafters.base import DraftRequest
-from decoding.drafters.factory import auto_draft_lm, given_drafting, make_drafter, speculative_drafting
-from decoding.drafters.feature_net import FeatureNet
-from decoding.drafters.lattice_source import LatticeSource, Proposal
-from decoding.drafters.memory import SourceMemory, planned_memory, run_memory
-from decoding.drafters.source_chain import SourceChainDrafter, composed
+from decoding.drafters.lattice_source import LatticeSource
+from decoding.drafters.memory import SourceMemory
+from decoding.drafters.resolve import resolve
+from decoding.drafters.source_chain import composed
 from decoding.runtime.hooks import tap_decoder_rows
 from decoding.runtime.kv_rollback import check_architecture, roll_back
 from decoding.runtime.models import LM, Timer, kv_memory
@@ -64,7 +64,7 @@ class Speculator:
     """Runs speculative rounds for one trace; owns the target KV cache and talks to the drafter's sources
     through their composer."""
 
-    def __init__(self, lm: LM, config: SpeculativeConfig, drafter: LatticeSource | SourceChainDrafter,
+    def __init__(self, lm: LM, config: SpeculativeConfig, drafter: LatticeSource,
                  generator: torch.Generator, info: DraftingInfo | None = None):
         self.lm, self.config, self.drafter, self.generator = lm, config, composed(drafter), generator
         self.info = info                          # which sources run and why: on the first round's event
@@ -307,26 +307,15 @@ def top_rows(lm, logits: torch.Tensor | None, probs: torch.Tensor, top_n: int) -
 
 def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, generator: torch.Generator,
            forced: Sequence[int] = (), drafter=None, memory: SourceMemory | None = None) -> Iterator[SpecRound]:
-    """Yield one SpecRound per target forward. `drafter`: a ready drafter (a LatticeSource, or sources behind
-    their SourceChainDrafter), or the draft loaded for the config's `draft` name (an LM, or a FeatureNet from
-    load_draft; runner.run also takes it as draft_lm=); 'lookup' needs none. Token recycling and suffix
-    matching draft from `memory` (None: an empty one of this run's own)."""
+    """Yield one SpecRound per target forward. `drafter`: as in DSpark, a source (the run's drafter as given:
+    a LatticeSource, or sources behind their SourceChainDrafter) or the draft loaded for the config's `draft`
+    name (an LM, or a FeatureNet from load_draft; runner.run also takes it as draft_lm=), resolved by
+    decoding.drafters.resolve; 'lookup' needs none. Token recycling and suffix matching draft from `memory`
+    (None: an empty one of this run's own)."""
     check_architecture(lm, config.strategy)
-    if drafter is None or isinstance(drafter, (LM, FeatureNet)):
-        draft, info = speculative_drafting(config.draft, lm)
-        memory, info = run_memory(memory, lm, info)
-        if drafter is None and config.draft == AUTO_DRAFT:
-            drafter = auto_draft_lm(lm)
-        drafter = make_drafter(draft, lm, draft_lm=drafter, max_ngram=config.lookup_max_ngram, memory=memory)
-    else:
-        info = given_drafting(drafter)
+    drafting = resolve(lm, config, drafter, memory)
     forced = [int(t) for t in forced][:config.max_new_tokens]
-    return Speculator(lm, config, drafter, generator, info).rounds(list(prompt_ids), forced)
-
-
-def planned_drafting(lm: LM, config: SpeculativeConfig) -> DraftingInfo:
-    """What a run of `config` on `lm` given no memory will record of its sources (decode), without loading any."""
-    return planned_memory(speculative_drafting(config.draft, lm)[1])
+    return Speculator(lm, config, drafting.chain, generator, drafting.info).rounds(list(prompt_ids), forced)
 
 
 def spec_stats(events: Sequence) -> dict:
