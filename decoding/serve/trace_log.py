@@ -80,7 +80,7 @@ def summaries(log: TraceLog, limit: int = MAX_LISTED) -> list[dict]:
     for path in log.files()[-limit:]:
         record = _read(path)
         if record is not None:
-            out.append({k: record.get(k) for k in SUMMARY_FIELDS} | {"rounds": _rounds(record)})
+            out.append({k: record.get(k) for k in SUMMARY_FIELDS} | {"rounds": rounds(record.get("trace"))})
     return out
 
 
@@ -100,9 +100,9 @@ def _read(path: Path) -> dict | None:
     return record if isinstance(record, dict) else None
 
 
-def _rounds(record: dict) -> list[list[int]]:
-    """(drafted, accepted) per drafting round of the record's trace, so a listing shows acceptance."""
-    trace = record.get("trace")
+def rounds(trace) -> list[list]:
+    """[drafted, accepted] per drafting round of a trace as JSON (unchecked: readers check), so that a listing
+    without traces still shows acceptance."""
     steps = trace.get("steps", []) if isinstance(trace, dict) else []
     out = []
     for step in steps if isinstance(steps, list) else []:
@@ -111,5 +111,9 @@ def _rounds(record: dict) -> list[list[int]]:
         if step.get("kind") == "spec_round":
             out.append([step.get("gamma"), step.get("accepted")])
         elif step.get("kind") == "dspark_round" and not step.get("prefill"):
-            out.append([len(step.get("nodes") or []), len(step.get("accepted_path") or [])])
+            out.append([_count(step.get("nodes")), _count(step.get("accepted_path"))])
     return out
+
+
+def _count(value) -> int | None:
+    return len(value) if isinstance(value, list) else None
