@@ -124,3 +124,17 @@ def test_engine_telemetry_shows_its_acceptance(tiny_dir):
     assert any(line.startswith("vLLM (vllm-metrics.prom): 10 rounds") for line in lines), lines
     assert any(line.startswith("SGLang (sglang-replies.json)") for line in lines)
     assert any(line.startswith("llama.cpp (llamacpp-replies.json)") for line in lines)
+
+
+def test_the_labs_queueing_tab_draws_from_the_logs_decoding_times(tiny_dir):
+    at = requests_page()
+    at.file_uploader(key=panel.UPLOAD).set_value(log_files(6)).run()
+    at.switch_page("app_pages/lab.py").run()
+    ok(at)
+    fixed = next(d.value for d in at.dataframe if "P99 lower by" in d.value.columns)
+    at.radio(key="lab.q.where").set_value("Measured in the Requests page's log (M/G/1)").run()
+    at.selectbox(key="lab.q.strategy").set_value("greedy").run()
+    ok(at)
+    measured = next(d.value for d in at.dataframe if "P99 lower by" in d.value.columns)
+    assert not measured.equals(fixed)                       # the log's times, not the fixed second
+    assert any("decoding times of greedy from the request log" in c.value for c in at.caption)
