@@ -77,7 +77,7 @@ def test_the_requests_table_is_slowest_first_in_words():
     assert list(table["End to end (ms)"]) == [900.0, 500.0, 200.0]
     slow = table.iloc[0]
     assert slow["Queue (ms)"] == pytest.approx(700) and slow["Decoding (ms)"] == pytest.approx(200)
-    assert slow["Drafts accepted / proposed"] == rq.NA and table.iloc[2]["Drafts accepted / proposed"] == "1 / 3"
+    assert slow["Accepted / drafted"] == rq.NA and table.iloc[2]["Accepted / drafted"] == "1 / 3"
 
 
 def test_a_whole_record_is_read_with_its_traces_rounds():

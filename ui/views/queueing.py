@@ -84,8 +84,7 @@ def p99_figure(setup: QueueSetup) -> go.Figure:
         fig.add_scatter(x=[x * 100 for x in loads], y=p99, mode="lines+markers", name=name)
     fig.update_layout(height=340, margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       title="P99 latency against load (one request decoding at a time)",
-                      xaxis_title="Load (% of the slower strategy's capacity)", yaxis_title="P99 latency (ms)",
-                      yaxis_type="log")
+                      xaxis_title="Load (% of the slower strategy's capacity)", yaxis_title="P99 latency (ms)")
     return fig
 
 

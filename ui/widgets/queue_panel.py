@@ -36,7 +36,8 @@ def queue_panel() -> None:
     setup = queueing.QueueSetup(service, speedup, LOADS)
     st.plotly_chart(queueing.p99_figure(setup), key="lab.q.fig")
     st.dataframe(queueing.p99_table(setup), hide_index=True, width="stretch")
-    st.caption(f"Service: {source}. At low load a request rarely waits, so P99 falls by about the speedup; near "
+    st.caption(f"Service: {source}. At low load few requests wait, so P99 falls by a little more than the "
+               "speedup; near "
                "the slower strategy's capacity its queue grows like ρ/(1−ρ) while the faster one runs at ρ/k, so "
                "P99 falls by far more; past the slower one's capacity (—) its queue has no steady P99 at all; "
                f"past {speedup:g}× that load the faster one's queue grows without bound too, and only more "

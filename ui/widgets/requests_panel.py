@@ -108,7 +108,8 @@ def show_summary(rows: list[rq.Served]) -> None:
     st.caption(f"{len(rows)} requests · strategies: {md_text(', '.join(strategies))}. Percentiles interpolate "
                "linearly between the closest ranks (as bench/serve.py computes them); with few requests P99 is "
                "close to the slowest.")
-    st.dataframe(rq.percentile_table(rows), hide_index=True, width="stretch")
+    table = rq.percentile_table(rows)
+    st.dataframe(table, hide_index=True, width="stretch", height=rq.table_height(len(table)))
     measure = st.segmented_control("Histogram of", list(rq.MEASURES), default="e2e_s", key=MEASURE,
                                    format_func=rq.MEASURES.get) or "e2e_s"
     st.plotly_chart(rq.latency_histogram(rows, measure), key="rq.hist")
@@ -122,9 +123,12 @@ def show_summary(rows: list[rq.Served]) -> None:
 
 def show_requests(rows: list[rq.Served]) -> None:
     """The table, slowest first; a click on a row (or the picker under it) opens that request's trace."""
-    table = rq.requests_table(rows)
-    picked = st.dataframe(table, hide_index=True, width="stretch", on_select="rerun",
-                          selection_mode="single-row", key=TABLE)
+    full = rq.requests_table(rows)
+    table = full[list(rq.MAIN_COLUMNS)]
+    picked = st.dataframe(table, hide_index=True, width="stretch", on_select="rerun", selection_mode="single-row",
+                          key=TABLE, height=rq.table_height(len(table)))
+    with st.expander("Every column (time to first token, mean gap between tokens, finish)"):
+        st.dataframe(full, hide_index=True, width="stretch", height=rq.table_height(len(full)))
     chosen = picked.selection.rows if picked is not None and hasattr(picked, "selection") else []
     ids = list(table["Request"])
     if chosen:
