@@ -45,6 +45,8 @@ def test_an_uploaded_log_shows_percentiles_and_opens_the_slowest_trace(tiny_dir)
     replay = at.session_state["ds.replay"]
     assert to_dict(replay) == to_dict(from_dict(record(n, 0)["trace"]))
     assert any('data-step="0"' in h.value for h in at.html)          # the Traces page's chips drew it
+    timing = record(n, 0)["timing"]
+    assert any(f"= queue {timing['queue_s'] * 1000:,.1f} ms + decoding" in c.value for c in at.caption)
 
 
 @pytest.mark.parametrize("payload, words", [

@@ -150,6 +150,14 @@ def latency_histogram(rows: Sequence[Served], key: str = "e2e_s", bins: int = 20
     return fig
 
 
+def timing_line(row: Served) -> str:
+    """One request's timing in words, shown above its trace: where its time went."""
+    decoding = row.e2e_s - row.queue_s
+    return (f"Served request {row.request_id} ({row.strategy}): end to end {_ms(row.e2e_s)} ms = queue "
+            f"{_ms(row.queue_s)} ms + decoding {_ms(decoding)} ms; time to first token {_ms(row.ttft_s)} ms; "
+            f"{len(row.itl_s) + (row.ttft_s is not None)} steps added tokens.")
+
+
 # The clickable table at 1280×800: the columns that answer "queue or decoding?"; the rest behind an expander.
 MAIN_COLUMNS = ("Request", "Strategy", "End to end (ms)", "Queue (ms)", "Decoding (ms)", "Tokens",
                 "Accepted / drafted")

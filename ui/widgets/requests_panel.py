@@ -17,7 +17,7 @@ from ui.views import requests as rq
 from ui.views.text import md_text
 from ui.widgets import guard, keys
 
-ROWS, RECORDS, SOURCE_URL, PICK = "rq.rows", "rq.records", "rq.url", "rq.pick"
+ROWS, RECORDS, SOURCE_URL, PICK, OPENED = "rq.rows", "rq.records", "rq.url", "rq.pick", "rq.opened"
 URL, FETCH, UPLOAD, OPEN, MEASURE, TABLE, TELEMETRY = ("rq.url_in", "rq.fetch", "rq.upload", "rq.open",
                                                        "rq.measure", "rq.table", "rq.telemetry")
 LOG_PATH = "/v1/decodescope/requests"
@@ -153,7 +153,16 @@ def open_trace(request_id: str) -> None:
         return
     st.session_state[keys.REPLAY] = trace
     st.session_state.pop(keys.REPLAY_CURSOR, None)
+    row = next((r for r in st.session_state.get(ROWS, []) if r.request_id == request_id), None)
+    st.session_state[OPENED] = (trace, rq.timing_line(row) if row else None)
     st.switch_page("app_pages/traces.py")
+
+
+def show_opened(replay) -> None:
+    """On the Traces page: the served request's timing above the trace opened from the Requests page."""
+    opened = st.session_state.get(OPENED)
+    if opened and opened[0] is replay and opened[1]:
+        st.caption(md_text(opened[1]))
 
 
 def show_telemetry() -> None:
