@@ -28,3 +28,12 @@ def log_files(count: int = 9) -> list[tuple[str, bytes, str]]:
     """(name, bytes, mime) per record, as the app's uploader takes them."""
     return [(f"{n:020d}-cmpl.json", json.dumps(record(n, n % 3)).encode(), "application/json")
             for n in range(count)]
+
+
+def served(strategy: str, e2e: float, queue: float = 0.0, ttft: float | None = 0.01, gaps=(0.01,),
+           rounds=()):
+    """One ui.views.requests.Served row made by hand."""
+    from ui.views import requests as rq
+
+    return rq.Served("t", f"cmpl-{int(e2e * 1e6):x}", strategy, "stop", 3, queue, ttft, tuple(gaps), e2e,
+                     tuple(rounds))

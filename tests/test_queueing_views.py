@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from requests_support import served
 
 from ui.views import queueing as q
 
@@ -33,7 +34,6 @@ def test_p99_falls_by_more_than_the_speedup_near_capacity_and_stops_past_it():
 
 
 def test_measured_service_is_decoding_time_of_one_strategy():
-    from test_requests_views import served
     rows = [served("a", 1.0, queue=0.25), served("b", 2.0), served("a", 0.5, queue=0.5)]
     assert q.measured_service(rows, "a") == (0.75,)
 

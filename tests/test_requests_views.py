@@ -9,18 +9,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from requests_support import record
+from requests_support import record, served
 
 from ui.views import engine_metrics
 from ui.views import requests as rq
 
 DATA = Path(__file__).resolve().parent / "data"
-
-
-def served(strategy: str, e2e: float, queue: float = 0.0, ttft: float | None = 0.01, gaps=(0.01,),
-           rounds=()) -> rq.Served:
-    return rq.Served("t", f"cmpl-{int(e2e * 1e6):x}", strategy, "stop", 3, queue, ttft, tuple(gaps), e2e,
-                     tuple(rounds))
 
 
 def cell(table, strategy: str, measure: str, column: str) -> str:
