@@ -35,6 +35,7 @@ pages = st.navigation([
     st.Page("app_pages/compare.py", title="Compare", icon=":material/compare_arrows:"),
     st.Page("app_pages/whatif.py", title="What-if", icon=":material/insights:"),
     st.Page("app_pages/traces.py", title="Traces", icon=":material/save:"),
+    st.Page("app_pages/requests.py", title="Requests", icon=":material/dns:"),
     st.Page("app_pages/lab.py", title="Lab", icon=":material/science:"),
     st.Page("app_pages/tour.py", title="Tour", icon=":material/school:"),
 ])

@@ -1,7 +1,7 @@
 """The Lab: the claims the decoding story makes in words, measured live on the sidebar's model and device."""
 import streamlit as st
 
-from ui.widgets import lab_panels, sidebar
+from ui.widgets import lab_panels, queue_panel, sidebar
 
 settings = sidebar.current()
 st.title("Lab")
@@ -9,8 +9,8 @@ st.caption("Each section measures one claim on the model and device the sidebar 
            "this session per model, device and settings, each with the settings that made it (marked out of date "
            "when they change); Measure runs again. Tables download as CSV, charts as SVG (the camera in the "
            "chart's toolbar).")
-cost, throughput, accepted, held, exact = st.tabs(["Cost of a forward", "Throughput and latency", "Acceptance",
-                                                   "Memory", "Losslessness"])
+cost, throughput, accepted, held, exact, queue = st.tabs(["Cost of a forward", "Throughput and latency",
+                                                          "Acceptance", "Memory", "Losslessness", "Queueing"])
 with cost:
     lab_panels.cost_panel(settings)
 with throughput:
@@ -21,3 +21,5 @@ with held:
     lab_panels.memory_panel(settings)
 with exact:
     lab_panels.lossless_panel(settings)
+with queue:
+    queue_panel.queue_panel()

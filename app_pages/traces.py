@@ -4,7 +4,7 @@ import streamlit as st
 from decoding.core.trace import MAX_TRACE_BYTES, TraceFormatError, from_json, to_json
 from ui.views import headers
 from ui.views.text import md_text
-from ui.widgets import display, guard, keys, step_panel
+from ui.widgets import display, guard, keys, requests_panel, step_panel
 
 st.title("Traces")
 
@@ -35,6 +35,7 @@ if upload is not None:
 
 replay = st.session_state.get(keys.REPLAY)
 if replay is not None:
+    requests_panel.show_opened(replay)          # a trace opened from the Requests page: its request's timing
     st.text(f"Strategy {replay.strategy} · model {replay.model.get('name', '?')} · "     # text: no markdown
             f"{len(replay.steps)} steps · stop: {headers.value_word('stop_reason', replay.stop_reason)}")
     with st.expander("Prompt"):

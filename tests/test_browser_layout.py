@@ -263,3 +263,27 @@ def test_a_force_picker_shows_the_step_on_view(server, page):
     options = page.get_by_role("option").all_inner_texts()
     page.keyboard.press("Escape")
     assert now != at_end and now.strip() == options[0].strip(), (now, at_end, options)
+
+
+def test_requests_page_and_the_labs_queueing_tab(server, page, tmp_path):
+    """A request log uploaded on the Requests page (tests/requests_support.py), its tables and histogram, one
+    request opened on the Traces page; then the Lab's Queueing tab."""
+    from requests_support import log_files
+
+    paths = []
+    for name, data, _ in log_files(9):
+        paths.append(tmp_path / name)
+        paths[-1].write_bytes(data)
+    open_app(page, server)
+    page.get_by_role("link", name="Requests").click()
+    page.get_by_role("heading", name="Requests").wait_for(timeout=30_000)
+    page.locator('[data-testid="stMain"]').get_by_text("Log files", exact=True).click()
+    uploader = page.locator('[data-testid="stFileUploader"]', has_text="Request-log files").locator("input")
+    uploader.wait_for(state="attached", timeout=30_000)
+    uploader.set_input_files([str(p) for p in paths])
+    page.locator(".js-plotly-plot", has_text="End to end per strategy").first.wait_for(timeout=30_000)
+    check_both_sizes(page, "requests")
+    page.get_by_role("link", name="Lab").click()
+    page.get_by_role("tab", name="Queueing").click()
+    page.locator(".js-plotly-plot", has_text="P99 latency against load").first.wait_for(timeout=30_000)
+    check_both_sizes(page, "lab-queueing")

@@ -247,6 +247,20 @@ def test_each_request_leaves_its_trace_and_timing_in_the_log(live, client):
     assert len(timing["itl_s"]) == TOKENS - 1 and 0 <= timing["queue_s"] <= timing["ttft_s"] <= timing["e2e_s"]
 
 
+def test_the_request_log_is_listed_and_read_back_by_id(live, client):
+    reply = client.completions.create(model=live.server.served_name, prompt=PROMPTS[0], max_tokens=TOKENS,
+                                      extra_body={"decodescope": {"strategy": "speculative", "draft": "lookup"}})
+    status, text = request(live, "GET", "/v1/decodescope/requests")
+    listed = json.loads(text)["data"]
+    assert status == 200 and listed[-1]["id"] == reply.id and "trace" not in listed[-1]
+    assert listed[-1]["rounds"] and all(0 <= a <= d for d, a in listed[-1]["rounds"])
+    status, text = request(live, "GET", f"/v1/decodescope/requests/{reply.id}")
+    assert status == 200 and json.loads(text)["trace"]["strategy"] == "speculative"
+    for bad in ("cmpl-0000", "..%2F..%2Fetc%2Fpasswd", "cmpl-<script>"):      # unknown, a path, markup
+        status, text = request(live, "GET", f"/v1/decodescope/requests/{bad}")
+        assert status == 404 and len(text.splitlines()) == 1 and "root:" not in text, text
+
+
 def test_a_client_that_leaves_mid_stream_stops_its_request(live):
     import http.client
     import time

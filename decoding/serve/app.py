@@ -1,5 +1,6 @@
 """The routes (Starlette): /v1/completions and /v1/chat/completions (whole or streamed as server-sent
-events), /v1/models, /health and /metrics. Every refusal is OpenAI's error body with one line."""
+events), /v1/models, /health and /metrics; read-only, the request log (/v1/decodescope/requests). Every
+refusal is OpenAI's error body with one line."""
 from __future__ import annotations
 
 import asyncio
@@ -14,7 +15,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from decoding.core.errors import ConfigError
-from decoding.serve import body, replies
+from decoding.serve import body, replies, trace_log
 from decoding.serve.body import CHAT, COMPLETION, TooLarge
 from decoding.serve.server import NotServed, Server, has_chat_template
 from decoding.serve.text import TextStream
@@ -147,6 +148,23 @@ async def metrics(request: Request) -> Response:
     return Response(request.app.state.server.metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
 
+async def request_log(request: Request) -> Response:
+    """The newest records' timing, oldest first (the app's Requests page reads it); read-only."""
+    server: Server = request.app.state.server
+    listed = await run_in_threadpool(trace_log.summaries, server.log)
+    return JSONResponse({"object": "list", "data": listed})
+
+
+async def request_record(request: Request) -> Response:
+    """One record whole, trace included, by its request id."""
+    server: Server = request.app.state.server
+    request_id = request.path_params["request_id"]
+    record = await run_in_threadpool(trace_log.find, server.log, request_id)
+    if record is None:
+        return refusal(404, f"request_id={request_id[:80]!r} is not in the request log", "request_id")
+    return JSONResponse(record)
+
+
 async def _http_error(request: Request, exc: HTTPException) -> Response:
     return refusal(exc.status_code, f"{request.method} {request.url.path[:80]}: {exc.detail}")
 
@@ -158,7 +176,9 @@ async def _internal(request: Request, exc: Exception) -> Response:
 def build_app(server: Server) -> Starlette:
     routes = [Route("/v1/completions", completions, methods=["POST"]),
               Route("/v1/chat/completions", chat_completions, methods=["POST"]),
-              Route("/v1/models", models), Route("/health", health), Route("/metrics", metrics)]
+              Route("/v1/models", models), Route("/health", health), Route("/metrics", metrics),
+              Route("/v1/decodescope/requests", request_log),
+              Route("/v1/decodescope/requests/{request_id}", request_record)]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _http_error, Exception: _internal})
     app.state.server = server
     return app

@@ -4,6 +4,7 @@ time of writing in nanoseconds, so that their order is the order the requests en
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -63,3 +64,56 @@ class TraceLog:
         while files and (len(files) > self.bounds.max_count or total > self.bounds.max_bytes):
             files.pop(0).unlink(missing_ok=True)
             total -= sizes.pop(0)
+
+
+# Read back for GET /v1/decodescope/requests: the newest records' timing (their traces left out), and one
+# record whole by its request id. Ids are checked against what the server makes, so none names a path.
+ID_PATTERN = re.compile(r"(?:cmpl|chatcmpl)-[0-9a-f]{1,64}")
+MAX_LISTED = 1000
+SUMMARY_FIELDS = ("id", "model", "strategy", "finish_reason", "prompt_tokens", "completion_tokens",
+                  "arrived_unix_s", "timing")
+
+
+def summaries(log: TraceLog, limit: int = MAX_LISTED) -> list[dict]:
+    """The newest `limit` records, oldest first, without their traces (an unreadable file is skipped)."""
+    out = []
+    for path in log.files()[-limit:]:
+        record = _read(path)
+        if record is not None:
+            out.append({k: record.get(k) for k in SUMMARY_FIELDS} | {"rounds": rounds(record.get("trace"))})
+    return out
+
+
+def find(log: TraceLog, request_id: str) -> dict | None:
+    """The record of `request_id` whole; None for an id the server could not have made, or one not kept."""
+    if not ID_PATTERN.fullmatch(request_id):
+        return None
+    hits = [p for p in log.files() if p.name.endswith(f"-{request_id}{SUFFIX}")]
+    return _read(hits[-1]) if hits else None
+
+
+def _read(path: Path) -> dict | None:
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def rounds(trace) -> list[list]:
+    """[drafted, accepted] per drafting round of a trace as JSON (unchecked: readers check), so that a listing
+    without traces still shows acceptance."""
+    steps = trace.get("steps", []) if isinstance(trace, dict) else []
+    out = []
+    for step in steps if isinstance(steps, list) else []:
+        if not isinstance(step, dict):
+            continue
+        if step.get("kind") == "spec_round":
+            out.append([step.get("gamma"), step.get("accepted")])
+        elif step.get("kind") == "dspark_round" and not step.get("prefill"):
+            out.append([_count(step.get("nodes")), _count(step.get("accepted_path"))])
+    return out
+
+
+def _count(value) -> int | None:
+    return len(value) if isinstance(value, list) else None

@@ -137,6 +137,16 @@ TERMS: tuple[Term, ...] = (
     Term("ms since step start", "When a part of the step began and ended, in milliseconds from the step's "
                                 "start; depends on the machine."),
     Term("target entropy (nats)", "Entropy of the target's distribution where a draft was judged."),
+    # serving (the Requests page, the Lab's Queueing tab)
+    Term("queue", "A served request's wait from its arrival to the start of its decoding."),
+    Term("time to first token", "From a served request's arrival to its first token."),
+    Term("inter-token latency", "The time between two steps of a served request that added tokens."),
+    Term("end to end", "From a served request's arrival to the end of its decoding: queue + decoding."),
+    Term("P99 latency", "The latency that 99 % of requests stay under (linear interpolation between ranks)."),
+    Term("load", "How fast requests arrive, as a share of what one server can finish (1 ÷ mean service time)."),
+    Term("P99, slower", "P99 latency of the slower strategy at that load; — past its capacity."),
+    Term("P99, faster", "P99 latency of the strategy k× faster per request at that load; — past its capacity."),
+    Term("P99 lower by", "P99 of the slower strategy ÷ P99 of the faster one at the same load."),
 )
 GLOSSARY: dict[str, Term] = {t.name: t for t in TERMS}
 assert len(GLOSSARY) == len(TERMS), "a glossary name appears twice"

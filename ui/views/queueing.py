@@ -1,0 +1,93 @@
+"""The queueing lesson (Lab, "Queueing"): one server decoding one request at a time (as `python -m decoding
+serve` does), requests arriving at random (Poisson) — an M/D/1 queue when every request takes the same
+time, M/G/1 when service times are drawn from measured ones. Simulated with Lindley's recursion, seeded:
+wait_{n+1} = max(0, wait_n + service_n − gap_{n+1}); a request's latency is its wait plus its service.
+A strategy k× faster per request lowers the load ρ by k as well, and the wait grows like ρ/(1−ρ): near the
+slower strategy's capacity the P99 falls by far more than k; past the faster one's capacity both grow
+without bound."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+
+from decoding.core.formulas import percentile
+
+NA = "—"
+
+
+@dataclass(frozen=True)
+class QueueSetup:
+    """`service_s`: the measured (or one fixed) service times of the slower strategy, seconds; `speedup`:
+    how many times faster per request the other one is; `loads`: arrival rates as fractions of the slower
+    strategy's capacity (1 / its mean service time)."""
+
+    service_s: tuple[float, ...]
+    speedup: float
+    loads: tuple[float, ...]
+    requests: int = 4000
+    seed: int = 0
+
+    def __post_init__(self):
+        if not self.service_s or min(self.service_s) <= 0:
+            raise ValueError(f"service_s={self.service_s[:3]} must be times > 0")
+        if not self.speedup >= 1:
+            raise ValueError(f"speedup={self.speedup} must be >= 1")
+        if not self.loads or min(self.loads) <= 0:
+            raise ValueError(f"loads={self.loads} must be > 0")
+
+
+def latencies(service: np.ndarray, gaps: np.ndarray) -> np.ndarray:
+    """Each request's wait + service in a first-come queue with one server (Lindley's recursion);
+    `gaps[i]` is the time between arrivals i−1 and i (gaps[0] unused)."""
+    wait, out = 0.0, np.empty_like(service)
+    for i, s in enumerate(service):
+        if i:
+            wait = max(0.0, wait + service[i - 1] - gaps[i])
+        out[i] = wait + s
+    return out
+
+
+def simulate(setup: QueueSetup, load: float, faster: bool) -> np.ndarray:
+    """Latencies of `setup.requests` requests at `load`; the same arrivals and draws for both strategies."""
+    rng = np.random.default_rng(setup.seed)
+    measured = np.asarray(setup.service_s, dtype=float)
+    mean = measured.mean()
+    gaps = rng.exponential(mean / load, size=setup.requests)
+    service = rng.choice(measured, size=setup.requests) / (setup.speedup if faster else 1.0)
+    return latencies(service, gaps)
+
+
+def p99_table(setup: QueueSetup) -> pd.DataFrame:
+    """Per load: P99 latency of each strategy (ms) and how many times lower the faster one's is; "—"
+    where a strategy's load is 1 or more (its queue grows without bound: no steady P99)."""
+    rows = []
+    for load in setup.loads:
+        slow = percentile(simulate(setup, load, False), 99) if load < 1 else None
+        fast = percentile(simulate(setup, load, True), 99) if load / setup.speedup < 1 else None
+        rows.append({"Load (of the slower strategy's capacity)": f"{load:.0%}",
+                     "P99, slower (ms)": NA if slow is None else f"{slow * 1000:,.0f}",
+                     "P99, faster (ms)": NA if fast is None else f"{fast * 1000:,.0f}",
+                     "P99 lower by": NA if slow is None or fast is None else f"{slow / fast:.1f}×"})
+    return pd.DataFrame(rows)
+
+
+def p99_figure(setup: QueueSetup) -> go.Figure:
+    fig = go.Figure()
+    for faster, name in ((False, "slower strategy"), (True, f"{setup.speedup:g}× faster per request")):
+        cap = setup.speedup if faster else 1.0
+        loads = [x for x in setup.loads if x / cap < 1]
+        p99 = [percentile(simulate(setup, x, faster), 99) * 1000 for x in loads]
+        fig.add_scatter(x=[x * 100 for x in loads], y=p99, mode="lines+markers", name=name)
+    fig.update_layout(height=340, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      title="P99 latency against load (one request decoding at a time)",
+                      xaxis_title="Load (% of the slower strategy's capacity)", yaxis_title="P99 latency (ms)")
+    return fig
+
+
+def measured_service(rows: Sequence, strategy: str) -> tuple[float, ...]:
+    """A request log's decoding times (end to end − queue) of one strategy, seconds."""
+    return tuple(r.e2e_s - r.queue_s for r in rows if r.strategy == strategy and r.e2e_s > r.queue_s)
