@@ -6,7 +6,7 @@ import streamlit as st
 
 from ui.views import queueing
 from ui.views.text import md_text
-from ui.widgets import requests_panel
+from ui.widgets import display, requests_panel
 
 LOADS = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.1, 1.3)
 FIXED, MEASURED = "One fixed time per request (M/D/1)", "Measured in the Requests page's log (M/G/1)"
@@ -34,9 +34,9 @@ def queue_panel() -> None:
     service, source = _service()
     speedup = st.slider("Faster strategy: times faster per request", 1.0, 3.0, 1.5, 0.1, key="lab.q.speedup")
     setup = queueing.QueueSetup(service, speedup, LOADS)
-    st.plotly_chart(queueing.p99_figure(setup), key="lab.q.fig")
-    st.dataframe(queueing.p99_table(setup), hide_index=True, width="stretch")
-    st.caption(f"Service: {source}. At low load few requests wait, so P99 falls by a little more than the "
+    display.plot(queueing.p99_figure(setup), "lab.q.fig", "queueing-p99")
+    display.table(queueing.p99_table(setup), "lab.q.table", "queueing-p99")
+    st.caption(f"Service: {md_text(source)}. At low load few requests wait, so P99 falls by a little more than the "
                "speedup; near "
                "the slower strategy's capacity its queue grows like ρ/(1−ρ) while the faster one runs at ρ/k, so "
                "P99 falls by far more; past the slower one's capacity (—) its queue has no steady P99 at all; "
