@@ -48,8 +48,8 @@ def shipped_traces() -> list[tuple[str, str]]:
     out = []
     for name in names:
         data = json.loads((ROOT / name).read_text(encoding="utf-8"))
-        if isinstance(data, list):
-            out += [(f"{name}[{i}]", json.dumps(t)) for i, t in enumerate(data)]
+        if isinstance(data, list):                           # a list of traces (not other shipped JSON lists)
+            out += [(f"{name}[{i}]", json.dumps(t)) for i, t in enumerate(data) if isinstance(t, dict) and "steps" in t]
         elif isinstance(data, dict) and "steps" in data:
             out.append((name, (ROOT / name).read_text(encoding="utf-8")))
     return out

@@ -142,7 +142,7 @@ def latency_histogram(rows: Sequence[Served], key: str = "e2e_s", bins: int = 20
     for strategy, group in by_strategy(rows).items():
         counts, _ = np.histogram(np.asarray(_values(group, key)) * 1000, bins=edges)
         shown = html.escape(strategy)          # plotly draws a name's markup: a log's text is escaped
-        fig.add_bar(x=centers, y=counts, width=widths, name=shown, opacity=0.7,
+        fig.add_bar(x=centers.tolist(), y=counts.tolist(), width=widths.tolist(), name=shown, opacity=0.7,
                     hovertemplate=f"{shown}: %{{y}} in %{{x:.1f}} ms<extra></extra>")
     fig.update_layout(barmode="overlay", height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       title=f"{MEASURES[key]} per strategy", xaxis_title=f"{MEASURES[key]} (ms)",

@@ -15,7 +15,7 @@ from decoding.core.trace import TraceFormatError, from_dict
 from ui.views import engine_metrics
 from ui.views import requests as rq
 from ui.views.text import md_text
-from ui.widgets import guard, keys
+from ui.widgets import display, guard, keys
 
 ROWS, RECORDS, SOURCE_URL, PICK, OPENED = "rq.rows", "rq.records", "rq.url", "rq.pick", "rq.opened"
 URL, FETCH, UPLOAD, OPEN, MEASURE, TABLE, TELEMETRY = ("rq.url_in", "rq.fetch", "rq.upload", "rq.open",
@@ -112,13 +112,13 @@ def show_summary(rows: list[rq.Served]) -> None:
     st.dataframe(table, hide_index=True, width="stretch", height=rq.table_height(len(table)))
     measure = st.segmented_control("Histogram of", list(rq.MEASURES), default="e2e_s", key=MEASURE,
                                    format_func=rq.MEASURES.get) or "e2e_s"
-    st.plotly_chart(rq.latency_histogram(rows, measure), key="rq.hist")
+    display.plot(rq.latency_histogram(rows, measure), "rq.hist", f"requests-{measure}-histogram")
     with st.expander("Drafts accepted, per strategy"):
         for n, (strategy, group) in enumerate(strategies.items()):
             acc = rq.acceptance_of([r for row in group for r in row.rounds], strategy)
             st.text(rq.acceptance_line(acc))
             if acc.per_pos:
-                st.plotly_chart(rq.acceptance_figure(acc), key=f"rq.acc.{n}")
+                display.plot(rq.acceptance_figure(acc), f"rq.acc.{n}", f"requests-acceptance-{n + 1}")
 
 
 def show_requests(rows: list[rq.Served]) -> None:
@@ -178,4 +178,4 @@ def show_telemetry() -> None:
             continue
         st.text(rq.acceptance_line(acc))
         if acc.per_pos:
-            st.plotly_chart(rq.acceptance_figure(acc), key=f"rq.tel.{n}")
+            display.plot(rq.acceptance_figure(acc), f"rq.tel.{n}", f"telemetry-acceptance-{n + 1}")
