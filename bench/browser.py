@@ -3,7 +3,6 @@ browser tests (tests/test_browser.py) and the app benchmark (bench/app.py)."""
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
 import time
@@ -11,15 +10,11 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
+from bench.procs import free_port, stop
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--no-first-run")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 60.0) -> None:
@@ -50,11 +45,7 @@ def streamlit_server(script: Path, env: Mapping[str, str], log_path: Path, cwd: 
             wait_healthy(url, proc)
             yield url
         finally:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc, timeout=10)
 
 
 def launch_chromium(playwright):

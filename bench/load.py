@@ -33,6 +33,7 @@ from pathlib import Path
 
 from bench.app import ARM, ROOT, TIMING, _chip, _tiny_model_dir, load_note, parse_timing
 from bench.browser import CHROMIUM, CHROMIUM_ARGS, streamlit_server
+from bench.procs import client_counts
 from bench.report import machine, write_section
 from decoding.core.formulas import percentile
 
@@ -47,13 +48,7 @@ IDLE = ("() => !document.querySelector('[data-testid=\"stStatusWidget\"]') "
 
 def parse_sessions(text: str) -> tuple[int, ...]:
     """'1,4,8' -> (1, 4, 8); each between 1 and MAX_SESSIONS."""
-    try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise ValueError(f"--sessions must be numbers separated by commas, got {text!r}") from None
-    if not counts or any(not 1 <= n <= MAX_SESSIONS for n in counts):
-        raise ValueError(f"--sessions must each be between 1 and {MAX_SESSIONS}, got {text!r}")
-    return counts
+    return client_counts(text, "--sessions", MAX_SESSIONS)
 
 
 async def _idle(page) -> None:

@@ -18,7 +18,6 @@ import contextlib
 import json
 import os
 import random
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.procs import client_counts, free_port, stop
 from bench.prompts import FRESH_PROMPTS
 from bench.report import write_section
 from decoding.core.formulas import percentile
@@ -147,12 +147,6 @@ def level(client, model: str, strategy: str, concurrency: int, work: list[list[t
 
 # ------------------------------------------------------------------------------ the server
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def wait_healthy(url: str, proc: subprocess.Popen, log: Path) -> None:
     deadline = time.monotonic() + START_TIMEOUT_S
     while time.monotonic() < deadline:
@@ -187,11 +181,7 @@ def served(model: str, max_tokens: int, concurrency: int) -> Iterator[tuple[str,
         wait_healthy(f"http://127.0.0.1:{port}", proc, log)
         yield f"http://127.0.0.1:{port}/v1", proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop(proc, timeout=30)
 
 
 # ------------------------------------------------------------------------------ the table
@@ -255,12 +245,9 @@ def memory_line(mib: list[float | None]) -> str:
 
 def parse_counts(text: str) -> tuple[int, ...]:
     try:
-        counts = tuple(int(part) for part in text.split(","))
-    except ValueError:
-        raise SystemExit(f"--concurrency must be numbers separated by commas, got {text!r}") from None
-    if not counts or any(not 1 <= n <= MAX_CONCURRENCY for n in counts):
-        raise SystemExit(f"--concurrency must each be between 1 and {MAX_CONCURRENCY}, got {text!r}")
-    return counts
+        return client_counts(text, "--concurrency", MAX_CONCURRENCY)
+    except ValueError as err:
+        raise SystemExit(str(err)) from None
 
 
 def parse_strategies(text: str) -> tuple[str, ...]:
