@@ -209,6 +209,29 @@ def row(results: list[Result], strategy: str, concurrency: int, wall_s: float) -
             f"{pct(e2e, 50)} / {pct(e2e, 90)} / {pct(e2e, 99)} | {pct(queue, 50)} / {pct(queue, 99)} | {rate:.1f} |")
 
 
+def e2e_at(results: list[Result], strategy: str, concurrency: int, q: float) -> float | None:
+    values = [r.e2e_s for r in results if r.strategy == strategy and r.concurrency == concurrency and not r.error]
+    return percentile(values, q) if values else None
+
+
+def lesson_lines(results: list[Result], args) -> list[str]:
+    """The seed's question per strategy: its speedup on one request (end-to-end P50 at 1 client against
+    greedy's) beside what it does to P99 at 4 clients ("" where greedy, 1 or 4 clients were not run)."""
+    if "greedy" not in args.strategies or not {1, 4} <= set(args.concurrency):
+        return []
+    lines = []
+    for strategy in (s for s in args.strategies if s != "greedy"):
+        one = (e2e_at(results, "greedy", 1, 50), e2e_at(results, strategy, 1, 50))
+        four = (e2e_at(results, "greedy", 4, 99), e2e_at(results, strategy, 4, 99))
+        if None in one or None in four:
+            continue
+        lines.append(f"- {strategy}: {one[0] / one[1]:.2f}× greedy's speed on one request (end-to-end P50 at "
+                     f"1 client {one[1]:.2f} s against {one[0]:.2f} s); at 4 clients its P99 end to end is "
+                     f"{four[1]:.2f} s against greedy's {four[0]:.2f} s ({four[0] / four[1]:.2f}× lower).")
+    return ["The seed's question, per strategy: its speed on one request beside what it does to the tail at 4 "
+            "clients, where each request also waits for the others' decoding:", "", *lines, ""] if lines else []
+
+
 def render(results: list[Result], walls: dict, args, command: str, loads: tuple) -> str:
     header = ("| strategy | clients | requests | failed | TTFT s P50 / P90 / P99 | ITL ms P50 / P99 | "
               "end to end s P50 / P90 / P99 | queue s P50 / P99 | tokens/s |\n|---|---|---|---|---|---|---|---|---|")
@@ -227,6 +250,7 @@ def render(results: list[Result], walls: dict, args, command: str, loads: tuple)
         "",
         *([BUSY, ""] if max(loads[0][0], loads[1][0]) > (os.cpu_count() or 1) else []),
         header, *rows, "",
+        *lesson_lines(results, args),
         f"Answers that differ from greedy's answer to the same prompt: {differing(results)} (0 expected: "
         "every strategy is lossless at temperature 0).",
         *([f"Failures: {'; '.join(errors)}."] if errors else []),

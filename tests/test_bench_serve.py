@@ -78,3 +78,20 @@ def test_the_servers_memory_is_read_from_proc():
     assert bench_serve.memory_line([100.4, 130.6]).endswith("100 MiB once started, 131 MiB after the last request "
                                                             "(the request log is on disk).")
     assert bench_serve.memory_line([None, 3.0]) == ""
+
+
+def test_the_lesson_sets_one_requests_speedup_beside_the_tail_at_4_clients():
+    import argparse
+
+    def timed(strategy: str, clients: int, e2e: list[float]) -> list[bench_serve.Result]:
+        return [dataclasses.replace(_result(strategy, "p", "x"), concurrency=clients, e2e_s=s) for s in e2e]
+
+    results = (timed("greedy", 1, [2.0, 2.0, 2.0]) + timed("dspark", 1, [1.0, 1.0, 1.0])
+               + timed("greedy", 4, [8.0, 8.0, 9.0]) + timed("dspark", 4, [3.0, 3.0, 3.0]))
+    args = argparse.Namespace(strategies=("greedy", "dspark"), concurrency=(1, 4))
+    lines = bench_serve.lesson_lines(results, args)
+    assert ("- dspark: 2.00× greedy's speed on one request (end-to-end P50 at 1 client 1.00 s against 2.00 s); "
+            "at 4 clients its P99 end to end is 3.00 s against greedy's 8.98 s (2.99× lower).") in lines
+    assert not any(line.startswith("- greedy") for line in lines)
+    assert bench_serve.lesson_lines(results, argparse.Namespace(strategies=("greedy", "dspark"),
+                                                                concurrency=(1, 8))) == []
