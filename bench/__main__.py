@@ -1,5 +1,5 @@
 """python -m bench {engine,speculative,matmul,dspark,dspark-head,dspark-sources,lattice,lossy,app,load,
-trace_load,distill-gen,serve,all}: run benchmarks and write their sections of BENCHMARKS.md."""
+trace_load,distill-gen,serve,serve-soak,all}: run benchmarks and write their sections of BENCHMARKS.md."""
 import sys
 
 from bench import (
@@ -14,6 +14,7 @@ from bench import (
     lossy,
     matmul,
     serve,
+    serve_soak,
     speculative,
     trace_load,
 )
@@ -22,7 +23,7 @@ BENCHES = {"engine": engine.main, "speculative": speculative.main, "matmul": mat
            "dspark-head": dspark_head.main, "dspark-sources": dspark_sources.main,
            "lattice": lattice.main, "lossy": lossy.main, "app": app.main, "load": load.main,
            "trace_load": trace_load.main, "distill-gen": distill_gen.main,
-           "serve": serve.main}
+           "serve": serve.main, "serve-soak": serve_soak.main}
 
 
 def main(argv: list[str]) -> None:

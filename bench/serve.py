@@ -169,12 +169,13 @@ def resident_mib(pid: int) -> float | None:
 
 
 @contextlib.contextmanager
-def served(model: str, max_tokens: int, concurrency: int) -> Iterator[tuple[str, int]]:
-    """`python -m decoding serve` on a free loopback port; (its base URL, its process id); stopped after."""
+def served(model: str, max_tokens: int, concurrency: int, extra: tuple[str, ...] = ()) -> Iterator[tuple[str, int]]:
+    """`python -m decoding serve` on a free loopback port, with `extra` flags; (its base URL, its process id);
+    stopped after."""
     port = free_port()
     log = Path(tempfile.mkdtemp(prefix="bench_serve_")) / "server.log"
     cmd = [sys.executable, "-m", "decoding", "serve", "--model", model, "--port", str(port),
-           "--max-new-tokens", str(max_tokens), "--max-waiting", str(max(64, concurrency))]
+           "--max-new-tokens", str(max_tokens), "--max-waiting", str(max(64, concurrency)), *extra]
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     try:
@@ -241,14 +242,14 @@ def render(results: list[Result], walls: dict, args, command: str, loads: tuple)
         "## An endpoint under load: `python -m decoding serve` called by the openai SDK",
         "",
         f"`{command}`, {time.strftime('%Y-%m-%d')}; {os.cpu_count()} CPU cores, load average "
-        f"{loads[0][0]:.1f} before and {loads[1][0]:.1f} after (other work on the machine slows every row alike "
-        "only if it is steady). Each level: the clients send their share of the requests back to back "
+        f"{loads[0][0]:.1f} before and {loads[1][0]:.1f} after (the load after includes this benchmark's own "
+        "server and clients). Each level: the clients send their share of the requests back to back "
         f"(think time {args.think:g} s), streamed chat completions of at most {args.max_tokens} tokens, "
         "temperature 0; prompts: three summaries of 500–1,000-token texts and seven free-writing prompts. "
         "Times as the clients see them; queue time as the server records it. Requests decode one at a time: "
         "at C clients a request waits for up to C − 1 others.",
         "",
-        *([BUSY, ""] if max(loads[0][0], loads[1][0]) > (os.cpu_count() or 1) else []),
+        *([BUSY, ""] if loads[0][0] > (os.cpu_count() or 1) else []),
         header, *rows, "",
         *lesson_lines(results, args),
         f"Answers that differ from greedy's answer to the same prompt: {differing(results)} (0 expected: "

@@ -66,7 +66,9 @@ def test_the_table_says_when_the_machine_was_busy():
     cores = os.cpu_count() or 1
     busy = bench_serve.render(results, walls, args, "cmd", ((cores + 1.0,) * 3, (0.1,) * 3))
     idle = bench_serve.render(results, walls, args, "cmd", ((0.1,) * 3, (0.1,) * 3))
+    its_own = bench_serve.render(results, walls, args, "cmd", ((0.1,) * 3, (cores + 1.0,) * 3))
     assert bench_serve.BUSY in busy and bench_serve.BUSY not in idle
+    assert bench_serve.BUSY not in its_own, "the load after includes the benchmark's own server and clients"
     assert "| greedy | 1 | 1 | 0 |" in idle
 
 
