@@ -32,6 +32,7 @@ from bench.procs import client_counts, free_port, stop
 from bench.prompts import FRESH_PROMPTS
 from bench.report import write_section
 from decoding.core.formulas import percentile
+from decoding.runtime.packed_gemm import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 MAX_CONCURRENCY = 16
@@ -241,7 +242,7 @@ def render(results: list[Result], walls: dict, args, command: str, loads: tuple)
     return "\n".join([
         "## An endpoint under load: `python -m decoding serve` called by the openai SDK",
         "",
-        f"`{command}`, {time.strftime('%Y-%m-%d')}; {os.cpu_count()} CPU cores, load average "
+        f"`{command}`, {time.strftime('%Y-%m-%d')}; {cpu_name()}, {os.cpu_count()} CPU cores, load average "
         f"{loads[0][0]:.1f} before and {loads[1][0]:.1f} after (the load after includes this benchmark's own "
         "server and clients). Each level: the clients send their share of the requests back to back "
         f"(think time {args.think:g} s), streamed chat completions of at most {args.max_tokens} tokens, "

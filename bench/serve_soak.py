@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import threading
@@ -24,6 +25,7 @@ from pathlib import Path
 from bench.procs import client_counts
 from bench.report import write_section
 from bench.serve import MAX_CONCURRENCY, Result, ask, parse_strategies, prompts, resident_mib, served
+from decoding.runtime.packed_gemm import cpu_name
 from decoding.serve.trace_log import default_folder
 
 MAX_MINUTES = 60
@@ -99,8 +101,8 @@ def render(tally: Tally, memory: list[float], log: tuple[int, float], args, comm
     return "\n".join([
         "## The endpoint soaked: streaming clients without pause",
         "",
-        f"`{command}`, {time.strftime('%Y-%m-%d')}. {args.clients} clients, each sending streamed chat "
-        f"requests back to back for {args.minutes:g} minutes (at most {args.max_tokens} tokens, temperature 0, "
+        f"`{command}`, {time.strftime('%Y-%m-%d')}; {cpu_name()}, {os.cpu_count()} CPU cores. "
+        f"{args.clients} clients, each sending streamed chat requests back to back for {args.minutes:g} minutes (at most {args.max_tokens} tokens, temperature 0, "
         "a seeded prompt and strategy per request); every answer compared with greedy's answer to the same "
         "prompt, asked alone before the soak.",
         "",
