@@ -102,9 +102,9 @@ def render(tally: Tally, memory: list[float], log: tuple[int, float], args, comm
         "## The endpoint soaked: streaming clients without pause",
         "",
         f"`{command}`, {time.strftime('%Y-%m-%d')}; {cpu_name()}, {os.cpu_count()} CPU cores. "
-        f"{args.clients} clients, each sending streamed chat requests back to back for {args.minutes:g} minutes (at most {args.max_tokens} tokens, temperature 0, "
-        "a seeded prompt and strategy per request); every answer compared with greedy's answer to the same "
-        "prompt, asked alone before the soak.",
+        f"{args.clients} clients, each sending streamed chat requests back to back for {args.minutes:g} "
+        f"minutes (at most {args.max_tokens} tokens, temperature 0, a seeded prompt and strategy per request); "
+        "every answer compared with greedy's answer to the same prompt, asked alone before the soak.",
         "",
         "| requests | per strategy | failed | answers that differ from greedy's | server MiB: first / largest / "
         "last | largest in the second half vs the first | request log kept |",
