@@ -1,5 +1,5 @@
-"""What the benchmarks that start a server share: a free loopback port, stopping the process, and a
-comma-separated list of client counts."""
+"""What the benchmarks that start a server share: a free loopback port, stopping the process, a
+comma-separated list of client counts, and their flags' ranges."""
 from __future__ import annotations
 
 import socket
@@ -30,3 +30,12 @@ def client_counts(text: str, flag: str, most: int) -> tuple[int, ...]:
     if not parsed or any(not 1 <= n <= most for n in parsed):
         raise ValueError(f"{flag} must each be between 1 and {most}, got {text!r}")
     return parsed
+
+
+def check_ranges(args, ranges: dict[str, tuple[float, float, str]]) -> None:
+    """Each flag's value within its (lowest, highest, unit) range, both included; otherwise SystemExit with one
+    line naming the flag and the value."""
+    for flag, (lowest, highest, unit) in ranges.items():
+        value = getattr(args, flag.lstrip("-").replace("-", "_"))
+        if not lowest <= value <= highest:
+            raise SystemExit(f"{flag} must be between {lowest:g} and {highest:g}{unit}, got {value!r}")

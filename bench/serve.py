@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench.procs import client_counts, free_port, stop
+from bench.procs import check_ranges, client_counts, free_port, stop
 from bench.prompts import FRESH_PROMPTS
 from bench.report import write_section
 from decoding.core.formulas import percentile
@@ -295,12 +295,8 @@ def checked(argv) -> argparse.Namespace:
     p.add_argument("--model", default="default")
     p.add_argument("--no-write", action="store_true", help="print the table, leave BENCHMARKS.md alone")
     args = p.parse_args(argv)
-    if not 1 <= args.requests <= MAX_REQUESTS:
-        raise SystemExit(f"--requests must be between 1 and {MAX_REQUESTS}, got {args.requests}")
-    if not 1 <= args.max_tokens <= 1024:
-        raise SystemExit(f"--max-tokens must be between 1 and 1024, got {args.max_tokens}")
-    if not 0 <= args.think <= 60:
-        raise SystemExit(f"--think must be between 0 and 60 seconds, got {args.think!r}")
+    check_ranges(args, {"--requests": (1, MAX_REQUESTS, ""), "--max-tokens": (1, 1024, ""),
+                        "--think": (0, 60, " seconds")})
     return args
 
 

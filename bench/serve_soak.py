@@ -22,7 +22,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench.procs import client_counts
+from bench.procs import check_ranges, client_counts
 from bench.report import write_section
 from bench.serve import MAX_CONCURRENCY, Result, ask, parse_strategies, prompts, resident_mib, served
 from decoding.runtime.packed_gemm import cpu_name
@@ -138,14 +138,8 @@ def checked(argv) -> argparse.Namespace:
     if len(counts) != 1:
         raise SystemExit(f"--clients must be one number, got {args.clients!r}")
     args.clients = counts[0]
-    if not 0 < args.minutes <= MAX_MINUTES:
-        raise SystemExit(f"--minutes must be above 0 and at most {MAX_MINUTES}, got {args.minutes!r}")
-    if not 1 <= args.max_tokens <= 1024:
-        raise SystemExit(f"--max-tokens must be between 1 and 1024, got {args.max_tokens}")
-    if not 1 <= args.log_count <= 100_000:
-        raise SystemExit(f"--log-count must be between 1 and 100000, got {args.log_count}")
-    if not 1 <= args.every <= 600:
-        raise SystemExit(f"--every must be between 1 and 600 seconds, got {args.every!r}")
+    check_ranges(args, {"--minutes": (0.1, MAX_MINUTES, " minutes"), "--max-tokens": (1, 1024, ""),
+                        "--log-count": (1, 100_000, ""), "--every": (1, 600, " seconds")})
     return args
 
 

@@ -38,7 +38,7 @@ def test_the_table_counts_requests_failures_and_memory_growth():
 @pytest.mark.parametrize("argv, line", [
     (["--clients", "17"], "--clients must be between 1 and 16, got '17'"),
     (["--clients", "4,8"], "--clients must be one number"),
-    (["--minutes", "0"], "--minutes must be above 0 and at most 60, got 0.0"),
+    (["--minutes", "0"], "--minutes must be between 0.1 and 60 minutes, got 0.0"),
     (["--max-tokens", "0"], "--max-tokens must be between 1 and 1024, got 0"),
     (["--log-count", "0"], "--log-count must be between 1 and 100000, got 0"),
     (["--every", "0.5"], "--every must be between 1 and 600 seconds, got 0.5"),
