@@ -126,6 +126,8 @@ def test_engine_telemetry_shows_its_acceptance(tiny_dir):
     assert any(line.startswith("vLLM (vllm-metrics.prom): 10 rounds") for line in lines), lines
     assert any(line.startswith("SGLang (sglang-replies.json)") for line in lines)
     assert any(line.startswith("llama.cpp (llamacpp-replies.json)") for line in lines)
+    assert "vLLM per request (vllm-replies.json, 2 requests, 1 detailed): 11 rounds, 29 drafts proposed, 19 " \
+           "accepted (acceptance rate 0.66, mean accepted length τ 2.73)" in lines, lines
 
 
 def test_the_labs_queueing_tab_draws_from_the_logs_decoding_times(tiny_dir):

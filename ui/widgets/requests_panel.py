@@ -166,9 +166,9 @@ def show_opened(replay) -> None:
 
 
 def show_telemetry() -> None:
-    """Engines' exported spec-decode numbers (vLLM /metrics text, SGLang or llama.cpp replies)."""
-    files = st.file_uploader("Engine telemetry: a vLLM /metrics dump (.txt, .prom), SGLang or llama.cpp replies "
-                             "(.json)", type=["txt", "prom", "json"], accept_multiple_files=True,
+    """Engines' exported spec-decode numbers (vLLM /metrics text; vLLM, SGLang or llama.cpp replies)."""
+    files = st.file_uploader("Engine telemetry: a vLLM /metrics dump (.txt, .prom), or vLLM, SGLang or llama.cpp "
+                             "replies (.json)", type=["txt", "prom", "json"], accept_multiple_files=True,
                              key=guard.uploader_key(TELEMETRY))
     for n, upload in enumerate(files or []):
         try:
