@@ -193,3 +193,18 @@ def test_a_malformed_vllm_reply_is_one_line_naming_the_file_and_field(path, valu
         engine_metrics.read(_spoiled(path, value), "v.json")
     line = str(caught.value)
     assert line.startswith("v.json: ") and field in line and "\n" not in line, line
+
+
+def test_the_charts_take_the_projects_palette_and_each_strategy_its_own_pattern():
+    """Not plotly's default colours: each strategy's bars a distinct Okabe-Ito colour (ui/views/palette.py) and a
+    distinct pattern; the acceptance charts too."""
+    from ui.views import palette
+
+    okabe_ito = {palette.BLUE, palette.ORANGE, palette.GREEN, palette.VERMILLION, palette.PURPLE, palette.SKY,
+                 palette.YELLOW, palette.BLACK}
+    rows = [served(s, v) for s in ("greedy", "speculative", "dspark") for v in (0.1, 0.2)]
+    bars = rq.latency_histogram(rows).data
+    colors, patterns = [b.marker.color for b in bars], [b.marker.pattern.shape for b in bars]
+    assert len(set(colors)) == len(set(patterns)) == 3 and set(colors) <= okabe_ito, (colors, patterns)
+    acc = rq.acceptance_figure(rq.acceptance_of([(3, 1), (3, 3)], "s")).data
+    assert {b.marker.color for b in acc} <= okabe_ito and all(b.marker.color for b in acc)
