@@ -132,8 +132,12 @@ def percentile_table(rows: Sequence[Served]) -> pd.DataFrame:
 
 
 def shared_edges(values: Sequence[float], bins: int = 20) -> np.ndarray:
-    """Bin edges over every strategy's values at once, so the strategies' bars are comparable."""
-    return np.histogram_bin_edges(np.asarray(values, dtype=float), bins=bins)
+    """Bin edges over every strategy's values at once, so the strategies' bars are comparable: numpy's "auto"
+    rule (the larger of Sturges' and Freedman-Diaconis' bin counts), at most `bins` bins, so that a few requests
+    do not spread over mostly empty bins too thin to read."""
+    values = np.asarray(values, dtype=float)
+    edges = np.histogram_bin_edges(values, bins="auto")
+    return edges if len(edges) - 1 <= bins else np.histogram_bin_edges(values, bins=bins)
 
 
 def latency_histogram(rows: Sequence[Served], key: str = "e2e_s", bins: int = 20) -> go.Figure:
@@ -150,12 +154,14 @@ def latency_histogram(rows: Sequence[Served], key: str = "e2e_s", bins: int = 20
         shown = html.escape(strategy)          # plotly draws a name's markup: a log's text is escaped
         color, pattern = SERIES_COLORS[n % len(SERIES_COLORS)], SERIES_PATTERNS[n % len(SERIES_PATTERNS)]
         fig.add_bar(x=centers.tolist(), y=counts.tolist(), name=shown,
-                    marker={"color": color, "line": {"color": color, "width": 1},
-                            "pattern": {"shape": pattern, "fgcolor": "white", "solidity": 0.25}},
+                    marker={"color": color, "pattern": {"shape": pattern, "fillmode": "overlay", "fgcolor": "white",
+                                                        "solidity": 0.3}},
                     hovertemplate=f"{shown}: %{{y}} in %{{x:.1f}} ms<extra></extra>")
     fig.update_layout(barmode="group", bargap=0.15, bargroupgap=0.0, height=320,
                       margin={"l": 10, "r": 10, "t": 30, "b": 10}, title=f"{MEASURES[key]} per strategy",
                       xaxis_title=f"{MEASURES[key]} (ms, bin centre)", yaxis_title="Values (count)")
+    peak = max(max(bar.y) for bar in fig.data)
+    fig.update_yaxes(tick0=0, dtick=max(1, math.ceil(peak / 5)), rangemode="tozero")      # whole counts
     return fig
 
 
@@ -235,7 +241,8 @@ def acceptance_figure(acc: Acceptance) -> go.Figure:
     fig.update_xaxes(title_text="Draft position k (from 1)", dtick=1, row=1, col=2)
     fig.update_yaxes(title_text="Rounds (count)", row=1, col=1)
     fig.update_yaxes(title_text="Acceptance (fraction)", range=[0, 1], row=1, col=2)
-    fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    # the subplot titles sit above the plots: below the band plotly's toolbar takes (figures.TOOLBAR_PX)
+    fig.update_layout(height=324, margin={"l": 10, "r": 10, "t": 64, "b": 10})
     return fig
 
 
