@@ -126,6 +126,8 @@ def test_engine_telemetry_shows_its_acceptance(tiny_dir):
     assert any(line.startswith("vLLM (vllm-metrics.prom): 10 rounds") for line in lines), lines
     assert any(line.startswith("SGLang (sglang-replies.json)") for line in lines)
     assert any(line.startswith("llama.cpp (llamacpp-replies.json)") for line in lines)
+    assert "vLLM per request (vllm-replies.json, 2 requests, 1 detailed): 11 rounds, 29 drafts proposed, 19 " \
+           "accepted (acceptance rate 0.66, mean accepted length τ 2.73)" in lines, lines
 
 
 def test_the_labs_queueing_tab_draws_from_the_logs_decoding_times(tiny_dir):
@@ -140,3 +142,31 @@ def test_the_labs_queueing_tab_draws_from_the_logs_decoding_times(tiny_dir):
     measured = next(d.value for d in at.dataframe if "P99 lower by" in d.value.columns)
     assert not measured.equals(fixed)                       # the log's times, not the fixed second
     assert any("decoding times of greedy from the request log" in c.value for c in at.caption)
+
+
+def test_the_address_field_can_be_turned_off_for_log_files_only(tiny_dir, monkeypatch, log_server):
+    """DECODESCOPE_REQUESTS_ADDRESS=off: no address field, no way to make the server GET anything; log files still
+    read. Unset (the default, and the negative control) the field is there and reads a server; a value other than
+    on/off is one line and the field stays off."""
+    at = new_app()
+    at.switch_page(PAGE).run()
+    assert panel.URL in [t.key for t in at.text_input] and at.segmented_control(key="rq.where")
+    for value, line in (("off", None), ("of", md_text(f"{panel.ADDRESS_ENV}='of' is not on or off; the server "
+                                                      "address field is off"))):
+        monkeypatch.setenv(panel.ADDRESS_ENV, value)
+        at = new_app()
+        at.switch_page(PAGE).run()
+        ok(at)
+        assert [e.value for e in at.error] == ([line] if line else [])
+        assert panel.URL not in [t.key for t in at.text_input] and panel.FETCH not in [b.key for b in at.button]
+        assert not [s for s in at.segmented_control if s.key == "rq.where"]
+        at.file_uploader(key=panel.UPLOAD).set_value(log_files(3)).run()
+        ok(at)
+        assert len(at.dataframe[1].value) == 3
+    monkeypatch.setenv(panel.ADDRESS_ENV, "on")
+    at = new_app()
+    at.switch_page(PAGE).run()
+    at.text_input(key=panel.URL).set_value(log_server).run()
+    at.button(key=panel.FETCH).click().run()
+    ok(at)
+    assert not at.error and len(at.dataframe[1].value) == 3

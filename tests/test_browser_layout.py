@@ -14,6 +14,7 @@ from browser_support import (  # noqa: F401  (fixtures)
     ARTIFACTS,
     ROOT,
     browser,
+    chip,
     click,
     dspark_link,
     idle,
@@ -266,12 +267,27 @@ def test_a_force_picker_shows_the_step_on_view(server, page):
 
 
 def test_requests_page_and_the_labs_queueing_tab(server, page, tmp_path):
-    """A request log uploaded on the Requests page (tests/requests_support.py), its tables and histogram, one
-    request opened on the Traces page; then the Lab's Queueing tab."""
+    """A request log uploaded on the Requests page (tests/requests_support.py), its tables and histogram, the
+    drafts accepted per strategy opened, vLLM replies uploaded as engine telemetry (tests/data/vllm-replies.json);
+    then the Lab's Queueing tab."""
+    upload_request_log(page, server, tmp_path)
+    page.get_by_text("Drafts accepted, per strategy").click()          # its charts drawn and checked too
+    telemetry = page.locator('[data-testid="stFileUploader"]', has_text="Engine telemetry").locator("input")
+    telemetry.set_input_files([str(ROOT / "tests" / "data" / "vllm-replies.json")])
+    page.get_by_text("vLLM per request (vllm-replies.json", exact=False).wait_for(timeout=30_000)
+    check_both_sizes(page, "requests")
+    page.get_by_role("link", name="Lab").click()
+    page.get_by_role("tab", name="Queueing").click()
+    page.locator(".js-plotly-plot", has_text="P99 latency against load").first.wait_for(timeout=30_000)
+    check_both_sizes(page, "lab-queueing")
+
+
+def upload_request_log(page, server, tmp_path, count: int = 9) -> None:
+    """The Requests page with `count` records of tests/requests_support.py uploaded as the log's files."""
     from requests_support import log_files
 
     paths = []
-    for name, data, _ in log_files(9):
+    for name, data, _ in log_files(count):
         paths.append(tmp_path / name)
         paths[-1].write_bytes(data)
     open_app(page, server)
@@ -282,8 +298,28 @@ def test_requests_page_and_the_labs_queueing_tab(server, page, tmp_path):
     uploader.wait_for(state="attached", timeout=30_000)
     uploader.set_input_files([str(p) for p in paths])
     page.locator(".js-plotly-plot", has_text="End to end per strategy").first.wait_for(timeout=30_000)
-    check_both_sizes(page, "requests")
-    page.get_by_role("link", name="Lab").click()
-    page.get_by_role("tab", name="Queueing").click()
-    page.locator(".js-plotly-plot", has_text="P99 latency against load").first.wait_for(timeout=30_000)
-    check_both_sizes(page, "lab-queueing")
+
+
+def test_a_click_on_a_row_of_the_requests_table_opens_that_requests_trace(server, page, tmp_path):
+    """As a user does it: a click on the third row's selection circle in the requests table (not the picker under
+    it) opens that request's trace on the Traces page, its timing line above the views. The third row, not the
+    first, so that a click that opened the slowest whatever the row would fail."""
+    from requests_support import record
+
+    upload_request_log(page, server, tmp_path)
+    records = sorted((record(n, n % 3) for n in range(9)), key=lambda r: -r["timing"]["e2e_s"])
+    want = records[2]
+    grid = page.locator('[data-testid="stDataFrame"]').nth(1)            # after the percentiles: the requests
+    grid.scroll_into_view_if_needed()
+    idle(page)
+    box = grid.bounding_box()
+    row_px = 35                                                          # the grid's header and row height
+    page.mouse.click(box["x"] + 18, box["y"] + row_px * 3 + row_px / 2)  # header, row 1, row 2, then row 3
+    line = page.locator('[data-testid="stCaptionContainer"]', has_text="Served request").first
+    line.wait_for(timeout=30_000)
+    idle(page)
+    page.locator(chip(0)).first.wait_for(timeout=30_000)                 # the trace's chips drew
+    shot(page, "requests-row-opened")
+    text = line.inner_text().replace("\u2060", "")
+    assert f"Served request {want['id']} ({want['strategy']})" in text, text
+    assert not page.locator('[data-testid="stException"]').count()

@@ -118,7 +118,7 @@ def test_sglang_and_llama_cpp_replies_are_read():
 
 
 @pytest.mark.parametrize("raw, words", [
-    (b'{"choices": []}', "no meta_info (SGLang) or timings (llama.cpp)"),
+    (b'{"choices": []}', "no metrics (vLLM), meta_info (SGLang) or timings (llama.cpp)"),
     (json.dumps([{"timings": {"draft_n": -1, "draft_n_accepted": 0}}]).encode(), "[0].timings.draft_n"),
     (json.dumps({"meta_info": {"spec_verify_ct": 2}}).encode(), "spec_accept_length"),
     (b"{not json", "not valid JSON"),
@@ -133,3 +133,78 @@ def test_an_unknown_telemetry_shape_is_one_line_naming_the_file_and_field(raw, w
         engine_metrics.read(raw, "t.txt")
     line = str(caught.value)
     assert line.startswith("t.txt: ") and words in line and "\n" not in line, line
+
+
+def vllm_replies() -> list:
+    return json.loads((DATA / "vllm-replies.json").read_text())
+
+
+def test_vllm_per_request_spec_decode_metrics_are_read():
+    """tests/data/vllm-replies.json is written by hand from vLLM's documented shape (docs/features/
+    speculative_decoding/acceptance_metrics.md, 0.29 and later): a whole chat reply at `summary` and a streamed
+    completion's last (usage) chunk at `detailed`. The counts are checked against sums made here from the
+    replies' own histograms and per-step arrays."""
+    replies = vllm_replies()
+    acc = engine_metrics.read((DATA / "vllm-replies.json").read_bytes(), "v.json")
+    specs = [r["metrics"]["speculative_decoding"] for r in replies]
+    hist = [sum(s["acceptance_histogram"][j] for s in specs) for j in range(4)]
+    assert rq.accepted_length_counts(acc) == hist == [3, 2, 1, 5]
+    steps = Counter(specs[1]["per_step_accepted"])                            # the detailed one, counted here
+    assert [steps[j] for j in range(4)] == specs[1]["acceptance_histogram"]
+    assert (acc.drafts, acc.draft_tokens, acc.accepted) == (11, 29, 19)
+    assert acc.per_pos == (8, 6, 5)                                          # rounds accepting at least k + 1
+    line = rq.acceptance_line(acc)
+    assert "τ 2.73" in line and "acceptance rate 0.66" in line and "1 detailed" in line, line
+    one = engine_metrics.read(json.dumps(replies[0]).encode(), "one.json")    # one reply alone: its own numbers
+    assert f"τ {specs[0]['mean_acceptance_length']:.2f}" in rq.acceptance_line(one)
+
+
+def _spoiled(path: list, value) -> bytes:
+    replies = vllm_replies()
+    spec = replies[1]["metrics"]
+    for key in path[:-1]:
+        spec = spec[key]
+    if value is KeyError:
+        del spec[path[-1]]
+    else:
+        spec[path[-1]] = value
+    return json.dumps(replies).encode()
+
+
+@pytest.mark.parametrize("path, value, field", [
+    (["speculative_decoding"], None, "[1].metrics.speculative_decoding is null"),
+    (["speculative_decoding"], [1], "[1].metrics.speculative_decoding='[1]' is not an object"),
+    (["speculative_decoding"], KeyError, "[1].metrics.speculative_decoding is missing"),
+    (["speculative_decoding", "acceptance_histogram"], [1, 1, 1, 2, 0], "acceptance_histogram has 5 counts"),
+    (["speculative_decoding", "acceptance_histogram"], {"0": 1}, "acceptance_histogram="),
+    (["speculative_decoding", "num_spec_steps"], 6, "num_spec_steps=6 is not the histogram's sum"),
+    (["speculative_decoding", "num_accepted_draft_tokens"], "9", "num_accepted_draft_tokens='9'"),
+    (["speculative_decoding", "num_draft_tokens"], 16, "num_draft_tokens=16 is not between"),
+    (["speculative_decoding", "mean_acceptance_length"], 1.8, "mean_acceptance_length=1.8 is not 2.8"),
+    (["speculative_decoding", "draft_acceptance_rate"], None, "draft_acceptance_rate=None"),
+    (["speculative_decoding", "per_step_drafted"], [3, 1, 2, 3], "have 5 and 4 steps"),
+    (["speculative_decoding", "per_step_drafted"], [3, 1, 0, 3, 2], "per_step_accepted[2]=1 is more than"),
+    (["speculative_decoding", "per_step_accepted"], [2, 0, 1, 3, 2], "does not add up to acceptance_histogram"),
+    (["speculative_decoding", "num_spec_tokens"], float("inf"), "num_spec_tokens='inf' is not a count"),
+])
+def test_a_malformed_vllm_reply_is_one_line_naming_the_file_and_field(path, value, field):
+    """Negative controls for the reader above: each reply spoiled in one field of vLLM's shape."""
+    with pytest.raises(rq.RequestLogError) as caught:
+        engine_metrics.read(_spoiled(path, value), "v.json")
+    line = str(caught.value)
+    assert line.startswith("v.json: ") and field in line and "\n" not in line, line
+
+
+def test_the_charts_take_the_projects_palette_and_each_strategy_its_own_pattern():
+    """Not plotly's default colours: each strategy's bars a distinct Okabe-Ito colour (ui/views/palette.py) and a
+    distinct pattern; the acceptance charts too."""
+    from ui.views import palette
+
+    okabe_ito = {palette.BLUE, palette.ORANGE, palette.GREEN, palette.VERMILLION, palette.PURPLE, palette.SKY,
+                 palette.YELLOW, palette.BLACK}
+    rows = [served(s, v) for s in ("greedy", "speculative", "dspark") for v in (0.1, 0.2)]
+    bars = rq.latency_histogram(rows).data
+    colors, patterns = [b.marker.color for b in bars], [b.marker.pattern.shape for b in bars]
+    assert len(set(colors)) == len(set(patterns)) == 3 and set(colors) <= okabe_ito, (colors, patterns)
+    acc = rq.acceptance_figure(rq.acceptance_of([(3, 1), (3, 3)], "s")).data
+    assert {b.marker.color for b in acc} <= okabe_ito and all(b.marker.color for b in acc)

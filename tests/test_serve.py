@@ -162,6 +162,9 @@ HOSTILE = [   # (what, path, raw body or fields, status, the parameter the line 
      _body(temperature=0.5, decodescope={"strategy": "sample", "temperature": 0.5}), 400, "decodescope.temperature"),
     ("another model", "/v1/completions", _body(model="gpt-4"), 404, "model"),
 ]
+LOOKUPS = [   # (what, path, status, the parameter the line names): the read-only log routes' refusals (GET)
+    ("an unknown request id", "/v1/decodescope/requests/cmpl-0000", 404, "request_id"),
+]
 
 
 def _server_folders(live) -> list[str]:
@@ -184,6 +187,13 @@ def test_a_hostile_body_is_one_line_naming_the_field(live, what, path, payload, 
     assert code == status, text
     assert error["message"].startswith(f"{param}=") and "\n" not in error["message"], error
     assert "Traceback" not in text and not [f for f in _server_folders(live) if f in text]
+
+
+@pytest.mark.parametrize("what, path, status, param", LOOKUPS, ids=[k[0] for k in LOOKUPS])
+def test_a_lookup_the_log_cannot_answer_is_one_line_naming_the_field(live, what, path, status, param):
+    code, text = request(live, "GET", path)
+    message = json.loads(text)["error"]["message"]
+    assert code == status and message.startswith(f"{param}=") and "\n" not in message, text
 
 
 @pytest.mark.parametrize("method, path, status", [("GET", "/v1/completions", 405), ("GET", "/etc/passwd", 404),
@@ -287,6 +297,9 @@ def _refusals(live) -> dict[str, tuple[str, str]]:
                else json.dumps({k: (name if v == "MODEL" else v) for k, v in payload.items()}).encode())
         code, text = request(live, "POST", path, raw)
         out[what] = (str(code), json.loads(text)["error"]["message"].replace(name, "MODEL"))
+    for what, path, _, _ in LOOKUPS:
+        code, text = request(live, "GET", path)
+        out[what] = (str(code), json.loads(text)["error"]["message"])
     return out
 
 
@@ -304,7 +317,7 @@ def test_errors_md_quotes_every_serve_refusal(live):
     Negative control: a changed message would not match (the comparison is exact)."""
     given, quoted = _refusals(live), errors_md_serve_rows()
     assert quoted == given
-    assert len(quoted) == len(HOSTILE)
+    assert len(quoted) == len(HOSTILE) + len(LOOKUPS)
 
 
 def test_the_benchmarks_clients_get_greedys_answers_under_every_strategy(live):

@@ -15,11 +15,16 @@ import plotly.graph_objects as go
 
 from decoding.core.formulas import percentile
 from decoding.serve.trace_log import rounds as trace_rounds
+from ui.views import palette
 
 NA = "—"
 MAX_RECORD_BYTES = 50 * 1024 * 1024       # one record (its trace included)
 MAX_RECORDS = 2000
 PERCENTILES = (50, 90, 99)
+# One colour (Okabe-Ito, ui/views/palette.py) and one bar pattern per strategy, in the order the log names them.
+SERIES_COLORS = (palette.BLUE, palette.ORANGE, palette.GREEN, palette.VERMILLION, palette.PURPLE, palette.SKY,
+                 palette.YELLOW, palette.BLACK)
+SERIES_PATTERNS = ("", "/", ".", "x", "-", "|", "+", "\\")
 MEASURES = {"queue_s": "Queue", "ttft_s": "Time to first token", "itl_s": "Inter-token latency",
             "e2e_s": "End to end"}
 
@@ -127,26 +132,36 @@ def percentile_table(rows: Sequence[Served]) -> pd.DataFrame:
 
 
 def shared_edges(values: Sequence[float], bins: int = 20) -> np.ndarray:
-    """Bin edges over every strategy's values at once, so the strategies' bars are comparable."""
-    return np.histogram_bin_edges(np.asarray(values, dtype=float), bins=bins)
+    """Bin edges over every strategy's values at once, so the strategies' bars are comparable: numpy's "auto"
+    rule (the larger of Sturges' and Freedman-Diaconis' bin counts), at most `bins` bins, so that a few requests
+    do not spread over mostly empty bins too thin to read."""
+    values = np.asarray(values, dtype=float)
+    edges = np.histogram_bin_edges(values, bins="auto")
+    return edges if len(edges) - 1 <= bins else np.histogram_bin_edges(values, bins=bins)
 
 
 def latency_histogram(rows: Sequence[Served], key: str = "e2e_s", bins: int = 20) -> go.Figure:
-    """One bar series per strategy, counts of `key` on the same bins (milliseconds)."""
+    """One bar series per strategy, counts of `key` on the same bins (milliseconds), side by side in each bin;
+    each strategy a colour of the project's palette and a pattern, so the legend does not rest on colour."""
     every = _values(rows, key)
     fig = go.Figure()
     if not every:
         return fig
     edges = shared_edges(every, bins) * 1000
-    centers, widths = (edges[:-1] + edges[1:]) / 2, np.diff(edges)
-    for strategy, group in by_strategy(rows).items():
+    centers = (edges[:-1] + edges[1:]) / 2
+    for n, (strategy, group) in enumerate(by_strategy(rows).items()):
         counts, _ = np.histogram(np.asarray(_values(group, key)) * 1000, bins=edges)
         shown = html.escape(strategy)          # plotly draws a name's markup: a log's text is escaped
-        fig.add_bar(x=centers.tolist(), y=counts.tolist(), width=widths.tolist(), name=shown, opacity=0.7,
+        color, pattern = SERIES_COLORS[n % len(SERIES_COLORS)], SERIES_PATTERNS[n % len(SERIES_PATTERNS)]
+        fig.add_bar(x=centers.tolist(), y=counts.tolist(), name=shown,
+                    marker={"color": color, "pattern": {"shape": pattern, "fillmode": "overlay", "fgcolor": "white",
+                                                        "solidity": 0.3}},
                     hovertemplate=f"{shown}: %{{y}} in %{{x:.1f}} ms<extra></extra>")
-    fig.update_layout(barmode="overlay", height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10},
-                      title=f"{MEASURES[key]} per strategy", xaxis_title=f"{MEASURES[key]} (ms)",
-                      yaxis_title="Values (count)")
+    fig.update_layout(barmode="group", bargap=0.15, bargroupgap=0.0, height=320,
+                      margin={"l": 10, "r": 10, "t": 30, "b": 10}, title=f"{MEASURES[key]} per strategy",
+                      xaxis_title=f"{MEASURES[key]} (ms, bin centre)", yaxis_title="Values (count)")
+    peak = max(max(bar.y) for bar in fig.data)
+    fig.update_yaxes(tick0=0, dtick=max(1, math.ceil(peak / 5)), rangemode="tozero")      # whole counts
     return fig
 
 
@@ -217,15 +232,17 @@ def acceptance_figure(acc: Acceptance) -> go.Figure:
     fig = make_subplots(rows=1, cols=2, subplot_titles=("Rounds by drafts accepted (count)",
                                                         "Acceptance by draft position (fraction of rounds)"))
     counts = accepted_length_counts(acc)
-    fig.add_bar(x=list(range(len(counts))), y=counts, row=1, col=1, showlegend=False,
+    fig.add_bar(x=list(range(len(counts))), y=counts, row=1, col=1, showlegend=False, marker_color=palette.BLUE,
                 hovertemplate="%{y} rounds accepted %{x} drafts<extra></extra>")
     rates = [n / acc.drafts if acc.drafts else 0.0 for n in acc.per_pos]
-    fig.add_bar(x=list(range(1, len(rates) + 1)), y=rates, row=1, col=2, showlegend=False,
+    fig.add_bar(x=list(range(1, len(rates) + 1)), y=rates, row=1, col=2, showlegend=False, marker_color=palette.GREEN,
                 hovertemplate="position %{x}: %{y:.2f}<extra></extra>")
-    fig.update_xaxes(title_text="Drafts accepted in the round", row=1, col=1)
-    fig.update_xaxes(title_text="Draft position", row=1, col=2)
-    fig.update_yaxes(range=[0, 1], row=1, col=2)
-    fig.update_layout(height=300, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    fig.update_xaxes(title_text="Drafts accepted in the round", dtick=1, row=1, col=1)
+    fig.update_xaxes(title_text="Draft position k (from 1)", dtick=1, row=1, col=2)
+    fig.update_yaxes(title_text="Rounds (count)", row=1, col=1)
+    fig.update_yaxes(title_text="Acceptance (fraction)", range=[0, 1], row=1, col=2)
+    # the subplot titles sit above the plots: below the band plotly's toolbar takes (figures.TOOLBAR_PX)
+    fig.update_layout(height=324, margin={"l": 10, "r": 10, "t": 64, "b": 10})
     return fig
 
 

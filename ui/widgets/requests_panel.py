@@ -5,6 +5,7 @@ page already has: its trace goes into keys.REPLAY)."""
 from __future__ import annotations
 
 import json
+import os
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -22,6 +23,7 @@ URL, FETCH, UPLOAD, OPEN, MEASURE, TABLE, TELEMETRY = ("rq.url_in", "rq.fetch", 
                                                        "rq.measure", "rq.table", "rq.telemetry")
 LOG_PATH = "/v1/decodescope/requests"
 TIMEOUT_S = 10
+ADDRESS_ENV = "DECODESCOPE_REQUESTS_ADDRESS"   # "off": log files only, no address a visitor can make it GET
 
 
 class FetchError(ValueError):
@@ -80,10 +82,29 @@ def read_uploads(files) -> tuple[list[rq.Served], dict[str, dict]]:
     return rows, records
 
 
+def address_setting() -> tuple[bool, str | None]:
+    """Whether the page shows the server address field (DECODESCOPE_REQUESTS_ADDRESS unset or `on`) or reads
+    log files only (`off`); any other value is taken as `off`, with a line saying so."""
+    value = os.environ.get(ADDRESS_ENV, "").strip()
+    if value.lower() in ("", "on"):
+        return True, None
+    if value.lower() == "off":
+        return False, None
+    return False, f"{ADDRESS_ENV}={value[:40]!r} is not on or off; the server address field is off"
+
+
 def choose_source() -> None:
-    """The log from a server or from files, into session state; a bad source is one line."""
-    where = st.segmented_control("Read the request log from", ["A running server", "Log files"],
-                                 default="A running server", key="rq.where")
+    """The log from a server or from files, into session state; a bad source is one line. With the address field
+    off (ADDRESS_ENV), files only: the page never fetches."""
+    allowed, problem = address_setting()
+    if problem:
+        st.error(md_text(problem))
+    where = "Log files"
+    if allowed:
+        where = st.segmented_control("Read the request log from", ["A running server", "Log files"],
+                                     default="A running server", key="rq.where")
+    else:
+        st.caption(f"Reading a running server is turned off on this app (`{ADDRESS_ENV}`): upload the log's files.")
     try:
         if where == "Log files":
             files = st.file_uploader("Request-log files (.json, from the cache folder's serve/requests/)",
@@ -144,7 +165,7 @@ def open_trace(request_id: str) -> None:
     try:
         if record is None:
             root = st.session_state.get(SOURCE_URL)
-            if not root:
+            if not root or not address_setting()[0]:
                 raise FetchError(f"request {request_id[:80]!r} is not in the log read")
             record = get_json(f"{root}{LOG_PATH}/{urllib.parse.quote(request_id, safe='')}", rq.MAX_RECORD_BYTES)
         trace = from_dict(record.get("trace") if isinstance(record, dict) else None)
@@ -166,9 +187,9 @@ def show_opened(replay) -> None:
 
 
 def show_telemetry() -> None:
-    """Engines' exported spec-decode numbers (vLLM /metrics text, SGLang or llama.cpp replies)."""
-    files = st.file_uploader("Engine telemetry: a vLLM /metrics dump (.txt, .prom), SGLang or llama.cpp replies "
-                             "(.json)", type=["txt", "prom", "json"], accept_multiple_files=True,
+    """Engines' exported spec-decode numbers (vLLM /metrics text; vLLM, SGLang or llama.cpp replies)."""
+    files = st.file_uploader("Engine telemetry: a vLLM /metrics dump (.txt, .prom), or vLLM, SGLang or llama.cpp "
+                             "replies (.json)", type=["txt", "prom", "json"], accept_multiple_files=True,
                              key=guard.uploader_key(TELEMETRY))
     for n, upload in enumerate(files or []):
         try:
