@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.procs import check_ranges, client_counts
 from bench.report import write_section
-from bench.serve import MAX_CONCURRENCY, Result, ask, parse_strategies, prompts, resident_mib, served
+from bench.serve import BUSY, MAX_CONCURRENCY, Result, ask, parse_strategies, prompts, resident_mib, served
 from decoding.runtime.packed_gemm import cpu_name
 from decoding.serve.trace_log import default_folder
 
@@ -94,7 +94,8 @@ def soak(args, base_url: str, model: str, pid: int) -> tuple[Tally, list]:
     return tally, [s for s in samples if s is not None]
 
 
-def render(tally: Tally, memory: list[float], log: tuple[int, float], args, command: str) -> str:
+def render(tally: Tally, memory: list[float], log: tuple[int, float], args, command: str,
+           loads: tuple = ((0.0,), (0.0,))) -> str:
     errors = sorted({r.error for r in tally.results if r.error})
     per = {s: sum(1 for r in tally.results if r.strategy == s) for s in args.strategies}
     tail = len(memory) // 2
@@ -104,8 +105,11 @@ def render(tally: Tally, memory: list[float], log: tuple[int, float], args, comm
         f"`{command}`, {time.strftime('%Y-%m-%d')}; {cpu_name()}, {os.cpu_count()} CPU cores. "
         f"{args.clients} clients, each sending streamed chat requests back to back for {args.minutes:g} "
         f"minutes (at most {args.max_tokens} tokens, temperature 0, a seeded prompt and strategy per request); "
-        "every answer compared with greedy's answer to the same prompt, asked alone before the soak.",
+        "every answer compared with greedy's answer to the same prompt, asked alone before the soak. Load "
+        f"average {loads[0][0]:.1f} before and {loads[1][0]:.1f} after (the load after includes the soak's own "
+        "server and clients).",
         "",
+        *([BUSY, ""] if loads[0][0] > (os.cpu_count() or 1) else []),
         "| requests | per strategy | failed | answers that differ from greedy's | server MiB: first / largest / "
         "last | largest in the second half vs the first | request log kept |",
         "|---|---|---|---|---|---|---|",
@@ -145,6 +149,7 @@ def checked(argv) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = checked(argv)
+    before = os.getloadavg()
     extra = ("--log-count", str(args.log_count))
     with served("default", args.max_tokens, args.clients, extra) as (base_url, pid):
         with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
@@ -152,7 +157,7 @@ def main(argv=None) -> None:
         tally, memory = soak(args, base_url, model, pid)
         log = log_size(default_folder())
     command = "python -m bench serve-soak " + " ".join(sys.argv[2:] if argv is None else argv)
-    body = render(tally, memory, log, args, command.strip())
+    body = render(tally, memory, log, args, command.strip(), (before, os.getloadavg()))
     print(body)
     if not args.no_write:
         write_section("serve_soak", body)

@@ -47,3 +47,14 @@ def test_a_bad_flag_is_one_line(argv, line, capsys):
     with pytest.raises(SystemExit) as exit_info:
         serve_soak.checked(argv)
     assert line in (str(exit_info.value.code) + capsys.readouterr().err)
+
+
+def test_the_table_says_when_the_machine_was_busy_before_the_soak():
+    import os
+
+    args = argparse.Namespace(clients=1, minutes=1.0, max_tokens=8, log_count=10, strategies=("greedy",))
+    tally, cores = serve_soak.Tally(), os.cpu_count() or 1
+    tally.add(_result("greedy", "p", "a"), expected="a")
+    busy = serve_soak.render(tally, [1.0, 1.0], (1, 0.1), args, "cmd", ((cores + 1.0,), (0.1,)))
+    its_own = serve_soak.render(tally, [1.0, 1.0], (1, 0.1), args, "cmd", ((0.1,), (cores + 1.0,)))
+    assert serve_soak.BUSY in busy and serve_soak.BUSY not in its_own
