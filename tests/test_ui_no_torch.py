@@ -11,8 +11,8 @@ The widgets reach the engine's torch side through one module, ui/widgets/engine.
 side: read statically, every module its table names loads torch, and no other module of ui/, app_pages/ or
 app.py imports (at any depth of its code) a decoding module whose import loads torch, transformers,
 accelerate or safetensors, directly or through the modules it imports when it is imported. The static
-reading is checked against the fresh-interpreter probe; negative control: two such imports planted in a copy
-of the tree are each caught."""
+reading is checked against the fresh-interpreter probe; negative controls: two such imports planted in a copy
+of the tree are each caught, as is a torch-free name put behind the facade."""
 from __future__ import annotations
 
 import ast
@@ -182,6 +182,12 @@ def facade_table(root: Path) -> dict[str, str]:
     return ast.literal_eval(table)
 
 
+def torch_free_behind_the_facade(root: Path) -> list[str]:
+    """The facade's names whose module loads no torch (those the UI imports directly instead)."""
+    reaching = torch_side(root)
+    return sorted(name for name, module in facade_table(root).items() if module not in reaching)
+
+
 def test_the_facade_holds_only_the_torch_side_and_each_name_resolves():
     """Behind the facade only modules that load torch (what loads none is imported directly), and every name
     in its table is one its module has."""
@@ -189,14 +195,14 @@ def test_the_facade_holds_only_the_torch_side_and_each_name_resolves():
 
     behind = set(facade_table(ROOT).values())
     assert {"decoding.runner", "decoding.runtime.engine_thread", "decoding.runtime.models"} <= behind
-    assert behind <= torch_side(ROOT)
+    assert torch_free_behind_the_facade(ROOT) == []
     assert facade_table(ROOT) == engine._LAZY and sorted(engine.__all__) == sorted(engine._LAZY)
     assert all(getattr(engine, name) is not None for name in engine._LAZY)
 
 
 def test_the_static_reading_matches_a_fresh_interpreter():
-    """The modules behind the facade are torch-side and load torch; the decoding modules the UI imports
-    are not, and do not: the static reading names what a real import does."""
+    """The decoding modules the UI imports are not torch-side and load no torch; placement, which is, loads
+    it: the static reading names what a real import does."""
     reaching = torch_side(ROOT)
     engine = {module_name(p, ROOT) for p in (ROOT / "decoding").rglob("*.py")}
     widgets = set().union(*(decoding_imports(ROOT, p.relative_to(ROOT).as_posix())
@@ -219,3 +225,7 @@ def test_an_import_around_the_facade_is_caught(tmp_path):
     traces.write_text("import decoding.runtime.placement\n" + traces.read_text(encoding="utf-8"), encoding="utf-8")
     assert around_the_facade(tmp_path) == ["ui/widgets/display.py imports decoding.runner",
                                            "app_pages/traces.py imports decoding.runtime.placement"]
+    facade = tmp_path / FACADE
+    facade.write_text(facade.read_text(encoding="utf-8").replace(
+        "_LAZY = {", '_LAZY = {\n    "ModelSpec": "decoding.runtime.model_spec",', 1), encoding="utf-8")
+    assert torch_free_behind_the_facade(tmp_path) == ["ModelSpec"]
