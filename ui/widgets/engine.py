@@ -2,7 +2,8 @@
 thread, loading a model or a drafter, freeing device memory and the Lab's measurements.
 
 Importing it loads no torch: each name below is imported from its engine module on first use (PEP 562), so
-a page loads torch when it first runs or loads a model, not when it is imported. Callers write
+no widget or page loads torch by being imported (in the app, torch comes with app.py's start of the engine
+thread). Callers write
 `from ui.widgets import engine` and `engine.run(...)` where they use it; what loads no torch (the configs, the
 trace and its totals, `ModelSpec` and its choices, the cost table, paths, files) they import from decoding/
 directly. A new name is one line in `_LAZY`. tests/test_ui_no_torch.py holds the UI to both rules."""
