@@ -2,12 +2,12 @@
 import streamlit as st
 
 from ui.widgets import (
+    engine,
     guard,
     keys,
     sidebar,
     strategy_panels,  # noqa: F401  (registers the beam, speculative and dspark views)
 )
-from ui.widgets.engine import ENGINE, threads_beside_ui
 
 st.set_page_config(page_title="DecodeScope", page_icon=":material/search:", layout="wide")
 # Projector first (1280×800, issue 46): less padding around the main column; text that Streamlit cuts
@@ -26,7 +26,7 @@ button [data-testid="stMarkdownContainer"] p { white-space: normal; }
 </style>""")
 # Every rerun runs in a thread of its own: the tensor work goes to one engine thread, with one core left
 # to the server and the browser (at the first run; later calls do nothing).
-ENGINE.enable(threads=threads_beside_ui())
+engine.ENGINE.enable(threads=engine.threads_beside_ui())
 
 st.session_state[keys.SETTINGS] = sidebar.render()
 

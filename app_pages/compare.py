@@ -7,8 +7,7 @@ from decoding.core.config import CONFIGS
 from decoding.core.errors import ConfigError
 from ui.views import acceptance, figures, made_with, memory, tables, verdict
 from ui.views.text import md_text
-from ui.widgets import display, keys, session, sidebar
-from ui.widgets.engine import run_lockstep
+from ui.widgets import display, engine, keys, session, sidebar
 from ui.widgets.params import build_config
 from ui.widgets.waiting import with_waiting
 
@@ -73,7 +72,7 @@ if st.button("Run the comparison", key=keys.COMPARE_RUN, type="primary", disable
         progress.progress(min(1.0, turn / max(1, settings.max_new_tokens)),
                           text=md_text(with_waiting(f"Lockstep turn {turn}")))
 
-    st.session_state[keys.COMPARE] = run_lockstep(lm, prompt_ids, jobs, prompt_text=settings.prompt,
+    st.session_state[keys.COMPARE] = engine.run_lockstep(lm, prompt_ids, jobs, prompt_text=settings.prompt,
                                                   on_event=on_event)
     st.session_state[keys.COMPARE_MADE_WITH] = now
     progress.empty()

@@ -7,7 +7,8 @@ import argparse
 from pathlib import Path
 
 from bench.report import write_section
-from decoding.runtime.models import DEVICES, DTYPES, LM, ModelSpec, load
+from decoding.runtime.model_spec import DEVICES, DTYPES, ModelSpec
+from decoding.runtime.models import LM, load
 
 
 def add(parser: argparse.ArgumentParser) -> None:

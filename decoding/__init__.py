@@ -22,7 +22,7 @@ import importlib
 from decoding.core.errors import ConfigError
 
 _LAZY = {
-    "load": "decoding.runtime.models", "ModelSpec": "decoding.runtime.models", "LM": "decoding.runtime.models",
+    "load": "decoding.runtime.models", "ModelSpec": "decoding.runtime.model_spec", "LM": "decoding.runtime.models",
     "run": "decoding.runner", "run_lockstep": "decoding.runner", "STRATEGIES": "decoding.runner",
     "GreedyConfig": "decoding.core.config", "SampleConfig": "decoding.core.config",
     "BeamConfig": "decoding.core.config",

@@ -17,8 +17,8 @@ from decoding.core.config import GAMMA_POLICIES, BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.runner import STRATEGIES, RunInterrupted, run, run_lockstep
 from decoding.runtime.files import CacheWarning, check_writable, write_text_atomic
-from decoding.runtime.models import DEVICES, DTYPES, ModelSpec, load
-from decoding.runtime.placement import DEVICE_MAPS
+from decoding.runtime.model_spec import DEVICE_MAPS, DEVICES, DTYPES, ModelSpec
+from decoding.runtime.models import load
 
 INTERRUPTED = 130                      # exit status after Ctrl-C (128 + SIGINT), as shells report it
 

@@ -49,6 +49,7 @@ def trace_json(at) -> str:
 @pytest.fixture
 def no_model(monkeypatch):
     """Any model load on the page fails the test (AppTest runs the app in this process)."""
+    import ui.widgets.engine
     import ui.widgets.session
 
     calls = []
@@ -58,7 +59,7 @@ def no_model(monkeypatch):
         raise AssertionError("the tour loaded a model")
 
     monkeypatch.setattr(ui.widgets.session, "load_lm", refuse)
-    monkeypatch.setattr(ui.widgets.session, "load", refuse)
+    monkeypatch.setattr(ui.widgets.engine, "load", refuse)
     return calls
 
 

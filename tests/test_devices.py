@@ -16,8 +16,8 @@ from decoding import runner
 from decoding.core.config import BeamConfig, GreedyConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
 from decoding.core.trace import without_timings
-from decoding.runtime.models import LM, ModelSpec, Timer, load
-from decoding.runtime.placement import parse_max_memory
+from decoding.runtime.model_spec import ModelSpec, parse_max_memory
+from decoding.runtime.models import LM, Timer, load
 
 PROMPT = "w1 w2 w3 w1 w2 w3 w1"
 

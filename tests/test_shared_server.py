@@ -15,7 +15,7 @@ from decoding.core.config import GreedyConfig, SampleConfig
 from decoding.core.trace import without_timings
 from decoding.runner import run
 from decoding.runtime.model_cache import ModelCache
-from ui.widgets import keys, lab_panels, live, session
+from ui.widgets import engine, keys, lab_panels, live, session
 from ui.widgets.live import LiveRun, release_idle
 from ui.widgets.waiting import waiting_line
 
@@ -117,8 +117,8 @@ def test_a_draft_goes_with_its_target(monkeypatch, fresh_caches):
         def __init__(self, target):
             self.target = target
 
-    monkeypatch.setattr(session, "load", lambda spec: Weights())
-    monkeypatch.setattr(session, "load_draft", lambda name, target, **spec: Draft(target))
+    monkeypatch.setattr(engine, "load", lambda spec: Weights())
+    monkeypatch.setattr(engine, "load_draft", lambda name, target, **spec: Draft(target))
     key = ("m", "cpu", "float32")
     target = weakref.ref(session.load_lm_for(key))
     draft = weakref.ref(session.load_draft_lm("shallow", "cpu", "float32", key))
@@ -192,8 +192,8 @@ def test_a_drop_hands_the_freed_heap_back(monkeypatch, fresh_caches):
     cache drops one."""
     trims = []
     monkeypatch.setattr(session.heap, "give_back", lambda: trims.append("heap"))
-    monkeypatch.setattr(session, "free_device_memory", lambda: trims.append("cuda"))
-    monkeypatch.setattr(session, "load", lambda spec: Weights())
+    monkeypatch.setattr(engine, "free_device_memory", lambda: trims.append("cuda"))
+    monkeypatch.setattr(engine, "load", lambda spec: Weights())
     session.load_lm("m", "cpu", "float32")
     session.load_lm("m", "cpu", "bfloat16")
     assert trims == []                                              # control: nothing dropped, nothing trimmed
@@ -205,8 +205,8 @@ def test_a_target_dropped_with_its_draft_is_handed_back_once(monkeypatch, fresh_
     """The draft built on a dropped target goes with it, and the heap is handed back once for both."""
     trims = []
     monkeypatch.setattr(session.heap, "give_back", lambda: trims.append("heap"))
-    monkeypatch.setattr(session, "free_device_memory", lambda: None)
-    monkeypatch.setattr(session, "load", lambda spec: Weights())
+    monkeypatch.setattr(engine, "free_device_memory", lambda: None)
+    monkeypatch.setattr(engine, "load", lambda spec: Weights())
     first = session.target_key("m", "cpu", "float32", {})
     session.load_lm("m", "cpu", "float32")
     session.DRAFTS.get(("draft", first), Weights)

@@ -1,13 +1,18 @@
-"""The UI's views load no torch: every module under ui/views/ is imported, in sorted order, in one fresh
-interpreter, and after each import sys.modules is checked for torch, so a failure names the first view
-that brought it in. Negative control: the same probe flags decoding.runner (which imports torch) placed
-among the views, and only it. The rule on direct imports is tests/test_architecture.py's.
+"""The UI loads no torch at import. In one fresh interpreter, in order: every module under ui/, then the
+import statements of the Streamlit scripts (app.py and each page in app_pages/); after each, sys.modules is
+checked for torch, so a failure names the first import that brought it in. The scripts themselves are not
+imported: Streamlit runs them, and running one is running the app (app.py sets the engine thread's width from
+torch's own thread count, and the default page loads a model), so what a script brings in at import is what
+its import statements bring in. Negative controls: after all of them, the facade's first use loads torch and
+is named; and the same probe names `import decoding.runner` placed among them, and only it. The rule on
+direct imports is tests/test_architecture.py's.
 
-The widgets reach the engine's torch side through one module, ui/widgets/engine.py: read statically, no
-other module of ui/, app_pages/ or app.py imports (at any depth of its code) a decoding module whose
-import loads torch, transformers, accelerate or safetensors, directly or through the modules it imports
-when it is imported. The static reading is checked against the fresh-interpreter probe; negative control:
-two such imports planted in a copy of the tree are each caught."""
+The widgets reach the engine's torch side through one module, ui/widgets/engine.py, and it holds only that
+side: read statically, every module its table names loads torch, and no other module of ui/, app_pages/ or
+app.py imports (at any depth of its code) a decoding module whose import loads torch, transformers,
+accelerate or safetensors, directly or through the modules it imports when it is imported. The static
+reading is checked against the fresh-interpreter probe; negative controls: two such imports planted in a copy
+of the tree are each caught, as is a torch-free name put behind the facade."""
 from __future__ import annotations
 
 import ast
@@ -19,39 +24,55 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PROBE = """
-import importlib, json, sys
-loaded = []
-for name in sys.argv[1:]:
+import json, sys
+loaded, scope = [], {}
+for statement in sys.argv[1:]:
     before = "torch" in sys.modules
-    importlib.import_module(name)
+    exec(statement, scope)
     if not before and "torch" in sys.modules:
-        loaded.append(name)
+        loaded.append(statement)
 print(json.dumps(loaded))
 """
 
 
-def view_modules() -> list[str]:
-    return sorted("ui.views." + p.stem if p.stem != "__init__" else "ui.views"
-                  for p in (ROOT / "ui" / "views").glob("*.py"))
+def ui_modules() -> list[str]:
+    return sorted(module_name(p, ROOT) for p in (ROOT / "ui").rglob("*.py") if "__pycache__" not in p.parts)
 
 
-def torch_importers(names: list[str]) -> list[str]:
-    """The modules among `names` whose import (in this order, one fresh interpreter) first loaded torch."""
-    done = subprocess.run([sys.executable, "-c", PROBE, *names], cwd=ROOT, capture_output=True, text=True,
+def script_imports() -> list[str]:
+    """The import statements app.py and the pages run when Streamlit runs them, each once, in file order (the
+    scripts themselves are run by Streamlit, never imported: see the module's docstring)."""
+    scripts = [ROOT / "app.py", *sorted((ROOT / "app_pages").glob("*.py"))]
+    found = [ast.unparse(node) for path in scripts
+             for node in load_time_imports(ast.parse(path.read_text(encoding="utf-8")))]
+    return list(dict.fromkeys(found))
+
+
+def ui_imports() -> list[str]:
+    return [f"import {name}" for name in ui_modules()] + script_imports()
+
+
+def torch_importers(statements: list[str]) -> list[str]:
+    """The statements among `statements` (run in this order, one fresh interpreter, one namespace) after which
+    torch was first in sys.modules."""
+    done = subprocess.run([sys.executable, "-c", PROBE, *statements], cwd=ROOT, capture_output=True, text=True,
                           timeout=120, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def test_every_view_imports_without_torch():
-    names = view_modules()
-    assert len(names) > 20
-    assert torch_importers(names) == []
+def test_no_ui_module_and_no_page_import_loads_torch():
+    """All of them, and then the facade's first use: that, and nothing before it, loads torch."""
+    statements = ui_imports()
+    assert len(ui_modules()) > 40 and len(script_imports()) > 20
+    assert "import ui.widgets.engine" in statements and "import ui.widgets.sidebar" in statements
+    first_use = ["from ui.widgets import engine", "engine.ENGINE", "engine.run"]
+    assert torch_importers(statements + first_use) == ["engine.ENGINE"]
 
 
 def test_probe_catches_a_module_that_imports_torch():
-    names = view_modules()
-    middle = len(names) // 2
-    assert torch_importers(names[:middle] + ["decoding.runner"] + names[middle:]) == ["decoding.runner"]
+    statements = ui_imports()
+    planted = "import decoding.runner"
+    assert torch_importers(statements[: len(statements) // 4] + [planted]) == [planted]
 
 
 def test_the_torch_free_config_table_matches_the_runner():
@@ -83,9 +104,10 @@ def named_imports(node: ast.AST) -> set[str]:
     return set()
 
 
-def imports_on_load(tree: ast.Module) -> set[str]:
-    """The modules a module imports when it is imported: not inside a function, nor under TYPE_CHECKING."""
-    found: set[str] = set()
+def load_time_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """The import statements a module runs when it is imported: not inside a function, nor under
+    TYPE_CHECKING."""
+    found: list[ast.Import | ast.ImportFrom] = []
 
     def visit(nodes) -> None:
         for node in nodes:
@@ -94,11 +116,17 @@ def imports_on_load(tree: ast.Module) -> set[str]:
             if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
                 visit(node.orelse)
                 continue
-            found.update(named_imports(node))
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                found.append(node)
             visit(ast.iter_child_nodes(node))
 
     visit(tree.body)
     return found
+
+
+def imports_on_load(tree: ast.Module) -> set[str]:
+    """The modules a module imports when it is imported."""
+    return set().union(*map(named_imports, load_time_imports(tree)))
 
 
 def with_packages(names: set[str]) -> set[str]:
@@ -146,18 +174,43 @@ def test_only_the_facade_reaches_the_engines_torch_side():
     assert around_the_facade(ROOT) == []
 
 
+def facade_table(root: Path) -> dict[str, str]:
+    """The facade's names and the engine modules they come from, read from its source (`_LAZY`)."""
+    tree = ast.parse((root / FACADE).read_text(encoding="utf-8"))
+    table = next(node.value for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign))
+                 and "_LAZY" in ast.unparse(node.targets[0] if isinstance(node, ast.Assign) else node.target))
+    return ast.literal_eval(table)
+
+
+def torch_free_behind_the_facade(root: Path) -> list[str]:
+    """The facade's names whose module loads no torch (those the UI imports directly instead)."""
+    reaching = torch_side(root)
+    return sorted(name for name, module in facade_table(root).items() if module not in reaching)
+
+
+def test_the_facade_holds_only_the_torch_side_and_each_name_resolves():
+    """Behind the facade only modules that load torch (what loads none is imported directly), and every name
+    in its table is one its module has."""
+    from ui.widgets import engine
+
+    behind = set(facade_table(ROOT).values())
+    assert {"decoding.runner", "decoding.runtime.engine_thread", "decoding.runtime.models"} <= behind
+    assert torch_free_behind_the_facade(ROOT) == []
+    assert facade_table(ROOT) == engine._LAZY and sorted(engine.__all__) == sorted(engine._LAZY)
+    assert all(getattr(engine, name) is not None for name in engine._LAZY)
+
+
 def test_the_static_reading_matches_a_fresh_interpreter():
-    """The facade's imports are torch-side and load torch; the decoding modules the other widgets import
-    are not, and do not: the static reading names what a real import does."""
+    """The decoding modules the UI imports are not torch-side and load no torch; placement, which is, loads
+    it: the static reading names what a real import does."""
     reaching = torch_side(ROOT)
-    facade = decoding_imports(ROOT, FACADE) & reaching
-    assert {"decoding.runner", "decoding.runtime.engine_thread", "decoding.runtime.models"} <= facade
     engine = {module_name(p, ROOT) for p in (ROOT / "decoding").rglob("*.py")}
     widgets = set().union(*(decoding_imports(ROOT, p.relative_to(ROOT).as_posix())
                             for p in ui_files(ROOT) if p.relative_to(ROOT).as_posix() != FACADE)) & engine
     assert len(widgets) >= 8 and not widgets & reaching
-    assert "decoding.runtime.placement" in reaching           # torch-side: the one import that loads torch here
-    assert torch_importers([*sorted(widgets), "decoding.runtime.placement"]) == ["decoding.runtime.placement"]
+    assert "decoding.runtime.model_spec" in widgets and "decoding.runtime.placement" in reaching
+    statements = [f"import {name}" for name in sorted(widgets)]
+    assert torch_importers([*statements, "import decoding.runtime.placement"]) == ["import decoding.runtime.placement"]
 
 
 def test_an_import_around_the_facade_is_caught(tmp_path):
@@ -172,3 +225,7 @@ def test_an_import_around_the_facade_is_caught(tmp_path):
     traces.write_text("import decoding.runtime.placement\n" + traces.read_text(encoding="utf-8"), encoding="utf-8")
     assert around_the_facade(tmp_path) == ["ui/widgets/display.py imports decoding.runner",
                                            "app_pages/traces.py imports decoding.runtime.placement"]
+    facade = tmp_path / FACADE
+    facade.write_text(facade.read_text(encoding="utf-8").replace(
+        "_LAZY = {", '_LAZY = {\n    "ModelSpec": "decoding.runtime.model_spec",', 1), encoding="utf-8")
+    assert torch_free_behind_the_facade(tmp_path) == ["ModelSpec"]

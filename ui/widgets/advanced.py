@@ -17,8 +17,8 @@ from decoding.core.config import AUTO_COST, CONFIGS
 from decoding.core.errors import ConfigError, check
 from decoding.runtime.cost_table import MAX_COST_BYTES, MAX_COST_ENTRIES, CostTable
 from decoding.runtime.files import keep_recent, save_to_cache, touch
+from decoding.runtime.model_spec import DEVICE_MAPS
 from decoding.runtime.paths import cache_dir
-from ui.widgets.engine import DEVICE_MAPS
 
 COST_FIELD = "cost_table"              # a file, not a text field: its own widget (none / auto / upload)
 OPTIONAL_TYPES = (int, float, str)

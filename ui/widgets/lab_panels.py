@@ -22,8 +22,7 @@ from decoding.core.measures import (
 )
 from ui.views import acceptance, lab, lossless, made_with, memory
 from ui.views.text import md_text
-from ui.widgets import display, keys, session
-from ui.widgets.engine import ENGINE, measure_cost, measure_lossless, measure_throughput
+from ui.widgets import display, engine, keys, session
 from ui.widgets.params import Settings
 from ui.widgets.waiting import with_waiting
 
@@ -77,7 +76,7 @@ def _measure(settings: Settings, measurement: Measurement, clicked: bool) -> lis
         progress = st.progress(0.0, text=md_text(with_waiting("Measuring…")))
         events = []
         try:
-            for event in ENGINE.steps(measurement.start(lm)):
+            for event in engine.ENGINE.steps(measurement.start(lm)):
                 events.append(event)
                 progress.progress(min(1.0, len(events) / total),
                                   text=md_text(with_waiting(f"Measured {len(events)} of {total:d}")))
@@ -129,9 +128,9 @@ def cost_panel(settings: Settings) -> None:
     if config is None:
         return
     clicked = st.button("Measure", key=keys.LAB_COST_RUN, type="primary")
-    events = _measured(settings, Measurement(("cost", config), config.points, lambda lm: measure_cost(lm, config),
-                                             (("n", _points(config.tokens)), ("b", _points(config.batches)),
-                                              ("repeats", config.repeats))), clicked)
+    picked = (("n", _points(config.tokens)), ("b", _points(config.batches)), ("repeats", config.repeats))
+    measurement = Measurement(("cost", config), config.points, lambda lm: engine.measure_cost(lm, config), picked)
+    events = _measured(settings, measurement, clicked)
     if events is None:
         st.caption("Not measured yet for this model, device and these points.")
         return
@@ -179,7 +178,7 @@ def throughput_panel(settings: Settings) -> None:
 
 def _throughput(lm, settings: Settings, config: ThroughputConfig) -> Iterator:
     prompt_ids = lm.encode(settings.prompt, chat_template=settings.chat_template)
-    return measure_throughput(lm, prompt_ids, config)
+    return engine.measure_throughput(lm, prompt_ids, config)
 
 
 def acceptance_panel(settings: Settings) -> None:
@@ -312,4 +311,4 @@ def _points(points) -> str:
 
 def _lossless(lm, settings: Settings, config: LosslessConfig) -> Iterator:
     prompt_ids = lm.encode(settings.prompt, chat_template=settings.chat_template)
-    yield measure_lossless(lm, prompt_ids, config)
+    yield engine.measure_lossless(lm, prompt_ids, config)

@@ -25,9 +25,8 @@ from decoding.core.config import BaseConfig
 from decoding.core.errors import ConfigError, check
 from decoding.core.trace import Trace
 from decoding.core.trace_totals import emitted_ids
-from ui.widgets.engine import RUN_ERRORS, RunEnd, assemble, error_line, iterate, strategy_for
+from ui.widgets import engine
 
-ENGINE_ERRORS = RUN_ERRORS
 PER_TOKEN = ("greedy", "sample")   # one event per token, a forced prefix included
 IDLE_S = 600.0                     # a run untouched this long lets go of its generator and model (release_idle)
 _RUNS: weakref.WeakSet = weakref.WeakSet()   # every LiveRun alive, in any session (gone with its session)
@@ -98,7 +97,8 @@ class LiveRun:
     # ------------------------------------------------------------------ stepping
     def _generator(self):
         if self._gen is None:
-            self._gen = iterate(self.lm, self.prompt_ids, self.config, forced=self.forced, **self.strategy_kwargs)
+            self._gen = engine.iterate(self.lm, self.prompt_ids, self.config, forced=self.forced,
+                                       **self.strategy_kwargs)
             for _ in range(len(self.events)):   # rebuild: replay the recorded steps
                 next(self._gen)
         return self._gen
@@ -117,9 +117,9 @@ class LiveRun:
             except StopIteration:
                 self.done, self._gen = True, None
                 break
-            except ENGINE_ERRORS as err:
+            except engine.RUN_ERRORS as err:
                 self.done, self._gen = True, None
-                self.stop_reason, self.error = "error", error_line(err, self.config, len(self.events))
+                self.stop_reason, self.error = "error", engine.error_line(err, self.config, len(self.events))
                 break
             self.events.append(event)
             added += 1
@@ -145,7 +145,7 @@ class LiveRun:
 
     @property
     def output_ids(self) -> list[int]:
-        return [int(t) for t in strategy_for(self.config).output_ids(self.events)]
+        return [int(t) for t in engine.strategy_for(self.config).output_ids(self.events)]
 
     # ------------------------------------------------------------------ branching
     def branch(self, at: int, token_id: int) -> LiveRun:
@@ -201,8 +201,8 @@ class LiveRun:
         stop = self.stop_reason if self.done else "stopped"
         if self.done and stop == "max_new_tokens" and not self.events:
             stop = "stopped"
-        return assemble(self.lm, self.prompt_ids, self.config, self.events, prompt_text=self.prompt_text,
-                        forced=self.forced, end=RunEnd(wall_ms / 1000.0, stop, self.error))
+        return engine.assemble(self.lm, self.prompt_ids, self.config, self.events, prompt_text=self.prompt_text,
+                               forced=self.forced, end=engine.RunEnd(wall_ms / 1000.0, stop, self.error))
 
 
 def release_idle(idle_s: float = IDLE_S, now: float | None = None) -> int:

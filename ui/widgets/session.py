@@ -9,10 +9,10 @@ import streamlit as st
 from decoding.core.errors import ConfigError
 from decoding.runtime import heap, load_progress
 from decoding.runtime.model_cache import ModelCache
+from decoding.runtime.model_spec import ModelSpec
 from ui.views import made_with
 from ui.views.text import md_text
-from ui.widgets import keys
-from ui.widgets.engine import ModelSpec, check_inputs, free_device_memory, load, load_draft
+from ui.widgets import engine, keys
 from ui.widgets.live import LiveRun, release_idle, release_where
 from ui.widgets.params import Settings, current_paths, link_safe
 
@@ -42,7 +42,7 @@ def dropped(_key: tuple | None = None) -> None:
     On CUDA, PyTorch's cached blocks go back to the driver too (free_device_memory)."""
     let_go_of_dropped()
     heap.give_back()
-    free_device_memory()
+    engine.free_device_memory()
 
 
 def drop_drafts_of(key: tuple) -> None:
@@ -62,7 +62,7 @@ def load_lm(name: str, device: str, dtype: str, **options):
     forward) while it is among the TARGET_COPIES most recently used. `options`: ModelSpec's gguf_file,
     device_map, max_memory, offload_folder, fast_path when set."""
     return TARGETS.get(target_key(name, device, dtype, options),
-                       lambda: load(ModelSpec(name=name, device=device, dtype=dtype, **options)))
+                       lambda: engine.load(ModelSpec(name=name, device=device, dtype=dtype, **options)))
 
 
 def target_key(name: str, device: str, dtype: str, options: dict) -> tuple:
@@ -140,7 +140,7 @@ def load_draft_lm(name: str, device: str, dtype: str, target_key: tuple):
     fast path when the target is); one of the DRAFT_COPIES most recently used."""
     fast = {"fast_path": True} if dict(target_key[3:]).get("fast_path") else {}
     return DRAFTS.get((name, device, dtype, target_key),
-                      lambda: load_draft(name, load_lm_for(target_key), device=device, dtype=dtype, **fast))
+                      lambda: engine.load_draft(name, load_lm_for(target_key), device=device, dtype=dtype, **fast))
 
 
 def strategy_kwargs(config, settings: Settings) -> dict:
@@ -172,7 +172,7 @@ def prompt_ids_or_stop(lm, settings: Settings) -> list[int]:
     the model's context, max new tokens beyond the room left) and a stopped page."""
     try:
         ids = lm.encode(settings.prompt, chat_template=settings.chat_template)
-        check_inputs(lm, ids, settings.max_new_tokens)
+        engine.check_inputs(lm, ids, settings.max_new_tokens)
         return ids
     except ConfigError as err:
         st.error(md_text(err))

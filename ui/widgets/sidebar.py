@@ -8,10 +8,11 @@ import streamlit as st
 
 from decoding.core.config import CONFIGS, DSPARK_SELECT, GAMMA_POLICIES
 from decoding.core.errors import ConfigError
+from decoding.runtime.model_spec import DEVICES, DTYPES, ModelSpec
 from ui.views import made_with
 from ui.views.sources import drafting_text
 from ui.views.text import md_text
-from ui.widgets import display, keys
+from ui.widgets import display, engine, keys
 from ui.widgets.advanced import (
     COST_FIELD,
     COST_LABELS,
@@ -28,7 +29,6 @@ from ui.widgets.advanced import (
     optional_value,
     pick_cost,
 )
-from ui.widgets.engine import DEVICES, DTYPES, ENGINE, ModelSpec, planned_drafting
 from ui.widgets.params import (
     ParamField,
     Settings,
@@ -213,7 +213,7 @@ def drafting_caption(slot, strategy: str, params: dict, model_key: tuple) -> Non
 def _drafting_line(slot, strategy: str, params: dict, lm) -> None:
     """The caption on `lm`; settings that do not make a config have their error line below instead."""
     try:
-        info = planned_drafting(lm, build_config(strategy, params, seed=0, max_new_tokens=1, top_n=1))
+        info = engine.planned_drafting(lm, build_config(strategy, params, seed=0, max_new_tokens=1, top_n=1))
     except ConfigError:
         slot.empty()
         return
@@ -236,8 +236,8 @@ def model_option_widgets() -> dict[str, str]:
         fast_path = st.checkbox("fast path (CUDA graphs)", key=_key(keys.FAST_PATH, False),
                                 help="On one CUDA GPU: decode on static KV caches and replay each step as a "
                                      "CUDA graph (one launch instead of hundreds; same tokens). Not on the CPU.")
-        if ENGINE.threads is not None:
-            st.caption(f"CPU threads for the model: {ENGINE.threads:d} (one core is left to this server and the "
+        if engine.ENGINE.threads is not None:
+            st.caption(f"CPU threads for the model: {engine.ENGINE.threads:d} (one core is left to this server and the "
                        "browser, unless OMP_NUM_THREADS is set; the command line takes them all).")
     return model_options(gguf_file=gguf_file, device_map=device_map, max_memory=max_memory,
                          offload_folder=offload_folder, fast_path=fast_path)

@@ -14,9 +14,8 @@ from streamlit.errors import StreamlitAPIException
 from decoding.core.errors import ConfigError
 from ui.views import verdict
 from ui.views.text import md_text
-from ui.widgets import keys
+from ui.widgets import engine, keys
 from ui.widgets.display import show_streams
-from ui.widgets.engine import ENGINE
 from ui.widgets.waiting import waiting_line
 
 VIEWS = ["This step", "All steps", "Branch"]
@@ -76,7 +75,7 @@ def settle_stop(pressed: dict) -> None:
 def advance(run, n: int, budget_s: float | None = None) -> None:
     """Up to n steps, or fewer when budget_s seconds have passed; the cursor follows. While other
     sessions have work on the engine thread, a spinner says how many (they take turns step by step)."""
-    line = waiting_line(ENGINE.others_ahead())
+    line = waiting_line(engine.ENGINE.others_ahead())
     with st.spinner(md_text(line)) if line else nullcontext():
         deadline = None if budget_s is None else time.perf_counter() + budget_s
         added = 0

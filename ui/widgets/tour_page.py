@@ -13,9 +13,8 @@ from decoding.core.trace import Trace, TraceFormatError
 from ui.views import tour
 from ui.views.chips import first_divergence
 from ui.views.text import md_text
-from ui.widgets import keys, session, sidebar
+from ui.widgets import engine, keys, session, sidebar
 from ui.widgets.display import show_chips, show_metrics
-from ui.widgets.engine import run
 from ui.widgets.step_panel import ViewContext, show_step
 from ui.widgets.waiting import with_waiting
 
@@ -124,7 +123,7 @@ def run_live(stop: tour.Stop, model: str) -> None:
     kwargs = session.strategy_kwargs_or_stop(config, settings)
     try:
         with st.spinner(md_text(with_waiting(f"Running {stop.title.lower()} live…"))):
-            trace = run(lm, prompt_ids, config, prompt_text=stop.prompt, **kwargs)
+            trace = engine.run(lm, prompt_ids, config, prompt_text=stop.prompt, **kwargs)
     except ConfigError as err:
         st.error(md_text(err))
         return

@@ -4,7 +4,7 @@ shown by the Playground's steps, Compare's lanes, the Tour's live runs and the L
 by model loading, which runs alone)."""
 from __future__ import annotations
 
-from ui.widgets.engine import ENGINE
+from ui.widgets import engine
 
 
 def waiting_line(others: int) -> str | None:
@@ -18,5 +18,5 @@ def waiting_line(others: int) -> str | None:
 def with_waiting(text: str) -> str:
     """`text`, followed by the waiting line while other sessions have work on the engine thread now
     (plain text: escape it where Streamlit reads Markdown)."""
-    line = waiting_line(ENGINE.others_ahead())
+    line = waiting_line(engine.ENGINE.others_ahead())
     return f"{text} — {line}" if line else text
