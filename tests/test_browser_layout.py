@@ -14,6 +14,7 @@ from browser_support import (  # noqa: F401  (fixtures)
     ARTIFACTS,
     ROOT,
     browser,
+    choose,
     click,
     dspark_link,
     idle,
@@ -287,3 +288,22 @@ def test_requests_page_and_the_labs_queueing_tab(server, page, tmp_path):
     page.get_by_role("tab", name="Queueing").click()
     page.locator(".js-plotly-plot", has_text="P99 latency against load").first.wait_for(timeout=30_000)
     check_both_sizes(page, "lab-queueing")
+
+
+def test_labs_queueing_tab_measured_live(server, page):
+    """The Queueing tab's live measurement on the tiny model (prompt lookup, 5 requests of 4 tokens): its table
+    and chart at both sizes."""
+    open_app(page, server)
+    page.get_by_role("link", name="Lab").click()
+    page.get_by_role("tab", name="Queueing").click()
+    button = page.get_by_role("button", name="Measure live on this model", exact=True)
+    button.wait_for(timeout=30_000)
+    choose(page, "Faster strategy", page.get_by_role("option", name="Speculative, prompt lookup"))
+    for label, value in (("Requests per strategy", "5"), ("New tokens per request", "4")):
+        page.get_by_label(label).fill(value)
+        page.get_by_label(label).press("Enter")
+        idle(page)
+    button.click()
+    page.locator(".js-plotly-plot", has_text="measured live").first.wait_for(timeout=60_000)
+    assert page.get_by_text("P99 simulated (s)").count()
+    check_both_sizes(page, "lab-queueing-live")

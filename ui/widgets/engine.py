@@ -7,6 +7,7 @@ from __future__ import annotations
 from decoding.drafters.factory import load_draft
 from decoding.lab.forward_cost import measure_cost
 from decoding.lab.lossless import measure_lossless
+from decoding.lab.queue_live import measure_queue
 from decoding.lab.throughput import measure_throughput
 from decoding.runner import (
     RUN_ERRORS,
@@ -26,5 +27,5 @@ from decoding.runtime.placement import DEVICE_MAPS
 
 __all__ = ["DEVICES", "DEVICE_MAPS", "DTYPES", "ENGINE", "RUN_ERRORS", "ModelSpec", "RunEnd", "assemble",
            "check_inputs", "error_line", "free_device_memory", "iterate", "load", "load_draft", "measure_cost",
-           "measure_lossless", "measure_throughput", "planned_drafting", "run", "run_lockstep", "strategy_for",
-           "threads_beside_ui"]
+           "measure_lossless", "measure_queue", "measure_throughput", "planned_drafting", "run", "run_lockstep",
+           "strategy_for", "threads_beside_ui"]
