@@ -194,5 +194,5 @@ def test_queueing_measured_live_beside_the_simulation(tiny_dir):
     assert not errors(at)
     table = frame_with(at, "P99 simulated (s)")
     assert list(table["Strategy"]) == ["greedy", "speculative"] and list(table["Requests"]) == [5, 5]
-    assert any("as fast as greedy" in m.value for m in at.markdown)
+    assert any(m.value.startswith("Per request, speculative was") for m in at.markdown)    # faster or not
     assert chart_titled(at, "measured live")["data"][0]["name"] == "greedy"

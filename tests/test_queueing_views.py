@@ -70,7 +70,7 @@ def test_live_table_in_words_with_the_simulation_beside():
     assert list(table.columns) == ["Strategy", "Service, mean (s)", "Load ρ", "P50 measured (s)", "P99 measured (s)",
                                    "P99 simulated (s)", "Requests"]
     assert list(table["Load ρ"]) == ["90%", "60%"]
-    assert list(table["P99 measured (s)"]) == ["0.90", "0.60"]        # evenly spaced: nobody waits
+    assert list(table["P99 measured (s)"]) == ["0.900", "0.600"]      # evenly spaced: nobody waits
     assert float(table["P99 simulated (s)"][0]) > 0.9                # Poisson arrivals do wait
 
 
@@ -94,6 +94,8 @@ def test_live_sentence_names_the_ratio_against_the_speedup():
     assert "about its per-request speedup" in idle
     past = q.live_sentence(_result(1.8, 1.2, 1.0))
     assert "past dspark's own capacity" in past
+    slower = q.live_sentence(_result(0.5, 0.6, 1.0))
+    assert "dspark was not faster than greedy here (0.600 s against 0.500 s)" in slower
 
 
 def test_live_figure_one_line_per_strategy_in_the_palette():

@@ -107,7 +107,8 @@ def simulated_p99(service_s: Sequence[float], rate: float, requests: int = 4000,
 
 
 def _seconds(value: float | None) -> str:
-    return NA if value is None else f"{value:,.2f}"
+    """Seconds to three significant digits (a tiny model's 0.0183 s and the embedded model's 0.912 s alike)."""
+    return NA if value is None else f"{value:#.3g}"
 
 
 def live_table(result) -> pd.DataFrame:
@@ -133,20 +134,28 @@ def live_sentence(result) -> str:
     if min(len(slow.requests), len(fast.requests)) < 2:
         return "Too few requests were served before the time limit to compare the two queues."
     speedup = slow.service_mean_s / fast.service_mean_s
+    each = f"{_seconds(fast.service_mean_s)} s against {_seconds(slow.service_mean_s)} s"
+    if speedup < 1:
+        return (f"Per request, {fast.strategy} was not faster than {slow.strategy} here ({each}), so the queue has no "
+                "speedup to multiply: try the other faster strategy, or a prompt it speeds up.")
     ratio = slow.latency_s(99) / fast.latency_s(99)
-    words = (f"Per request, {fast.strategy} was {speedup:.2f}× as fast as {slow.strategy} ({fast.service_mean_s:.2f} s "
-             f"against {slow.service_mean_s:.2f} s); in the queue at {slow.load:.0%} of {slow.strategy}'s capacity "
-             f"its P99 latency was {ratio:.2f}× lower ({fast.latency_s(99):.2f} s against {slow.latency_s(99):.2f} s)")
+    words = (f"Per request, {fast.strategy} was {speedup:.2f}× as fast as {slow.strategy} ({each}); in the queue at "
+             f"{slow.load:.0%} of {slow.strategy}'s capacity its P99 latency was {ratio:.2f}× lower "
+             f"({_seconds(fast.latency_s(99))} s against {_seconds(slow.latency_s(99))} s)")
+    return words + _verdict(fast, speedup, ratio)
+
+
+def _verdict(fast, speedup: float, ratio: float) -> str:
     if fast.load >= 1:
-        return (words + f": past {fast.strategy}'s own capacity (ρ {fast.load:.0%}) both queues grow with every "
-                "request, the P99 says mostly how many were sent, and only more servers or batching help.")
+        return (f": past {fast.strategy}'s own capacity (ρ {fast.load:.0%}) both queues grow with every request, the "
+                "P99 says mostly how many were sent, and only more servers or batching help.")
     if ratio > 1.05 * speedup:
-        return (words + ": more than its per-request speedup, because waiting behind others shrank by more than "
-                "each request's own decoding did.")
+        return (": more than its per-request speedup, because waiting behind others shrank by more than each "
+                "request's own decoding did.")
     if ratio >= speedup / 1.05:
-        return words + ": about its per-request speedup — at this load few requests waited behind others."
-    return (words + f": less than its per-request speedup — with {len(fast.requests)} requests the P99 is "
-            "nearly the slowest one, and one unlucky request decides it.")
+        return ": about its per-request speedup — at this load few requests waited behind others."
+    return (f": less than its per-request speedup — with {len(fast.requests)} requests the P99 is nearly the slowest "
+            "one, and one unlucky request decides it.")
 
 
 def live_figure(result) -> go.Figure:
