@@ -131,7 +131,13 @@ def test_two_of_the_same_strategy_are_refused(lm):
 
 
 def test_a_queue_longer_than_the_time_limit_is_refused_before_it_starts(lm):
-    config = LiveQueueConfig(load=0.5, requests=40, calibration=1, time_limit_s=0.05)
+    config = LiveQueueConfig(load=0.01, requests=40, calibration=1, time_limit_s=10)   # 3,900 services planned
     events = measure_queue(lm, PROMPT, STRATEGIES, config)
     with pytest.raises(ConfigError, match="^requests.*fewer requests"):
         list(events)
+
+
+def test_calibration_past_the_time_limit_stops_with_one_line(lm):
+    config = LiveQueueConfig(calibration=3, time_limit_s=1e-6)
+    with pytest.raises(ConfigError, match="^time_limit_s=1e-06 is invalid: was spent timing the strategies alone"):
+        list(measure_queue(lm, PROMPT, STRATEGIES, config))

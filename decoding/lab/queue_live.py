@@ -87,10 +87,14 @@ def serve(lm, prompt_ids: Sequence[int], config: BaseConfig, offsets: Sequence[f
         client.join()
 
 
-def _calibrate(lm, prompt_ids: Sequence[int], config: BaseConfig, times: int) -> Iterator[ServiceSample]:
+def _calibrate(lm, prompt_ids: Sequence[int], config: BaseConfig, times: int, limit_s: float, deadline: float
+               ) -> Iterator[ServiceSample]:
     decode(lm, prompt_ids, config)                       # warm-up: loads a drafter, fills the caches
     for _ in range(times):
         yield ServiceSample(config.strategy, decode(lm, prompt_ids, config))
+        check(time.perf_counter() < deadline, "time_limit_s", limit_s,
+              "was spent timing the strategies alone, before any queue: the machine is busy or the model slow; "
+              "ask fewer new tokens per request")
 
 
 def _check_time(config: LiveQueueConfig, offsets: Sequence[float], means: Sequence[float], left_s: float) -> None:
@@ -115,7 +119,7 @@ def measure_queue(lm, prompt_ids: Sequence[int], strategies: Sequence[BaseConfig
     calibrated = {}
     for strategy in strategies:
         samples = []
-        for sample in _calibrate(lm, prompt_ids, strategy, config.calibration):
+        for sample in _calibrate(lm, prompt_ids, strategy, config.calibration, config.time_limit_s, deadline):
             samples.append(sample.service_s)
             yield sample
         calibrated[strategy.strategy] = tuple(samples)
