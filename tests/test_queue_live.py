@@ -141,3 +141,12 @@ def test_calibration_past_the_time_limit_stops_with_one_line(lm):
     config = LiveQueueConfig(calibration=3, time_limit_s=1e-6)
     with pytest.raises(ConfigError, match="^time_limit_s=1e-06 is invalid: was spent timing the strategies alone"):
         list(measure_queue(lm, PROMPT, STRATEGIES, config))
+
+
+def test_no_request_is_taken_past_the_deadline(lm):
+    import time
+
+    from decoding.lab.queue_live import serve
+
+    assert list(serve(lm, PROMPT, STRATEGIES[0], (0.0, 0.001, 0.002), time.perf_counter())) == []
+    assert len(list(serve(lm, PROMPT, STRATEGIES[0], (0.0, 0.001), time.perf_counter() + 60))) == 2

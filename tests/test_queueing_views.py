@@ -115,3 +115,13 @@ def test_live_headers_and_axis_titles_are_glossary_terms():
     labels = [*q.live_table(result).columns, fig.layout.xaxis.title.text, fig.layout.yaxis.title.text]
     assert [x for x in labels if not (glossary.is_term(x, plain) or glossary.is_term(x.lower(), plain))] == []
     assert not glossary.is_term("p99 guessed (s)", plain)                    # negative control: not every label passes
+
+
+def test_a_queue_cut_short_by_the_time_limit_shows_dashes():
+    from dataclasses import replace
+
+    result = _result(0.9, 0.6, 1.0)
+    cut = replace(result, strategies=(result.strategies[0], replace(result.strategies[1], requests=())))
+    table = q.live_table(cut)
+    assert list(table.iloc[1]) == ["dspark", q.NA, q.NA, q.NA, q.NA, q.NA, 0]
+    assert q.live_sentence(cut).startswith("Too few requests were served")
