@@ -125,3 +125,9 @@ def test_a_queue_cut_short_by_the_time_limit_shows_dashes():
     table = q.live_table(cut)
     assert list(table.iloc[1]) == ["dspark", q.NA, q.NA, q.NA, q.NA, q.NA, 0]
     assert q.live_sentence(cut).startswith("Too few requests were served")
+
+
+def test_live_rates_say_what_was_asked_and_what_arrived():
+    line = q.live_rates(_result(0.9, 0.6, 2.0))
+    assert line == ("Arrival rate asked: 0.500 requests per second, 45% of greedy's capacity as timed alone (0.900 s "
+                    "per request); they arrived at 0.500 per second (a random stream of 20 requests).")

@@ -128,6 +128,16 @@ def live_table(result) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def live_rates(result) -> str:
+    """The arrival rate asked (from the slower strategy timed alone) and the one the requests arrived at."""
+    slow = result.strategies[0]
+    alone = sum(slow.calibrated_s) / len(slow.calibrated_s)
+    arrived = (f"; they arrived at {slow.arrival_rate:#.3g} per second (a random stream of "
+               f"{len(slow.requests)} requests)" if len(slow.requests) >= 2 else "")
+    return (f"Arrival rate asked: {result.arrival_rate:#.3g} requests per second, {result.config.load:.0%} of "
+            f"{slow.strategy}'s capacity as timed alone ({_seconds(alone)} s per request){arrived}.")
+
+
 def live_sentence(result) -> str:
     """What the student sees, in words: the faster strategy's P99 ratio against its per-request speedup."""
     slow, fast = result.strategies[0], result.strategies[-1]

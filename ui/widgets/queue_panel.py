@@ -86,6 +86,7 @@ def live_panel(settings: Settings) -> None:
         return
     result = events[-1]
     display.table(queueing.live_table(result), "lab.q.live.table", "queueing-live")
+    st.caption(md_text(queueing.live_rates(result)))
     st.markdown(md_text(queueing.live_sentence(result)))
     display.plot(queueing.live_figure(result), "lab.q.live.fig", "queueing-live")
 
