@@ -17,7 +17,7 @@ import queue
 import statistics
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 import torch
 
@@ -105,6 +105,19 @@ def _check_time(config: LiveQueueConfig, offsets: Sequence[float], means: Sequen
           "higher load")
 
 
+def _calibrate_all(lm, prompt_ids: Sequence[int], strategies: Sequence[BaseConfig], config: LiveQueueConfig,
+                   deadline: float) -> Generator[ServiceSample, None, dict[str, tuple[float, ...]]]:
+    """Yields each timed request; returns each strategy's service times."""
+    calibrated = {}
+    for strategy in strategies:
+        samples = []
+        for sample in _calibrate(lm, prompt_ids, strategy, config.calibration, config.time_limit_s, deadline):
+            samples.append(sample.service_s)
+            yield sample
+        calibrated[strategy.strategy] = tuple(samples)
+    return calibrated
+
+
 def measure_queue(lm, prompt_ids: Sequence[int], strategies: Sequence[BaseConfig],
                   config: LiveQueueConfig | None = None) -> Iterator:
     """Each calibration request (ServiceSample), each queued request (QueuedRequest) as it ends, then the
@@ -116,13 +129,7 @@ def measure_queue(lm, prompt_ids: Sequence[int], strategies: Sequence[BaseConfig
     for strategy in strategies:
         check_inputs(lm, prompt_ids, strategy.max_new_tokens)
     deadline = time.perf_counter() + config.time_limit_s
-    calibrated = {}
-    for strategy in strategies:
-        samples = []
-        for sample in _calibrate(lm, prompt_ids, strategy, config.calibration, config.time_limit_s, deadline):
-            samples.append(sample.service_s)
-            yield sample
-        calibrated[strategy.strategy] = tuple(samples)
+    calibrated = yield from _calibrate_all(lm, prompt_ids, strategies, config, deadline)
     means = [statistics.mean(calibrated[n]) for n in names]
     rate = config.load / means[0]
     offsets = arrival_offsets(rate, config.requests, config.seed)
