@@ -131,3 +131,17 @@ def test_live_rates_say_what_was_asked_and_what_arrived():
     line = q.live_rates(_result(0.9, 0.6, 2.0))
     assert line == ("Arrival rate asked: 0.500 requests per second, 45% of greedy's capacity as timed alone (0.900 s "
                     "per request); they arrived at 0.500 per second (a random stream of 20 requests).")
+
+
+def test_live_sentence_warns_when_service_times_spread():
+    from dataclasses import replace
+
+    result = _result(0.9, 0.6, 1.0)
+    assert "Beware" not in q.live_sentence(result)
+    greedy = result.strategies[0]
+    slow_one = replace(greedy.requests[3], end_s=greedy.requests[3].start_s + 2.0)
+    noisy = replace(result, strategies=(replace(greedy, requests=(*greedy.requests[:3], slow_one,
+                                                                  *greedy.requests[4:])), result.strategies[1]))
+    assert q.live_sentence(noisy).endswith("Beware: greedy's requests took from 0.900 s to 2.00 s to decode — "
+                                           "something else was using the machine; measure again for a cleaner "
+                                           "comparison.")

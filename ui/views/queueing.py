@@ -152,7 +152,18 @@ def live_sentence(result) -> str:
     words = (f"Per request, {fast.strategy} was {speedup:.2f}× as fast as {slow.strategy} ({each}); in the queue at "
              f"{slow.load:.0%} of {slow.strategy}'s capacity its P99 latency was {ratio:.2f}× lower "
              f"({_seconds(fast.latency_s(99))} s against {_seconds(slow.latency_s(99))} s)")
-    return words + _verdict(fast, speedup, ratio)
+    return words + _verdict(fast, speedup, ratio) + _spread_note(result.strategies)
+
+
+def _spread_note(strategies) -> str:
+    """A warning when a strategy's service times spread widely (the slowest over twice the median): something
+    else was using the machine while it decoded."""
+    for s in strategies:
+        service = sorted(r.service_s for r in s.requests)
+        if service[-1] > 2 * percentile(service, 50):
+            return (f" Beware: {s.strategy}'s requests took from {_seconds(service[0])} s to {_seconds(service[-1])} "
+                    "s to decode — something else was using the machine; measure again for a cleaner comparison.")
+    return ""
 
 
 def _verdict(fast, speedup: float, ratio: float) -> str:
