@@ -22,4 +22,4 @@ with held:
 with exact:
     lab_panels.lossless_panel(settings)
 with queue:
-    queue_panel.queue_panel()
+    queue_panel.queue_panel(settings)

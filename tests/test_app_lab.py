@@ -180,3 +180,19 @@ def test_losslessness_measures_and_refuses_no_samples(tiny_dir):
     assert chart_titled(at, "exact distribution under each rule")["data"][0]["name"].startswith("p target")
     at.number_input(key=keys.LAB_LL_SAMPLES).set_value(0).run()
     assert "samples=0 is invalid: must be an integer in [1, 100000]" in errors(at)
+
+
+def test_queueing_measured_live_beside_the_simulation(tiny_dir):
+    """The Queueing tab's live measurement on the tiny model: greedy and prompt lookup, 5 requests of 4 tokens;
+    the table in words (the simulation's P99 beside the measured one), the sentence and the chart."""
+    at = lab_page()
+    at.selectbox(key="lab.q.live.faster").set_value("Speculative, prompt lookup")
+    at.number_input(key="lab.q.live.requests").set_value(5)
+    at.number_input(key="lab.q.live.tokens").set_value(4)
+    at.button(key="lab.q.live.run").click().run()
+    ok(at)
+    assert not errors(at)
+    table = frame_with(at, "P99 simulated (s)")
+    assert list(table["Strategy"]) == ["greedy", "speculative"] and list(table["Requests"]) == [5, 5]
+    assert any(m.value.startswith("Per request, speculative was") for m in at.markdown)    # faster or not
+    assert chart_titled(at, "measured live")["data"][0]["name"] == "greedy"

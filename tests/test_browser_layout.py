@@ -15,6 +15,7 @@ from browser_support import (  # noqa: F401  (fixtures)
     ROOT,
     browser,
     chip,
+    choose,
     click,
     dspark_link,
     idle,
@@ -323,3 +324,23 @@ def test_a_click_on_a_row_of_the_requests_table_opens_that_requests_trace(server
     text = line.inner_text().replace("\u2060", "")
     assert f"Served request {want['id']} ({want['strategy']})" in text, text
     assert not page.locator('[data-testid="stException"]').count()
+
+
+def test_labs_queueing_tab_measured_live(server, page):
+    """The Queueing tab's live measurement on the tiny model (prompt lookup, 5 requests of 4 tokens): its table
+    and chart at both sizes."""
+    open_app(page, server)
+    page.get_by_role("link", name="Lab").click()
+    page.get_by_role("tab", name="Queueing").click()
+    button = page.get_by_role("button", name="Measure live on this model", exact=True)
+    button.wait_for(timeout=30_000)
+    choose(page, "Faster strategy", page.get_by_role("option", name="Speculative, prompt lookup"))
+    for label, value in (("Requests per strategy", "5"), ("New tokens per request", "4")):
+        page.get_by_label(label).fill(value)
+        page.get_by_label(label).press("Enter")
+        idle(page)
+    button.click()
+    page.locator(".js-plotly-plot", has_text="measured live").first.wait_for(timeout=60_000)
+    page.get_by_text("Per request, speculative was", exact=False).first.wait_for(timeout=10_000)    # the sentence
+    assert page.locator('[data-testid="stDataFrame"]').count() >= 2       # the simulation's table and the live one
+    check_both_sizes(page, "lab-queueing-live")

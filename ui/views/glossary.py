@@ -147,6 +147,19 @@ TERMS: tuple[Term, ...] = (
     Term("P99, slower", "P99 latency of the slower strategy at that load; — past its capacity."),
     Term("P99, faster", "P99 latency of the strategy k× faster per request at that load; — past its capacity."),
     Term("P99 lower by", "P99 of the slower strategy ÷ P99 of the faster one at the same load."),
+    Term("service, mean", "A request's decoding time alone, from the moment the server takes it to its end, "
+                          "averaged over the requests served."),
+    Term("load ρ", "Load as measured in a live queue: requests per second as they arrived × the mean service "
+                   "time."),
+    Term("P50 measured", "The latency (wait + decoding) that half the requests of a live queue stayed under."),
+    Term("P99 measured", "The latency (wait + decoding) that 99 % of the requests of a live queue stayed under; "
+                         "with few requests, nearly the slowest one."),
+    Term("P99 simulated", "The simulation's P99 latency (4,000 seeded requests, Lindley's recursion) for the "
+                          "service times a live queue measured at the rate its requests arrived; — at a load of "
+                          "1 or more."),
+    Term("requests", "How many requests a live queue served."),
+    Term("arrival", "When a request entered the queue, in seconds after the first one."),
+    Term("latency", "A request's wait in the queue plus its decoding, in seconds."),
 )
 GLOSSARY: dict[str, Term] = {t.name: t for t in TERMS}
 assert len(GLOSSARY) == len(TERMS), "a glossary name appears twice"

@@ -15,6 +15,7 @@ import pandas as pd
 import plotly.graph_objects as go
 
 from decoding.core.formulas import percentile
+from ui.views import palette
 
 NA = "—"
 
@@ -81,7 +82,8 @@ def p99_figure(setup: QueueSetup) -> go.Figure:
         cap = setup.speedup if faster else 1.0
         loads = [x for x in setup.loads if x / cap < 1]
         p99 = [percentile(simulate(setup, x, faster), 99) * 1000 for x in loads]
-        fig.add_scatter(x=[x * 100 for x in loads], y=p99, mode="lines+markers", name=name)
+        fig.add_scatter(x=[x * 100 for x in loads], y=p99, mode="lines+markers", name=name,
+                        line={"color": palette.LANE_COLORS[faster], "dash": palette.LANE_DASHES[faster]})
     fig.update_layout(height=340, margin={"l": 10, "r": 10, "t": 30, "b": 10},
                       title="P99 latency against load (one request decoding at a time)",
                       xaxis_title="Load (% of the slower strategy's capacity)", yaxis_title="P99 latency (ms)")
@@ -91,3 +93,100 @@ def p99_figure(setup: QueueSetup) -> go.Figure:
 def measured_service(rows: Sequence, strategy: str) -> tuple[float, ...]:
     """A request log's decoding times (end to end − queue) of one strategy, seconds."""
     return tuple(r.e2e_s - r.queue_s for r in rows if r.strategy == strategy and r.e2e_s > r.queue_s)
+
+
+# ---------------------------------------------------------------- measured live (decoding/lab/queue_live.py)
+def simulated_p99(service_s: Sequence[float], rate: float, requests: int = 4000, seed: int = 0) -> float | None:
+    """The simulation's P99 latency (s) for requests drawn from `service_s` arriving at `rate` per second;
+    None where that load is 1 or more (no steady P99)."""
+    load = rate * float(np.mean(service_s))
+    if not load < 1:
+        return None
+    setup = QueueSetup(tuple(service_s), 1.0, (load,), requests=requests, seed=seed)
+    return percentile(simulate(setup, load, False), 99)
+
+
+def _seconds(value: float | None) -> str:
+    """Seconds to three significant digits (a tiny model's 0.0183 s and the embedded model's 0.912 s alike)."""
+    return NA if value is None else f"{value:#.3g}"
+
+
+def live_table(result) -> pd.DataFrame:
+    """Per strategy of a LiveQueueResult: its mean service time, the load ρ it ran at, its measured P50 and
+    P99 latency and the simulation's P99 for its measured service times at the measured arrival rate."""
+    rows = []
+    for s in result.strategies:
+        served = len(s.requests) >= 2
+        service = [r.service_s for r in s.requests]
+        rows.append({"Strategy": s.strategy,
+                     "Service, mean (s)": _seconds(s.service_mean_s if served else None),
+                     "Load ρ": f"{s.load:.0%}" if served else NA,
+                     "P50 measured (s)": _seconds(s.latency_s(50) if served else None),
+                     "P99 measured (s)": _seconds(s.latency_s(99) if served else None),
+                     "P99 simulated (s)": _seconds(simulated_p99(service, s.arrival_rate) if served else None),
+                     "Requests": len(s.requests)})
+    return pd.DataFrame(rows)
+
+
+def live_rates(result) -> str:
+    """The arrival rate asked (from the slower strategy timed alone) and the one the requests arrived at."""
+    slow = result.strategies[0]
+    alone = sum(slow.calibrated_s) / len(slow.calibrated_s)
+    arrived = (f"; they arrived at {slow.arrival_rate:#.3g} per second (a random stream of "
+               f"{len(slow.requests)} requests)" if len(slow.requests) >= 2 else "")
+    return (f"Arrival rate asked: {result.arrival_rate:#.3g} requests per second, {result.config.load:.0%} of "
+            f"{slow.strategy}'s capacity as timed alone ({_seconds(alone)} s per request){arrived}.")
+
+
+def live_sentence(result) -> str:
+    """What the student sees, in words: the faster strategy's P99 ratio against its per-request speedup."""
+    slow, fast = result.strategies[0], result.strategies[-1]
+    if min(len(slow.requests), len(fast.requests)) < 2:
+        return "Too few requests were served before the time limit to compare the two queues."
+    speedup = slow.service_mean_s / fast.service_mean_s
+    each = f"{_seconds(fast.service_mean_s)} s against {_seconds(slow.service_mean_s)} s"
+    if speedup < 1:
+        return (f"Per request, {fast.strategy} was not faster than {slow.strategy} here ({each}), so the queue has no "
+                "speedup to multiply: try the other faster strategy, or a prompt it speeds up.")
+    ratio = slow.latency_s(99) / fast.latency_s(99)
+    words = (f"Per request, {fast.strategy} was {speedup:.2f}× as fast as {slow.strategy} ({each}); in the queue at "
+             f"{slow.load:.0%} of {slow.strategy}'s capacity its P99 latency was {ratio:.2f}× lower "
+             f"({_seconds(fast.latency_s(99))} s against {_seconds(slow.latency_s(99))} s)")
+    return words + _verdict(fast, speedup, ratio) + _spread_note(result.strategies)
+
+
+def _spread_note(strategies) -> str:
+    """A warning when a strategy's service times spread widely (the slowest over twice the median): something
+    else was using the machine while it decoded."""
+    for s in strategies:
+        service = sorted(r.service_s for r in s.requests)
+        if service[-1] > 2 * percentile(service, 50):
+            return (f" Beware: {s.strategy}'s requests took from {_seconds(service[0])} s to {_seconds(service[-1])} "
+                    "s to decode — something else was using the machine; measure again for a cleaner comparison.")
+    return ""
+
+
+def _verdict(fast, speedup: float, ratio: float) -> str:
+    if fast.load >= 1:
+        return (f": past {fast.strategy}'s own capacity (ρ {fast.load:.0%}) both queues grow with every request, the "
+                "P99 says mostly how many were sent, and only more servers or batching help.")
+    if ratio > 1.05 * speedup:
+        return (": more than its per-request speedup, because waiting behind others shrank by more than each "
+                "request's own decoding did.")
+    if ratio >= speedup / 1.05:
+        return ": about its per-request speedup — at this load few requests waited behind others."
+    return (f": less than its per-request speedup — with {len(fast.requests)} requests the P99 is nearly the slowest "
+            "one, and one unlucky request decides it.")
+
+
+def live_figure(result) -> go.Figure:
+    """Each request's latency against its arrival time, one line per strategy: the queue building and draining."""
+    fig = go.Figure()
+    for i, s in enumerate(result.strategies):
+        fig.add_scatter(x=[r.arrival_s for r in s.requests], y=[r.latency_s for r in s.requests],
+                        mode="lines+markers", name=s.strategy,
+                        line={"color": palette.LANE_COLORS[i % 4], "dash": palette.LANE_DASHES[i % 4]})
+    fig.update_layout(height=320, margin={"l": 10, "r": 10, "t": 30, "b": 10},
+                      title="Each request's latency, measured live (same arrival times)",
+                      xaxis_title="Arrival (s after the first)", yaxis_title="Latency (s, wait + decoding)")
+    return fig

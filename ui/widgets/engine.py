@@ -29,6 +29,7 @@ _LAZY = {   # name -> the engine module it comes from
     "load_draft": "decoding.drafters.factory",
     "measure_cost": "decoding.lab.forward_cost",
     "measure_lossless": "decoding.lab.lossless",
+    "measure_queue": "decoding.lab.queue_live",
     "measure_throughput": "decoding.lab.throughput",
 }
 

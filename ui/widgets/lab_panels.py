@@ -39,6 +39,8 @@ class Measurement:
     start: Callable[[object], Iterator]
     settings: tuple = ()             # (its widgets' words, value) pairs, for the line that says what made it
     reads_prompt: bool = False       # whether it runs on the sidebar's prompt
+    on_engine: bool = True           # False: it sends its own steps to the engine thread (the live queue waits
+    #                                  between requests, and must not hold the engine thread while it waits)
 
 
 def _made(settings: Settings, measurement: Measurement) -> dict[str, str]:
@@ -76,7 +78,8 @@ def _measure(settings: Settings, measurement: Measurement, clicked: bool) -> lis
         progress = st.progress(0.0, text=md_text(with_waiting("Measuring…")))
         events = []
         try:
-            for event in engine.ENGINE.steps(measurement.start(lm)):
+            source = measurement.start(lm)
+            for event in engine.ENGINE.steps(source) if measurement.on_engine else source:
                 events.append(event)
                 progress.progress(min(1.0, len(events) / total),
                                   text=md_text(with_waiting(f"Measured {len(events)} of {total:d}")))
