@@ -12,8 +12,7 @@ from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.core.live_queue import MAX_QUEUE_REQUESTS, LiveQueueConfig
 from ui.views import queueing
 from ui.views.text import md_text
-from ui.widgets import display, lab_panels, requests_panel
-from ui.widgets.engine import measure_queue
+from ui.widgets import display, engine, lab_panels, requests_panel
 from ui.widgets.params import Settings
 
 LOADS = (0.2, 0.4, 0.6, 0.8, 0.9, 0.95, 1.1, 1.3)
@@ -100,4 +99,4 @@ def live_panel(settings: Settings) -> None:
 
 
 def _live(lm, prompt: str, chat_template: bool, strategies: tuple, config: LiveQueueConfig) -> Iterator:
-    return measure_queue(lm, lm.encode(prompt, chat_template=chat_template), strategies, config)
+    return engine.measure_queue(lm, lm.encode(prompt, chat_template=chat_template), strategies, config)
