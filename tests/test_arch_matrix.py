@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import on_test_device
 from dspark_helpers import module_cache, one_thread
 
 from bench.tiny_model import embedded_tokenizer
@@ -29,7 +30,6 @@ from decoding.runtime import kv_rollback
 from decoding.runtime.cost_table import CostTable, auto_cost_path, forward_times
 from decoding.runtime.models import LM
 from decoding.strategies import beam, tree_verify
-from tests.conftest import on_test_device
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 

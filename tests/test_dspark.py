@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 from decoding.core import trace
 from decoding.core.acceptance import RoundOutcome
@@ -20,7 +21,6 @@ from decoding.runner import run
 from decoding.runtime import cost_table as cost_module
 from decoding.runtime.cost_table import CostTable
 from decoding.strategies import dspark
-from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 40, 17], [33]]
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)

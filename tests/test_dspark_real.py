@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from dspark_helpers import chain_config
 from spec_helpers import heldout_prompts
 
 from decoding.core.config import GreedyConfig
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 from decoding.runner import run
-from tests.dspark_helpers import chain_config
 
 pytestmark = pytest.mark.real
 N = 32

@@ -14,6 +14,9 @@ import gc
 
 import pytest
 import torch
+from app_support import assert_same
+from conftest import TEST_DEVICE, logit_atol
+from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 from decoding import from_json, to_json, without_timings
 from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
@@ -24,9 +27,6 @@ from decoding.runtime.fast_path import EmulatedGraph, KVLease
 from decoding.runtime.hooks import tap_decoder_rows, tap_head_input
 from decoding.runtime.models import LM, ModelSpec, kv_memory
 from decoding.strategies.tree_verify import compact_cache, verify_tree
-from tests.app_support import assert_same
-from tests.conftest import TEST_DEVICE, logit_atol
-from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 TOL = logit_atol(1e-5)
 REL = 2e-6      # of the largest |value|: a static cache and a dynamic one run kernels of other shapes, whose

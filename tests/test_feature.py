@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 from drafter_support import random_net
+from dspark_helpers import module_cache, one_thread
 from spec_helpers import divergence, peaked_lm
 
 from decoding import runner
@@ -23,7 +24,6 @@ from decoding.runtime import packed_gemm
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.models import LM
 from decoding.train.feature import FeatureSettings, evaluate, leading_drafts, train_feature
-from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 

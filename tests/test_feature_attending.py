@@ -16,6 +16,7 @@ import random
 import pytest
 import torch
 from drafter_support import random_net
+from dspark_helpers import module_cache, one_thread
 from spec_helpers import divergence, peaked_lm
 
 from decoding import runner
@@ -30,7 +31,6 @@ from decoding.train.attending import layout
 from decoding.train.context_rows import prompt_rows
 from decoding.train.data import generate_distill
 from decoding.train.feature import FeatureSettings, train_feature
-from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)
