@@ -178,7 +178,7 @@ def test_speculative_and_dspark_equal_greedy(arch, tok):
     for kwargs in SPECULATIVE.values():
         rolled.append(same_as_greedy(lm, SpeculativeConfig(max_new_tokens=NEW, **kwargs), expected))
     draft = LM(lm.model, tok, name=f"{lm.name}-draft", lock=lm.lock)        # the model as its own draft
-    rolled.append(same_as_greedy(lm, SpeculativeConfig(draft="self", max_new_tokens=NEW), expected, draft_lm=draft))
+    rolled.append(same_as_greedy(lm, SpeculativeConfig(draft="self", max_new_tokens=NEW), expected, drafter=draft))
     for _name, kwargs in DSPARK.items():
         config = DSparkConfig(max_new_tokens=NEW, **kwargs)
         if arch in NO_TREE and config.select == "tree":

@@ -10,7 +10,8 @@ import pytest
 from dspark_helpers import varied_llama
 
 from decoding import __main__ as cli
-from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig, draft_sources
+from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
+from decoding.core.draft_names import read_draft
 from decoding.core.trace import DraftingInfo, TraceFormatError, from_json, to_json
 from decoding.drafters.factory import AUTO_FITS, AUTO_FREE, make_drafter
 from decoding.runner import planned_drafting, run
@@ -41,7 +42,7 @@ def test_the_default_run_records_its_training_free_sources_and_why(lm):
     ("feature:x.safetensors", ("feature",)), ("lookup+shallow", ("lookup", "shallow")), ("some/model", ("model",)),
     ("lookup+some/model", ("lookup", "model"))])
 def test_a_named_draft_records_its_sources_as_set(draft, sources):
-    assert draft_sources(draft) == sources
+    assert read_draft(draft).trace_names == sources
 
 
 def test_a_named_draft_run_says_it_was_set(lm):

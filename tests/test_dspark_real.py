@@ -173,7 +173,7 @@ def test_named_drafter_loads_once_per_file_version(real_lm, tmp_path):
     import os
     import shutil
 
-    from decoding.core.config import FEATURE_HEAD
+    from decoding.core.draft_names import FEATURE_HEAD
     from decoding.core.errors import ConfigError
     from decoding.drafters.factory import load_lattice_drafter
     from decoding.runtime.paths import PARALLEL_WEIGHTS

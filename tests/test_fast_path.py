@@ -88,8 +88,8 @@ def test_speculative_with_lookup_and_a_draft_model_match(lm, fast):
     assert_same_run(lm, fast, SpeculativeConfig(max_new_tokens=30, draft="lookup", gamma=4))
     draft = varied_llama(seed=5)
     config = SpeculativeConfig(max_new_tokens=30, draft="tiny-draft", gamma=3, temperature=0.8, seed=2)
-    a, b = assert_same_run(lm, fast, config, draft_lm=draft)
-    b2 = run(fast, PROMPT, config, draft_lm=fast_twin(draft))
+    a, b = assert_same_run(lm, fast, config, drafter=draft)
+    b2 = run(fast, PROMPT, config, drafter=fast_twin(draft))
     assert b2.output_ids == a.output_ids
     verdicts = {d.verdict for e in a.steps for d in getattr(e, "drafts", ())}
     assert {"accepted", "rejected"} <= verdicts     # drafts were both accepted and rejected

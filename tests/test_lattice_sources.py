@@ -229,7 +229,7 @@ def test_speculative_training_free_equals_greedy(lm, draft):
     for prompt in PROMPTS:
         config = SpeculativeConfig(max_new_tokens=30, draft=draft, gamma=4)
         assert config.draft_model in (None, "auto")
-        kwargs = {"draft_lm": load_draft(config.draft_model, lm)} if config.draft_model else {}
+        kwargs = {"drafter": load_draft(config.draft_model, lm)} if config.draft_model else {}
         tr = run(lm, prompt, config, **kwargs)
         assert tr.error is None and tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
         drafters |= {e.drafter for e in tr.steps if e.gamma}
