@@ -8,6 +8,7 @@ from pathlib import Path
 
 from decoding.core.draft_names import (
     AUTO,
+    DRAFT_MODEL,
     FEATURE_HEAD,
     LOOKUP_THEN,
     PARALLEL_DRAFTER,
@@ -76,19 +77,19 @@ def training_free_sources(target: LM, parts: Sequence[Part], memory: SourceMemor
     fill `memory` (the run's, decoding/drafters/memory.py), a draft model is the target's (loaded once)."""
     made = {RECYCLING: lambda: RecyclingSource(memory.recycling_table(target.vocab_size)),
             SUFFIX: lambda: SuffixSource(memory.suffix_store())}
-    return [made[p.kind]() if p.kind in made else draft_model_source(target, p) for p in parts]
+    return [made[p.kind]() if p.kind in made else draft_model_source(target, p.arg) for p in parts]
 
 
-def draft_model_source(target: LM, part: Part) -> DraftModelSource:
-    """The draft model a DSpark "model:ID" part names, as a lattice source; errors name `drafter` and the part.
-    A target keeps one such draft model, the last one named (a config names at most one; another name
+def draft_model_source(target: LM, name: str) -> DraftModelSource:
+    """The draft model ID `name` (DSpark's "model:ID" part) as a lattice source; errors name `drafter` and the
+    part. A target keeps one such draft model, the last one named (a config names at most one; another name
     replaces it, so that links naming many cannot pile up copies on a shared server)."""
-    name = part.arg
+    part = f"{DRAFT_MODEL}:{name}"
     try:
         draft = target.loaded(("draft model source",), name, lambda: load_draft(name, target))
     except ConfigError as err:
-        raise ConfigError("drafter", part.text, err.expected) from None
-    check(not isinstance(draft, FeatureNet) and draft is not None, "drafter", part.text,
+        raise ConfigError("drafter", part, err.expected) from None
+    check(not isinstance(draft, FeatureNet) and draft is not None, "drafter", part,
           "must name a causal LM with the target's vocabulary (a trained drafter goes first: feature+model:ID)")
     return DraftModelSource(DraftModelDrafter(draft, target))
 
