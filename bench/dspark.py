@@ -89,7 +89,7 @@ def contenders(lm, drafter, args) -> dict:
     if DEFAULT_SHALLOW.is_file():
         shallow = load_shallow(lm)
         runs["speculative shallow γ=5"] = lambda ids: timed_run(
-            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=5, draft="shallow"), draft_lm=shallow)
+            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=5, draft="shallow"), drafter=shallow)
     return runs
 
 

@@ -37,7 +37,7 @@ def contenders(lm, feature, temperature: float, n: int, budgets: tuple[int, ...]
     plain = SampleConfig(max_new_tokens=n, top_k=0, top_p=1.0, **sampled) if temperature > 0 else \
         GreedyConfig(max_new_tokens=n)
     spec = lambda **kw: (lambda ids: timed_run(lm, ids, SpeculativeConfig(max_new_tokens=n, draft="lookup+feature",
-                                                                      **sampled, **kw), draft_lm=feature))
+                                                                      **sampled, **kw), drafter=feature))
     dspark = lambda **kw: (lambda ids: timed_run(lm, ids, DSparkConfig(max_new_tokens=n, **sampled, **kw)))
     runs = {reference: lambda ids: timed_run(lm, ids, plain),
             "speculative lookup+feature γ=5": spec(gamma=5),

@@ -63,7 +63,7 @@ def contenders(lm, feature, args, memory: Memory) -> tuple[dict, str]:
             DEFAULTS: dspark("cold"),
             "DSpark feature head + token recycling + lookup, warm": dspark("warm", drafter="feature+recycling"),
             "speculative lookup+recycling cost-aware γ≤8, warm": spec("warm", "lookup+recycling"),
-            "speculative lookup+feature cost-aware γ≤8": spec("cold", "lookup+feature", draft_lm=feature)}
+            "speculative lookup+feature cost-aware γ≤8": spec("cold", "lookup+feature", drafter=feature)}
     for b in args.budgets:
         runs[f"DSpark token recycling + lookup, warm, tree ≤ {b}"] = dspark("warm", drafter="recycling", budget=b)
         runs[f"DSpark token recycling + lookup, warm, fixed tree of {b}"] = dspark(

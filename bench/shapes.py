@@ -87,9 +87,9 @@ def contenders(lm: LM, n: int, draft_layers: int) -> dict:
         "beam (4 beams)": (BeamConfig(max_new_tokens=n, num_beams=4), {}),
         "speculative, lookup (γ=5)": (SpeculativeConfig(max_new_tokens=n, gamma=5, draft="lookup"), {}),
         f"speculative, draft = first {draft_layers} layer{plural} (γ=4)": (
-            SpeculativeConfig(max_new_tokens=n, gamma=4, draft="truncated"), {"draft_lm": draft}),
+            SpeculativeConfig(max_new_tokens=n, gamma=4, draft="truncated"), {"drafter": draft}),
         "speculative, shallow self-draft shape (γ=5)": (
-            SpeculativeConfig(max_new_tokens=n, gamma=5, draft="shallow"), {"draft_lm": shallow}),
+            SpeculativeConfig(max_new_tokens=n, gamma=5, draft="shallow"), {"drafter": shallow}),
         "dspark, random drafter (chain γ=8, K=2)": (
             parallel_config(max_new_tokens=n, gamma=8, top_k_candidates=2), {"drafter": drafter}),
         "dspark, random drafter (tree γ=16, K=2, budget 16)": (
@@ -177,8 +177,8 @@ def measure_fast(lm: LM, ids: list[int], n: int, draft_layers: int, rows: list[R
     for label, (cfg, kw) in contenders(fast, n, draft_layers).items():
         if not label.startswith(chosen):
             continue
-        if isinstance(kw.get("draft_lm"), LM) and label.startswith("speculative, draft"):
-            kw = {**kw, "draft_lm": fast_twin(kw["draft_lm"])}
+        if isinstance(kw.get("drafter"), LM) and label.startswith("speculative, draft"):
+            kw = {**kw, "drafter": fast_twin(kw["drafter"])}
         row, _ = measure(fast, ids, cfg, kw, label, greedy_ids)
         out.append(dataclasses.replace(row, strategy="fast path: " + label))
         emit(row_line(out[-1], rows[0].tokens_per_s))

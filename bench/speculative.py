@@ -59,7 +59,7 @@ def feature_contenders(lm, feature, args) -> dict:
     """The feature drafter (decoding/drafters/feature_net.py) alone and behind prompt lookup, at γ and cost-aware."""
     n, g = args.max_new_tokens, args.gamma
     run = lambda draft, **kw: (lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, draft=draft, **kw),
-                                                 draft_lm=feature))
+                                                 drafter=feature))
     return {f"feature drafter γ={g} (ours)": run("feature", gamma=g),
             f"lookup + feature drafter γ={g} (ours)": run("lookup+feature", gamma=g),
             f"feature drafter cost-aware γ≤{COST_MAX_GAMMA} (ours)": run("feature", gamma=COST_MAX_GAMMA,
@@ -78,23 +78,23 @@ def contenders(lm, draft, args, feature=None) -> dict:
         "lookup (ours)": lambda ids: _ours(lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=10, draft="lookup")),
         "lookup (generate)": lambda ids: _generate(lm, ids, n, prompt_lookup_num_tokens=10),
         f"{draft.name} γ={g} (ours)": lambda ids: _ours(
-            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="model"), draft_lm=draft),
+            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="model"), drafter=draft),
         f"{draft.name} γ={g} (generate assisted)": lambda ids: _generate(
             lm, ids, n, assistant_model=draft.model),
         f"lookup + {draft.name} γ={g} (ours)": lambda ids: _ours(
-            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="lookup+model"), draft_lm=draft),
+            lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=g, draft="lookup+model"), drafter=draft),
         **({} if g == SMALL_GAMMA else {
             f"{draft.name} γ={SMALL_GAMMA} (ours)": lambda ids: _ours(
-                lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=SMALL_GAMMA, draft="model"), draft_lm=draft),
+                lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=SMALL_GAMMA, draft="model"), drafter=draft),
             f"lookup + {draft.name} γ={SMALL_GAMMA} (ours)": lambda ids: _ours(
                 lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=SMALL_GAMMA, draft="lookup+model"),
-                draft_lm=draft)}),
+                drafter=draft)}),
         f"{draft.name} cost-aware γ≤{COST_MAX_GAMMA} (ours)": lambda ids: _ours(
             lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=COST_MAX_GAMMA, draft="model", gamma_policy="cost"),
-            draft_lm=draft),
+            drafter=draft),
         f"lookup + {draft.name} cost-aware γ≤{COST_MAX_GAMMA} (ours)": lambda ids: _ours(
             lm, ids, SpeculativeConfig(max_new_tokens=n, gamma=COST_MAX_GAMMA, draft="lookup+model",
-                                       gamma_policy="cost"), draft_lm=draft),
+                                       gamma_policy="cost"), drafter=draft),
         **({} if feature is None else feature_contenders(lm, feature, args)),
         "greedy (generate)": lambda ids: _generate(lm, ids, n),
     }
@@ -211,7 +211,7 @@ def main(argv=None) -> None:
         lm, args.draft_layers, name=f"untrained early exit L={args.draft_layers}")
     draft.name = "shallow draft" if DEFAULT_SHALLOW.is_file() else draft.name
     warm = SpeculativeConfig(max_new_tokens=2, gamma=COST_MAX_GAMMA, draft="model", gamma_policy="cost")
-    _ours(lm, lm.encode(PROMPTS["chat"]), warm, draft_lm=draft)      # profiles and caches the cost tables first
+    _ours(lm, lm.encode(PROMPTS["chat"]), warm, drafter=draft)      # profiles and caches the cost tables first
     feature = load_feature(lm) if DEFAULT_FEATURE.is_file() else None
     if feature is not None:
         FeatureDrafter(feature).token_ms(lm)                      # timed once, before the runs

@@ -63,8 +63,8 @@ def _common(p: argparse.ArgumentParser, prompt: bool = True) -> None:
                                    "lookup), 'recycling' (token recycling, any model), 'shallow' (trained "
                                    "self-draft; 'shallow:FILE' for other weights), 'feature' (trained feature "
                                    "drafter over the target's LM-head input; 'feature:FILE'), a draft model "
-                                   "id/path, or 'lookup+' one of those (prompt lookup where it matches, else "
-                                   "that drafter)")
+                                   "('model:ID', or the id/path alone), or 'lookup+' one of those (prompt lookup "
+                                   "where it matches, else that drafter); docs/drafters.md 'Drafter names'")
     p.add_argument("--gamma-policy", choices=list(GAMMA_POLICIES),
                    help="speculative γ policy (cost: per round the γ with the most expected tokens per ms)")
     p.add_argument("--confidence-threshold", type=float, help="speculative confidence policy: stop below this q_draft")
@@ -80,7 +80,8 @@ def _common(p: argparse.ArgumentParser, prompt: bool = True) -> None:
                                      "for the model, token recycling on any other), 'feature', 'parallel', "
                                      "'feature:FILE', 'parallel:FILE' (or a parallel drafter's weights file), "
                                      "'recycling', 'suffix', 'model:ID' (tree sources for any model); join with "
-                                     "'+' after a trained one, e.g. 'feature+recycling'")
+                                     "'+' after a trained one, e.g. 'feature+recycling'; docs/drafters.md "
+                                     "'Drafter names'")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -150,7 +151,7 @@ def _strategy_kwargs(config, args, lm) -> dict:
         return {}
     from decoding.drafters.factory import load_draft
 
-    return {"draft_lm": load_draft(draft, lm, device=args.device, dtype=args.dtype,
+    return {"drafter": load_draft(draft, lm, device=args.device, dtype=args.dtype,
                                    trust_remote_code=args.trust_remote_code, pack_gemm=not args.no_pack_gemm,
                                    fast_path=args.fast_path)}
 

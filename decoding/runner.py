@@ -84,16 +84,13 @@ def check_inputs(lm: LM, prompt_ids: Sequence[int], max_new_tokens: int, forced:
 def iterate(lm: LM, prompt_ids: Sequence[int], config: BaseConfig, *, forced: Sequence[int] = (),
             **strategy_kwargs):
     """The strategy's event generator, seeded from config.seed with an explicit CPU generator.
-    `strategy_kwargs` go to the strategy's decode (e.g. speculative's drafter=, or draft_lm= for its loaded
-    draft model, and memory=)."""
+    `strategy_kwargs` go to the strategy's decode (speculative's and DSpark's drafter= and memory=). The decode
+    call itself runs on the engine thread: what it checks and loads before the first event (the model's
+    architecture, the drafter its name needs) fails here, before any step, as bad input."""
     check_inputs(lm, prompt_ids, config.max_new_tokens, forced)
-    if "draft_lm" in strategy_kwargs:           # speculative's loaded draft model, by its older keyword
-        check("drafter" not in strategy_kwargs, "draft_lm", "<given>", "give the draft as drafter= or draft_lm=, "
-              "not both")
-        strategy_kwargs["drafter"] = strategy_kwargs.pop("draft_lm")
     generator = torch.Generator(device="cpu").manual_seed(config.seed)
-    return ENGINE.steps(strategy_for(config).decode(lm, list(prompt_ids), config, generator=generator,
-                                                    forced=until_eos(forced, lm.eos_ids), **strategy_kwargs))
+    return ENGINE.steps(ENGINE.call(strategy_for(config).decode, lm, list(prompt_ids), config, generator=generator,
+                                    forced=until_eos(forced, lm.eos_ids), **strategy_kwargs))
 
 
 def until_eos(forced: Sequence[int], eos_ids) -> list[int]:

@@ -102,7 +102,7 @@ def html_of(at) -> str:
 def drafter_file(tiny_dir):
     """A drafter whose first draft is the tiny model's (constant) greedy token and whose second is
     another token: every round has an accepted and a rejected draft at temperature 0."""
-    from tests.dspark_helpers import app_drafter
+    from dspark_helpers import app_drafter
 
     return app_drafter(tiny_dir)
 

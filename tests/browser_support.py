@@ -150,7 +150,7 @@ def dspark_link(page, server: str) -> str:
         from ui.views.tour import COPY_PROMPT
 
         return f"?strategy=dspark&max_new=40&prompt={urllib.request.quote(COPY_PROMPT)}"
-    from tests.dspark_helpers import app_drafter
+    from dspark_helpers import app_drafter
 
     open_app(page, server, "?max_new=1")
     drafter = app_drafter(page.get_by_role("textbox", name="Model").input_value())

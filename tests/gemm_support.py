@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import torch
+from conftest import make_tiny_llama
 from torch import nn
 
 from decoding.runtime.packed_gemm import PackedLinear, pack_linears
-from tests.conftest import make_tiny_llama
 
 
 def cpu_llama(**kwargs):

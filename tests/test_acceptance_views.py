@@ -19,7 +19,7 @@ _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
 @pytest.fixture(scope="module")
 def dspark_trace(lm):
-    from tests.dspark_helpers import random_head
+    from dspark_helpers import random_head
 
     return run(lm, [9, 40, 17, 9, 40], DSparkConfig(max_new_tokens=40, gamma=4, top_k_candidates=3, budget=8),
                drafter=random_head(lm))

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import on_test_device
 from dspark_helpers import module_cache, one_thread
 
 from bench.tiny_model import embedded_tokenizer
@@ -29,7 +30,6 @@ from decoding.runtime import kv_rollback
 from decoding.runtime.cost_table import CostTable, auto_cost_path, forward_times
 from decoding.runtime.models import LM
 from decoding.strategies import beam, tree_verify
-from tests.conftest import on_test_device
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -178,7 +178,7 @@ def test_speculative_and_dspark_equal_greedy(arch, tok):
     for kwargs in SPECULATIVE.values():
         rolled.append(same_as_greedy(lm, SpeculativeConfig(max_new_tokens=NEW, **kwargs), expected))
     draft = LM(lm.model, tok, name=f"{lm.name}-draft", lock=lm.lock)        # the model as its own draft
-    rolled.append(same_as_greedy(lm, SpeculativeConfig(draft="self", max_new_tokens=NEW), expected, draft_lm=draft))
+    rolled.append(same_as_greedy(lm, SpeculativeConfig(draft="self", max_new_tokens=NEW), expected, drafter=draft))
     for _name, kwargs in DSPARK.items():
         config = DSparkConfig(max_new_tokens=NEW, **kwargs)
         if arch in NO_TREE and config.select == "tree":

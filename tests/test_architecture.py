@@ -144,6 +144,39 @@ def test_a_product_module_using_the_tests_is_caught(tmp_path, line):
     assert found and all("bench/lossy.py" in f for f in found), found
 
 
+def copy_tests(folder: Path) -> None:
+    """The tests folder's modules, copied into `folder` (a negative control plants a line in the copy)."""
+    for path in (ROOT / "tests").glob("*.py"):
+        shutil.copy(path, folder / path.name)
+
+
+def package_spelled_imports(folder: Path) -> list[str]:
+    """Modules of the tests folder that import a helper as `tests.X`: pytest puts tests/ on sys.path and imports
+    conftest.py as `conftest`, so `tests.X` loads a second copy of a module the others import as `X` (two module
+    objects, each with its own caches and fixtures). One spelling: the bare one."""
+    found = []
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            found += [f"{path.name} imports {name}" for name in names if name == "tests" or name.startswith("tests.")]
+    return found
+
+
+def test_test_helpers_are_imported_by_one_spelling():
+    assert package_spelled_imports(ROOT / "tests") == []
+
+
+@pytest.mark.parametrize("line", ["from tests.dspark_helpers import varied_llama", "import tests.app_support",
+                                  "def later():\n    from tests.conftest import TEST_DEVICE"])
+def test_a_helper_imported_as_tests_x_is_caught(tmp_path, line):
+    copy_tests(tmp_path)
+    assert package_spelled_imports(tmp_path) == []
+    append(tmp_path / "test_lab.py", line)
+    found = package_spelled_imports(tmp_path)
+    assert len(found) == 1 and found[0].startswith("test_lab.py imports tests."), found
+
+
 def imported_test_modules(path: Path) -> set[str]:
     """The test modules (test_*.py) that `path` imports, lazy imports inside functions included."""
     found = set()
@@ -170,8 +203,7 @@ def test_no_test_module_imports_another():
                                   "from tests.test_cli import cli", "from tests import test_cli",
                                   "def later():\n    from test_cli import cli"])
 def test_a_test_module_importing_another_is_caught(tmp_path, line):
-    for path in (ROOT / "tests").glob("*.py"):
-        shutil.copy(path, tmp_path / path.name)
+    copy_tests(tmp_path)
     assert modules_importing_test_modules(tmp_path) == []
     append(tmp_path / "test_lab.py", line)
     append(tmp_path / "cli_support.py", "from decoding.runtime.models import LM")   # not a test module

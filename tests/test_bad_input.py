@@ -387,6 +387,13 @@ CASES = [
          cli=SPEC + ["--draft", "lookup+{tmp}/no-draft"],
          app={"strategy": "speculative", "draft": "lookup+{tmp}/no-draft"},
          engine=lambda e: load_draft(SpeculativeConfig(draft=f"lookup+{e.tmp}/no-draft").draft_model, e.lm)),
+    Case("draft-part-of-dspark", r"draft='parallel' is invalid: the parallel drafter drafts DSpark's lattice, not "
+         r"speculative decoding's chain$", cli=SPEC + ["--draft", "parallel"],
+         app={"strategy": "speculative", "draft": "parallel"}, engine=lambda e: SpeculativeConfig(draft="parallel")),
+    Case("drafter-part-of-speculative", r"drafter='lookup\+recycling' is invalid: prompt lookup is DSpark's "
+         r"lookup_max_ngram, not a drafter part$", cli=DSPARK + ["--drafter", "lookup+recycling"],
+         app={"strategy": "dspark", "drafter": "lookup+recycling"},
+         engine=lambda e: DSparkConfig(drafter="lookup+recycling")),
     Case("dspark-tree-without-positions", r"select='tree' is invalid: cannot verify a draft tree on bloom models: it "
          r"takes no position ids \(keys are placed by their order, as with ALiBi\), so a tree's nodes cannot be given "
          r"their depths; use select 'chain'$", cli=DSPARK + ["--model", "{bloom}", "--cost-table", "none"],
@@ -400,13 +407,10 @@ CASES = [
     Case("draft-cache-cannot-roll-back", r"draft='chunked' is invalid: cannot draft on llama models: its "
          r"chunked_attention layers cannot be rolled back to a shorter context$",
          engine=lambda e: run(varied_llama(), [1, 2, 3], SpeculativeConfig(draft="chunked", max_new_tokens=4),
-                              draft_lm=chunked_llama())),
+                              drafter=chunked_llama())),
     Case("cache-layer-cannot-roll-back", r"cache='StaticLayer' is invalid: cannot be rolled back \(full-attention and "
          r"sliding-window DynamicCache layers, or the fast path's static cache, can\)$",
          engine=lambda e: static_cache_roll_back(e.lm)),
-    Case("draft-lm-and-drafter", r"draft_lm='<given>' is invalid: give the draft as drafter= or draft_lm=, not both$",
-         engine=lambda e: run(e.lm, [1, 2, 3], SpeculativeConfig(draft="word", max_new_tokens=2), draft_lm=e.lm,
-                              drafter=e.lm)),
     Case("drafter-wrong-kind", r"drafter='LM' is invalid: is not a DSpark drafter: give a source, a parallel "
          r"drafter or a feature head$",
          engine=lambda e: run(e.lm, [1, 2, 3], DSparkConfig(max_new_tokens=2), drafter=e.lm)),
@@ -861,7 +865,7 @@ def _strategies(lm):
         "beam": (BeamConfig(max_new_tokens=8, num_beams=3), {}),
         "speculative-lookup": (SpeculativeConfig(draft="lookup", max_new_tokens=8, gamma=3), {}),
         "speculative-draft": (SpeculativeConfig(max_new_tokens=8, gamma=2, draft="d", temperature=0.8),
-                              {"draft_lm": draft}),
+                              {"drafter": draft}),
         "dspark-chain": (chain_config(max_new_tokens=8, gamma=3), {"drafter": drafter}),
         "dspark-tree": (DSparkConfig(max_new_tokens=8, gamma=3, select="tree", budget=6), {"drafter": drafter}),
     }
@@ -898,7 +902,7 @@ def test_non_finite_logits_stop_every_strategy(name, kind, value, env, strategie
 
 def test_nan_from_the_draft_model_names_it(env, strategies, monkeypatch):
     config, kwargs = strategies["speculative-draft"]
-    bad_logits_after(3, float("nan"), only=kwargs["draft_lm"].model)(monkeypatch)
+    bad_logits_after(3, float("nan"), only=kwargs["drafter"].model)(monkeypatch)
     kept = run(env.lm, [1, 2, 3], config, **kwargs)
     assert re.match(r"logits: NaN at step \d+ \(64 of 64 values from model 'varied-1'\)", kept.error), kept.error
 
@@ -1102,7 +1106,11 @@ def test_the_recorded_target_is_named_without_its_folder(env, tmp_path):
 def test_a_draft_model_folder_with_a_plus_in_its_name(env, tmp_path):
     """A draft model's folder may have '+' in its name: DSpark's `model:` part keeps it whole (it was read as a
     trained drafter file 'model:/m/a' + ... and refused as "no drafter weights there")."""
-    from decoding.core.config import drafter_parts
+    from decoding.core.draft_names import read_drafter
+
+    def drafter_parts(name):
+        spec = read_drafter(name)
+        return spec.trained.text if spec.trained else None, tuple(part.text for part in spec.sources)
 
     assert drafter_parts("model:/m/a+b") == (None, ("model:/m/a+b",))
     assert drafter_parts("feature+model:/m/a+b+recycling") == ("feature", ("model:/m/a+b", "recycling"))

@@ -4,9 +4,9 @@ from __future__ import annotations
 import argparse
 
 import pytest
+from dspark_helpers import varied_llama
 
 from bench import dspark_sources
-from tests.dspark_helpers import varied_llama
 
 
 def test_contenders_run_from_the_memory_they_name(monkeypatch):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from argparse import Namespace
 
+from dspark_helpers import varied_llama
+
 from bench.lattice import drafters, measure, parse_cases, render
-from tests.dspark_helpers import varied_llama
 
 
 def test_drafters_differ_only_in_the_parent_block():

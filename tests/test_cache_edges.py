@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from dspark_helpers import one_thread, varied_llama
 from word_models import build_word_model_dir
 
 from decoding.core.errors import ConfigError
@@ -22,7 +23,6 @@ from decoding.runtime import cost_table as cost_module
 from decoding.runtime import files, models
 from decoding.runtime.paths import ASSETS, cache_dir, cache_root, shown_path
 from decoding.train.data import generate_distill
-from tests.dspark_helpers import one_thread, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 

@@ -23,7 +23,7 @@ def node(i, parent, depth, score, verdict, lookup=False):
 
 @pytest.fixture(scope="module")
 def rounds():
-    from tests.dspark_helpers import random_head
+    from dspark_helpers import random_head
 
     lm = varied_llama(seed=0)
     from decoding.core.config import DSparkConfig

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import make_tiny_llama
 
 from decoding.core.errors import StepError
 from decoding.runtime.models import LM
-from tests.conftest import make_tiny_llama
 
 
 @pytest.fixture(scope="module")

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 
 import pytest
+from dspark_helpers import varied_llama
 
 from decoding import __main__ as cli
-from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig, draft_sources
+from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
+from decoding.core.draft_names import read_draft
 from decoding.core.trace import DraftingInfo, TraceFormatError, from_json, to_json
 from decoding.drafters.factory import AUTO_FITS, AUTO_FREE, make_drafter
 from decoding.runner import planned_drafting, run
-from tests.dspark_helpers import varied_llama
 
 PROMPT = [1, 2, 3, 4, 5, 1, 2, 3]
 
@@ -41,7 +42,7 @@ def test_the_default_run_records_its_training_free_sources_and_why(lm):
     ("feature:x.safetensors", ("feature",)), ("lookup+shallow", ("lookup", "shallow")), ("some/model", ("model",)),
     ("lookup+some/model", ("lookup", "model"))])
 def test_a_named_draft_records_its_sources_as_set(draft, sources):
-    assert draft_sources(draft) == sources
+    assert read_draft(draft).trace_names == sources
 
 
 def test_a_named_draft_run_says_it_was_set(lm):
@@ -109,8 +110,9 @@ def test_drafter_means_a_source_in_both_strategies(lm):
 
 
 def test_drafter_of_the_wrong_kind_is_one_line_naming_it(lm):
+    from dspark_helpers import random_head
+
     from decoding.core.errors import ConfigError
-    from tests.dspark_helpers import random_head
 
     def error(config, drafter) -> str:
         try:
@@ -135,8 +137,9 @@ def test_drafter_of_the_wrong_kind_is_one_line_naming_it(lm):
 def test_a_trained_net_and_its_source_draft_alike_in_dspark(lm):
     """DSpark handed a trained net fills the name's trained part; handed the net's source, it drafts with that
     source as given: the same lattices and tokens, each trace saying which it was."""
+    from dspark_helpers import random_head
+
     from decoding.drafters.lattice_bases import TrainedSource
-    from tests.dspark_helpers import random_head
 
     config = DSparkConfig(max_new_tokens=8, cost_table=None, gamma=3)
     net = run(lm, PROMPT, config, drafter=random_head(lm))

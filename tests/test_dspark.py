@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
+from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 from decoding.core import trace
 from decoding.core.acceptance import RoundOutcome
@@ -20,7 +21,6 @@ from decoding.runner import run
 from decoding.runtime import cost_table as cost_module
 from decoding.runtime.cost_table import CostTable
 from decoding.strategies import dspark
-from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 PROMPTS = [[1, 2, 3, 4, 5], [9, 40, 17], [33]]
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
@@ -241,8 +241,9 @@ def test_bad_config_is_one_line(kwargs, param):
 
 
 def test_missing_drafter_weights(lm, tmp_path):
-    tr = run(lm, PROMPTS[0], chain_config(drafter=str(tmp_path / "nope.safetensors")))
-    assert tr.error is not None and tr.error.startswith("drafter=") and "\n" not in tr.error
+    with pytest.raises(ConfigError) as missing:     # bad input, refused before the first step (decode resolves it)
+        run(lm, PROMPTS[0], chain_config(drafter=str(tmp_path / "nope.safetensors")))
+    assert str(missing.value).startswith("drafter=") and "\n" not in str(missing.value)
     bad = tmp_path / "bad.safetensors"
     bad.write_bytes(b"not a safetensors file")
     with pytest.raises(ConfigError, match="could not be read"):
@@ -251,8 +252,8 @@ def test_missing_drafter_weights(lm, tmp_path):
 
 def test_gamma_beyond_drafter_and_short_cost_table(lm, tmp_path):
     small = random_drafter(lm, gamma_max=4)
-    tr = run(lm, PROMPTS[0], chain_config(gamma=5), drafter=small)
-    assert tr.error.startswith("gamma=5")
+    with pytest.raises(ConfigError, match="^gamma=5 "):       # bad input: refused before the first step
+        run(lm, PROMPTS[0], chain_config(gamma=5), drafter=small)
     short = tmp_path / "short.json"
     short.write_text(json.dumps({"version": 1, "verify_ms": [1.0, 2.0]}))
     tr = run(lm, PROMPTS[0], chain_config(gamma=4, cost_table=str(short)), drafter=small)

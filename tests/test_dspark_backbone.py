@@ -10,6 +10,7 @@ import dataclasses
 
 import pytest
 import torch
+from dspark_helpers import Recorder, one_thread, random_drafter, varied_llama
 
 from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.core.errors import ConfigError
@@ -19,7 +20,6 @@ from decoding.runtime.hooks import tap_head_input
 from decoding.strategies import dspark
 from decoding.train.data import DistillData, history_rows, training_chunks
 from decoding.train.parallel import draft_at, encode_rows
-from tests.dspark_helpers import Recorder, one_thread, random_drafter, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 

@@ -11,6 +11,8 @@ import random
 
 import pytest
 import torch
+from dspark_helpers import one_thread, random_head, varied_llama
+from sampling_support import VOCAB, pvalues
 
 from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.core.errors import ConfigError
@@ -20,8 +22,6 @@ from decoding.drafters.feature_lattice import HeadCalibration
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_tree
 from decoding.train.head_calibration import ece, fit_platt
-from tests.dspark_helpers import one_thread, random_head, varied_llama
-from tests.sampling_support import VOCAB, pvalues
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROMPTS = [[1, 2, 3, 4, 5], [9, 40, 17, 9, 40], [33]]

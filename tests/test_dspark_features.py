@@ -11,6 +11,7 @@ import random
 
 import pytest
 import torch
+from dspark_helpers import Recorder, one_thread, random_drafter, varied_llama
 
 from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.core.errors import ConfigError
@@ -20,7 +21,6 @@ from decoding.runtime.hooks import tap_head_input
 from decoding.strategies import dspark
 from decoding.train.data import drafter_data, generate_distill, layer_features
 from decoding.train.parallel import TrainSettings, evaluate, slice_index, train_parallel
-from tests.dspark_helpers import Recorder, one_thread, random_drafter, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 

@@ -17,6 +17,8 @@ from fractions import Fraction
 
 import pytest
 import torch
+from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
+from tree_support import retrospective_branches
 
 from decoding.core import trace
 from decoding.core.acceptance import exact_branches, round_distribution
@@ -29,8 +31,6 @@ from decoding.drafters.parallel import build_lattice
 from decoding.lab.toy import MarkovTable, random_table, target_sequences
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_chain, best_tree, flat_tree
-from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
-from tests.tree_support import retrospective_branches
 
 F = Fraction
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)

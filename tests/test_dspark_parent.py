@@ -10,14 +10,7 @@ import dataclasses
 
 import pytest
 import torch
-
-from decoding.core.config import DSparkConfig, GreedyConfig
-from decoding.core.errors import ConfigError
-from decoding.drafters.parallel import build_lattice, load_drafter
-from decoding.runner import run
-from decoding.train.data import DistillData
-from decoding.train.parallel import TrainSettings, build_parser, evaluate, slice_index, train_drafter, train_parallel
-from tests.dspark_helpers import (  # noqa: F401  (prompts: a fixture)
+from dspark_helpers import (  # noqa: F401  (prompts: a fixture)
     SETTINGS,
     module_cache,
     one_thread,
@@ -25,6 +18,13 @@ from tests.dspark_helpers import (  # noqa: F401  (prompts: a fixture)
     random_drafter,
     varied_llama,
 )
+
+from decoding.core.config import DSparkConfig, GreedyConfig
+from decoding.core.errors import ConfigError
+from decoding.drafters.parallel import build_lattice, load_drafter
+from decoding.runner import run
+from decoding.train.data import DistillData
+from decoding.train.parallel import TrainSettings, build_parser, evaluate, slice_index, train_drafter, train_parallel
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from dspark_helpers import chain_config
 from spec_helpers import heldout_prompts
 
 from decoding.core.config import GreedyConfig
 from decoding.drafters.parallel import DrafterShape, ParallelDrafter
 from decoding.runner import run
-from tests.dspark_helpers import chain_config
 
 pytestmark = pytest.mark.real
 N = 32
@@ -173,7 +173,7 @@ def test_named_drafter_loads_once_per_file_version(real_lm, tmp_path):
     import os
     import shutil
 
-    from decoding.core.config import FEATURE_HEAD
+    from decoding.core.draft_names import FEATURE_HEAD
     from decoding.core.errors import ConfigError
     from decoding.drafters.factory import load_lattice_drafter
     from decoding.runtime.paths import PARALLEL_WEIGHTS

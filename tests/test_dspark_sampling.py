@@ -5,12 +5,12 @@ Negative control: the lossy threshold mode must fail the same test."""
 from __future__ import annotations
 
 import pytest
+from dspark_helpers import as_draft_model_source, one_thread, random_drafter, varied_llama
+from sampling_support import PROCESSING, PROMPT, VOCAB, pvalues
 
 from decoding.core.config import DSparkConfig
 from decoding.drafters.memory import SourceMemory
 from decoding.runner import run
-from tests.dspark_helpers import as_draft_model_source, one_thread, random_drafter, varied_llama
-from tests.sampling_support import PROCESSING, PROMPT, VOCAB, pvalues
 
 pytestmark = pytest.mark.slow   # χ² tests: `make test-fast` leaves them out
 

@@ -6,6 +6,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from dspark_helpers import (  # noqa: F401  (prompts: a fixture)
+    SETTINGS,
+    module_cache,
+    one_thread,
+    prompts,
+    varied_llama,
+)
 
 from decoding.core.config import DSparkConfig, GreedyConfig
 from decoding.drafters.parallel import load_drafter
@@ -13,13 +20,6 @@ from decoding.runner import run
 from decoding.runtime.hooks import tap_head_input
 from decoding.train.data import anchors, estimate_bytes, generate_distill
 from decoding.train.parallel import TrainSettings, conditioned, evaluate, report_metrics, train_parallel
-from tests.dspark_helpers import (  # noqa: F401  (prompts: a fixture)
-    SETTINGS,
-    module_cache,
-    one_thread,
-    prompts,
-    varied_llama,
-)
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 @pytest.fixture(scope="module")
@@ -227,8 +227,9 @@ def test_feature_weight_trains_the_hidden_states_toward_the_target(lm, prompts, 
 
 
 def test_dropout_acts_in_training_only_and_is_checked():
+    from dspark_helpers import random_drafter
+
     from decoding.core.errors import ConfigError
-    from tests.dspark_helpers import random_drafter
 
     lm = varied_llama(seed=3)
     drafter = random_drafter(lm, gamma_max=4, seed=1)

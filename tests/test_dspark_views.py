@@ -8,11 +8,11 @@ import math
 
 import pandas as pd
 import pytest
+from dspark_helpers import chain_config, one_thread, random_drafter
 
 from decoding.core.config import GreedyConfig, SampleConfig
 from decoding.runner import run
 from decoding.runtime.cost_table import CostTable
-from tests.dspark_helpers import chain_config, one_thread, random_drafter
 from ui.views import dspark, figures, tables
 from ui.views.chips import chips_html, visible
 from ui.views.figures import plot_text

@@ -14,6 +14,9 @@ import gc
 
 import pytest
 import torch
+from app_support import assert_same
+from conftest import TEST_DEVICE, logit_atol
+from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 from decoding import from_json, to_json, without_timings
 from decoding.core.config import DSparkConfig, GreedyConfig, SampleConfig, SpeculativeConfig
@@ -24,9 +27,6 @@ from decoding.runtime.fast_path import EmulatedGraph, KVLease
 from decoding.runtime.hooks import tap_decoder_rows, tap_head_input
 from decoding.runtime.models import LM, ModelSpec, kv_memory
 from decoding.strategies.tree_verify import compact_cache, verify_tree
-from tests.app_support import assert_same
-from tests.conftest import TEST_DEVICE, logit_atol
-from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 TOL = logit_atol(1e-5)
 REL = 2e-6      # of the largest |value|: a static cache and a dynamic one run kernels of other shapes, whose
@@ -88,8 +88,8 @@ def test_speculative_with_lookup_and_a_draft_model_match(lm, fast):
     assert_same_run(lm, fast, SpeculativeConfig(max_new_tokens=30, draft="lookup", gamma=4))
     draft = varied_llama(seed=5)
     config = SpeculativeConfig(max_new_tokens=30, draft="tiny-draft", gamma=3, temperature=0.8, seed=2)
-    a, b = assert_same_run(lm, fast, config, draft_lm=draft)
-    b2 = run(fast, PROMPT, config, draft_lm=fast_twin(draft))
+    a, b = assert_same_run(lm, fast, config, drafter=draft)
+    b2 = run(fast, PROMPT, config, drafter=fast_twin(draft))
     assert b2.output_ids == a.output_ids
     verdicts = {d.verdict for e in a.steps for d in getattr(e, "drafts", ())}
     assert {"accepted", "rejected"} <= verdicts     # drafts were both accepted and rejected

@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 from drafter_support import random_net
+from dspark_helpers import module_cache, one_thread
 from spec_helpers import divergence, peaked_lm
 
 from decoding import runner
@@ -23,7 +24,6 @@ from decoding.runtime import packed_gemm
 from decoding.runtime.hooks import tap_head_input
 from decoding.runtime.models import LM
 from decoding.train.feature import FeatureSettings, evaluate, leading_drafts, train_feature
-from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -159,7 +159,7 @@ def test_weights_round_trip_and_load_errors(lm, tmp_path):
                           atol=2e-2, rtol=2e-3)                   # float16 file
     assert again.vocab_ids.tolist() == list(range(20))
     assert isinstance(load_draft(f"feature:{path}", lm), FeatureNet)
-    assert isinstance(make_drafter("feature", lm, draft_lm=again), FeatureDrafter)
+    assert isinstance(make_drafter("feature", lm, drafter=again), FeatureDrafter)
     with pytest.raises(ConfigError, match="^draft=.*train one with `python -m decoding train feature`"):
         load_feature(lm, tmp_path / "missing.safetensors")
     other = tmp_path / "other.safetensors"
@@ -203,7 +203,7 @@ def test_loaded_net_computes_in_the_targets_dtype_on_its_kernels(lm, tmp_path, m
     assert not torch.allclose(half.slice_logits(half.step(f, x)), reference, atol=1e-5, rtol=1e-5)
     prompt = [3, 1, 4, 1, 5]
     expected = runner.run(lm, prompt, GreedyConfig(max_new_tokens=24)).output_ids
-    trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=24, draft="feature", gamma=3), draft_lm=loaded)
+    trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=24, draft="feature", gamma=3), drafter=loaded)
     assert trace.error is None and list(trace.output_ids) == list(expected)
 
 

@@ -16,6 +16,7 @@ import random
 import pytest
 import torch
 from drafter_support import random_net
+from dspark_helpers import module_cache, one_thread
 from spec_helpers import divergence, peaked_lm
 
 from decoding import runner
@@ -30,7 +31,6 @@ from decoding.train.attending import layout
 from decoding.train.context_rows import prompt_rows
 from decoding.train.data import generate_distill
 from decoding.train.feature import FeatureSettings, train_feature
-from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 cache_dir = pytest.fixture(scope="module", autouse=True)(module_cache)
@@ -124,7 +124,7 @@ def test_greedy_identity_with_accepts_and_rejects(lm):
     for seed, gamma in ((0, 1), (1, 3), (2, 5)):
         net = attending_net(lm, seed)
         trace = runner.run(lm, prompt, SpeculativeConfig(max_new_tokens=40, draft="feature", gamma=gamma),
-                           drafter=make_drafter("feature", lm, draft_lm=net))
+                           drafter=make_drafter("feature", lm, drafter=net))
         assert trace.error is None
         assert not divergence(lm, prompt, expected, trace.output_ids), divergence(lm, prompt, expected,
                                                                                   trace.output_ids)
@@ -191,9 +191,9 @@ def test_training_fits_and_the_card_says_it_attends(tmp_path):
     card = out.with_suffix(".md").read_text()
     assert "attention" in card and "--heads 2" in card
     net = load_feature(lm, out)
-    assert net.attends and isinstance(make_drafter("feature", lm, draft_lm=net), AttendingDrafter)
+    assert net.attends and isinstance(make_drafter("feature", lm, drafter=net), AttendingDrafter)
     expected = runner.run(lm, prompts[0], GreedyConfig(max_new_tokens=24)).output_ids
-    trace = runner.run(lm, prompts[0], SpeculativeConfig(max_new_tokens=24, draft="feature", gamma=3), draft_lm=net)
+    trace = runner.run(lm, prompts[0], SpeculativeConfig(max_new_tokens=24, draft="feature", gamma=3), drafter=net)
     assert list(trace.output_ids) == list(expected) and trace.stats.mean_accepted_length > 1.5
 
 
@@ -239,11 +239,11 @@ def test_forced_tokens_and_a_forced_eos(attending):
     prompt, forced = [4, 8, 15], [16, 23]
     expected = runner.run(lm, prompt + forced, GreedyConfig(max_new_tokens=18)).output_ids
     config = SpeculativeConfig(max_new_tokens=20, draft="feature", gamma=3)
-    trace = runner.run(lm, prompt, config, drafter=make_drafter("feature", lm, draft_lm=net), forced=forced)
+    trace = runner.run(lm, prompt, config, drafter=make_drafter("feature", lm, drafter=net), forced=forced)
     assert trace.error is None
     assert list(trace.output_ids) == forced + list(expected)[:len(trace.output_ids) - 2]
     assert len(trace.output_ids) == 20 or trace.output_ids[-1] == 31
-    ended = runner.run(lm, prompt, config, drafter=make_drafter("feature", lm, draft_lm=net), forced=[31])
+    ended = runner.run(lm, prompt, config, drafter=make_drafter("feature", lm, drafter=net), forced=[31])
     assert ended.error is None and list(ended.output_ids) == [31]
 
 

@@ -28,7 +28,7 @@ def _configs(lm):
         "sample": (SampleConfig(max_new_tokens=8, temperature=1.0, seed=3), {}),
         "beam": (BeamConfig(max_new_tokens=8, num_beams=3), {}),
         "speculative": (SpeculativeConfig(draft="lookup", max_new_tokens=8, gamma=3, temperature=1.0, seed=2),
-                        {"draft_lm": draft}),
+                        {"drafter": draft}),
         "dspark": (DSparkConfig(max_new_tokens=8, gamma=3), {"drafter": random_drafter(lm, gamma_max=3, seed=1)}),
     }
 

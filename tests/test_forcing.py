@@ -111,7 +111,7 @@ def spec_live():
     target, draft = peaked_lm(0), peaked_lm(1)
     live = LiveRun(target, PROMPT,
                    SpeculativeConfig(draft="lookup", max_new_tokens=16, gamma=3, temperature=1.0, seed=4),
-                   strategy_kwargs={"draft_lm": draft})
+                   strategy_kwargs={"drafter": draft})
     live.run_to_end()
     return live
 

@@ -8,11 +8,11 @@ import json
 
 import pytest
 import torch
+from gemm_support import cpu_llama, linear, packed_copy
 
 from decoding.runtime import packed_gemm
 from decoding.runtime.cost_table import auto_cost_path
 from decoding.runtime.packed_gemm import DEFAULT_PLAN, GemmPlan, PackedLinear, pack_linears, use_plan
-from tests.gemm_support import cpu_llama, linear, packed_copy
 
 pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL packed GEMM")
 needs_onednn = pytest.mark.skipif(not packed_gemm.onednn_available(), reason="this torch has no oneDNN linear")

@@ -54,7 +54,7 @@ def test_speculative_peak_and_rollback(lm, per_token):
 
 
 def test_dspark_peak_and_compaction(lm, per_token):
-    from tests.dspark_helpers import random_head
+    from dspark_helpers import random_head
 
     trace = run(lm, PROMPT, DSparkConfig(max_new_tokens=24, gamma=4, top_k_candidates=3, budget=8),
                 drafter=random_head(lm))

@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from dspark_helpers import as_draft_model_source, one_thread, varied_llama
 from tree_support import retrospective_branches, toy_pair
 
 from decoding.core.acceptance import RoundOutcome, total_variation
@@ -29,7 +30,6 @@ from decoding.runner import run
 from decoding.runtime.fingerprint import fingerprint, matches
 from decoding.strategies import dspark
 from decoding.strategies.dspark_select import best_tree, flat_tree
-from tests.dspark_helpers import as_draft_model_source, one_thread, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 
@@ -229,7 +229,7 @@ def test_speculative_training_free_equals_greedy(lm, draft):
     for prompt in PROMPTS:
         config = SpeculativeConfig(max_new_tokens=30, draft=draft, gamma=4)
         assert config.draft_model in (None, "auto")
-        kwargs = {"draft_lm": load_draft(config.draft_model, lm)} if config.draft_model else {}
+        kwargs = {"drafter": load_draft(config.draft_model, lm)} if config.draft_model else {}
         tr = run(lm, prompt, config, **kwargs)
         assert tr.error is None and tr.output_ids == run(lm, prompt, GreedyConfig(max_new_tokens=30)).output_ids
         drafters |= {e.drafter for e in tr.steps if e.gamma}
@@ -515,7 +515,7 @@ def test_long_and_repeated_drafter_names(lm, tmp_path):
 
 
 def random_head(lm):
-    from tests.dspark_helpers import random_drafter
+    from dspark_helpers import random_drafter
 
     return random_drafter(lm, gamma_max=8)
 

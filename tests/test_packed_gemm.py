@@ -7,6 +7,7 @@ import pickle
 
 import pytest
 import torch
+from gemm_support import cpu_llama, linear, packed_copy
 from torch import nn
 
 from decoding.core.errors import ConfigError
@@ -14,7 +15,6 @@ from decoding.runtime import packed_gemm
 from decoding.runtime.cost_table import auto_cost_path
 from decoding.runtime.models import LM, ModelSpec
 from decoding.runtime.packed_gemm import PACK_MIN_ROWS, PackedLinear, pack_linears, packed_count, unpack_linears
-from tests.gemm_support import cpu_llama, linear, packed_copy
 
 pytestmark = pytest.mark.skipif(not packed_gemm.available(), reason="this torch has no MKL packed GEMM")
 
@@ -223,8 +223,9 @@ def test_the_parallel_drafters_head_is_packed_for_inference_only(monkeypatch):
     """The drafter's γ-position LM-head product takes the packed op at inference (same numbers as the
     plain product), the plain one under autograd; a copy packs its own; `gamma` computes only the
     first positions, equal to the full computation's."""
+    from dspark_helpers import varied_llama
+
     from decoding.drafters.parallel import DrafterShape, ParallelDrafter
-    from tests.dspark_helpers import varied_llama
 
     lm = varied_llama(seed=0)                                          # untied head
     model = lm.model.to("cpu", torch.float32)                          # the packed GEMM is the CPU's

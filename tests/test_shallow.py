@@ -11,6 +11,7 @@ import random
 import pytest
 import torch
 from drafter_support import tiny4_lm
+from dspark_helpers import module_cache, one_thread
 
 from decoding.core.config import GreedyConfig, SpeculativeConfig
 from decoding.core.errors import ConfigError
@@ -20,7 +21,6 @@ from decoding.drafters.shallow import build_shallow, load_shallow, save_shallow,
 from decoding.runner import run
 from decoding.train.data import generate_distill
 from decoding.train.shallow import DraftSettings, chain_metrics, train_shallow
-from tests.dspark_helpers import module_cache, one_thread
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 

@@ -35,7 +35,7 @@ def recycling(vocab: int = 16) -> RecyclingSource:
 def test_every_speculative_drafter_is_a_source():
     target, draft = peaked_lm(0), peaked_lm(1)
     for name in ("lookup", "recycling", "recycling+suffix", "lookup+recycling", "lookup+d", "auto"):
-        drafter = composed(make_drafter(name, target, draft_lm=draft if name == "lookup+d" else None))
+        drafter = composed(make_drafter(name, target, drafter=draft if name == "lookup+d" else None))
         assert drafter.name == {"lookup+d": f"lookup+{draft.name}", "auto": "lookup+recycling"}.get(name, name)
         assert drafter.parts and all(isinstance(s, LatticeSource) for s in drafter.parts)
 

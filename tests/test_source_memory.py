@@ -5,11 +5,11 @@ first one's memory and sees the first run's text proposed."""
 from __future__ import annotations
 
 import pytest
+from dspark_helpers import one_thread, varied_llama
 
 from decoding.core.config import DSparkConfig, GreedyConfig, SpeculativeConfig
 from decoding.drafters.memory import SourceMemory
 from decoding.runner import run
-from tests.dspark_helpers import one_thread, varied_llama
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)
 PROBE = [40, 41, 11, 12]                   # the second user's prompt

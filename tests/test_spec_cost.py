@@ -59,7 +59,7 @@ def test_greedy_identity_and_trace(target, draft, draft_name, table_file, tmp_pa
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
     for prompt in PROMPTS:
         expected = runner.run(target, prompt, GreedyConfig(max_new_tokens=N)).output_ids
-        trace = runner.run(target, prompt, cost_config(draft=draft_name, cost_table=table_file), draft_lm=draft)
+        trace = runner.run(target, prompt, cost_config(draft=draft_name, cost_table=table_file), drafter=draft)
         assert trace.error is None
         assert not divergence(target, prompt, expected, trace.output_ids)
         for r in trace.steps[:-1]:
@@ -73,7 +73,7 @@ def test_greedy_identity_and_trace(target, draft, draft_name, table_file, tmp_pa
 def test_choices_follow_the_runs_acceptance(target, draft, table_file, tmp_path, monkeypatch):
     """Each round's recorded estimates are the counts of the earlier rounds of the same drafter."""
     monkeypatch.setenv("DECODESCOPE_CACHE", str(tmp_path))
-    trace = runner.run(target, PROMPTS[0], cost_config(cost_table=table_file), draft_lm=draft)
+    trace = runner.run(target, PROMPTS[0], cost_config(cost_table=table_file), drafter=draft)
     counts = AcceptanceCounts()
     for r in trace.steps[:-1]:
         assert r.gamma_choice.acceptance == tuple(counts.estimate(i) for i in range(6))
@@ -86,8 +86,8 @@ def test_auto_table_and_draft_cost_are_profiled_once(target, draft, tmp_path, mo
     real = cost_module.profile_verify_cost
     monkeypatch.setattr(cost_module, "profile_verify_cost",
                         lambda lm, n, **kw: calls.append((lm.name, n)) or real(lm, n, **kw))
-    first = runner.run(target, PROMPTS[0], cost_config(), draft_lm=draft)
-    second = runner.run(target, PROMPTS[0], cost_config(), draft_lm=draft)
+    first = runner.run(target, PROMPTS[0], cost_config(), drafter=draft)
+    second = runner.run(target, PROMPTS[0], cost_config(), drafter=draft)
     assert sorted(calls) == sorted([(target.name, 17), (draft.name, 1)])
     assert first.steps[0].gamma_choice.cost_source == "auto: " + cost_module.auto_cost_path(target).name
     assert str(tmp_path) not in to_json(first)                 # a trace a user downloads names no server folder
@@ -101,6 +101,6 @@ def test_bad_cost_table(target, draft, tmp_path):
     assert err.value.param == "cost_table" and "'fixed'" in str(err.value) and "\n" not in str(err.value)
     short = tmp_path / "short.json"
     CostTable(verify_ms=(10.0, 11.0)).save(short)
-    trace = runner.run(target, PROMPTS[0], cost_config(cost_table=str(short)), draft_lm=draft)   # as DSpark's
+    trace = runner.run(target, PROMPTS[0], cost_config(cost_table=str(short)), drafter=draft)   # as DSpark's
     assert trace.stop_reason == "error" and not trace.steps
     assert trace.error.startswith("cost_table=") and "covers 2 tokens; this run verifies up to 7" in trace.error

@@ -40,7 +40,7 @@ def test_greedy_identity_tiny(target, draft, policy, draft_name):
         expected = runner.run(target, prompt, GreedyConfig(max_new_tokens=N)).output_ids
         config = SpeculativeConfig(max_new_tokens=N, draft=draft_name, gamma=3, gamma_policy=policy,
                                    confidence_threshold=0.5)
-        trace = runner.run(target, prompt, config, draft_lm=draft)
+        trace = runner.run(target, prompt, config, drafter=draft)
         assert trace.error is None
         assert not divergence(target, prompt, expected, trace.output_ids)
 
@@ -48,7 +48,7 @@ def test_greedy_identity_tiny(target, draft, policy, draft_name):
 @pytest.mark.parametrize("gamma,prompt", [(1, PROMPTS[3]), (3, PROMPTS[0]), (5, PROMPTS[2])])
 def test_parity_assisted_generation_tiny(target, draft, gamma, prompt):
     trace = runner.run(target, prompt, SpeculativeConfig(max_new_tokens=N, draft="d", gamma=gamma),
-                       draft_lm=draft)
+                       drafter=draft)
     hf_ids, hf_forwards = hf_generate(target.model, prompt, max_new_tokens=N,
                                       assistant_model=constant_assistant(draft.model, gamma))
     assert list(trace.output_ids) == hf_ids, divergence(target, prompt, hf_ids, trace.output_ids)
@@ -69,7 +69,7 @@ def test_parity_prompt_lookup_tiny(target, num_tokens, ngram):
 def test_forward_counts_differ_from_greedy(target, draft):
     """The parity check on forwards can fail: plain greedy makes one forward per token."""
     prompt = PROMPTS[0]
-    spec = runner.run(target, prompt, SpeculativeConfig(draft="lookup", max_new_tokens=N, gamma=5), draft_lm=draft)
+    spec = runner.run(target, prompt, SpeculativeConfig(draft="lookup", max_new_tokens=N, gamma=5), drafter=draft)
     _ids, hf_greedy_forwards = hf_generate(target.model, prompt, max_new_tokens=N)
     assert hf_greedy_forwards == N and spec.stats.target_forwards < N
 
@@ -164,7 +164,7 @@ def test_worked_example_metrics():
 
 def test_stats_agree_with_trace_verdicts(target, draft):
     config = SpeculativeConfig(max_new_tokens=N, draft="d", gamma=4, temperature=1.0, seed=3)
-    trace = runner.run(target, PROMPTS[0], config, draft_lm=draft)
+    trace = runner.run(target, PROMPTS[0], config, drafter=draft)
     verified = [d for r in trace.steps for d in r.drafts if d.verdict != "recorded"]
     accepted = sum(d.verdict == "accepted" for d in verified)
     assert trace.stats.acceptance_rate == pytest.approx(accepted / len(verified))
@@ -177,7 +177,7 @@ def test_stats_agree_with_trace_verdicts(target, draft):
 def test_trace_round_trip_and_contents(target, draft):
     config = SpeculativeConfig(max_new_tokens=30, draft="d", gamma=3, gamma_max=6, temperature=0.8,
                                top_k=8, seed=2)
-    trace = runner.run(target, PROMPTS[0], config, draft_lm=draft)
+    trace = runner.run(target, PROMPTS[0], config, drafter=draft)
     again = from_json(to_json(trace))
     assert without_timings(again) == without_timings(trace)
     assert set(trace.steps[0].timings_ms) >= {"draft", "verify", "accept", "rollback"}
@@ -194,7 +194,7 @@ def test_trace_round_trip_and_contents(target, draft):
             assert event.residual_top and all(e.prob > 0 for e in event.residual_top)
             assert rejected.token_id not in [e.token_id for e in event.residual_top]  # max(0, p - q) = 0
         assert event.kv_cropped_target == len(event.drafts) - event.accepted
-    same = runner.run(target, PROMPTS[0], config, draft_lm=draft)
+    same = runner.run(target, PROMPTS[0], config, drafter=draft)
     assert same.output_ids == trace.output_ids  # seeded: reproducible
 
 
@@ -214,7 +214,7 @@ def test_position_numbers_match_fresh_forwards(target, draft, temperature):
     config = SpeculativeConfig(max_new_tokens=20, draft="d", gamma=3, gamma_max=5, temperature=temperature,
                                top_k=8, seed=4)
     pipeline = Pipeline(()) if temperature == 0 else build_pipeline(temperature, 8)
-    trace = runner.run(target, PROMPTS[0], config, draft_lm=draft)
+    trace = runner.run(target, PROMPTS[0], config, drafter=draft)
     sequence = list(PROMPTS[0]) + list(trace.output_ids)
     checked = 0
     for event in trace.steps:
@@ -240,7 +240,7 @@ def test_position_numbers_match_fresh_forwards(target, draft, temperature):
 
 def test_heuristic_gamma_in_trace(target, draft):
     config = SpeculativeConfig(max_new_tokens=40, draft="d", gamma=2, gamma_policy="heuristic")
-    rounds = runner.run(target, PROMPTS[2], config, draft_lm=draft).steps
+    rounds = runner.run(target, PROMPTS[2], config, drafter=draft).steps
     checked = 0
     for prev, cur in zip(rounds, rounds[1:]):
         assert cur.gamma_reason.startswith("heuristic: last round")
@@ -254,7 +254,7 @@ def test_heuristic_gamma_in_trace(target, draft):
 def test_confidence_stop_in_trace(target, draft):
     config = SpeculativeConfig(max_new_tokens=40, draft="d", gamma=6, gamma_policy="confidence",
                                confidence_threshold=0.2)
-    rounds = runner.run(target, PROMPTS[0], config, draft_lm=draft).steps
+    rounds = runner.run(target, PROMPTS[0], config, drafter=draft).steps
     stopped = 0
     for r in rounds:
         q_own = [d.q_draft for d in r.drafts[:r.gamma]]
@@ -277,7 +277,7 @@ def test_lookup_trace_shows_match(target):
 def test_forced_tokens_come_first(target, draft):
     forced = [3, 3]
     config = SpeculativeConfig(max_new_tokens=12, draft="d", gamma=3)
-    trace = runner.run(target, PROMPTS[1], config, forced=forced, draft_lm=draft)
+    trace = runner.run(target, PROMPTS[1], config, forced=forced, drafter=draft)
     assert list(trace.output_ids[:2]) == forced and trace.steps[0].forced_ids == (3, 3)
     greedy = runner.run(target, PROMPTS[1], GreedyConfig(max_new_tokens=12), forced=forced)
     assert trace.output_ids == greedy.output_ids
@@ -287,7 +287,7 @@ def test_stops_at_eos():
     lm = peaked_lm(0, eos_token_id=5)
     greedy = runner.run(lm, PROMPTS[0], GreedyConfig(max_new_tokens=N))
     spec = runner.run(lm, PROMPTS[0], SpeculativeConfig(draft="lookup", max_new_tokens=N, gamma=4),
-                      draft_lm=peaked_lm(1, eos_token_id=5))
+                      drafter=peaked_lm(1, eos_token_id=5))
     assert spec.output_ids == greedy.output_ids and spec.stop_reason == greedy.stop_reason
 
 
@@ -310,7 +310,7 @@ def test_bad_config(field, value):
 def test_draft_with_other_vocabulary(target):
     other = LM(make_tiny_llama(vocab_size=32), tokenizer=None, name="other")
     with pytest.raises(ConfigError) as err:
-        runner.run(target, [1, 2], SpeculativeConfig(draft="other"), draft_lm=other)
+        runner.run(target, [1, 2], SpeculativeConfig(draft="other"), drafter=other)
     assert err.value.param == "draft" and "32" in str(err.value) and "\n" not in str(err.value)
 
 

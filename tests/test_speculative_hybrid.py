@@ -29,7 +29,7 @@ def test_greedy_identity(target, draft, policy):
     for prompt in PROMPTS:
         expected = runner.run(target, prompt, GreedyConfig(max_new_tokens=N)).output_ids
         trace = runner.run(target, prompt, hybrid_config(gamma_policy=policy, confidence_threshold=0.5),
-                           draft_lm=draft)
+                           drafter=draft)
         assert trace.error is None
         assert not divergence(target, prompt, expected, trace.output_ids)
         sources |= {r.drafter for r in trace.steps}
@@ -40,7 +40,7 @@ def test_lookup_drafts_exactly_where_it_matches(target, draft):
     """Each round's drafter is lookup iff the context at the round's start has a match of 2 tokens (a
     round with no room to draft, at the token budget's end, names the hybrid)."""
     for prompt in PROMPTS:
-        trace = runner.run(target, prompt, hybrid_config(), draft_lm=draft)
+        trace = runner.run(target, prompt, hybrid_config(), drafter=draft)
         context = list(prompt)
         for r in trace.steps:
             if r.index == len(trace.steps) - 1 and not r.drafts:
@@ -64,12 +64,12 @@ def test_a_one_token_match_leaves_the_round_to_the_model(target, draft):
     one_gram = [5, 9, 7, 3, 9]                 # only the last token, 9, occurred before
     two_gram = [5, 9, 7, 3, 5, 9]              # (5, 9) occurred before
     request = DraftRequest(3, Pipeline(()), True, torch.Generator().manual_seed(0))
-    hybrid = make_drafter("lookup+model", target, draft_lm=draft, max_ngram=2)
+    hybrid = make_drafter("lookup+model", target, drafter=draft, max_ngram=2)
     assert hybrid.min_ngram == 2
     assert hybrid.source_for(one_gram) == draft.name and hybrid.source_for(two_gram) == "lookup"
     assert hybrid.propose(two_gram, request).tokens == (7, 3, 5)
     assert PromptLookupDrafter(2).propose(one_gram, request).tokens == (7, 3, 9)
-    ones = make_drafter("lookup+model", target, draft_lm=draft, max_ngram=1)
+    ones = make_drafter("lookup+model", target, drafter=draft, max_ngram=1)
     assert ones.min_ngram == 1 and ones.source_for(one_gram) == "lookup"
 
 
@@ -91,7 +91,7 @@ def test_model_catches_up_after_lookup_rounds(target, draft):
 
 
 def test_trace_round_trip_and_stats(target, draft):
-    trace = runner.run(target, PROMPTS[1], hybrid_config(), draft_lm=draft)
+    trace = runner.run(target, PROMPTS[1], hybrid_config(), drafter=draft)
     assert without_timings(from_json(to_json(trace))) == without_timings(trace)
     emitted = sum(len(r.emitted) for r in trace.steps)
     assert trace.stats.mean_accepted_length == pytest.approx(emitted / len(trace.steps))
@@ -127,5 +127,5 @@ def test_one_ngram_search_per_round(target, draft, monkeypatch, tmp_path):
     calls = []
     real = drafters_module.find_lookup
     monkeypatch.setattr(drafters_module, "find_lookup", lambda *a, **kw: calls.append(len(a[0])) or real(*a, **kw))
-    trace = runner.run(target, PROMPTS[0], hybrid_config(gamma_policy="cost", cost_table=None), draft_lm=draft)
+    trace = runner.run(target, PROMPTS[0], hybrid_config(gamma_policy="cost", cost_table=None), drafter=draft)
     assert trace.error is None and len(calls) == len(set(calls)) == len(trace.steps)

@@ -48,7 +48,7 @@ def test_lookup_is_greedy(real_lm, greedy_runs, text):
 def test_draft_model_is_greedy(real_lm, greedy_runs, draft4, text):
     ids, expected = greedy_runs[text]
     config = SpeculativeConfig(max_new_tokens=N, draft="first4", gamma=2, gamma_policy="heuristic")
-    trace = runner.run(real_lm, ids, config, draft_lm=draft4)
+    trace = runner.run(real_lm, ids, config, drafter=draft4)
     assert trace.error is None
     assert not divergence(real_lm, ids, expected, trace.output_ids), \
         divergence(real_lm, ids, expected, trace.output_ids)
@@ -65,7 +65,7 @@ def parity_prompt(lm) -> list[int]:
 def test_parity_assisted_generation_real(real_lm, draft4):
     ids = parity_prompt(real_lm)
     trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N // 2, draft="first4", gamma=3),
-                       draft_lm=draft4)
+                       drafter=draft4)
     hf_ids, hf_forwards = hf_generate(real_lm.model, ids, max_new_tokens=N // 2,
                                       assistant_model=constant_assistant(draft4.model, 3))
     assert list(trace.output_ids) == hf_ids, divergence(real_lm, ids, hf_ids, trace.output_ids)
@@ -81,14 +81,14 @@ def test_parity_prompt_lookup_real(real_lm):
     assert trace.stats.acceptance_rate > 0  # the repeated sentence gives lookup something to copy
 
 
-def greedy_tau(real_lm, texts, draft: str, draft_lm, check_trace=None) -> float:
+def greedy_tau(real_lm, texts, draft: str, drafter, check_trace=None) -> float:
     """Tokens per target forward (prefill excluded) of γ = 5 runs of 64 tokens with `draft`, each checked
     token-identical to greedy (and by `check_trace`)."""
     emitted = forwards = 0
     for text in texts:
         ids = real_lm.encode(text)
         expected = runner.run(real_lm, ids, GreedyConfig(max_new_tokens=N)).output_ids
-        trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft=draft, gamma=5), draft_lm=draft_lm)
+        trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft=draft, gamma=5), drafter=drafter)
         assert trace.error is None
         assert not divergence(real_lm, ids, expected, trace.output_ids), \
             divergence(real_lm, ids, expected, trace.output_ids)
@@ -121,7 +121,7 @@ def test_parity_assisted_generation_shallow(real_lm, shallow):
     assisted generation the same ids and target forwards as ours."""
     ids = parity_prompt(real_lm)
     trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N // 2, draft="shallow", gamma=5),
-                       draft_lm=shallow)
+                       drafter=shallow)
     hf_ids, hf_forwards = hf_generate(real_lm.model, ids, max_new_tokens=N // 2,
                                       assistant_model=constant_assistant(shallow.model, 5))
     assert list(trace.output_ids) == hf_ids, divergence(real_lm, ids, hf_ids, trace.output_ids)
@@ -135,7 +135,7 @@ def test_lookup_then_shallow_is_greedy(real_lm, greedy_runs, shallow, text):
     the shallow draft's on the code prompt."""
     ids, expected = greedy_runs[text]
     trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="lookup+shallow", gamma=5),
-                       draft_lm=shallow)
+                       drafter=shallow)
     assert trace.error is None
     assert not divergence(real_lm, ids, expected, trace.output_ids), \
         divergence(real_lm, ids, expected, trace.output_ids)
@@ -156,7 +156,7 @@ def test_cost_policy_is_greedy(real_lm, greedy_runs, shallow, draft, tmp_path, m
     for text in PROMPTS[:2]:
         ids, expected = greedy_runs[text]
         config = SpeculativeConfig(max_new_tokens=N, draft=draft, gamma=8, gamma_policy="cost", cost_table=str(table))
-        trace = runner.run(real_lm, ids, config, draft_lm=shallow)
+        trace = runner.run(real_lm, ids, config, drafter=shallow)
         assert trace.error is None
         assert not divergence(real_lm, ids, expected, trace.output_ids), \
             divergence(real_lm, ids, expected, trace.output_ids)
@@ -188,7 +188,7 @@ def test_feature_drafter_is_greedy_and_accepts(real_lm, feature):
 def test_lookup_then_feature_is_greedy(real_lm, greedy_runs, feature, text):
     ids, expected = greedy_runs[text]
     trace = runner.run(real_lm, ids, SpeculativeConfig(max_new_tokens=N, draft="lookup+feature", gamma=5),
-                       draft_lm=feature)
+                       drafter=feature)
     assert trace.error is None
     assert not divergence(real_lm, ids, expected, trace.output_ids), \
         divergence(real_lm, ids, expected, trace.output_ids)
@@ -201,7 +201,7 @@ def test_feature_drafter_sampled_runs_keep_the_contract(real_lm, feature):
     tests/test_speculative_chi2.py, checks the distribution itself)."""
     ids = real_lm.encode(PROMPTS[1])
     config = SpeculativeConfig(max_new_tokens=32, draft="feature", gamma=4, temperature=0.8, top_p=0.9, seed=1)
-    trace = runner.run(real_lm, ids, config, draft_lm=feature)
+    trace = runner.run(real_lm, ids, config, drafter=feature)
     assert trace.error is None and len(trace.output_ids) == 32
     drafts = [d for r in trace.steps for d in r.drafts]
     assert drafts and all(d.q_draft is not None and 0 < d.q_draft <= 1 for d in drafts)

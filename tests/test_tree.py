@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import logit_atol, make_tiny_llama, on_test_device
 
 from decoding.core.acceptance import greedy_round
 from decoding.core.errors import ConfigError
@@ -15,7 +16,6 @@ from decoding.lab.toy import MarkovTable, draft_lattice
 from decoding.runtime.models import LM
 from decoding.strategies.dspark_select import best_tree, flat_tree
 from decoding.strategies.tree_verify import compact_cache, tree_mask, tree_positions, verify_tree
-from tests.conftest import logit_atol, make_tiny_llama, on_test_device
 
 TOL = logit_atol(1e-5)
 PROMPT = [3, 5, 7, 9, 11, 13, 2]

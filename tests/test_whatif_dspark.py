@@ -5,10 +5,10 @@ lower-bound rule is pinned by hand-worked cases."""
 from __future__ import annotations
 
 import pytest
+from dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 
 from decoding.runner import run
 from decoding.strategies.dspark_select import best_chain, best_tree
-from tests.dspark_helpers import chain_config, one_thread, random_drafter, varied_llama
 from ui.views import whatif_dspark as wd
 
 _threads = pytest.fixture(scope="module", autouse=True)(one_thread)

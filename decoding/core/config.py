@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 from typing import ClassVar
 
+from decoding.core.draft_names import AUTO, FEATURE_HEAD, LOOKUP, PARALLEL_DRAFTER, RECYCLING, read_draft, read_drafter
 from decoding.core.errors import check
 
 MAX_TOP_N = 100
@@ -101,62 +102,25 @@ class BeamConfig(BaseConfig):
 
 SPEC_MAX_GAMMA = 32                    # speculative decoding's longest draft (gamma, gamma_max)
 MAX_LOOKUP_NGRAM = 16                  # prompt lookup's longest n-gram matched (both strategies)
-LOOKUP = "lookup"
-LOOKUP_THEN = "lookup+"                # "lookup+MODEL": prompt lookup, else the draft model MODEL
-AUTO_DRAFT = "auto"                    # speculative: lookup+feature where the shipped drafter fits, else training-free
-RECYCLING = "recycling"                # token recycling (drafters/recycling.py), for any model
-SUFFIX = "suffix"                      # suffix matching over the run's memory (drafters/suffix.py)
-TRAINING_FREE = (RECYCLING, SUFFIX)    # sources that need no files and learn as they go (drafters/memory.py)
-DRAFT_MODEL_SOURCE = "model:"          # DSpark "model:ID": a draft model with the target's vocabulary as a source
 GAMMA_POLICIES = ("fixed", "heuristic", "confidence", "cost")
 COST_POLICY = "cost"                   # γ per round maximizing expected tokens per ms (a verify-cost table)
-FEATURE_HEAD = "feature"               # the shipped feature drafter (speculative), as a sequential head (DSpark)
-SHALLOW_DRAFT = "shallow"              # speculative: the trained shallow self-draft ("shallow:FILE": trained weights)
-DRAFT_MODEL = DRAFT_MODEL_SOURCE.rstrip(":")   # how a trace names a draft model source
-MODEL_KINDS = (FEATURE_HEAD, SHALLOW_DRAFT)    # trained drafters a speculative draft name may start with
-
-
-def names_kind(name: str, kind: str) -> bool:
-    """`name` is `kind` or `kind:FILE` ("feature", "feature:FILE")."""
-    return name == kind or name.startswith(kind + ":")
-
-
-def draft_sources(draft: str) -> tuple[str, ...]:
-    """The sources a speculative draft name runs, as the trace names them: 'lookup+feature' -> (lookup,
-    feature); a draft model id or path -> (model,)."""
-    if draft == LOOKUP:
-        return (LOOKUP,)
-    if draft.startswith(LOOKUP_THEN):
-        return (LOOKUP, *draft_sources(draft[len(LOOKUP_THEN):]))
-    kind = next((k for k in MODEL_KINDS if names_kind(draft, k)), DRAFT_MODEL)
-    return training_free_names(draft) or (kind,)
-
-
-def is_source_part(part: str) -> bool:
-    """A DSpark drafter part that names a tree source: a training-free one, or a draft model (model:ID)."""
-    return part in TRAINING_FREE or (part.startswith(DRAFT_MODEL_SOURCE) and len(part) > len(DRAFT_MODEL_SOURCE))
-
-
-def training_free_names(name: str) -> tuple[str, ...] | None:
-    """The training-free sources a speculative drafter name joins ("recycling+suffix"); None for another name."""
-    parts = tuple(name.split("+"))
-    return parts if set(parts) <= set(TRAINING_FREE) else None
 
 
 @dataclass(frozen=True)
 class SpeculativeConfig(SamplingParams):
     """Speculative decoding: a drafter proposes up to `gamma` tokens, one target forward verifies them.
 
-    `draft` names the drafter: "auto" (the default: "lookup+feature" where the shipped feature drafter
-    was trained for the model, "lookup+recycling" on any other; a run loads what it needs), "lookup"
-    (prompt lookup), "recycling" / "suffix" (no files), a draft model (an id or a path that the caller
-    loads and passes to the run as `drafter=`/`draft_lm=`), or "lookup+MODEL": prompt lookup where the
-    context has an n-gram match of 2+ tokens (1 with lookup_max_ngram 1), the draft model MODEL in the
-    other rounds (`draft_model` names what to load). Temperature 0 verifies by argmax.
+    `draft` names the drafter (decoding.core.draft_names, one grammar with DSpark's `drafter`): "auto" (the
+    default: "lookup+feature" where the shipped feature drafter was trained for the model, "lookup+recycling"
+    on any other), "lookup" (prompt lookup), "recycling" / "suffix" (no files), a draft model ("model:ID", or
+    the id or path alone), "feature[:FILE]", "shallow[:FILE]", or "lookup+" one of those: prompt lookup where
+    the context has an n-gram match of 2+ tokens (1 with lookup_max_ngram 1), the other drafter in the other
+    rounds. A run loads what the name needs unless given it as `drafter=` (`draft_model` names what to load).
+    Temperature 0 verifies by argmax.
     """
 
     strategy: ClassVar[str] = "speculative"
-    draft: str = AUTO_DRAFT
+    draft: str = AUTO
     gamma: int = 5
     gamma_policy: str = "fixed"          # fixed | heuristic | confidence | cost
     confidence_threshold: float = 0.4    # confidence policy: stop drafting below this q_draft
@@ -173,9 +137,7 @@ class SpeculativeConfig(SamplingParams):
               f"is used by gamma_policy '{COST_POLICY}' only (this run's is {self.gamma_policy!r})")
         check(isinstance(self.draft, str) and self.draft.strip() != "", "draft", self.draft,
               "give 'lookup', 'recycling', 'auto' or a draft model id or path")
-        check(self.draft_model is None or self.draft_model.strip() not in ("", LOOKUP, AUTO_DRAFT)
-              or self.draft == AUTO_DRAFT, "draft", self.draft,
-              f"give a draft model after '{LOOKUP_THEN}' (e.g. '{LOOKUP_THEN}shallow')")
+        read_draft(self.draft)
         check(_is_int(self.gamma) and 1 <= self.gamma <= SPEC_MAX_GAMMA, "gamma", self.gamma,
               f"must be an integer in [1, {SPEC_MAX_GAMMA}]")
         check(self.gamma_policy in GAMMA_POLICIES, "gamma_policy", self.gamma_policy,
@@ -197,12 +159,10 @@ class SpeculativeConfig(SamplingParams):
 
     @property
     def draft_model(self) -> str | None:
-        """The draft model a run must load: None for prompt lookup and the training-free sources; "auto"
-        loads the shipped feature drafter where it fits the model (decoding.drafters.factory.load_draft)."""
-        if self.draft == LOOKUP:
-            return None
-        model = self.draft[len(LOOKUP_THEN):] if self.draft.startswith(LOOKUP_THEN) else self.draft
-        return None if training_free_names(model) else model
+        """The drafter a run must load, as the name writes it (decoding.drafters.factory.load_draft): None for
+        prompt lookup and the training-free sources; "auto" loads the shipped feature drafter where it fits."""
+        spec = read_draft(self.draft)
+        return AUTO if spec.auto else spec.trained.text if spec.trained else None
 
 
 DSPARK_SELECT = ("chain", "tree")
@@ -210,49 +170,6 @@ DSPARK_MAX_GAMMA = 16                  # DSpark's most positions per drafter pas
 DSPARK_MAX_BUDGET = 256                # most tree nodes verified in one round (also bounds best_tree)
 AUTO_COST = "auto"                     # profile the verify cost on this device once, then cache it
 FIXED_SIZE = "none"                    # DSpark without a cost table: the chain length / tree budget as set
-PARALLEL_DRAFTER = "parallel"          # assets/dspark-smollm2-135m.safetensors for the embedded model
-PARALLEL_ALIASES = (PARALLEL_DRAFTER, "default")   # "default" named it while it was DSpark's default
-AUTO_DRAFTER = "auto"                  # the shipped trained drafter where it fits the model, else training-free
-DEFAULT_DRAFTER = AUTO_DRAFTER
-
-
-def drafter_parts(name: str) -> tuple[str | None, tuple[str, ...]]:
-    """(the trained drafter, the training-free sources) a DSpark `drafter` names: "auto" -> ("auto", ());
-    "recycling" -> (None, ("recycling",)); "feature+recycling" -> ("feature", ("recycling",)); a file
-    path is the trained part (a '+name' suffix adds a training-free source)."""
-    if name == AUTO_DRAFTER:
-        return AUTO_DRAFTER, ()
-    parts, free = _model_parts_whole(name.split("+")), []
-    while parts and is_source_part(parts[-1]):
-        free.insert(0, parts.pop())
-    trained = "+".join(parts) or None
-    check(len(set(free)) == len(free), "drafter", name, "names a training-free source twice")
-    check(sum(part.startswith(DRAFT_MODEL_SOURCE) for part in free) <= 1, "drafter", name,
-          "names more than one draft model (model:ID)")
-    return trained, tuple(free)
-
-
-def trained_kind(name: str) -> str:
-    """How the cells of DSpark's trained drafter `name` are labelled (the net's `kind`): "feature" for the
-    feature head ("feature", "feature:FILE"), else "parallel"."""
-    return FEATURE_HEAD if names_kind(name, FEATURE_HEAD) else PARALLEL_DRAFTER
-
-
-def tree_source_name(part: str) -> str:
-    """How the cells of a DSpark tree source part are labelled: its name, "model" for "model:ID"."""
-    return part if part in TRAINING_FREE else DRAFT_MODEL
-
-
-def _model_parts_whole(parts: list[str]) -> list[str]:
-    """The '+'-separated parts with a draft model's ID kept whole: "model:/m/a+b" is one part (a folder may have
-    '+' in its name), up to the next training-free source or draft model."""
-    merged: list[str] = []
-    for part in parts:
-        if merged and merged[-1].startswith(DRAFT_MODEL_SOURCE) and not is_source_part(part):
-            merged[-1] += "+" + part
-        else:
-            merged.append(part)
-    return merged
 
 
 @dataclass(frozen=True)
@@ -262,14 +179,14 @@ class DSparkConfig(SamplingParams):
     with the exact rules. `cost_table` ("auto" by default: the verify cost profiled once on this device,
     the round's overhead timed once per drafter) sizes each round's chain or tree by expected tokens per
     millisecond, up to gamma / budget; None or "none" verifies the size as set. A seeded run with "auto"
-    depends on the machine's timings; a table file makes it reproducible. `drafter`: "auto" (the default:
-    the shipped feature drafter as a sequential head where the model is the one it was trained for, token
-    recycling on any other), "feature" (that head alone), "parallel" (the shipped parallel drafter;
-    "default" is an older name for it), "feature:FILE" / "parallel:FILE" (or a bare FILE: a parallel
-    drafter) for trained weights, "recycling", "suffix" (no files) or "model:ID" (a draft model), joined with
-    "+" after a trained one to compose them ("feature+recycling"); a run may also pass a loaded drafter as
-    `drafter=`. lossy_threshold
-    (LOSSY, off by default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram >
+    depends on the machine's timings; a table file makes it reproducible. `drafter` (decoding.core.draft_names,
+    one grammar with speculative decoding's `draft`): "auto" (the default: the shipped feature drafter as a
+    sequential head where the model is the one it was trained for, token recycling on any other), "feature"
+    (that head alone), "parallel" (the shipped parallel drafter; "default" is an older name for it),
+    "feature:FILE" / "parallel:FILE" (or a bare FILE: a parallel drafter) for trained weights, "recycling",
+    "suffix" (no files) or "model:ID" (a draft model), joined with "+" after a trained one to compose them
+    ("feature+recycling"); a run may also pass a loaded drafter as `drafter=`. lossy_threshold (LOSSY, off by
+    default) accepts a candidate outright when p_target(x) exceeds it. lookup_max_ngram >
     0 adds prompt lookup's continuation (longest n-gram matched) to the lattice as one more candidate
     per position, scored by its acceptance rate so far in the run (0: off)."""
 
@@ -280,7 +197,7 @@ class DSparkConfig(SamplingParams):
     budget: int = 8                       # tree nodes verified (tree mode)
     cost_table: str | None = AUTO_COST    # verify ms per token count: "auto", a JSON file; None / "none": fixed size
     lossy_threshold: float | None = None
-    drafter: str = DEFAULT_DRAFTER
+    drafter: str = AUTO
     lookup_max_ngram: int = 2             # prompt-lookup candidates in the lattice (0: off)
     temperature: float = 0.0
 
@@ -302,10 +219,10 @@ class DSparkConfig(SamplingParams):
         check(self.lossy_threshold is None or self.temperature > 0, "lossy_threshold", self.lossy_threshold,
               "applies to temperature > 0 only (temperature 0 accepts by argmax)")
         check(isinstance(self.drafter, str) and self.drafter.strip() != "", "drafter", self.drafter,
-              f"give '{AUTO_DRAFTER}', '{FEATURE_HEAD}' (the feature drafter as a sequential head), "
+              f"give '{AUTO}', '{FEATURE_HEAD}' (the feature drafter as a sequential head), "
               f"'{PARALLEL_DRAFTER}' (the parallel drafter), '{RECYCLING}' (token recycling, any model) or a "
               "parallel drafter's weights file, with '+recycling' to add token recycling")
-        drafter_parts(self.drafter)
+        read_drafter(self.drafter)
         check(_is_int(self.lookup_max_ngram) and 0 <= self.lookup_max_ngram <= MAX_LOOKUP_NGRAM, "lookup_max_ngram",
               self.lookup_max_ngram, f"must be an integer in [0, {MAX_LOOKUP_NGRAM}] (0: no prompt-lookup candidates)")
 

@@ -3,20 +3,21 @@ they build, how a trace names them, and what "auto" means on a model (`auto_fits
 uses is decoding.drafters.resolve's."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
-from decoding.core.config import (
-    AUTO_DRAFT,
+from decoding.core.draft_names import (
+    AUTO,
+    DRAFT_MODEL,
     FEATURE_HEAD,
-    LOOKUP,
     LOOKUP_THEN,
-    PARALLEL_ALIASES,
     PARALLEL_DRAFTER,
+    RECYCLING,
     SHALLOW_DRAFT,
-    TRAINING_FREE,
-    names_kind,
-    trained_kind,
-    training_free_names,
+    SUFFIX,
+    Part,
+    read_draft,
+    read_drafter,
 )
 from decoding.core.errors import ConfigError, check
 from decoding.core.trace import DraftingInfo
@@ -28,11 +29,11 @@ from decoding.drafters.feature_net import FeatureNet
 from decoding.drafters.lattice_source import LatticeSource
 from decoding.drafters.lookup import LookupThenDraftDrafter, PromptLookupDrafter
 from decoding.drafters.memory import SourceMemory
-from decoding.drafters.model_source import MODEL_PREFIX, DraftModelSource
+from decoding.drafters.model_source import DraftModelSource
 from decoding.drafters.parallel import load_drafter
-from decoding.drafters.recycling import RECYCLING, RecyclingSource
+from decoding.drafters.recycling import RecyclingSource
 from decoding.drafters.source_chain import SourceChainDrafter
-from decoding.drafters.suffix import SUFFIX, SuffixSource
+from decoding.drafters.suffix import SuffixSource
 from decoding.runtime.engine_thread import ENGINE
 from decoding.runtime.fingerprint import shipped_fits
 from decoding.runtime.models import LM
@@ -40,26 +41,30 @@ from decoding.runtime.paths import FEATURE_WEIGHTS, PARALLEL_WEIGHTS, calibratio
 
 
 def load_draft(name: str, target: LM, **spec):
-    """Load a draft model by id or path (ModelSpec fields in `spec`), build the shallow self-draft
-    ("shallow": the shipped weights; "shallow:PATH": a weights file) on the target, or load the feature
-    drafter ("feature", "feature:PATH"; a decoding.drafters.feature_net.FeatureNet, not an LM); errors name `draft`
-    and the name as given ("feature:PATH", not the file alone)."""
+    """Load what a speculative draft name's part needs (SpeculativeConfig.draft_model): a draft model by id or
+    path ("model:ID" or the ID alone; ModelSpec fields in `spec`), the shallow self-draft built on the target
+    ("shallow": the shipped weights; "shallow:PATH": a weights file), or the feature drafter ("feature",
+    "feature:PATH"; a decoding.drafters.feature_net.FeatureNet, not an LM); "auto": the shipped feature drafter
+    where it was trained for the model, else None. Errors name `draft` and the name as given ("feature:PATH",
+    not the file alone)."""
     from decoding.drafters.feature_net import load_feature
     from decoding.drafters.shallow import load_shallow
     from decoding.runtime.models import ModelSpec, load
 
-    if name == AUTO_DRAFT:          # the shipped feature drafter where it was trained for this model, else none
+    if name == AUTO:          # the shipped feature drafter where it was trained for this model, else none
         return ENGINE.call(load_feature, target, None) if auto_fits(target)[0] else None
-    for kind, loader in ((SHALLOW_DRAFT, load_shallow), (FEATURE_HEAD, load_feature)):
-        if names_kind(name, kind):
-            try:
-                return ENGINE.call(loader, target, name[len(kind) + 1:] or None)
-            except ConfigError as err:       # about its file: named as the user gave it ("feature:FILE")
-                if err.param == "draft":
-                    raise ConfigError("draft", name, err.expected) from None
-                raise
+    part = read_draft(name).trained
+    check(part is not None, "draft", name, "names no draft model or trained drafter to load")
+    loader = {SHALLOW_DRAFT: load_shallow, FEATURE_HEAD: load_feature}.get(part.kind)
+    if loader is not None:
+        try:
+            return ENGINE.call(loader, target, part.arg or None)
+        except ConfigError as err:       # about its file: named as the user gave it ("feature:FILE")
+            if err.param == "draft":
+                raise ConfigError("draft", name, err.expected) from None
+            raise
     try:
-        draft = load(ModelSpec(name=name, **spec))
+        draft = load(ModelSpec(name=part.arg, **spec))
     except ConfigError as err:
         detail = err.expected if err.param == "model" else f"could not be loaded ({err})"
         raise ConfigError("draft", name, detail) from None
@@ -67,52 +72,52 @@ def load_draft(name: str, target: LM, **spec):
     return draft
 
 
-def training_free_sources(target: LM, names, memory: SourceMemory) -> list:
-    """Fresh tree sources for one run, by name ("recycling", "suffix", "model:ID"); recycling and suffix
-    read and fill `memory` (the run's, decoding/drafters/memory.py), a draft model is the target's (loaded once)."""
+def training_free_sources(target: LM, parts: Sequence[Part], memory: SourceMemory) -> list:
+    """Fresh tree sources for one run, by name part (recycling, suffix, model:ID); recycling and suffix read and
+    fill `memory` (the run's, decoding/drafters/memory.py), a draft model is the target's (loaded once)."""
     made = {RECYCLING: lambda: RecyclingSource(memory.recycling_table(target.vocab_size)),
             SUFFIX: lambda: SuffixSource(memory.suffix_store())}
-    return [made[name]() if name in made else draft_model_source(target, name[len(MODEL_PREFIX):]) for name in names]
+    return [made[p.kind]() if p.kind in made else draft_model_source(target, p.arg) for p in parts]
 
 
 def draft_model_source(target: LM, name: str) -> DraftModelSource:
-    """The draft model `name` as a lattice source; errors name `drafter`. A target keeps one such draft model,
-    the last one named (a config names at most one; another name replaces it, so that links naming many
-    cannot pile up copies on a shared server)."""
+    """The draft model ID `name` (DSpark's "model:ID" part) as a lattice source; errors name `drafter` and the
+    part. A target keeps one such draft model, the last one named (a config names at most one; another name
+    replaces it, so that links naming many cannot pile up copies on a shared server)."""
+    part = f"{DRAFT_MODEL}:{name}"
     try:
         draft = target.loaded(("draft model source",), name, lambda: load_draft(name, target))
     except ConfigError as err:
-        raise ConfigError("drafter", MODEL_PREFIX + name, err.expected) from None
-    check(not isinstance(draft, FeatureNet) and draft is not None, "drafter", MODEL_PREFIX + name,
+        raise ConfigError("drafter", part, err.expected) from None
+    check(not isinstance(draft, FeatureNet) and draft is not None, "drafter", part,
           "must name a causal LM with the target's vocabulary (a trained drafter goes first: feature+model:ID)")
     return DraftModelSource(DraftModelDrafter(draft, target))
 
 
-def make_drafter(draft: str, target: LM, *, draft_lm=None, max_ngram: int = 2,
+def make_drafter(draft: str, target: LM, *, drafter=None, max_ngram: int = 2,
                  memory: SourceMemory | None = None) -> LatticeSource:
     """The drafter a config names: 'lookup', 'recycling' (token recycling's chain, any model, from the run's
-    `memory`; None: a new, empty one), the draft model the caller loaded (`draft_lm`: an LM, or a FeatureNet from
+    `memory`; None: a new, empty one), the draft model the caller loaded (`drafter`: an LM, or a FeatureNet from
     load_draft('feature')), 'lookup+X' (prompt lookup, else X), or 'auto': 'lookup+feature' with the shipped
-    feature drafter loaded by load_draft('auto'), 'lookup+recycling' where none fits the model (draft_lm
+    feature drafter loaded by load_draft('auto'), 'lookup+recycling' where none fits the model (drafter
     None). One source alone is returned as it is (speculative decoding composes it), several behind the
     composer."""
-    if draft == LOOKUP:
-        return PromptLookupDrafter(max_ngram, target.eos_ids)
-    if draft == AUTO_DRAFT:
-        draft = LOOKUP_THEN + (FEATURE_HEAD if draft_lm is not None else TRAINING_FREE[0])
-    lookup_first = draft.startswith(LOOKUP_THEN)
-    names = training_free_names(draft[len(LOOKUP_THEN):] if lookup_first else draft)
-    if names:
-        model = training_free_sources(target, names, memory or SourceMemory())
-    elif draft_lm is None:
-        raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass draft_lm=")
-    elif isinstance(draft_lm, FeatureNet):
-        model = AttendingDrafter(draft_lm) if draft_lm.attends else FeatureDrafter(draft_lm)
+    if draft == AUTO:
+        draft = LOOKUP_THEN + (FEATURE_HEAD if drafter is not None else RECYCLING)
+    spec, lookup = read_draft(draft), PromptLookupDrafter(max_ngram, target.eos_ids)
+    if spec.trained is None and not spec.sources:
+        return lookup
+    if spec.sources:
+        model = training_free_sources(target, spec.sources, memory or SourceMemory())
+    elif drafter is None:
+        raise ConfigError("draft", draft, "no draft model was loaded for it: load it and pass it as drafter=")
+    elif isinstance(drafter, FeatureNet):
+        model = AttendingDrafter(drafter) if drafter.attends else FeatureDrafter(drafter)
     else:
-        model = DraftModelDrafter(draft_lm, target)
-    if lookup_first:
-        return LookupThenDraftDrafter(PromptLookupDrafter(max_ngram, target.eos_ids), model)
-    return SourceChainDrafter(model) if names else model
+        model = DraftModelDrafter(drafter, target)
+    if spec.lookup:
+        return LookupThenDraftDrafter(lookup, model)
+    return SourceChainDrafter(model) if spec.sources else model
 
 
 # ------------------------------------------------------------------------------ which sources run, and why
@@ -139,14 +144,16 @@ def _tail(text: str, limit: int) -> str:
 
 # ------------------------------------------------------------------------------ DSpark's sources
 def load_lattice_drafter(lm: LM, name: str):
-    """DSpark's trained drafter `name` stands for (the feature head or a parallel drafter), loaded once per
-    model and version of its files (a retrained file at the same path loads anew); errors name `drafter`.
-    A model keeps one drafter of each kind, the last one named (links naming many files cannot pile up
-    drafters on a shared server)."""
-    path = named_weights(name)
+    """DSpark's trained drafter `name` stands for (the feature head or a parallel drafter: the trained part of
+    a drafter name), loaded once per model and version of its files (a retrained file at the same path loads
+    anew); errors name `drafter`. A model keeps one drafter of each kind, the last one named (links naming
+    many files cannot pile up drafters on a shared server)."""
+    part = read_drafter(name).trained
+    check(part is not None, "drafter", name, "names no trained drafter")
+    path = named_weights(part)
     version = name, file_stamp(path), file_stamp(calibration_path(path))
     try:
-        if trained_kind(name) == FEATURE_HEAD:
+        if part.kind == FEATURE_HEAD:
             return lm.loaded(("dspark drafter", FEATURE_HEAD), version, lambda: load_feature_lattice(lm, path))
         return lm.loaded(("dspark drafter", PARALLEL_DRAFTER), version, lambda: load_drafter(path, lm))
     except ConfigError as err:
@@ -155,17 +162,12 @@ def load_lattice_drafter(lm: LM, name: str):
         raise
 
 
-def named_weights(name: str) -> Path:
-    """The weights file a drafter name stands for: "feature" and "parallel" the shipped ones,
-    "feature:FILE" and "parallel:FILE" (or a bare FILE: a parallel drafter) a trained one."""
-    if name == FEATURE_HEAD:
-        return FEATURE_WEIGHTS
-    if name in PARALLEL_ALIASES:
-        return PARALLEL_WEIGHTS
-    for kind in (FEATURE_HEAD, PARALLEL_DRAFTER):
-        if name.startswith(kind + ":"):
-            return Path(name[len(kind) + 1:]).expanduser()
-    return Path(name).expanduser()
+def named_weights(part: Part) -> Path:
+    """The weights file a DSpark trained part stands for: "feature" and "parallel" ("default") the shipped
+    ones, "feature:FILE" and "parallel:FILE" (or a bare FILE: a parallel drafter) a trained one."""
+    if part.shipped:
+        return FEATURE_WEIGHTS if part.kind == FEATURE_HEAD else PARALLEL_WEIGHTS
+    return Path(part.arg).expanduser()
 
 
 def file_stamp(path: Path) -> tuple[int, int] | None:

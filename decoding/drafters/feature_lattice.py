@@ -26,7 +26,8 @@ from pathlib import Path
 
 import torch
 
-from decoding.core.config import DSPARK_MAX_GAMMA, FEATURE_HEAD
+from decoding.core.config import DSPARK_MAX_GAMMA
+from decoding.core.draft_names import FEATURE_HEAD
 from decoding.core.errors import ConfigError, check
 from decoding.core.lattice import Lattice, LatticeDraft, LatticeRequest
 from decoding.drafters.parallel import with_extra

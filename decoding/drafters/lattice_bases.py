@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 
-from decoding.core.config import LOOKUP
+from decoding.core.draft_names import LOOKUP
 from decoding.core.lattice import LatticeRequest, Proposal, SourceRequest
 from decoding.drafters.lattice_lookup import boost_chain, lookup_lattice
 from decoding.drafters.lattice_source import LatticeSource, labelled

@@ -10,7 +10,7 @@ import dataclasses
 import threading
 from collections.abc import Sequence
 
-from decoding.core.config import TRAINING_FREE
+from decoding.core.draft_names import TRAINING_FREE
 from decoding.core.trace import DraftingInfo
 from decoding.drafters.recycling import RecyclingTable
 from decoding.drafters.suffix import SuffixStore

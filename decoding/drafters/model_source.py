@@ -9,20 +9,18 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.core.config import DRAFT_MODEL, DRAFT_MODEL_SOURCE
+from decoding.core.draft_names import DRAFT_MODEL
 from decoding.core.lattice import ROOT, Proposal, SourceNode, SourceRequest
 from decoding.core.processors import Pipeline
 from decoding.drafters.base import DraftRequest
 from decoding.drafters.draft_model import DraftModelDrafter
 from decoding.drafters.lattice_source import LatticeSource
 
-MODEL_PREFIX = DRAFT_MODEL_SOURCE       # drafter "model:ID": the draft model ID (a path, a local hub id)
-MODEL_SOURCE = DRAFT_MODEL
 TOP_K = 3                               # candidates per depth
 
 
 class DraftModelSource(LatticeSource):
-    name = MODEL_SOURCE
+    name = DRAFT_MODEL
 
     def __init__(self, drafter: DraftModelDrafter, top_k: int = TOP_K):
         self.drafter, self.top_k = drafter, top_k

@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from decoding.core.config import DSPARK_MAX_GAMMA, PARALLEL_DRAFTER
+from decoding.core.config import DSPARK_MAX_GAMMA
+from decoding.core.draft_names import PARALLEL_DRAFTER
 from decoding.core.errors import ConfigError, check
 from decoding.core.lattice import Lattice, LatticeDraft, LatticeRequest
 from decoding.runtime import packed_gemm

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 
 import torch
 
-from decoding.core.config import RECYCLING
+from decoding.core.draft_names import RECYCLING
 from decoding.core.lattice import ROOT, Proposal, SourceNode, SourceRequest
 from decoding.drafters.lattice_source import LatticeSource
 

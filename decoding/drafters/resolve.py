@@ -2,37 +2,32 @@
 what its trace records of them (`Drafting`). Both strategies' `decode` and the app's "resolves to" caption
 (decoding.runner.planned_drafting) read names here, so a name means the same everywhere.
 
-Names: speculative decoding's `draft` ("auto", "lookup", "recycling+suffix", "lookup+MODEL", a draft model id or
-path, "shallow[:FILE]", "feature[:FILE]") and DSpark's `drafter` ("auto", "feature[:FILE]", "parallel[:FILE]" or
-a bare FILE, then "+recycling", "+suffix", "+model:ID"; prompt lookup is its `lookup_max_ngram`). "auto" is
-decided in one place (`auto_fits`): the shipped feature drafter where it was trained for the model, else
-token recycling.
+Names: speculative decoding's `draft` and DSpark's `drafter` are read by one grammar (decoding.core.draft_names:
+"auto", "lookup+MODEL", "recycling+suffix", "feature:FILE+recycling", "model:ID", ...). "auto" is decided in one
+place (`auto_fits`): the shipped feature drafter where it was trained for the model, else token recycling.
 
 `drafter=` means the same in both strategies: a LatticeSource (a source, or several behind their composer) is
 the run's drafter as given (DSpark still adds prompt lookup's chain as lookup_max_ngram says, inside a source
 that scores its own lattice); a loaded model or net takes the place of the part of the name that needs
 loading (speculative: the draft model or feature drafter; DSpark: the trained drafter), the name's other
-parts as the name says.
+parts as the name says. Without `drafter=`, the run loads what its name needs (once per model).
 """
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from decoding.core.config import (
-    AUTO_DRAFT,
-    AUTO_DRAFTER,
+from decoding.core.config import BaseConfig, DSparkConfig
+from decoding.core.draft_names import (
+    AUTO,
     FEATURE_HEAD,
     LOOKUP,
     LOOKUP_THEN,
     RECYCLING,
-    TRAINING_FREE,
-    BaseConfig,
-    DSparkConfig,
-    draft_sources,
-    drafter_parts,
-    trained_kind,
-    tree_source_name,
+    Part,
+    read_draft,
+    read_drafter,
 )
 from decoding.core.errors import check
 from decoding.core.trace import DraftingInfo
@@ -87,7 +82,7 @@ def planned_drafting(lm: LM, config: BaseConfig) -> DraftingInfo:
     without loading any."""
     if isinstance(config, DSparkConfig):
         trained, free, reason = lattice_choice(lm, config.drafter, None)
-        trained_names = (trained_kind(trained),) if trained else ()
+        trained_names = (trained.kind,) if trained else ()
         return planned_memory(lattice_info(trained_names, config.lookup_max_ngram > 0, free, reason))
     return planned_memory(chain_choice(lm, config.draft)[1])
 
@@ -95,12 +90,12 @@ def planned_drafting(lm: LM, config: BaseConfig) -> DraftingInfo:
 # ------------------------------------------------------------------------------ speculative decoding's chain
 def chain_choice(lm: LM, draft: str) -> tuple[str, DraftingInfo]:
     """The draft name a speculative run uses on `lm` ('auto' resolved) and what its trace records of it."""
-    if draft == AUTO_DRAFT:
+    if draft == AUTO:
         fits, reason = auto_fits(lm)
-        resolved = LOOKUP_THEN + (FEATURE_HEAD if fits else TRAINING_FREE[0])
+        resolved = LOOKUP_THEN + (FEATURE_HEAD if fits else RECYCLING)
     else:
         resolved, reason = draft, f"draft {draft!r} as set"
-    return resolved, drafting_info(draft_sources(resolved), reason)
+    return resolved, drafting_info(read_draft(resolved).trace_names, reason)
 
 
 def _chain_sources(lm: LM, config, drafter, memory: SourceMemory | None) -> Drafting:
@@ -112,38 +107,53 @@ def _chain_sources(lm: LM, config, drafter, memory: SourceMemory | None) -> Draf
           "cannot draft speculative decoding's chain: give a source, a draft model or a feature drafter")
     draft, info = chain_choice(lm, config.draft)
     memory, info = run_memory(memory, lm, info)
-    if drafter is None and config.draft == AUTO_DRAFT and draft == LOOKUP_THEN + FEATURE_HEAD:
-        drafter = shipped_feature(lm)
-    made = make_drafter(draft, lm, draft_lm=drafter, max_ngram=config.lookup_max_ngram, memory=memory)
+    if drafter is None:
+        drafter = named_draft(lm, config.draft, draft)
+    made = make_drafter(draft, lm, drafter=drafter, max_ngram=config.lookup_max_ngram, memory=memory)
     return Drafting((made,), info)
+
+
+def named_draft(lm: LM, name: str, resolved: str):
+    """What a speculative draft name needs loaded, loaded once per model and version of its file: for "auto"
+    (resolved as `resolved`) the shipped feature drafter where it fits; the name's draft model, feature or
+    shallow drafter; None for prompt lookup and the training-free sources."""
+    if name == AUTO:
+        return shipped_feature(lm) if resolved == LOOKUP_THEN + FEATURE_HEAD else None
+    part = read_draft(name).trained
+    if part is None:
+        return None
+    stamp = file_stamp(Path(part.arg).expanduser()) if part.arg else None
+    return lm.loaded(("speculative draft",), (part.text, stamp), lambda: load_draft(part.text, lm))
 
 
 def shipped_feature(target: LM):
     """The shipped feature drafter for "auto" where it was trained for the model (None elsewhere), loaded once
     per model and version of its file."""
-    return target.loaded(("speculative draft", AUTO_DRAFT), file_stamp(FEATURE_WEIGHTS),
-                         lambda: load_draft(AUTO_DRAFT, target))
+    return target.loaded(("speculative draft", AUTO), file_stamp(FEATURE_WEIGHTS),
+                         lambda: load_draft(AUTO, target))
 
 
 # ------------------------------------------------------------------------------ DSpark's lattice
-AUTO_WITH_TRAINED: tuple[str, ...] = ()       # training-free sources "auto" adds to the shipped head
+AUTO_HEAD = Part(FEATURE_HEAD, None, FEATURE_HEAD)     # "auto" where the shipped feature drafter fits
+AUTO_WITH_TRAINED: tuple[Part, ...] = ()               # training-free sources "auto" adds to the shipped head
+AUTO_FREE_SOURCES = (Part(RECYCLING, None, RECYCLING),)   # "auto" on any other model
 
 
-def lattice_choice(lm: LM, name: str, given) -> tuple[str | None, tuple[str, ...], str]:
-    """(the trained drafter's name, the training-free sources, why) a DSpark drafter name stands for on `lm`,
+def lattice_choice(lm: LM, name: str, given) -> tuple[Part | None, tuple[Part, ...], str]:
+    """(the trained drafter's part, the tree sources' parts, why) a DSpark drafter name stands for on `lm`,
     with `given` (the drafter passed in, or None) in the trained drafter's place."""
-    trained, free = drafter_parts(name)
-    if trained != AUTO_DRAFTER:
-        return trained, free, f"drafter {name!r} as set"
+    spec = read_drafter(name)
+    if not spec.auto:
+        return spec.trained, spec.sources, f"drafter {name!r} as set"
     if given is not None:
         return None, AUTO_WITH_TRAINED, "auto: " + GIVEN
     fits, reason = auto_fits(lm)
-    return (FEATURE_HEAD, AUTO_WITH_TRAINED, reason) if fits else (None, (RECYCLING,), reason)
+    return (AUTO_HEAD, AUTO_WITH_TRAINED, reason) if fits else (None, AUTO_FREE_SOURCES, reason)
 
 
-def lattice_info(trained: tuple[str, ...], lookup: bool, free: Sequence[str], reason: str) -> DraftingInfo:
+def lattice_info(trained: tuple[str, ...], lookup: bool, free: Sequence[Part], reason: str) -> DraftingInfo:
     """The trace's `drafting`: the trained drafter, prompt lookup, then the tree sources, in lattice order."""
-    return drafting_info(trained + ((LOOKUP,) if lookup else ()) + tuple(map(tree_source_name, free)), reason)
+    return drafting_info(trained + ((LOOKUP,) if lookup else ()) + tuple(part.kind for part in free), reason)
 
 
 def _lattice_sources(lm: LM, config: DSparkConfig, drafter, memory: SourceMemory | None) -> Drafting:
@@ -154,7 +164,7 @@ def _lattice_sources(lm: LM, config: DSparkConfig, drafter, memory: SourceMemory
     trained, free, reason = lattice_choice(lm, config.drafter, drafter)
     whose = GIVEN if drafter is not None else f"drafter {config.drafter!r}"   # as given
     if drafter is None and trained is not None:
-        drafter = load_lattice_drafter(lm, trained)
+        drafter = load_lattice_drafter(lm, trained.text)
     base = [trained_source(lm, drafter, config.gamma, whose)] if drafter is not None else []
     lookup = config.lookup_max_ngram > 0
     memory, info = run_memory(memory, lm, lattice_info(tuple(s.name for s in base), lookup, free, reason))

@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from decoding.core.config import SUFFIX
+from decoding.core.draft_names import SUFFIX
 from decoding.core.lattice import ROOT, Proposal, SourceNode, SourceRequest
 from decoding.drafters.lattice_source import LatticeSource
 

@@ -297,14 +297,14 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, *, generator
     context end. A model whose cache or attention cannot take the rounds is refused here, before the run.
     `drafter`: as in speculative decoding, a source (the run's drafter as given) or a loaded trained drafter
     in the place of the name's (decoding.drafters.resolve). Token recycling and suffix matching draft from
-    `memory` (None: an empty one)."""
+    `memory` (None: an empty one). The drafter is resolved (and loaded) here, as speculative decoding's is, so
+    a bad one fails at this call, before the first event; the cost table is profiled at the first event."""
     check_architecture(lm, config.strategy, tree=config.select == "tree")
-    return _events(lm, prompt_ids, config, generator, forced, drafter, memory)
+    return _events(lm, prompt_ids, config, generator, forced, resolve(lm, config, drafter, memory))
 
 
 def _events(lm: LM, prompt_ids: Sequence[int], config: DSparkConfig, generator: torch.Generator,
-            forced: Sequence[int], drafter, memory: SourceMemory | None) -> Iterator[DSparkRound]:
-    drafting = resolve(lm, config, drafter, memory)
+            forced: Sequence[int], drafting: Drafting) -> Iterator[DSparkRound]:
     decoder = DSparkDecoder(lm, config, drafting, generator, load_cost(lm, config, drafting))
     yield decoder.prefill(prompt_ids, forced)
     yield from decoder.rounds()

@@ -22,7 +22,8 @@ from decoding.core.acceptance import (
     target_argmax,
 )
 from decoding.core.acceptance import residual as point_mass_residual  # the one zero-and-renormalize rule
-from decoding.core.config import LOOKUP, SpeculativeConfig
+from decoding.core.config import SpeculativeConfig
+from decoding.core.draft_names import LOOKUP
 from decoding.core.formulas import cut_at_eos
 from decoding.core.lattice import Proposal
 from decoding.core.processors import Pipeline, build_pipeline
@@ -309,9 +310,9 @@ def decode(lm: LM, prompt_ids: Sequence[int], config: SpeculativeConfig, *, gene
            forced: Sequence[int] = (), drafter=None, memory: SourceMemory | None = None) -> Iterator[SpecRound]:
     """Yield one SpecRound per target forward. `drafter`: as in DSpark, a source (the run's drafter as given:
     a LatticeSource, or sources behind their SourceChainDrafter) or the draft loaded for the config's `draft`
-    name (an LM, or a FeatureNet from load_draft; runner.run also takes it as draft_lm=), resolved by
-    decoding.drafters.resolve; 'lookup' needs none. Token recycling and suffix matching draft from `memory`
-    (None: an empty one of this run's own)."""
+    name (an LM, or a FeatureNet from load_draft; None: the run loads what the name needs), resolved by
+    decoding.drafters.resolve here, as DSpark's is, so a bad one fails at this call, before the first round.
+    Token recycling and suffix matching draft from `memory` (None: an empty one of this run's own)."""
     check_architecture(lm, config.strategy)
     drafting = resolve(lm, config, drafter, memory)
     forced = [int(t) for t in forced][:config.max_new_tokens]

@@ -8,7 +8,7 @@ import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -65,24 +65,54 @@ def target_spec(args):
     return ModelSpec(args.model, dtype=args.model_dtype)
 
 
-def run_trainer(argv, parser: argparse.ArgumentParser, settings_type, shipped: Path, prefix: str, train,
-                summary) -> int:
-    """Parse, load the model, train to --out (or the shipped asset for the embedded model, else
-    <prefix>-<model>.safetensors), print one line; one-line errors with exit status 2."""
-    from decoding.runtime.models import load
+@dataclass
+class TrainedReport:
+    """What every trainer's report starts with (its model card and one line read it): the settings, the data, the
+    drafter's shape and parameter count, the steps, the seconds and the last training loss."""
 
-    args = parser.parse_args(argv)
-    try:
-        settings = settings_type(**{k: v for k, v in vars(args).items() if k in settings_type.__dataclass_fields__})
-        out = args.out or default_weights(args.model, shipped, prefix)
-        check_outputs(out)                             # before the model loads and the hours of training
-        lm = load(target_spec(args))
-        report = train(lm, settings, out, progress=not args.no_progress)
-    except ConfigError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    print(f"wrote {report.weights} ({report.size_bytes / 1e6:.1f} MB) and its model card; {summary(report)}")
-    return 0
+    settings: dict
+    data: dict
+    shape: dict
+    params: int
+    steps: int
+    seconds: float
+    final_loss: float
+
+
+@dataclass(frozen=True)
+class Trainer:
+    """One trainer's command (`python -m decoding train NAME`): its flags (one per field of `settings`), where it
+    writes by default (`shipped` for the embedded model, else <prefix>-<model>.safetensors here), how it trains
+    (`train`: (lm, settings, out, progress=) -> report) and the one line it prints of the report (`summary`)."""
+
+    prog: str
+    description: str
+    settings: type
+    shipped: Path
+    prefix: str
+    train: Callable
+    summary: Callable[[object], str]
+
+    def parser(self) -> argparse.ArgumentParser:
+        return settings_parser(self.prog, self.description, self.settings)
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """Parse, load the model, train to --out, print one line; one-line errors with exit status 2."""
+        from decoding.runtime.models import load
+
+        args = self.parser().parse_args(argv)
+        try:
+            fields = self.settings.__dataclass_fields__
+            settings = self.settings(**{k: v for k, v in vars(args).items() if k in fields})
+            out = args.out or default_weights(args.model, self.shipped, self.prefix)
+            check_outputs(out)                             # before the model loads and the hours of training
+            lm = load(target_spec(args))
+            report = self.train(lm, settings, out, progress=not args.no_progress)
+        except ConfigError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        print(f"wrote {report.weights} ({report.size_bytes / 1e6:.1f} MB) and its model card; {self.summary(report)}")
+        return 0
 
 
 def check_outputs(out: str | Path) -> Path:

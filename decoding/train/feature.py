@@ -19,7 +19,6 @@ Entry point: `python -m decoding train feature [flags]`.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import time
@@ -32,11 +31,11 @@ import torch
 from decoding.core.errors import ConfigError, check, check_number
 from decoding.drafters.feature_net import DEFAULT_FEATURE, FeatureNet, FeatureShape, save_feature
 from decoding.train.common import (
+    TrainedReport,
+    Trainer,
     display_name,
     finish,
     lead_metrics,
-    run_trainer,
-    settings_parser,
     target_meta,
     tau_summary,
 )
@@ -91,14 +90,7 @@ class FeatureSettings(DataSettings):
 
 
 @dataclass
-class FeatureReport:
-    settings: dict
-    data: dict
-    shape: dict
-    params: int
-    steps: int
-    seconds: float
-    final_loss: float
+class FeatureReport(TrainedReport):
     before: dict
     after: dict
     train_metrics: dict = field(default_factory=dict)   # on (up to 64) training sequences: shows over-fitting
@@ -394,12 +386,8 @@ def train_feature(lm, settings: FeatureSettings, out: str | Path, *, prompts=Non
     return finish(report, out, lambda r: model_card(r, title or f"Feature drafter for {display_name(lm)}"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return settings_parser("python -m decoding train feature",
-                           "train the feature drafter for speculative decoding by distillation", FeatureSettings)
-
-
-def main_train_feature(argv: Sequence[str] | None = None) -> int:
-    return run_trainer(argv, build_parser(), FeatureSettings, DEFAULT_FEATURE, "feature", train_feature,
-                       lambda r: f"first draft {r.before['top1']:.3f} -> {r.after['top1']:.3f}; "
-                                 f"{tau_summary(r.after['tau_chain'])}")
+TRAINER = Trainer("python -m decoding train feature", "train the feature drafter for speculative decoding by "
+                  "distillation", FeatureSettings, DEFAULT_FEATURE, "feature", train_feature,
+                  lambda r: f"first draft {r.before['top1']:.3f} -> {r.after['top1']:.3f}; "
+                            f"{tau_summary(r.after['tau_chain'])}")
+build_parser, main_train_feature = TRAINER.parser, TRAINER.main

@@ -17,7 +17,6 @@ Entry point: `python -m decoding train parallel [flags]` or `train_parallel(lm, 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import time
@@ -31,13 +30,14 @@ import torch.nn.functional as F
 from decoding.core.errors import check, check_number
 from decoding.drafters.parallel import DrafterShape, DraftOut, ParallelDrafter
 from decoding.runtime.hooks import check_feature_layers, decoder_layers
+from decoding.runtime.paths import PARALLEL_WEIGHTS
 from decoding.train.common import (
+    TrainedReport,
+    Trainer,
     display_name,
     ece,
     finish,
     lead_metrics,
-    run_trainer,
-    settings_parser,
     target_meta,
     tau_summary,
 )
@@ -258,14 +258,7 @@ def report_metrics(drafter: ParallelDrafter, ev: dict) -> dict:
 
 # ------------------------------------------------------------------------------ training
 @dataclass
-class TrainReport:
-    settings: dict
-    data: dict
-    shape: dict
-    params: int
-    steps: int
-    seconds: float
-    final_loss: float
+class TrainReport(TrainedReport):
     metrics: dict
     weights: str = ""
     size_bytes: int = 0
@@ -401,13 +394,7 @@ def train_parallel(lm, settings: TrainSettings, out: str | Path, *, prompts: Seq
     return finish(report, out, lambda r: model_card(r, title or f"Parallel drafter for {display_name(lm)}"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return settings_parser("python -m decoding train parallel",
-                           "train the parallel (dspark) drafter by self-distillation", TrainSettings)
-
-
-def main_train_parallel(argv: Sequence[str] | None = None) -> int:
-    from decoding.runtime.paths import PARALLEL_WEIGHTS
-
-    return run_trainer(argv, build_parser(), TrainSettings, PARALLEL_WEIGHTS, "dspark", train_parallel,
-                       lambda r: tau_summary(r.metrics["tau_chain"]))
+TRAINER = Trainer("python -m decoding train parallel", "train the parallel (dspark) drafter by self-distillation",
+                  TrainSettings, PARALLEL_WEIGHTS, "dspark", train_parallel,
+                  lambda r: tau_summary(r.metrics["tau_chain"]))
+build_parser, main_train_parallel = TRAINER.parser, TRAINER.main

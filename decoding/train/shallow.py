@@ -15,7 +15,6 @@ Entry point: `python -m decoding train draft [flags]`.
 """
 from __future__ import annotations
 
-import argparse
 import math
 import time
 from collections.abc import Sequence
@@ -27,7 +26,7 @@ import torch.nn.functional as F
 
 from decoding.core.errors import check, check_number
 from decoding.drafters.shallow import DEFAULT_SHALLOW, build_shallow, check_shape, save_shallow, trainable
-from decoding.train.common import display_name, finish, lead_metrics, run_trainer, settings_parser, tau_summary
+from decoding.train.common import TrainedReport, Trainer, display_name, finish, lead_metrics, tau_summary
 from decoding.train.data import DataSettings, DistillData, data_split, distill_set
 
 
@@ -150,14 +149,7 @@ def chain_metrics(hit_rows: Sequence[torch.Tensor], gammas: Sequence[int]) -> di
 
 
 @dataclass
-class DraftReport:
-    settings: dict
-    data: dict
-    shape: dict
-    params: int
-    steps: int
-    seconds: float
-    final_loss: float
+class DraftReport(TrainedReport):
     before: dict
     after: dict
     train_top1: float = math.nan
@@ -288,12 +280,8 @@ def train_shallow(lm, settings: DraftSettings, out: str | Path, *, prompts=None,
     return finish(report, out, lambda r: model_card(r, title or f"Shallow draft for {display_name(lm)}"))
 
 
-def build_parser() -> argparse.ArgumentParser:
-    return settings_parser("python -m decoding train draft",
-                           "train the shallow self-draft for speculative decoding by distillation", DraftSettings)
-
-
-def main_train_draft(argv: Sequence[str] | None = None) -> int:
-    return run_trainer(argv, build_parser(), DraftSettings, DEFAULT_SHALLOW, "shallow", train_shallow,
-                       lambda r: f"top-1 {r.before['top1']:.3f} -> {r.after['top1']:.3f}; "
-                                 f"{tau_summary(r.after['tau_chain'])}")
+TRAINER = Trainer("python -m decoding train draft", "train the shallow self-draft for speculative decoding by "
+                  "distillation", DraftSettings, DEFAULT_SHALLOW, "shallow", train_shallow,
+                  lambda r: f"top-1 {r.before['top1']:.3f} -> {r.after['top1']:.3f}; "
+                            f"{tau_summary(r.after['tau_chain'])}")
+build_parser, main_train_draft = TRAINER.parser, TRAINER.main

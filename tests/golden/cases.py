@@ -75,7 +75,7 @@ def kwargs_of(config, lm) -> dict:
     from decoding import load_draft
 
     draft = getattr(config, "draft_model", None)
-    return {"draft_lm": load_draft(draft, lm)} if config.strategy == "speculative" and draft else {}
+    return {"drafter": load_draft(draft, lm)} if config.strategy == "speculative" and draft else {}
 
 
 def forced_ids(lm) -> list[int]:

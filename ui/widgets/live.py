@@ -39,7 +39,7 @@ class LiveRun:
     def __init__(self, lm, prompt_ids: Sequence[int], config: BaseConfig, *, prompt_text: str = "",
                  forced: Sequence[int] = (), strategy_kwargs: dict | None = None, reload: Reload | None = None):
         self._lm = lm
-        self._kwargs = dict(strategy_kwargs or {})   # e.g. speculative's draft_lm=
+        self._kwargs = dict(strategy_kwargs or {})   # e.g. speculative's drafter=
         self._reload = reload
         self.touched = time.monotonic()
         self.prompt_ids = tuple(int(t) for t in prompt_ids)

@@ -149,7 +149,7 @@ def strategy_kwargs(config, settings: Settings) -> dict:
     name = getattr(config, "draft_model", None)
     if name is None:
         return {}
-    return {"draft_lm": load_draft_lm(name, settings.device, settings.dtype, settings.model_key())}
+    return {"drafter": load_draft_lm(name, settings.device, settings.dtype, settings.model_key())}
 
 
 def strategy_kwargs_or_stop(config, settings: Settings) -> dict:
