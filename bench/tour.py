@@ -26,15 +26,19 @@ def record_stop(lm, stop: Stop) -> Trace:
 def record(stops: Sequence[Stop], root: Path, *, device: str = "auto", dtype: str = "auto",
            out=None) -> int:
     """Record each stop on the embedded model and write its trace; returns the number of failures
-    (a run that ends with an error is reported and not written)."""
+    (a run refused before its first step or ending with an error is reported and not written)."""
     out = sys.stdout if out is None else out
     lm = models.load(models.ModelSpec(MODEL, device=device, dtype=dtype))
     root.mkdir(parents=True, exist_ok=True)
     failures = 0
     for stop in stops:
-        trace = record_stop(lm, stop)
-        if trace.error:
-            print(f"{stop.id}: not recorded: {trace.error}", file=out)
+        try:
+            trace = record_stop(lm, stop)
+            error = trace.error
+        except ConfigError as err:              # refused before its first step (e.g. a drafter for another model)
+            error = str(err)
+        if error:
+            print(f"{stop.id}: not recorded: {error}", file=out)
             failures += 1
             continue
         text = to_json(trace)
