@@ -144,10 +144,14 @@ def test_a_product_module_using_the_tests_is_caught(tmp_path, line):
     assert found and all("bench/lossy.py" in f for f in found), found
 
 
+PLANTED_IN = ("test_lab.py", "test_cli.py", "cli_support.py", "app_support.py", "conftest.py", "dspark_helpers.py")
+
+
 def copy_tests(folder: Path) -> None:
-    """The tests folder's modules, copied into `folder` (a negative control plants a line in the copy)."""
-    for path in (ROOT / "tests").glob("*.py"):
-        shutil.copy(path, folder / path.name)
+    """A few of the tests folder's modules (a test module, the one it may import, support modules, conftest),
+    copied into `folder`: a negative control plants a line in the copy."""
+    for name in PLANTED_IN:
+        shutil.copy(ROOT / "tests" / name, folder / name)
 
 
 def package_spelled_imports(folder: Path) -> list[str]:

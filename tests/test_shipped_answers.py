@@ -44,6 +44,7 @@ def test_every_part_of_the_shipped_set_is_shipped(real_lm, monkeypatch):
     assert positions >= 3 * first, f"{positions} answer positions, {positions / first:.2f}x the first parts'"
 
 
+@pytest.mark.slow                      # loads the embedded model
 def test_control_another_seed_is_not_shipped(real_lm, monkeypatch):
     monkeypatch.setattr(data, "generate_distill", from_shipped_answers)
     with pytest.raises(NotShipped):

@@ -137,6 +137,7 @@ def without_fingerprint(path: Path, dst: Path) -> Path:
     return dst
 
 
+@pytest.mark.slow                      # the `trained` fixture trains both drafters
 def test_a_file_without_a_fingerprint_keeps_the_shape_check(other, trained, tmp_path, capsys):
     """An older file (no fingerprint) loads on any model of its shape, and is refused by shape on another, in
     one line naming the draft as given (feature:FILE, not 'feature')."""
