@@ -81,7 +81,9 @@ PARAM_HELP = {   # (strategy, field) -> the widget's tooltip
                               "shipped feature drafter fits, lookup+recycling elsewhere. shallow: the trained "
                               "self-draft (shallow:FILE for other weights). feature: the trained feature drafter, "
                               "which drafts from the target's own last LM-head input (feature:FILE for other "
-                              "weights). Or a draft model id or path with the target's vocabulary. lookup+MODEL: "
+                              "weights). model:ID (or the bare id or path): a draft model with the target's "
+                              "vocabulary. "
+                              "suffix: matches of the context's end in earlier text. lookup+MODEL: "
                               "prompt lookup where the context has an n-gram match of 2 or "
                               "more tokens (1 when lookup max ngram is 1), MODEL in the other rounds.",
 }
