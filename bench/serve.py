@@ -186,6 +186,12 @@ def served(model: str, max_tokens: int, concurrency: int, extra: tuple[str, ...]
         stop(proc, timeout=30)
 
 
+def served_model(base_url: str) -> str:
+    """The model id the server answers to (its /v1/models)."""
+    with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
+        return json.load(reply)["data"][0]["id"]
+
+
 # ------------------------------------------------------------------------------ the table
 
 def pct(values: list[float], q: float) -> str:
@@ -321,8 +327,7 @@ def main(argv=None) -> None:
     args = checked(argv)
     before = os.getloadavg()
     with served(args.model, args.max_tokens, max(args.concurrency)) as (base_url, pid):
-        with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
-            model = json.load(reply)["data"][0]["id"]
+        model = served_model(base_url)
         memory = [resident_mib(pid)]
         results, walls = run_levels(args, base_url, model)
         memory.append(resident_mib(pid))

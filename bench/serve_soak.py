@@ -12,19 +12,27 @@ Bounded: at most 60 minutes and 16 clients; the server is stopped at the end.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import sys
 import threading
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.procs import check_ranges, client_counts
 from bench.report import write_section
-from bench.serve import BUSY, MAX_CONCURRENCY, Result, ask, parse_strategies, prompts, resident_mib, served
+from bench.serve import (
+    BUSY,
+    MAX_CONCURRENCY,
+    Result,
+    ask,
+    parse_strategies,
+    prompts,
+    resident_mib,
+    served,
+    served_model,
+)
 from decoding.runtime.packed_gemm import cpu_name
 from decoding.serve.trace_log import default_folder
 
@@ -152,9 +160,7 @@ def main(argv=None) -> None:
     before = os.getloadavg()
     extra = ("--log-count", str(args.log_count))
     with served("default", args.max_tokens, args.clients, extra) as (base_url, pid):
-        with urllib.request.urlopen(base_url + "/models", timeout=10) as reply:
-            model = json.load(reply)["data"][0]["id"]
-        tally, memory = soak(args, base_url, model, pid)
+        tally, memory = soak(args, base_url, served_model(base_url), pid)
         log = log_size(default_folder())
     command = "python -m bench serve-soak " + " ".join(sys.argv[2:] if argv is None else argv)
     body = render(tally, memory, log, args, command.strip(), (before, os.getloadavg()))
